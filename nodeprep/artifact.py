@@ -1,0 +1,463 @@
+"""Artifact format: deterministic `.tar.zst` files with a `manifest.json`, their verification,
+safe extraction, and the store (a directory with `index.json`).
+
+Two kinds (see docs/artifacts.md):
+- kmod:      nvidia-kmod-<driver>-<flavour>-<kernel-release>.tar.zst
+             members: manifest.json, modules/<kernel-release>/*.ko
+- userspace: nvidia-userspace-<driver>-<arch>.tar.zst
+             members: manifest.json, lib64/..., bin/..., firmware/...
+
+The tarball is a pure function of the payload: members sorted by path, mtime fixed, uid/gid 0,
+no user/group names, modes normalised to 0755/0644 (directories 0755), zstd at a fixed level.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import zstandard
+
+from .errors import ArtifactError, ChecksumError, InputError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+INDEX = "index.json"
+FIXED_MTIME = 0
+ZSTD_LEVEL = 10
+CHUNK = 1 << 20
+
+Kind = Literal["kmod", "userspace"]
+DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def input_digest(inputs: dict[str, str], params: dict[str, Any]) -> str:
+    """Digest that keys a build: sha256 of every input (name -> sha256) plus the build parameters."""
+    return sha256_bytes(canonical_json({"format": FORMAT_VERSION, "inputs": inputs, "params": params}))
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    sha256: str
+    size: int
+    mode: int  # 0o755 or 0o644; symlinks: 0o777 with `target`
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    kind: Kind
+    driver_version: str
+    arch: str
+    os: str
+    input_digest: str
+    inputs: dict[str, str]  # input name (e.g. "nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb") -> sha256
+    flavour: str | None = None  # kmod only: proprietary | open
+    kernel_release: str | None = None  # kmod only
+    vermagic: str | None = None  # kmod only
+    compiler: str | None = None  # kmod only: CONFIG_CC_VERSION_TEXT of the kernel
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. {"smoke_test": {...}, "signing": {...}}
+    format: int = FORMAT_VERSION
+    nodeprep_version: str = ""
+
+    @property
+    def name(self) -> str:
+        return artifact_name(self.kind, self.driver_version, arch=self.arch, flavour=self.flavour,
+                             kernel_release=self.kernel_release)
+
+    def to_json(self) -> bytes:
+        data = asdict(self)
+        data["files"] = {k: {kk: vv for kk, vv in asdict(v).items() if vv is not None}
+                         for k, v in sorted(self.files.items())}
+        return json.dumps(data, sort_keys=True, indent=2).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, raw: bytes | str, *, source: str = MANIFEST) -> Manifest:
+        try:
+            data = json.loads(raw)
+            files = {k: FileEntry(**v) for k, v in data.pop("files", {}).items()}
+            manifest = cls(files=files, **data)
+        except (ValueError, TypeError) as e:
+            raise ArtifactError(f"{source}: malformed manifest ({e})") from None
+        if manifest.format != FORMAT_VERSION:
+            raise ArtifactError(f"{source}: manifest format {manifest.format} is not supported "
+                                f"(this nodeprep reads format {FORMAT_VERSION})")
+        return manifest
+
+
+def artifact_name(kind: Kind, driver_version: str, *, arch: str = "amd64", flavour: str | None = None,
+                  kernel_release: str | None = None) -> str:
+    if kind == "kmod":
+        if not flavour or not kernel_release:
+            raise ValueError("kmod artifacts need flavour and kernel_release")
+        return f"nvidia-kmod-{driver_version}-{flavour}-{kernel_release}.tar.zst"
+    return f"nvidia-userspace-{driver_version}-{arch}.tar.zst"
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing
+
+
+def _walk(payload: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(payload):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            if p.is_dir() and not p.is_symlink():
+                continue
+            yield p
+
+
+def scan_payload(payload: Path) -> dict[str, FileEntry]:
+    """FileEntry for every regular file and symlink under `payload` (relative POSIX paths)."""
+    files: dict[str, FileEntry] = {}
+    for p in _walk(payload):
+        rel = p.relative_to(payload).as_posix()
+        if rel == MANIFEST:
+            raise ArtifactError(f"payload must not contain {MANIFEST}")
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(p)
+            _check_link(rel, target)
+            files[rel] = FileEntry(sha256="", size=0, mode=0o777, target=target)
+        elif stat.S_ISREG(st.st_mode):
+            mode = 0o755 if st.st_mode & 0o111 else 0o644
+            files[rel] = FileEntry(sha256=sha256_file(p), size=st.st_size, mode=mode)
+        else:
+            raise ArtifactError(f"{rel}: only regular files and symlinks may be packed")
+    return files
+
+
+def _tarinfo(name: str, *, size: int = 0, mode: int = 0o644, kind: bytes = tarfile.REGTYPE,
+             linkname: str = "") -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.mode, ti.type, ti.linkname = size, mode, kind, linkname
+    ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = FIXED_MTIME, 0, 0, "", ""
+    return ti
+
+
+def pack(payload: Path, manifest: Manifest, dest_dir: Path) -> tuple[Path, Manifest]:
+    """Write `<dest_dir>/<manifest.name>` from `payload`; returns its path and the final manifest.
+
+    The manifest's `files` is filled from the payload. The file appears atomically (temp + rename).
+    """
+    files = scan_payload(payload)
+    manifest = replace(manifest, files=files)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / manifest.name
+    dirs = sorted({str(PurePosixPath(p).parent) for p in files} - {"."})
+    all_dirs = sorted({str(a) for d in dirs for a in [PurePosixPath(d), *PurePosixPath(d).parents]} - {"."})
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest_dir)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True)
+            with cctx.stream_writer(raw, closefd=False) as zf, \
+                    tarfile.open(fileobj=zf, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+                data = manifest.to_json()
+                tar.addfile(_tarinfo(MANIFEST, size=len(data)), io.BytesIO(data))
+                for d in all_dirs:
+                    tar.addfile(_tarinfo(d + "/", mode=0o755, kind=tarfile.DIRTYPE))
+                for rel, entry in sorted(files.items()):
+                    if entry.target is not None:
+                        tar.addfile(_tarinfo(rel, mode=0o777, kind=tarfile.SYMTYPE, linkname=entry.target))
+                    else:
+                        with open(payload / rel, "rb") as f:
+                            tar.addfile(_tarinfo(rel, size=entry.size, mode=entry.mode), f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest, manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading, verification, safe extraction
+
+
+def _open_tar(path: Path) -> Iterator[tuple[tarfile.TarInfo, tarfile.TarFile]]:
+    try:
+        with open(path, "rb") as raw:
+            dctx = zstandard.ZstdDecompressor()
+            with dctx.stream_reader(raw) as zr, tarfile.open(fileobj=zr, mode="r|") as tar:
+                for member in tar:
+                    yield member, tar
+    except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
+        raise ArtifactError(f"{path}: not a valid .tar.zst artifact ({e})") from None
+
+
+def read_manifest(path: Path) -> Manifest:
+    """The manifest of artifact `path` (its first member)."""
+    for member, tar in _open_tar(path):
+        if member.name != MANIFEST:
+            break
+        f = tar.extractfile(member)
+        assert f is not None
+        return Manifest.from_json(f.read(), source=f"{path}:{MANIFEST}")
+    raise ArtifactError(f"{path}: first member is not {MANIFEST}")
+
+
+def _check_link(name: str, target: str) -> None:
+    if target.startswith("/") or ".." in PurePosixPath(PurePosixPath(name).parent, target).parts:
+        resolved = os.path.normpath(os.path.join(os.path.dirname(name), target))
+        if target.startswith("/") or resolved.startswith(".."):
+            raise ArtifactError(f"{name}: link target {target!r} points outside the artifact")
+
+
+def check_member(member: tarfile.TarInfo) -> None:
+    """Refuse members that could escape or alter the system: absolute paths, '..', links outside
+    the root, hard links, device nodes, FIFOs, setuid/setgid/sticky bits."""
+    name = member.name
+    parts = PurePosixPath(name).parts
+    if name.startswith("/") or not parts:
+        raise ArtifactError(f"unsafe member {name!r}: absolute path")
+    if ".." in parts:
+        raise ArtifactError(f"unsafe member {name!r}: contains '..'")
+    if member.ischr() or member.isblk() or member.isfifo():
+        raise ArtifactError(f"unsafe member {name!r}: device node or FIFO")
+    if member.islnk():
+        raise ArtifactError(f"unsafe member {name!r}: hard link")
+    if member.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
+        raise ArtifactError(f"unsafe member {name!r}: setuid/setgid/sticky mode {member.mode:o}")
+    if member.issym():
+        _check_link(name, member.linkname)
+    elif not (member.isreg() or member.isdir()):
+        raise ArtifactError(f"unsafe member {name!r}: unsupported type")
+
+
+def extract(path: Path, dest: Path) -> Manifest:
+    """Extract artifact `path` into the existing directory `dest`, checking every member first and
+    every file's sha256 against the manifest. Raises before writing an unsafe member."""
+    manifest: Manifest | None = None
+    seen: set[str] = set()
+    dest = dest.resolve()
+    for member, tar in _open_tar(path):
+        check_member(member)
+        if manifest is None:
+            if member.name != MANIFEST:
+                raise ArtifactError(f"{path}: first member is not {MANIFEST}")
+            f = tar.extractfile(member)
+            assert f is not None
+            data = f.read()
+            manifest = Manifest.from_json(data, source=f"{path}:{MANIFEST}")
+            (dest / MANIFEST).write_bytes(data)
+            continue
+        name = member.name.rstrip("/")
+        target = dest / name
+        if os.path.commonpath([dest, target.parent.resolve()]) != str(dest):
+            raise ArtifactError(f"unsafe member {name!r}: parent resolves outside the destination")
+        if member.isdir():
+            target.mkdir(mode=0o755, parents=True, exist_ok=True)
+            continue
+        entry = manifest.files.get(name)
+        if entry is None:
+            raise ArtifactError(f"{path}: member {name!r} is not listed in the manifest")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if member.issym():
+            target.symlink_to(member.linkname)
+        else:
+            h = hashlib.sha256()
+            f = tar.extractfile(member)
+            assert f is not None
+            with open(target, "wb") as out:
+                for chunk in iter(lambda: f.read(CHUNK), b""):
+                    h.update(chunk)
+                    out.write(chunk)
+            os.chmod(target, entry.mode)
+            if h.hexdigest() != entry.sha256:
+                raise ChecksumError(f"{path}: {name}: sha256 {h.hexdigest()} does not match manifest "
+                                    f"{entry.sha256}")
+        seen.add(name)
+    if manifest is None:
+        raise ArtifactError(f"{path}: empty artifact")
+    missing = sorted(set(manifest.files) - seen)
+    if missing:
+        raise ArtifactError(f"{path}: manifest lists files missing from the archive: {', '.join(missing[:5])}")
+    return manifest
+
+
+def verify(path: Path) -> list[str]:
+    """Problems found in artifact `path` (empty list: it is intact). Never raises for bad content."""
+    problems: list[str] = []
+    manifest: Manifest | None = None
+    seen: set[str] = set()
+    try:
+        for member, tar in _open_tar(path):
+            try:
+                check_member(member)
+            except ArtifactError as e:
+                problems.append(str(e))
+                continue
+            if manifest is None:
+                if member.name != MANIFEST:
+                    return [f"first member is {member.name!r}, not {MANIFEST}"]
+                f = tar.extractfile(member)
+                assert f is not None
+                manifest = Manifest.from_json(f.read(), source=f"{path.name}:{MANIFEST}")
+                continue
+            name = member.name.rstrip("/")
+            if member.isdir():
+                continue
+            entry = manifest.files.get(name)
+            if entry is None:
+                problems.append(f"{name}: not listed in the manifest")
+                continue
+            seen.add(name)
+            if member.issym():
+                if member.linkname != entry.target:
+                    problems.append(f"{name}: link target {member.linkname!r} != manifest {entry.target!r}")
+                continue
+            f = tar.extractfile(member)
+            assert f is not None
+            h = hashlib.sha256()
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                h.update(chunk)
+            if h.hexdigest() != entry.sha256:
+                problems.append(f"{name}: sha256 {h.hexdigest()[:16]}… does not match the manifest "
+                                f"({entry.sha256[:16]}…)")
+    except ArtifactError as e:
+        problems.append(str(e))
+        return problems
+    if manifest is None:
+        return problems or ["empty artifact"]
+    for name in sorted(set(manifest.files) - seen):
+        problems.append(f"{name}: listed in the manifest but missing")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Store
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    name: str
+    kind: Kind
+    driver_version: str
+    arch: str
+    os: str
+    sha256: str
+    size: int
+    input_digest: str
+    flavour: str | None = None
+    kernel_release: str | None = None
+    vermagic: str | None = None
+
+    @classmethod
+    def for_artifact(cls, path: Path, manifest: Manifest) -> IndexEntry:
+        return cls(name=path.name, kind=manifest.kind, driver_version=manifest.driver_version,
+                   arch=manifest.arch, os=manifest.os, sha256=sha256_file(path), size=path.stat().st_size,
+                   input_digest=manifest.input_digest, flavour=manifest.flavour,
+                   kernel_release=manifest.kernel_release, vermagic=manifest.vermagic)
+
+
+def parse_index(raw: bytes | str, *, source: str) -> list[IndexEntry]:
+    try:
+        data = json.loads(raw)
+        if data.get("format") != FORMAT_VERSION:
+            raise ArtifactError(f"{source}: index format {data.get('format')!r} is not supported")
+        return [IndexEntry(**e) for e in data["artifacts"]]
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ArtifactError(f"{source}: malformed store index ({e})") from None
+
+
+def render_index(entries: Iterable[IndexEntry]) -> bytes:
+    items = sorted((asdict(e) for e in entries), key=lambda e: e["name"])
+    return json.dumps({"format": FORMAT_VERSION, "artifacts": items}, sort_keys=True, indent=2).encode() + b"\n"
+
+
+def find(entries: Iterable[IndexEntry], kind: Kind, driver_version: str, *, flavour: str | None = None,
+         kernel_release: str | None = None, arch: str | None = None) -> IndexEntry | None:
+    for e in entries:
+        if e.kind != kind or e.driver_version != driver_version:
+            continue
+        if flavour and e.flavour != flavour:
+            continue
+        if kernel_release and e.kernel_release != kernel_release:
+            continue
+        if arch and e.arch != arch:
+            continue
+        return e
+    return None
+
+
+class LocalStore:
+    """A store directory: artifacts plus index.json. Publishing is atomic per file and the index
+    is rewritten with a temp file + rename under an flock, so concurrent builds (-j N) are safe."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _lock(self) -> Any:
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        f = open(self.path / ".lock", "w")  # noqa: SIM115
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return f
+
+    def entries(self) -> list[IndexEntry]:
+        index = self.path / INDEX
+        if not index.exists():
+            if not self.path.is_dir():
+                raise InputError(f"{self.path}: store directory does not exist")
+            return []
+        return parse_index(index.read_bytes(), source=str(index))
+
+    def lookup(self, name: str) -> IndexEntry | None:
+        return next((e for e in self.entries() if e.name == name), None)
+
+    def publish(self, artifact: Path, manifest: Manifest) -> IndexEntry:
+        """Move `artifact` (already written in a temp location on any filesystem) into the store."""
+        with self._lock():
+            dest = self.path / manifest.name
+            if artifact.resolve() != dest.resolve():
+                fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=self.path)
+                os.close(fd)
+                try:
+                    import shutil
+
+                    shutil.copyfile(artifact, tmp)
+                    os.chmod(tmp, 0o644)
+                    os.replace(tmp, dest)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+            entry = IndexEntry.for_artifact(dest, manifest)
+            entries = [e for e in self.entries() if e.name != entry.name] + [entry]
+            self._write_index(entries)
+            return entry
+
+    def _write_index(self, entries: list[IndexEntry]) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".index.", dir=self.path)
+        with os.fdopen(fd, "wb") as f:
+            f.write(render_index(entries))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.path / INDEX)

@@ -1,0 +1,3 @@
+"""bootstrap commands (see nodeprep/cli.py)."""
+
+COMMANDS: list = []

@@ -1,0 +1,3 @@
+"""build commands (see nodeprep/cli.py)."""
+
+COMMANDS: list = []

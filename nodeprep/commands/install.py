@@ -1,0 +1,3 @@
+"""install commands (see nodeprep/cli.py)."""
+
+COMMANDS: list = []

@@ -1,0 +1,3 @@
+"""join commands (see nodeprep/cli.py)."""
+
+COMMANDS: list = []

@@ -1,0 +1,3 @@
+"""labels commands (see nodeprep/cli.py)."""
+
+COMMANDS: list = []

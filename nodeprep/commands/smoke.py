@@ -1,0 +1,3 @@
+"""smoke commands (see nodeprep/cli.py)."""
+
+COMMANDS: list = []

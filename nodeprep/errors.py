@@ -1,0 +1,75 @@
+"""Typed errors. The library raises these; front-ends (CLI, Ansible modules, bootstrap) translate them.
+
+`exit_code` 2 means bad input (unknown version, invalid profile field, bad checksum given by the
+user): the system was left as it was. Everything else exits 1.
+"""
+
+from __future__ import annotations
+
+
+class NodeprepError(Exception):
+    """Base class: one-line message plus an optional hint shown on the next line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(NodeprepError):
+    """The user asked for something that does not exist or is malformed (exit 2)."""
+
+    exit_code = 2
+
+
+class ProfileError(InputError):
+    """The node profile has one or more invalid fields; `problems` holds one line per field."""
+
+    def __init__(self, problems: list[str], *, source: str = "profile", hint: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(self.problems), hint=hint)
+
+
+class ChecksumError(InputError):
+    """Downloaded or stored bytes do not match their expected sha256."""
+
+
+class ArtifactError(NodeprepError):
+    """An artifact is malformed, unsafe or fails verification."""
+
+
+class StateError(NodeprepError):
+    """The node's nodeprep state does not allow the requested operation."""
+
+
+class NetworkError(NodeprepError):
+    """A remote (archive, store, metadata service) could not be reached in time."""
+
+
+class CommandError(NodeprepError):
+    """A subprocess failed. str() is one line; `tail` holds the last lines of its output."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        returncode: int,
+        *,
+        tail: str = "",
+        log_path: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        self.argv = argv
+        self.returncode = returncode
+        self.tail = tail
+        self.log_path = log_path
+        tool = argv[0] if argv else "?"
+        msg = message or f"{tool} failed with exit code {returncode}"
+        if log_path:
+            msg += f" (full log: {log_path})"
+        super().__init__(msg, hint=tail.strip() or None)

@@ -1,0 +1,33 @@
+"""Shared test configuration.
+
+Tiers: fast tests run everywhere; `@pytest.mark.slow` tests do real work (driver compile, qemu boot,
+SSH test hosts) and run in CI too. The slow tier shares one real driver build per run (see
+tests/support/realbuild.py) and caches downloads under NODEPREP_TEST_CACHE.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def test_cache() -> Path:
+    """Persistent download/build cache for the slow tier (survives between runs)."""
+    path = Path(os.environ.get("NODEPREP_TEST_CACHE", Path.home() / ".cache" / "nodeprep-tests"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def nvidia_smi_fixtures() -> Path:
+    path = FIXTURES / "nvidia-smi"
+    if not path.is_dir():
+        pytest.fail(f"{path} is missing: the shared fixtures must sit beside the repository")
+    return path
