@@ -31,3 +31,12 @@ def nvidia_smi_fixtures() -> Path:
     if not path.is_dir():
         pytest.fail(f"{path} is missing: the shared fixtures must sit beside the repository")
     return path
+
+
+@pytest.fixture(scope="session")
+def real_build(test_cache: Path):  # type: ignore[no-untyped-def]
+    """The one real driver build of this test run (proprietary 535 for a current Debian 12 kernel),
+    shared by every slow test that needs built artifacts. See tests/support/realbuild.py."""
+    from tests.support.realbuild import ensure_real_build
+
+    return ensure_real_build(test_cache)
