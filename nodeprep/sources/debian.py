@@ -1,0 +1,260 @@
+"""Debian's archive through a private apt configuration.
+
+Everything apt needs lives under `<cache>/apt/<os>/` (sources list, lists, package cache); the
+host's apt configuration and state are never modified. The archive mirror is taken from the host's
+own apt sources (so a local mirror or proxy keeps working) unless NODEPREP_DEBIAN_MIRROR /
+NODEPREP_DEBIAN_SECURITY_MIRROR or the `mirror` argument name one. Packages are verified by apt
+against the signed Release files and their sha256 is checked again before use.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runner
+from ..artifact import sha256_file
+from ..errors import ChecksumError, CommandError, InputError, NetworkError
+
+log = logging.getLogger(__name__)
+
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+COMPONENTS = "main contrib non-free non-free-firmware"
+APT_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class DebianRelease:
+    name: str  # nodeprep's OS name, e.g. debian-12
+    suite: str  # codename
+
+    @property
+    def suites(self) -> tuple[str, str]:
+        return (self.suite, f"{self.suite}-updates")
+
+    @property
+    def security_suite(self) -> str:
+        return f"{self.suite}-security"
+
+
+RELEASES = {r.name: r for r in (DebianRelease("debian-12", "bookworm"), DebianRelease("debian-13", "trixie"))}
+
+
+def release(os_name: str) -> DebianRelease:
+    try:
+        return RELEASES[os_name]
+    except KeyError:
+        raise InputError(f"--os: unknown OS {os_name!r} (supported: {', '.join(sorted(RELEASES))})") from None
+
+
+def debian_version_to_driver(version: str) -> str:
+    """Upstream driver version of a Debian package version: '535.309.01-0+deb12u1' -> '535.309.01'."""
+    upstream = version.split(":", 1)[-1]
+    if "-" in upstream:
+        upstream = upstream.rsplit("-", 1)[0]
+    return upstream.split("~", 1)[0].split("+", 1)[0]
+
+
+def host_mirrors(sources_dir: Path = Path("/etc/apt")) -> tuple[str | None, str | None]:
+    """(archive URI, security URI) found in the host's apt sources, deb822 or one-line style."""
+    uris: list[str] = []
+    files = sorted((sources_dir / "sources.list.d").glob("*.sources")) + sorted(
+        (sources_dir / "sources.list.d").glob("*.list")) + [sources_dir / "sources.list"]
+    for f in files:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("URIs:"):
+                uris += line.split()[1:]
+            elif line.startswith("deb "):
+                uris += [w for w in line.split()[1:] if "://" in w][:1]
+    security = next((u for u in uris if u.rstrip("/").endswith("debian-security")), None)
+    archive = next((u for u in uris if u.rstrip("/").endswith("/debian")), None)
+    return archive, security
+
+
+def parse_control(text: str) -> dict[str, str]:
+    """First deb822 stanza as a dict (continuation lines joined with newlines)."""
+    fields: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        if line[0] in " \t" and key:
+            fields[key] += "\n" + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return fields
+
+
+class DebianArchive:
+    """Query and download packages of one Debian release with a private apt setup."""
+
+    def __init__(self, cache_dir: Path, *, os_name: str = "debian-12", arch: str = "amd64",
+                 mirror: str | None = None, security_mirror: str | None = None) -> None:
+        self.release = release(os_name)
+        self.arch = arch
+        self.dir = Path(cache_dir) / "apt" / f"{os_name}-{arch}"
+        self.debs = Path(cache_dir) / "debs"
+        host_archive, host_security = host_mirrors()
+        self.mirror = (mirror or os.environ.get("NODEPREP_DEBIAN_MIRROR") or host_archive or "").rstrip("/")
+        self.security_mirror = (security_mirror or os.environ.get("NODEPREP_DEBIAN_SECURITY_MIRROR")
+                                or host_security or "").rstrip("/")
+        if not self.mirror:
+            raise InputError("no Debian mirror configured",
+                             hint="set NODEPREP_DEBIAN_MIRROR to the archive's base URL (…/debian)")
+
+    # -- apt plumbing ----------------------------------------------------------------------------
+    def _setup(self) -> None:
+        for d in ("lists/partial", "archives/partial", "etc/sources.list.d", "etc/preferences.d"):
+            (self.dir / d).mkdir(parents=True, exist_ok=True)
+        lines = [f"deb [signed-by={KEYRING}] {self.mirror} {s} {COMPONENTS}" for s in self.release.suites]
+        if self.security_mirror:
+            lines.append(f"deb [signed-by={KEYRING}] {self.security_mirror} {self.release.security_suite} "
+                         f"{COMPONENTS}")
+        content = "\n".join(lines) + "\n"
+        sources = self.dir / "etc" / "sources.list"
+        if not sources.exists() or sources.read_text() != content:
+            sources.write_text(content)
+            (self.dir / "updated").unlink(missing_ok=True)
+
+    def _options(self) -> list[str]:
+        d = self.dir
+        opts = {
+            "Dir::Etc::SourceList": d / "etc" / "sources.list",
+            "Dir::Etc::SourceParts": d / "etc" / "sources.list.d",
+            "Dir::Etc::PreferencesParts": d / "etc" / "preferences.d",
+            "Dir::Etc::Preferences": d / "etc" / "preferences",
+            "Dir::State": d,
+            "Dir::State::Lists": d / "lists",
+            "Dir::State::status": "/dev/null",
+            "Dir::Cache": d,
+            "Dir::Cache::archives": d / "archives",
+            "Dir::Cache::pkgcache": "",
+            "Dir::Cache::srcpkgcache": "",
+            "APT::Architecture": self.arch,
+            "APT::Architectures": self.arch,
+            "Acquire::Retries": "3",
+            "Acquire::http::Timeout": "30",
+            "Acquire::Languages": "none",
+            "APT::Sandbox::User": "root",
+        }
+        out: list[str] = []
+        for k, v in opts.items():
+            out += ["-o", f"{k}={os.fspath(v)}"]
+        return out
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".nodeprep.lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def _apt(self, tool: str, *args: str, timeout: float = APT_TIMEOUT, cwd: Path | None = None) -> str:
+        return runner.run([tool, "-q", *self._options(), *args], timeout=timeout, cwd=cwd,
+                          inherit_env=True, env={"LC_ALL": "C"}).stdout
+
+    def update(self, max_age_s: float = 3600) -> None:
+        """Refresh the package lists when they are older than `max_age_s` seconds."""
+        with self._locked():
+            self._setup()
+            stamp = self.dir / "updated"
+            if stamp.exists() and time.time() - stamp.stat().st_mtime < max_age_s:
+                return
+            log.info("Updating Debian %s package lists (private apt configuration)", self.release.suite)
+            try:
+                out = self._apt("apt-get", "update")
+            except CommandError as e:
+                raise NetworkError(f"Debian archive {self.mirror} unreachable: apt-get update failed"
+                                   f"{' (timed out)' if e.returncode == -1 else ''}", hint=e.tail) from None
+            failed = [line for line in out.splitlines() if line.startswith(("Err:", "W: Failed", "E:"))]
+            if failed:
+                raise NetworkError(f"Debian archive {self.mirror} unreachable: {failed[0]}")
+            stamp.touch()
+
+    # -- queries ---------------------------------------------------------------------------------
+    def versions(self, package: str) -> list[str]:
+        """Every version of `package` the archive serves, newest first (empty when unknown)."""
+        self.update()
+        out = self._apt("apt-cache", "madison", package)
+        seen: list[str] = []
+        for line in out.splitlines():
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) >= 3 and parts[0] == package and parts[1] not in seen:
+                seen.append(parts[1])
+        return seen
+
+    def packages(self, regex: str) -> list[str]:
+        """Names of packages matching the POSIX regex `regex` (sorted)."""
+        self.update()
+        out = self._apt("apt-cache", "search", "--names-only", regex)
+        return sorted({line.split(" - ", 1)[0].strip() for line in out.splitlines() if " - " in line})
+
+    def info(self, package: str, version: str | None = None) -> dict[str, str]:
+        """Control fields of `package` (newest version unless `version`)."""
+        self.update()
+        spec = f"{package}={version}" if version else package
+        try:
+            out = self._apt("apt-cache", "show", spec)
+        except CommandError:
+            raise InputError(f"{spec}: not served by the Debian archive") from None
+        if not version:
+            return parse_control(out)
+        for stanza in out.split("\n\n"):
+            fields = parse_control(stanza)
+            if fields.get("Version") == version:
+                return fields
+        raise InputError(f"{spec}: not served by the Debian archive")
+
+    # -- downloads -------------------------------------------------------------------------------
+    def download(self, package: str, version: str | None = None) -> Path:
+        """The .deb of `package` (newest unless `version`), cached and sha256-verified."""
+        self.update()
+        spec = f"{package}={version}" if version else package
+        try:
+            out = self._apt("apt-get", "--print-uris", "download", spec)
+        except CommandError as e:
+            versions = self.versions(package)
+            raise InputError(f"{spec}: not served by the Debian archive"
+                             + (f" (available: {', '.join(versions)})" if versions else ""),
+                             hint=e.tail or None) from None
+        m = re.search(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})", out, re.M)
+        if not m:
+            raise NetworkError(f"{spec}: apt gave no download location")
+        self.debs.mkdir(parents=True, exist_ok=True)
+        dest = self.debs / m["file"]
+        if dest.exists() and sha256_file(dest) == m["sha"]:
+            return dest
+        with self._locked():
+            log.info("Downloading %s", m["file"])
+            try:
+                self._apt("apt-get", "download", spec, cwd=self.debs)
+            except CommandError as e:
+                raise NetworkError(f"{spec}: download failed", hint=e.tail) from None
+        if not dest.exists():
+            raise NetworkError(f"{spec}: apt reported success but {dest.name} is missing")
+        actual = sha256_file(dest)
+        if actual != m["sha"]:
+            dest.unlink()
+            raise ChecksumError(f"{dest.name}: sha256 {actual} does not match the archive's {m['sha']}")
+        return dest
+
+    @staticmethod
+    def extract(deb: Path, dest: Path) -> None:
+        """Unpack the files of `deb` into `dest` (no maintainer scripts run)."""
+        dest.mkdir(parents=True, exist_ok=True)
+        runner.run(["dpkg-deb", "-x", deb, dest])
