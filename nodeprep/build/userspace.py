@@ -1,0 +1,235 @@
+"""The user-space artifact, made from Debian's own binary packages of one exact driver version.
+
+Debian ships the NVIDIA user space in three package families, told apart by name:
+- mainline (`libcuda1`, `libnvidia-ml1`, `nvidia-smi`, `firmware-nvidia-gsp`, …; e.g. 535.309.01),
+- `tesla-<branch>` (`libnvidia-tesla-535-cuda1`, `nvidia-tesla-535-smi`, …; e.g. 535.216.03),
+- `tesla` (`libnvidia-tesla-cuda1`, `nvidia-tesla-smi`, …; e.g. 525.147.05).
+`nvidia-modprobe` and `nvidia-persistenced` are unversioned helpers with their own version numbers:
+the newest one of the same branch not newer than the driver is taken (else the oldest newer one).
+
+Payload (see docs/node.md):
+    lib64/libX.so.<driver>  + soname links (libX.so.1)
+    bin/nvidia-smi, nvidia-modprobe, nvidia-persistenced, nvidia-cuda-mps-control, nvidia-cuda-mps-server
+    firmware/nvidia/<driver>/gsp*.bin
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .. import __version__
+from ..artifact import Manifest, artifact_name, input_digest, pack, read_manifest, sha256_file
+from ..errors import ArtifactError, InputError
+
+log = logging.getLogger(__name__)
+
+LAYOUT = 1  # bump when the payload layout below changes (part of the input digest)
+TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+BINARIES = ("nvidia-smi", "nvidia-modprobe", "nvidia-persistenced", "nvidia-cuda-mps-control",
+            "nvidia-cuda-mps-server")
+ELF_MAGIC = b"\x7fELF"
+SONAME_LINK_RE = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
+
+
+class Archive(Protocol):
+    """What build_userspace needs from nodeprep.sources.debian.DebianArchive."""
+
+    def update(self, max_age_s: int = ...) -> Any: ...
+    def versions(self, package: str) -> list[str]: ...
+    def download(self, package: str, version: str | None = None) -> Path: ...
+    def extract(self, deb: Path, dest: Path) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Role:
+    """One component of the user space and the package name for each family (`{t}` = family)."""
+
+    name: str
+    mainline: str
+    tesla: str
+    required: bool = False
+
+
+ROLES = (
+    Role("cuda", "libcuda1", "libnvidia-{t}-cuda1", required=True),
+    Role("nvml", "libnvidia-ml1", "libnvidia-{t}-ml1", required=True),
+    Role("smi", "nvidia-smi", "nvidia-{t}-smi", required=True),
+    Role("ptxjit", "libnvidia-ptxjitcompiler1", "libnvidia-{t}-ptxjitcompiler1"),
+    Role("nvvm", "libnvidia-nvvm4", "libnvidia-{t}-nvvm4"),
+    Role("cfg", "libnvidia-cfg1", "libnvidia-{t}-cfg1"),
+    Role("pkcs11", "libnvidia-pkcs11-openssl3", "libnvidia-{t}-pkcs11-openssl3"),
+    Role("mps", "nvidia-cuda-mps", "nvidia-{t}-cuda-mps"),
+    Role("gsp", "firmware-nvidia-gsp", "firmware-nvidia-{t}-gsp"),
+)
+HELPERS = ("nvidia-modprobe", "nvidia-persistenced")
+
+
+def upstream_version(debian_version: str) -> str:
+    """`535.309.01-0+deb12u1` -> `535.309.01` (epoch and Debian revision dropped)."""
+    return debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def _vkey(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+def families(driver_version: str) -> list[tuple[str, str | None]]:
+    """Candidate families for a driver version: (label, `{t}` value or None for mainline)."""
+    branch = driver_version.split(".", 1)[0]
+    return [("mainline", None), (f"tesla-{branch}", f"tesla-{branch}"), ("tesla", "tesla")]
+
+
+def package_name(role: Role, tesla: str | None) -> str:
+    return role.mainline if tesla is None else role.tesla.format(t=tesla)
+
+
+def resolve_packages(archive: Archive, driver_version: str) -> dict[str, tuple[str, str]]:
+    """role/helper name -> (package, Debian version) for `driver_version`. Raises InputError naming
+    what exists when no family carries that exact version."""
+    seen: dict[str, list[str]] = {}
+    for label, tesla in families(driver_version):
+        chosen: dict[str, tuple[str, str]] = {}
+        for role in ROLES:
+            pkg = package_name(role, tesla)
+            versions = _versions(archive, pkg)
+            if role.required:
+                seen.setdefault(label, []).extend(upstream_version(v) for v in versions)
+            match = next((v for v in versions if upstream_version(v) == driver_version), None)
+            if match is not None:
+                chosen[role.name] = (pkg, match)
+            elif role.required:
+                break
+        else:
+            for helper in HELPERS:
+                picked = pick_helper(_versions(archive, helper), driver_version)
+                if picked is not None:
+                    chosen[helper] = (helper, picked)
+            log.info("driver %s: %s packages (%s)", driver_version, label,
+                     ", ".join(f"{p}={v}" for p, v in chosen.values()))
+            return chosen
+    known = sorted({v for vs in seen.values() for v in vs}, key=_vkey, reverse=True)
+    raise InputError(f"driver {driver_version}: no Debian package set (libcuda1, libnvidia-ml1, nvidia-smi "
+                     f"or their tesla variants) has this exact version; available: "
+                     f"{', '.join(known) or 'none'}")
+
+
+def _versions(archive: Archive, package: str) -> list[str]:
+    try:
+        return list(archive.versions(package))
+    except Exception as e:  # noqa: BLE001 - an unknown package is "no versions" for every archive backend
+        log.debug("%s: no versions (%s)", package, e)
+        return []
+
+
+def pick_helper(versions: list[str], driver_version: str) -> str | None:
+    """The helper version to pair with `driver_version`: exact match, else the newest of the same
+    branch not newer than the driver, else the oldest newer one of that branch, else the newest."""
+    if not versions:
+        return None
+    branch = driver_version.split(".", 1)[0]
+    want = _vkey(driver_version)
+    by_up = sorted(versions, key=lambda v: _vkey(upstream_version(v)), reverse=True)
+    same = [v for v in by_up if upstream_version(v).split(".", 1)[0] == branch]
+    for v in same:
+        if upstream_version(v) == driver_version:
+            return v
+    older = [v for v in same if _vkey(upstream_version(v)) <= want]
+    if older:
+        return older[0]
+    if same:
+        return same[-1]
+    return by_up[0]
+
+
+def _is_elf(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == ELF_MAGIC
+
+
+def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) -> dict[str, list[str]]:
+    """Copy what a node needs from the extracted packages in `tree` into `payload`; returns the
+    relative paths per top-level directory."""
+    triplet = TRIPLETS.get(arch)
+    if triplet is None:
+        raise InputError(f"arch {arch!r}: unsupported (known: {', '.join(TRIPLETS)})")
+    lib64, bindir = payload / "lib64", payload / "bin"
+    fwdir = payload / "firmware" / "nvidia" / driver_version
+    for d in (lib64, bindir):
+        d.mkdir(parents=True, exist_ok=True)
+    out: dict[str, list[str]] = {"lib64": [], "bin": [], "firmware": []}
+    libroot = tree / "usr" / "lib" / triplet
+    real: set[str] = set()
+    suffix = f".so.{driver_version}"
+    for p in sorted(libroot.rglob(f"lib*{suffix}")):
+        if p.is_file() and not p.is_symlink() and _is_elf(p):
+            if p.name in real:
+                raise ArtifactError(f"{p.name}: shipped twice by the selected packages")
+            shutil.copy2(p, lib64 / p.name)
+            os.chmod(lib64 / p.name, 0o755)
+            real.add(p.name)
+            out["lib64"].append(p.name)
+    for p in sorted(libroot.rglob("lib*.so.*")):
+        if p.is_symlink() and SONAME_LINK_RE.match(p.name) and os.readlink(p) in real:
+            if not (lib64 / p.name).exists():
+                (lib64 / p.name).symlink_to(os.readlink(p))
+                out["lib64"].append(p.name)
+    for name in BINARIES:
+        found = [p for p in sorted(tree.rglob(name)) if p.is_file() and not p.is_symlink() and _is_elf(p)]
+        if found:
+            shutil.copy2(found[0], bindir / name)
+            os.chmod(bindir / name, 0o755)  # nvidia-modprobe is setuid in Debian: not in our artifact
+            out["bin"].append(name)
+    fwsrc = tree / "lib" / "firmware" / "nvidia" / driver_version
+    for p in sorted(fwsrc.glob("gsp*.bin")) if fwsrc.is_dir() else []:
+        fwdir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, fwdir / p.name)
+        os.chmod(fwdir / p.name, 0o644)
+        out["firmware"].append(f"nvidia/{driver_version}/{p.name}")
+    for must in (f"libcuda.so.{driver_version}", f"libnvidia-ml.so.{driver_version}"):
+        if must not in real:
+            raise ArtifactError(f"driver {driver_version}: {must} not found in the selected packages")
+    if "nvidia-smi" not in out["bin"]:
+        raise ArtifactError(f"driver {driver_version}: no nvidia-smi ELF binary in the selected packages")
+    return out
+
+
+def build_userspace(archive: Archive, driver_version: str, dest_dir: Path, *,
+                    arch: str = "amd64") -> tuple[Path, Manifest]:
+    """Build (or reuse) `nvidia-userspace-<driver>-<arch>.tar.zst` in `dest_dir` from the Debian
+    packages of exactly `driver_version`. Same packages -> same input digest -> no rebuild."""
+    archive.update()
+    chosen = resolve_packages(archive, driver_version)
+    debs = {role: archive.download(pkg, version) for role, (pkg, version) in chosen.items()}
+    inputs = {Path(deb).name: sha256_file(Path(deb)) for deb in debs.values()}
+    os_name = getattr(archive, "os_name", "debian-12")
+    params = {"kind": "userspace", "driver_version": driver_version, "arch": arch, "layout": LAYOUT}
+    digest = input_digest(inputs, params)
+    dest_dir = Path(dest_dir)
+    existing = dest_dir / artifact_name("userspace", driver_version, arch=arch)
+    if existing.exists():
+        try:
+            old = read_manifest(existing)
+            if old.input_digest == digest:
+                log.info("%s: up to date (input digest %s…)", existing.name, digest[:12])
+                return existing, old
+        except ArtifactError:
+            pass
+    with tempfile.TemporaryDirectory(prefix="nodeprep-userspace-") as tmp:
+        tree, payload = Path(tmp) / "tree", Path(tmp) / "payload"
+        for deb in debs.values():
+            archive.extract(Path(deb), tree)
+        contents = layout_payload(tree, payload, driver_version, arch)
+        manifest = Manifest(
+            kind="userspace", driver_version=driver_version, arch=arch, os=os_name, input_digest=digest,
+            inputs=inputs, nodeprep_version=__version__,
+            extra={"packages": {pkg: version for pkg, version in chosen.values()},
+                   "contents": {k: len(v) for k, v in contents.items()}},
+        )
+        return pack(payload, manifest, dest_dir)
