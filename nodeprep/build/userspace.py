@@ -121,11 +121,7 @@ def resolve_packages(archive: Archive, driver_version: str) -> dict[str, tuple[s
 
 
 def _versions(archive: Archive, package: str) -> list[str]:
-    try:
-        return list(archive.versions(package))
-    except Exception as e:  # noqa: BLE001 - an unknown package is "no versions" for every archive backend
-        log.debug("%s: no versions (%s)", package, e)
-        return []
+    return list(archive.versions(package))  # empty for a package the archive does not know
 
 
 def pick_helper(versions: list[str], driver_version: str) -> str | None:
@@ -208,7 +204,8 @@ def build_userspace(archive: Archive, driver_version: str, dest_dir: Path, *,
     chosen = resolve_packages(archive, driver_version)
     debs = {role: archive.download(pkg, version) for role, (pkg, version) in chosen.items()}
     inputs = {Path(deb).name: sha256_file(Path(deb)) for deb in debs.values()}
-    os_name = getattr(archive, "os_name", "debian-12")
+    release = getattr(archive, "release", None)
+    os_name = getattr(release, "name", None) or "debian-12"
     params = {"kind": "userspace", "driver_version": driver_version, "arch": arch, "layout": LAYOUT}
     digest = input_digest(inputs, params)
     dest_dir = Path(dest_dir)
