@@ -1,3 +1,115 @@
-"""labels commands (see nodeprep/cli.py)."""
+"""`nodeprep labels`: print (or apply) this node's GPU/machine labels."""
 
-COMMANDS: list = []
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from ..labels import output
+from ..labels.cloud import CLOUD_CHOICES, Endpoints
+from ..labels.core import MIG_STRATEGIES, LabelOptions, node_labels
+from ..labels.profilelabels import ProfileLabels, profile_labels
+from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
+from .options import profile_option, root_option
+
+DEFAULT_PROFILE = "etc/nodeprep/node.yaml"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+@click.command("labels")
+@click.option("--format", "fmt", type=click.Choice(output.FORMATS), default="json", show_default=True,
+              help="kubelet: the --node-labels value (self-settable labels only); nfd: an NFD features.d file.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to FILE (atomically) instead of stdout.")
+@click.option("--label", "extra_labels", multiple=True, metavar="KEY=VALUE",
+              help="Extra label (repeatable); wins over the profile's labels.extra.")
+@click.option("--cloud", type=click.Choice(CLOUD_CHOICES), default=None,
+              help="Which metadata service to ask (default: the profile's labels.cloud, else auto = from DMI).")
+@click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES), default="none", show_default=True)
+@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
+              show_default=True, help="Stands for /sys (PCI devices, the nvidia module).")
+@click.option("--dmi-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Stands for /sys/class/dmi/id (default: under --sysfs-root).")
+@click.option("--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Read GPU facts from this `nvidia-smi -q -x` capture.")
+@click.option("--pci-ids", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="pci.ids database (default: the distribution's).")
+@click.option("--aws-metadata-url", envvar="NODEPREP_AWS_METADATA_URL", default=None, metavar="URL")
+@click.option("--gce-metadata-url", envvar="NODEPREP_GCE_METADATA_URL", default=None, metavar="URL")
+@click.option("--azure-metadata-url", envvar="NODEPREP_AZURE_METADATA_URL", default=None, metavar="URL")
+@click.option("--timeout", type=click.FloatRange(0.05, 30), default=1.0, show_default=True,
+              help="Seconds per fact source (all sources together: 1.5x this).")
+@click.option("--apply", "do_apply", is_flag=True, help="Patch the Node's labels through the API.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Credentials for --apply.")
+@click.option("--node", default=None, help="Node name for --apply (default: profile cluster.node_name, "
+              "else the host name).")
+@profile_option
+@root_option
+def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[str, ...], cloud: str | None,
+               mig_strategy: str, sysfs_root: Path, dmi_root: Path | None, nvidia_smi_xml: Path | None,
+               pci_ids: Path | None, aws_metadata_url: str | None, gce_metadata_url: str | None,
+               azure_metadata_url: str | None, timeout: float, do_apply: bool, kubeconfig: Path | None,
+               node: str | None, profile: Path | None, root: Path) -> None:
+    """Compute this node's labels (GFD-compatible nvidia.com/*, instance type, topology, nodeprep.dev/*)
+    and print them, write them for NFD, or apply them to the Node."""
+    fmt = "json" if as_json else fmt
+    if profile is None and (root / DEFAULT_PROFILE).is_file():
+        profile = root / DEFAULT_PROFILE
+    prof = profile_labels(profile) if profile is not None else ProfileLabels()
+    cli_extra = dict(parse_label_arg(t) for t in extra_labels)
+    extra = {**prof.extra, **cli_extra}
+    if do_apply and kubeconfig is None:
+        raise InputError("--apply needs --kubeconfig FILE")
+    if fmt == "kubelet":
+        check_kubelet_labels(extra)
+    opts = LabelOptions(
+        root=root, sysfs_root=sysfs_root, dmi_root=dmi_root, nvidia_smi_xml=nvidia_smi_xml,
+        cloud=cloud or prof.cloud, extra=extra, mig_strategy=mig_strategy, pci_ids=pci_ids,
+        endpoints=Endpoints.from_env(aws=aws_metadata_url, gce=gce_metadata_url, azure=azure_metadata_url),
+        source_timeout=timeout, total_timeout=timeout * 1.5,
+    )
+    result = node_labels(opts)
+    applied = None
+    if do_apply:
+        from ..labels.apply import apply_labels, default_node_name, load_kubeconfig
+
+        assert kubeconfig is not None
+        applied = apply_labels(load_kubeconfig(kubeconfig), node or prof.node_name or default_node_name(),
+                               result.labels)
+        click.echo(f"node {applied.node}: " + ("labels updated" if applied.changed else "labels unchanged"),
+                   err=True)
+    if fmt == "kubelet":
+        text = output.render_kubelet(result.labels) + "\n"
+    elif fmt == "nfd":
+        text = output.render_nfd(result.labels)
+    else:
+        mine, api = split_for_kubelet(result.labels)
+        data = {**result.to_dict(), "self_settable": sorted(mine), "needs_api": sorted(api)}
+        if applied is not None:
+            data["applied"] = {"node": applied.node, "changed": applied.changed, "patch": applied.patch}
+        text = output.render_json(data) + "\n" if fmt == "json" else output.render_yaml(data)
+    if out is not None:
+        _write_atomic(out, text)
+    else:
+        click.echo(text, nl=False)
+
+
+COMMANDS = [labels_cmd]

@@ -1,0 +1,359 @@
+"""GPU facts from the best available source: NVML, then `nvidia-smi -q -x`, then PCI sysfs.
+
+Each reader returns GpuFacts or raises; the caller (facts.py) picks the first that works and bounds
+the time each may take.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import runner
+from . import pciids
+
+log = logging.getLogger(__name__)
+
+PCI_CLASS_VGA = 0x0300
+PCI_CLASS_3D = 0x0302
+GPU_CLASSES = (PCI_CLASS_VGA, PCI_CLASS_3D)
+MIG_CAPABLE_CHIPS = frozenset({"GA100", "GH100", "GB100", "GB102"})
+
+# nvidia-smi's <product_architecture> -> GFD family name.
+ARCH_FAMILY = {
+    "tesla": "tesla", "fermi": "fermi", "kepler": "kepler", "maxwell": "maxwell", "pascal": "pascal",
+    "volta": "volta", "turing": "turing", "ampere": "ampere", "ada lovelace": "ada-lovelace",
+    "hopper": "hopper", "blackwell": "blackwell", "rubin": "rubin",
+}
+# Architectures whose PCI GPUs all share one compute capability.
+ARCH_COMPUTE = {"volta": (7, 0), "turing": (7, 5), "ada lovelace": (8, 9), "hopper": (9, 0)}
+
+
+class GpuSourceUnavailable(Exception):
+    """This source cannot say anything on this machine (no library, no driver, no tool)."""
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    profile: str | None = None  # e.g. "1g.10gb" (NVML only)
+    memory_mib: int | None = None
+    attributes: dict[str, int] = field(default_factory=dict)  # GFD suffix -> value
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_mib: int | None = None
+    compute: tuple[int, int] | None = None
+    architecture: str | None = None  # nvidia-smi wording, e.g. "Ampere", "Ada Lovelace"
+    mig_capable: bool | None = None
+    mig_enabled: bool = False
+    pci_class: int | None = None  # 16-bit class code, e.g. 0x0302
+    pci_device: str | None = None  # "10de:2330"
+    bus_id: str | None = None  # "0000:1b:00.0"
+    mig_devices: tuple[MigDevice, ...] = ()
+
+    @property
+    def family(self) -> str | None:
+        if self.compute:
+            return arch_family(*self.compute)
+        if self.architecture:
+            return ARCH_FAMILY.get(self.architecture.strip().lower())
+        return None
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    source: str  # nvml | nvidia-smi | pci
+    gpus: tuple[Gpu, ...] = ()
+    driver_version: str | None = None
+    cuda_version: tuple[int, int] | None = None
+    notes: tuple[str, ...] = ()
+
+
+def arch_family(major: int, minor: int) -> str:
+    """GFD's getArchFamily (internal/lm/resource.go)."""
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    return {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper",
+            10: "blackwell", 12: "blackwell", 13: "rubin"}.get(major, "undefined")
+
+
+def compute_from_pci(device_id: str | None, architecture: str | None, pci_ids: Path | None) -> tuple[int, int] | None:
+    """Compute capability from the chip named in pci.ids, else from an architecture that has only one."""
+    if device_id:
+        name = pciids.nvidia_devices(pci_ids).get(device_id.lower())
+        chip = pciids.chip_of(name) if name else None
+        if chip in pciids.CHIP_COMPUTE:
+            return pciids.CHIP_COMPUTE[chip]
+    if architecture:
+        return ARCH_COMPUTE.get(architecture.strip().lower())
+    return None
+
+
+def driver_loaded(sysfs_root: Path) -> bool:
+    return (sysfs_root / "module" / "nvidia").is_dir()
+
+
+def sysfs_driver_version(sysfs_root: Path) -> str | None:
+    try:
+        return (sysfs_root / "module" / "nvidia" / "version").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _pci_class_of(sysfs_root: Path, bus_id: str | None) -> int | None:
+    if not bus_id:
+        return None
+    try:
+        return int((sysfs_root / "bus" / "pci" / "devices" / bus_id / "class").read_text().strip(), 16) >> 8
+    except (OSError, ValueError):
+        return None
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """nvidia-smi/NVML '00000000:01:00.0' -> sysfs '0000:01:00.0'."""
+    bus_id = bus_id.strip().lower()
+    domain, _, rest = bus_id.partition(":")
+    if rest and len(domain) > 4:
+        domain = domain[-4:]
+    return f"{domain}:{rest}" if rest else bus_id
+
+
+# --- NVML ------------------------------------------------------------------------------------------
+
+def from_nvml(sysfs_root: Path) -> GpuFacts:
+    """Ask NVML (nvidia-ml-py, imported here so nodeprep works without it)."""
+    if not driver_loaded(sysfs_root):
+        raise GpuSourceUnavailable(f"NVIDIA kernel module not loaded ({sysfs_root}/module/nvidia absent)")
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        raise GpuSourceUnavailable("nvidia-ml-py is not installed") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        raise GpuSourceUnavailable(f"NVML init failed: {e}") from None
+    try:
+        driver = _s(pynvml.nvmlSystemGetDriverVersion())
+        cuda_int = pynvml.nvmlSystemGetCudaDriverVersion()
+        cuda = (cuda_int // 1000, (cuda_int % 1000) // 10)
+        gpus = [_nvml_gpu(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i), sysfs_root)
+                for i in range(pynvml.nvmlDeviceGetCount())]
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+    return GpuFacts("nvml", tuple(gpus), driver, cuda)
+
+
+def _s(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _nvml_gpu(nv, handle, sysfs_root: Path) -> Gpu:  # type: ignore[no-untyped-def]
+    def opt(fn, *args):  # type: ignore[no-untyped-def]
+        try:
+            return fn(*args)
+        except nv.NVMLError:
+            return None
+
+    name = _s(nv.nvmlDeviceGetName(handle))
+    mem = opt(nv.nvmlDeviceGetMemoryInfo, handle)
+    cc = opt(nv.nvmlDeviceGetCudaComputeCapability, handle)
+    mig = opt(nv.nvmlDeviceGetMigMode, handle)
+    pci = opt(nv.nvmlDeviceGetPciInfo, handle)
+    bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
+    pci_device = f"10de:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
+    mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
+    migs: list[MigDevice] = []
+    if mig_enabled:
+        for i in range(opt(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+            mh = opt(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+            if mh is None:
+                continue
+            mname = _s(opt(nv.nvmlDeviceGetName, mh) or "")
+            attrs = opt(nv.nvmlDeviceGetAttributes_v2, mh)
+            migs.append(MigDevice(
+                profile=mname.split(" MIG ", 1)[1].strip() if " MIG " in mname else None,
+                memory_mib=getattr(attrs, "memorySizeMB", None),
+                attributes=_mig_attributes(attrs) if attrs is not None else {},
+            ))
+    return Gpu(
+        name=name,
+        memory_mib=mem.total // (1024 * 1024) if mem is not None else None,
+        compute=tuple(cc) if cc and cc[0] else None,  # type: ignore[arg-type]
+        mig_capable=mig is not None,
+        mig_enabled=mig_enabled,
+        pci_class=_pci_class_of(sysfs_root, bus_id),
+        pci_device=pci_device,
+        bus_id=bus_id,
+        mig_devices=tuple(migs),
+    )
+
+
+def _mig_attributes(attrs) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    fields = {
+        "multiprocessors": "multiprocessorCount", "slices.gi": "gpuInstanceSliceCount",
+        "slices.ci": "computeInstanceSliceCount", "engines.copy": "sharedCopyEngineCount",
+        "engines.decoder": "sharedDecoderCount", "engines.encoder": "sharedEncoderCount",
+        "engines.jpeg": "sharedJpegCount", "engines.ofa": "sharedOfaCount",
+    }
+    return {k: int(getattr(attrs, v)) for k, v in fields.items() if hasattr(attrs, v)}
+
+
+# --- nvidia-smi -q -x ------------------------------------------------------------------------------
+
+def find_nvidia_smi(root: Path) -> Path | None:
+    found = runner.which("nvidia-smi")
+    if found:
+        return Path(found)
+    ours = root / "opt/nvidia/current/bin/nvidia-smi"
+    return ours if ours.is_file() and os.access(ours, os.X_OK) else None
+
+
+def from_nvidia_smi(root: Path, sysfs_root: Path, timeout: float, pci_ids: Path | None = None) -> GpuFacts:
+    """Run `nvidia-smi -q -x` (only when the driver is loaded) and parse it."""
+    if not driver_loaded(sysfs_root):
+        raise GpuSourceUnavailable("NVIDIA kernel module not loaded")
+    tool = find_nvidia_smi(root)
+    if tool is None:
+        raise GpuSourceUnavailable("nvidia-smi not found")
+    env = {}
+    if str(tool).startswith(str(root / "opt/nvidia")):
+        env["LD_LIBRARY_PATH"] = str(tool.parent.parent / "lib64")
+    result = runner.run([tool, "-q", "-x"], timeout=timeout, env=env)
+    return parse_nvidia_smi_xml(result.stdout, sysfs_root=sysfs_root, pci_ids=pci_ids)
+
+
+def _text(el: ET.Element | None, path: str) -> str | None:
+    if el is None:
+        return None
+    found = el.find(path)
+    if found is None or found.text is None:
+        return None
+    text = found.text.strip()
+    return None if text in ("", "N/A") else text
+
+
+def _mib(text: str | None) -> int | None:
+    if not text:
+        return None
+    number, _, unit = text.partition(" ")
+    try:
+        value = int(number)
+    except ValueError:
+        return None
+    return {"MiB": value, "GiB": value * 1024, "KiB": value // 1024}.get(unit.strip() or "MiB", value)
+
+
+def parse_nvidia_smi_xml(text: str | bytes, *, sysfs_root: Path | None = None,
+                         pci_ids: Path | None = None) -> GpuFacts:
+    """GpuFacts from `nvidia-smi -q -x` output (DTD v10-v13). The external DTD is never fetched."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        raise ValueError(f"not nvidia-smi XML: {e}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"not nvidia-smi XML: root element is <{root.tag}>")
+    gpus = []
+    for g in root.findall("gpu"):
+        dev_id = (_text(g, "pci/pci_device_id") or "").lower()
+        device = dev_id[:4] if len(dev_id) == 8 and dev_id[4:] == "10de" and dev_id[:4] != "0000" else None
+        arch = _text(g, "product_architecture")
+        current_mig = _text(g, "mig_mode/current_mig")
+        bus_id = normalise_bus_id(g.get("id") or _text(g, "pci/pci_bus_id") or "") or None
+        migs = tuple(
+            MigDevice(memory_mib=_mib(_text(m, "fb_memory_usage/total")),
+                      attributes=_xml_mig_attributes(m))
+            for m in g.findall("mig_devices/mig_device")
+        )
+        gpus.append(Gpu(
+            name=_text(g, "product_name") or "",
+            memory_mib=_mib(_text(g, "fb_memory_usage/total")),
+            compute=compute_from_pci(device, arch, pci_ids),
+            architecture=arch,
+            mig_capable=current_mig is not None,
+            mig_enabled=current_mig == "Enabled",
+            pci_class=_pci_class_of(sysfs_root, bus_id) if sysfs_root else None,
+            pci_device=f"10de:{device}" if device else None,
+            bus_id=bus_id,
+            mig_devices=migs if current_mig == "Enabled" else (),
+        ))
+    notes = []
+    attached = _text(root, "attached_gpus")
+    if attached and attached.isdigit() and int(attached) != len(gpus):
+        notes.append(f"nvidia-smi reports {attached} attached GPUs but lists {len(gpus)}; "
+                     f"labels count the {len(gpus)} listed")
+    cuda = _text(root, "cuda_version")
+    return GpuFacts("nvidia-smi", tuple(gpus), _text(root, "driver_version"), _version_pair(cuda), tuple(notes))
+
+
+def _xml_mig_attributes(m: ET.Element) -> dict[str, int]:
+    fields = {"multiprocessors": "multiprocessor_count", "engines.copy": "copy_engine_count",
+              "engines.decoder": "decoder_count", "engines.encoder": "encoder_count",
+              "engines.jpeg": "jpg_count", "engines.ofa": "ofa_count"}
+    out = {}
+    for key, tag in fields.items():
+        value = _text(m, f"device_attributes/shared/{tag}")
+        if value and value.isdigit():
+            out[key] = int(value)
+    return out
+
+
+def _version_pair(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None
+
+
+def from_nvidia_smi_file(path: Path, sysfs_root: Path | None = None, pci_ids: Path | None = None) -> GpuFacts:
+    return parse_nvidia_smi_xml(path.read_bytes(), sysfs_root=sysfs_root, pci_ids=pci_ids)
+
+
+# --- PCI sysfs -------------------------------------------------------------------------------------
+
+def _read_hex(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def from_sysfs(sysfs_root: Path, pci_ids: Path | None = None) -> GpuFacts:
+    """NVIDIA display/3D controllers under <sysfs>/bus/pci/devices (NVSwitch bridges are skipped)."""
+    devices_dir = sysfs_root / "bus" / "pci" / "devices"
+    if not devices_dir.is_dir():
+        raise GpuSourceUnavailable(f"{devices_dir} does not exist")
+    names = pciids.nvidia_devices(pci_ids)
+    gpus = []
+    for dev in sorted(devices_dir.iterdir()):
+        if _read_hex(dev / "vendor") != 0x10DE:
+            continue
+        cls = _read_hex(dev / "class")
+        if cls is None or (cls >> 8) not in GPU_CLASSES:
+            continue
+        device_id = _read_hex(dev / "device")
+        did = f"{device_id:04x}" if device_id is not None else None
+        pci_name = names.get(did or "")
+        chip = pciids.chip_of(pci_name) if pci_name else None
+        gpus.append(Gpu(
+            name=pciids.marketing_name(pci_name) if pci_name else f"NVIDIA Device {did or 'unknown'}",
+            compute=pciids.CHIP_COMPUTE.get(chip or ""),
+            mig_capable=(chip in MIG_CAPABLE_CHIPS) if chip else None,
+            pci_class=cls >> 8,
+            pci_device=f"10de:{did}" if did else None,
+            bus_id=dev.name,
+        ))
+    notes = () if names else ("no pci.ids database found: GPU names are PCI ids",)
+    return GpuFacts("pci", tuple(gpus), sysfs_driver_version(sysfs_root), None, notes)

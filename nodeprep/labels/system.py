@@ -1,0 +1,89 @@
+"""Host facts: OS release, kernel, and the driver nodeprep installed (read defensively: the install
+area owns /var/lib/nodeprep/state.json and may change its shape)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "var/lib/nodeprep/state.json"
+CURRENT_LINK = "opt/nvidia/current"
+
+
+@dataclass(frozen=True)
+class SystemFacts:
+    os_id: str | None = None
+    os_version: str | None = None
+    kernel: str | None = None
+    driver_version: str | None = None  # nodeprep's active driver
+    flavour: str | None = None
+    artifact_digest: str | None = None
+
+
+def os_release(root: Path) -> dict[str, str]:
+    for rel in ("etc/os-release", "usr/lib/os-release"):
+        try:
+            text = (root / rel).read_text(errors="replace")
+        except OSError:
+            continue
+        out = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and not key.startswith("#"):
+                out[key.strip()] = value.strip().strip("'\"")
+        return out
+    return {}
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _first_str(data: dict[str, Any], *keys: str) -> str | None:
+    for key in keys:
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def installed_driver(root: Path, kernel: str | None) -> tuple[str | None, str | None, str | None]:
+    """(driver version, flavour, artifact digest) of nodeprep's active driver, or Nones."""
+    state = _json(root / STATE_FILE)
+    version = flavour = digest = None
+    active = state.get("active")
+    if isinstance(active, dict):
+        version = _first_str(active, "driver_version", "version", "driver")
+        flavour = _first_str(active, "flavour", "flavor")
+        digest = _first_str(active, "artifact_digest", "input_digest", "digest")
+    elif isinstance(active, str):
+        version = active
+    version = version or _first_str(state, "active_version", "current", "driver_version")
+    flavour = flavour or _first_str(state, "flavour", "flavor")
+    link = root / CURRENT_LINK
+    if version is None and link.is_symlink():
+        version = os.path.basename(os.readlink(link).rstrip("/")) or None
+    if version:
+        base = root / "opt/nvidia" / version
+        kmod = _json(base / "modules" / kernel / "manifest.json") if kernel else {}
+        user = _json(base / "manifest.json")
+        flavour = flavour or _first_str(kmod, "flavour")
+        digest = digest or _first_str(kmod, "input_digest") or _first_str(user, "input_digest")
+    return version, flavour, digest
+
+
+def system_facts(root: Path, kernel: str | None = None) -> SystemFacts:
+    rel = os_release(root)
+    kernel = kernel or os.uname().release
+    version, flavour, digest = installed_driver(root, kernel)
+    return SystemFacts(rel.get("ID"), rel.get("VERSION_ID"), kernel, version, flavour, digest)
