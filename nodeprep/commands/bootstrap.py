@@ -1,3 +1,164 @@
-"""bootstrap commands (see nodeprep/cli.py)."""
+"""bootstrap commands: `nodeprep bootstrap` (one-shot node bring-up) and `nodeprep cloud-init`
+(user-data that installs nodeprep on a new node and runs bootstrap)."""
 
-COMMANDS: list = []
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+import yaml
+
+from .. import bootstrap as bootstrap_lib
+from .. import cloudinit
+from ..errors import InputError
+from .options import emit_json, json_option, root_option
+
+log = logging.getLogger(__name__)
+
+
+def _profile_path(profile: Path | None, root: Path) -> Path:
+    if profile is not None:
+        return profile
+    default = root / "etc/nodeprep/node.yaml"
+    if not default.exists():
+        raise InputError(f"{default}: no profile (pass --profile FILE)")
+    return default
+
+
+@click.command("bootstrap")
+@click.option("--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Node profile (default /etc/nodeprep/node.yaml under --root).")
+@root_option
+@json_option
+@click.option("--dry-run-join", is_flag=True,
+              help="Render the join configuration but do not run kubeadm/kubelet.")
+@click.option("--restart", is_flag=True, help="Ignore recorded progress and run every step again.")
+def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join: bool, restart: bool) -> None:
+    """Bring this node up from its profile: driver, modules + doctor, labels, container runtime, join.
+
+    Progress is recorded per step in /var/lib/nodeprep/bootstrap.json: rerun after a failure to
+    resume at the failed step; a rerun after success changes nothing.
+    """
+    path = _profile_path(profile, root)
+
+    def show(outcome: bootstrap_lib.Outcome) -> None:
+        if not as_json:
+            click.echo(bootstrap_lib.describe(outcome), err=True)
+
+    report = bootstrap_lib.bootstrap(path, root=root, dry_run_join=dry_run_join or None, restart=restart,
+                                     on_outcome=show)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        click.echo(bootstrap_lib.summary_line(report), err=True)
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.command("cloud-init")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              required=True, help="Node profile to write onto the node as /etc/nodeprep/node.yaml.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the user-data here (default: stdout).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Bootstrap token to place at the profile's cluster.token_file (0600) on the node.")
+@click.option("--ca-cert-hash", "ca_hashes", multiple=True, metavar="sha256:HEX",
+              help="CA public key pin (repeatable); added to the profile and written to "
+                   f"{cloudinit.CA_HASHES_PATH}.")
+@click.option("--nodeprep-from", "source", type=click.Choice(["store", "index"]), default="store",
+              show_default=True, help="Install nodeprep from the artifact store (sha256-checked wheel) or "
+                                      "from the package index.")
+@click.option("--nodeprep-wheel", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Local copy of the wheel published in the store (for its sha256), when the store is remote.")
+@click.option("--nodeprep-requirement", default=None, help="pip requirement for --nodeprep-from index "
+              "(default nodeprep==<this version>).")
+@click.option("--os-family", type=click.Choice(["debian", "rhel"]), default="debian", show_default=True,
+              help="Distribution family of the node image (package names, python).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "cloud-config", "mime"]), default="auto",
+              show_default=True, help="auto: plain #cloud-config, MIME multipart when --part is given.")
+@click.option("--part", "parts", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Operator part (#cloud-config or #! script) appended after ours (MIME; lists merge by "
+                   "appending). Repeatable.")
+@click.option("--limit", type=click.IntRange(min=1024), default=cloudinit.AWS_USER_DATA_LIMIT,
+              show_default=True, help="Maximum raw user-data size in bytes (AWS 16384).")
+@click.option("--no-gzip", is_flag=True, help="Never gzip the whole user-data (some tools want text).")
+@click.option("--publish-wheel", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="First copy this nodeprep wheel into <store>/tools/ (the profile's driver.store must be "
+                   "a local directory).")
+@json_option
+def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None, ca_hashes: tuple[str, ...],
+                   source: str, nodeprep_wheel: Path | None, nodeprep_requirement: str | None,
+                   os_family: str, fmt: str, parts: tuple[Path, ...], limit: int, no_gzip: bool,
+                   publish_wheel: Path | None, as_json: bool) -> None:
+    """Render cloud-init user-data that installs nodeprep on a new node and runs `nodeprep bootstrap`.
+
+    The token is written as a file (mode 0600), never into runcmd. Output stays under --limit bytes:
+    write_files contents are gzip+base64'd, then the whole user-data gzipped, when needed.
+    """
+    spec = build_spec(profile_path, token_file=token_file, ca_hashes=ca_hashes, source=source,
+                      nodeprep_wheel=nodeprep_wheel, nodeprep_requirement=nodeprep_requirement,
+                      os_family=os_family, parts=parts, publish_wheel=publish_wheel)
+    user_data = cloudinit.render(spec, fmt=fmt, limit=limit, allow_gzip=not no_gzip)  # type: ignore[arg-type]
+    if out is not None:
+        out.write_bytes(user_data.data)
+        out.chmod(0o600 if spec.token else 0o644)
+    elif not as_json:
+        sys.stdout.buffer.write(user_data.data)
+        sys.stdout.flush()
+    summary = {"format": user_data.format, "size": user_data.size, "limit": user_data.limit,
+               "out": str(out) if out else None, "nodeprep_from": spec.source.mode,
+               "nodeprep_url": spec.source.url, "token": bool(spec.token)}
+    if as_json:
+        emit_json(summary)
+    else:
+        log.info("user-data: %s, %d bytes (limit %d)%s", user_data.format, user_data.size, user_data.limit,
+                 f" -> {out}" if out else "")
+
+
+def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[str, ...], source: str,
+               nodeprep_wheel: Path | None, nodeprep_requirement: str | None, os_family: str,
+               parts: tuple[Path, ...], publish_wheel: Path | None) -> cloudinit.UserDataSpec:
+    """Validate the inputs and assemble what the user-data is made of."""
+    from ..profile import load_profile
+
+    profile = load_profile(profile_path)
+    text = profile_path.read_text()
+    hashes = cloudinit.check_ca_hashes(ca_hashes)
+    if hashes:
+        if profile.cluster is None:
+            raise InputError(f"--ca-cert-hash: {profile_path} has no cluster section to join")
+        merged = tuple(dict.fromkeys([*profile.cluster.ca_cert_hashes, *hashes]))
+        if merged != tuple(profile.cluster.ca_cert_hashes):
+            data = yaml.safe_load(text)
+            data["cluster"]["ca_cert_hashes"] = list(merged)
+            text = yaml.safe_dump(data, sort_keys=False)
+        hashes = merged
+    elif profile.cluster is not None:
+        hashes = tuple(profile.cluster.ca_cert_hashes)
+    token = None
+    if token_file is not None:
+        if profile.cluster is None:
+            raise InputError(f"--token-file: {profile_path} has no cluster section to join")
+        token = cloudinit.read_token(token_file)
+    store = profile.driver.store
+    if publish_wheel is not None:
+        if not store or "://" in store and not store.startswith("file://"):
+            raise InputError(f"--publish-wheel: driver.store {store!r} is not a local directory")
+        nodeprep_wheel = cloudinit.publish_wheel(Path(store.removeprefix("file://")), publish_wheel)
+    if source == "store":
+        if not store:
+            raise InputError(f"{profile_path}: driver.store is not set (needed for --nodeprep-from store)")
+        src = cloudinit.store_source(store, wheel=nodeprep_wheel)
+    else:
+        src = cloudinit.index_source(nodeprep_requirement)
+    return cloudinit.UserDataSpec(
+        profile_text=text, source=src, token=token,
+        token_path=cloudinit.token_path_for(profile.cluster), ca_cert_hashes=hashes,
+        os_family=os_family,  # type: ignore[arg-type]
+        extra_parts=tuple(cloudinit.parse_part(p) for p in parts),
+    )
+
+
+COMMANDS = [bootstrap_cmd, cloud_init_cmd]

@@ -1,0 +1,288 @@
+"""`nodeprep bootstrap`: one-shot node bring-up as a list of resumable steps.
+
+driver (install + activate from the store) -> modules (load + doctor) -> labels -> runtime
+(containerd) -> join. Each step is a function `Context -> dict` (its JSON-able result). Completion
+is recorded per step in ROOT/var/lib/nodeprep/bootstrap.json under a digest of the profile: a rerun
+after a failure continues at the failed step, a rerun after success runs nothing and writes nothing,
+a changed profile (new digest) starts over. Steps themselves live in nodeprep/bootstrap_steps.py
+(adapters over the install, labels and join libraries).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .artifact import canonical_json, sha256_bytes
+from .errors import InputError, NodeprepError, StateError
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = Path("var/lib/nodeprep/bootstrap.json")
+LOCK_FILE = Path("var/lib/nodeprep/bootstrap.lock")
+STATE_FORMAT = 1
+KEEP_RUNS = 5  # digests kept in the state file (newest first by start time)
+
+Status = Literal["done", "skipped", "failed", "pending"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a step sees: the target root, the loaded profile and the results of earlier steps."""
+
+    root: Path
+    profile: Any  # nodeprep.profile.Profile
+    profile_path: Path
+    digest: str
+    dry_run_join: bool
+    results: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    run: Callable[[Context], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    status: Status
+    seconds: float = 0.0
+    result: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    digest: str
+    outcomes: tuple[Outcome, ...]
+    seconds: float
+    state_path: Path
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status in ("done", "skipped") for o in self.outcomes)
+
+    @property
+    def changed(self) -> bool:
+        return any(o.status in ("done", "failed") for o in self.outcomes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "changed": self.changed,
+            "profile_digest": self.digest,
+            "seconds": round(self.seconds, 3),
+            "state": str(self.state_path),
+            "steps": [{**asdict(o), "seconds": round(o.seconds, 3)} for o in self.outcomes],
+        }
+
+
+def profile_digest(raw: bytes) -> str:
+    """Digest of a profile's content: YAML parsed and canonicalised, so comments and layout don't count."""
+    try:
+        data: Any = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        data = raw.decode("utf-8", "replace")
+    return sha256_bytes(canonical_json(data))
+
+
+# ---------------------------------------------------------------------------------------------
+# State
+
+
+def load_state(root: Path) -> dict[str, Any]:
+    path = root / STATE_FILE
+    if not path.exists():
+        return {"format": STATE_FORMAT, "runs": {}}
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != STATE_FORMAT or not isinstance(data.get("runs"), dict):
+            raise ValueError(f"format {data.get('format')!r}")
+    except (ValueError, AttributeError) as e:
+        raise StateError(f"{path}: unreadable bootstrap state ({e})",
+                         hint="remove it (or run with --restart) to start the bootstrap over") from None
+    return data
+
+
+def save_state(root: Path, state: Mapping[str, Any]) -> None:
+    path = root / STATE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".bootstrap.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    path = root / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StateError(f"{path}: another nodeprep bootstrap is running") from None
+        yield
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine
+
+
+def run_steps(
+    root: Path,
+    profile: Any,
+    profile_path: Path,
+    digest: str,
+    steps: Sequence[Step],
+    *,
+    dry_run_join: bool = False,
+    restart: bool = False,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> Report:
+    """Run `steps` in order, skipping those recorded as done for `digest`; stop at the first failure."""
+    start = time.monotonic()
+    names = [s.name for s in steps]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate step names: {names}")
+    outcomes: list[Outcome] = []
+    with _locked(root):
+        state = load_state(root)
+        run = state["runs"].get(digest)
+        if run is None or restart:
+            run = {"profile": str(profile_path), "started": _now(), "steps": {}}
+        recorded: dict[str, dict[str, Any]] = run["steps"]
+        results: dict[str, Mapping[str, Any]] = {
+            n: r.get("result", {}) for n, r in recorded.items() if r.get("status") == "done"
+        }
+        failed = False
+        for step in steps:
+            if failed:
+                outcome = Outcome(step.name, "pending")
+            elif recorded.get(step.name, {}).get("status") == "done":
+                outcome = Outcome(step.name, "skipped", result=results[step.name])
+            else:
+                ctx = Context(root=root, profile=profile, profile_path=profile_path, digest=digest,
+                              dry_run_join=dry_run_join, results=dict(results))
+                t0 = time.monotonic()
+                try:
+                    result = step.run(ctx) or {}
+                    json.dumps(result)  # results are recorded: they must be JSON
+                except NodeprepError as e:
+                    outcome = Outcome(step.name, "failed", time.monotonic() - t0, error=str(e))
+                except Exception as e:
+                    outcome = Outcome(step.name, "failed", time.monotonic() - t0,
+                                      error=f"{type(e).__name__}: {e}")
+                    _record(root, state, digest, run, outcome)
+                    if on_outcome:
+                        on_outcome(outcome)
+                    raise
+                else:
+                    outcome = Outcome(step.name, "done", time.monotonic() - t0, result=result)
+                    results[step.name] = result
+                _record(root, state, digest, run, outcome)
+                failed = outcome.status == "failed"
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+    return Report(digest=digest, outcomes=tuple(outcomes), seconds=time.monotonic() - start,
+                  state_path=root / STATE_FILE)
+
+
+def _record(root: Path, state: dict[str, Any], digest: str, run: dict[str, Any], outcome: Outcome) -> None:
+    entry: dict[str, Any] = {"status": outcome.status, "seconds": round(outcome.seconds, 3), "at": _now()}
+    if outcome.status == "done":
+        entry["result"] = dict(outcome.result)
+    if outcome.error:
+        entry["error"] = outcome.error
+    run["steps"][outcome.name] = entry
+    run["completed"] = False
+    runs = {digest: run, **{k: v for k, v in state["runs"].items() if k != digest}}
+    state["runs"] = dict(list(runs.items())[:KEEP_RUNS])
+    save_state(root, state)
+
+
+def bootstrap(
+    profile_path: Path,
+    *,
+    root: Path = Path("/"),
+    dry_run_join: bool | None = None,
+    restart: bool = False,
+    steps: Sequence[Step] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> Report:
+    """Bring up the node described by `profile_path` (a file on this machine) under `root`."""
+    from .profile import load_profile
+
+    try:
+        raw = profile_path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{profile_path}: cannot read profile ({e.strerror})") from None
+    profile = load_profile(profile_path)
+    if steps is None:
+        pass
+
+        steps = default_steps()
+    if dry_run_join is None:
+        dry_run_join = bool(getattr(getattr(profile, "bootstrap", None), "dry_run_join", False))
+    return run_steps(root, profile, profile_path, profile_digest(raw), steps, dry_run_join=dry_run_join,
+                     restart=restart, on_outcome=on_outcome)
+
+
+def describe(outcome: Outcome) -> str:
+    """One journal line for a step."""
+    if outcome.status == "skipped":
+        return f"bootstrap: {outcome.name}: already done"
+    if outcome.status == "pending":
+        return f"bootstrap: {outcome.name}: not run (an earlier step failed)"
+    summary = outcome.result.get("summary") if outcome.result else None
+    text = f"bootstrap: {outcome.name}: {outcome.status} in {outcome.seconds:.1f}s"
+    if outcome.error:
+        text += f": {outcome.error}"
+    elif summary:
+        text += f" ({summary})"
+    return text
+
+
+def summary_line(report: Report) -> str:
+    counts: dict[str, int] = {}
+    for o in report.outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    parts = ", ".join(f"{n} {s}" for s, n in counts.items())
+    verdict = "node ready" if report.ok else "FAILED (rerun to resume)"
+    return f"bootstrap: {verdict} in {report.seconds:.1f}s ({parts}); state {report.state_path}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The steps: thin adapters over the install, labels and join libraries.
+
+
+def default_steps() -> list[Step]:
+    return []
