@@ -4,8 +4,8 @@ driver (install + activate from the store) -> modules (load + doctor) -> labels 
 (containerd) -> join. Each step is a function `Context -> dict` (its JSON-able result). Completion
 is recorded per step in ROOT/var/lib/nodeprep/bootstrap.json under a digest of the profile: a rerun
 after a failure continues at the failed step, a rerun after success runs nothing and writes nothing,
-a changed profile (new digest) starts over. Steps themselves live in nodeprep/bootstrap_steps.py
-(adapters over the install, labels and join libraries).
+a changed profile (new digest) starts over. The steps (end of this module) are thin adapters over
+the install, labels and join libraries.
 """
 
 from __future__ import annotations
@@ -39,6 +39,16 @@ Status = Literal["done", "skipped", "failed", "pending"]
 
 
 @dataclass(frozen=True)
+class Options:
+    """How bootstrap runs, beyond the profile (front-end flags)."""
+
+    dry_run_join: bool = False
+    sysfs_root: Path = Path("/sys")  # where GPU/DMI facts are read (labels)
+    nvidia_smi_xml: Path | None = None  # GPU facts from this capture instead of asking the driver
+    load_modules: bool | None = None  # None: only when root is / (never modprobe for an image)
+
+
+@dataclass(frozen=True)
 class Context:
     """What a step sees: the target root, the loaded profile and the results of earlier steps."""
 
@@ -46,8 +56,17 @@ class Context:
     profile: Any  # nodeprep.profile.Profile
     profile_path: Path
     digest: str
-    dry_run_join: bool
+    options: Options = field(default_factory=Options)
     results: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def dry_run_join(self) -> bool:
+        return self.options.dry_run_join
+
+    @property
+    def live(self) -> bool:
+        """True when operating on the running system (root is /)."""
+        return self.root.resolve() == Path("/")
 
 
 @dataclass(frozen=True)
@@ -163,7 +182,7 @@ def run_steps(
     digest: str,
     steps: Sequence[Step],
     *,
-    dry_run_join: bool = False,
+    options: Options | None = None,
     restart: bool = False,
     on_outcome: Callable[[Outcome], None] | None = None,
 ) -> Report:
@@ -174,7 +193,12 @@ def run_steps(
         raise ValueError(f"duplicate step names: {names}")
     outcomes: list[Outcome] = []
     with _locked(root):
-        state = load_state(root)
+        try:
+            state = load_state(root)
+        except StateError:
+            if not restart:
+                raise
+            state = {"format": STATE_FORMAT, "runs": {}}
         run = state["runs"].get(digest)
         if run is None or restart:
             run = {"profile": str(profile_path), "started": _now(), "steps": {}}
@@ -190,7 +214,7 @@ def run_steps(
                 outcome = Outcome(step.name, "skipped", result=results[step.name])
             else:
                 ctx = Context(root=root, profile=profile, profile_path=profile_path, digest=digest,
-                              dry_run_join=dry_run_join, results=dict(results))
+                              options=options or Options(), results=dict(results))
                 t0 = time.monotonic()
                 try:
                     result = step.run(ctx) or {}
@@ -233,7 +257,7 @@ def bootstrap(
     profile_path: Path,
     *,
     root: Path = Path("/"),
-    dry_run_join: bool | None = None,
+    options: Options | None = None,
     restart: bool = False,
     steps: Sequence[Step] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
@@ -247,12 +271,8 @@ def bootstrap(
         raise InputError(f"{profile_path}: cannot read profile ({e.strerror})") from None
     profile = load_profile(profile_path)
     if steps is None:
-        pass
-
         steps = default_steps()
-    if dry_run_join is None:
-        dry_run_join = bool(getattr(getattr(profile, "bootstrap", None), "dry_run_join", False))
-    return run_steps(root, profile, profile_path, profile_digest(raw), steps, dry_run_join=dry_run_join,
+    return run_steps(root, profile, profile_path, profile_digest(raw), steps, options=options,
                      restart=restart, on_outcome=on_outcome)
 
 
