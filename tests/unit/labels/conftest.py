@@ -158,7 +158,7 @@ def http_server() -> Iterator[Callable[[Handler], Server]]:
 
         srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
         srv.daemon_threads = True
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(srv)
         srv_info.url = f"http://127.0.0.1:{srv.server_address[1]}"
         return srv_info
