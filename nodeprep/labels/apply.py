@@ -147,14 +147,14 @@ def plan_patch(node: Mapping[str, Any], wanted: Mapping[str, str]) -> dict[str, 
     current: dict[str, str] = meta.get("labels") or {}
     annotations: dict[str, str] = meta.get("annotations") or {}
     try:
-        previous = set(json.loads(annotations.get(MANAGED_ANNOTATION, "[]")))
+        recorded = set(json.loads(annotations.get(MANAGED_ANNOTATION, "[]")))
     except (ValueError, TypeError):
-        previous = set()
-    previous |= {k for k in current if k.startswith(PREFIX + "/")}
+        recorded = set()
+    previous = recorded | {k for k in current if k.startswith(PREFIX + "/")}
     labels: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
     labels.update({k: None for k in sorted(previous - set(wanted)) if k in current})
     managed = json.dumps(sorted(wanted), separators=(",", ":"))
-    if not labels and annotations.get(MANAGED_ANNOTATION) == managed:
+    if not labels and MANAGED_ANNOTATION in annotations and recorded == set(wanted):
         return None
     patch: dict[str, Any] = {"metadata": {"annotations": {MANAGED_ANNOTATION: managed}}}
     if labels:
