@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 
@@ -59,3 +60,40 @@ def fail_from(module, exc, **result):
 def nodeprep_errors(module):
     """The library's base error class (import after import_nodeprep)."""
     return importlib.import_module("nodeprep.errors").NodeprepError
+
+
+def under_root(root, path):
+    """`path` (absolute, as seen on the node) inside `root`."""
+    return os.path.join(root or "/", str(path).lstrip("/"))
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_if_changed(module, path, content, mode=0o644):
+    """Write `content` to `path` atomically when it differs (not in check mode).
+
+    Returns (changed, diff) with the diff in Ansible's before/after form.
+    """
+    before = read_text(path)
+    changed = before != content
+    if not changed:
+        try:
+            changed = (os.stat(path).st_mode & 0o7777) != mode
+        except OSError:
+            changed = True
+    diff = {"before_header": path, "after_header": path, "before": before or "", "after": content}
+    if changed and not module.check_mode:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = os.path.join(module.tmpdir, os.path.basename(path))
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(content)
+        os.chmod(tmp, mode)
+        module.atomic_move(tmp, path)
+        os.chmod(path, mode)
+    return changed, diff

@@ -61,8 +61,12 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host impor
 DEPENDENCIES = ("click", "yaml", "jinja2", "requests", "zstandard", "jsonschema", "tomli_w")
 
 
+def argument_spec():
+    return dict(COMMON_ARGUMENT_SPEC)
+
+
 def main():
-    module = AnsibleModule(argument_spec=dict(COMMON_ARGUMENT_SPEC), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     import_nodeprep(module, "nodeprep.cli")
     versions = {}
     missing = []

@@ -10,7 +10,7 @@ short_description: Build nodeprep as a single-file, byte-reproducible zipapp
 description:
   - Packs the C(nodeprep) Python package (and optionally vendored pure-Python dependencies) into
     a zipapp with fixed timestamps and sorted members, so the same sources give the same bytes.
-  - Runs on the controller (C(delegate_to: localhost)); the result is copied to nodes by the
+  - Runs on the controller (delegated to localhost); the result is copied to nodes by the
     C(nodeprep_install) role.
   - C(changed) is true only when the zipapp at O(dest) did not exist or had different bytes.
 version_added: "0.1.0"
@@ -119,16 +119,17 @@ def build(src, vendor_dirs, interpreter):
     return b"#!" + interpreter.encode() + b"\n" + buf.getvalue(), len(members) + 1
 
 
+def argument_spec():
+    return {
+        "src": {"type": "path", "required": True},
+        "dest": {"type": "path", "required": True},
+        "vendor_dirs": {"type": "list", "elements": "path", "default": []},
+        "interpreter": {"type": "str", "default": "/usr/bin/python3"},
+    }
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "src": {"type": "path", "required": True},
-            "dest": {"type": "path", "required": True},
-            "vendor_dirs": {"type": "list", "elements": "path", "default": []},
-            "interpreter": {"type": "str", "default": "/usr/bin/python3"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     src, dest = module.params["src"], module.params["dest"]
     if not os.path.isfile(os.path.join(src, "nodeprep", "__init__.py")):
         module.fail_json(msg=f"src: {src} has no nodeprep/__init__.py (expected a nodeprep source checkout)")

@@ -1,0 +1,165 @@
+#!/usr/bin/python
+# Copyright: nodeprep maintainers
+# Apache-2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nodeprep_labels
+short_description: Compute a GPU node's labels with nodeprep and write them where NFD and kubelet read them
+description:
+  - Calls C(nodeprep.labels.node_labels) (facts from NVML, C(nvidia-smi -q -x), PCI sysfs, DMI and
+    optionally the cloud metadata service) and writes the labels as an NFD local feature file and
+    as a JSON file with every label split into kubelet-settable and API-only ones.
+  - C(changed) is true only when a file's content (or mode) differs.
+version_added: "0.1.0"
+options:
+  nodeprep_path:
+    description: The nodeprep zipapp on the node.
+    type: path
+    default: /usr/local/lib/nodeprep/nodeprep.pyz
+  root:
+    description: Root directory of the node's filesystem (for images and chroots).
+    type: path
+    default: /
+  extra:
+    description: Extra labels (key to value); they win over derived ones and are validated.
+    type: dict
+    default: {}
+  cloud:
+    description: Which cloud metadata service to ask; V(none) asks none.
+    type: str
+    choices: [auto, aws, gce, azure, none]
+    default: auto
+  mig_strategy:
+    description: GFD's MIG strategy for the labels.
+    type: str
+    choices: [none, single, mixed]
+    default: none
+  nvidia_smi_xml:
+    description: Read GPU facts from this C(nvidia-smi -q -x) capture instead of asking the driver.
+    type: path
+  kernel:
+    description: Kernel release to describe (default the running kernel).
+    type: str
+  nfd_file:
+    description: NFD local feature file to write (C(key=value) lines); empty to skip.
+    type: str
+    default: /etc/kubernetes/node-feature-discovery/features.d/nodeprep
+  json_file:
+    description: JSON file with all labels and the kubelet/API split; empty to skip.
+    type: str
+    default: /var/lib/nodeprep/labels.json
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+author:
+  - nodeprep maintainers
+"""
+
+EXAMPLES = r"""
+- name: Labels | Write the node labels
+  nodeprep.fleet.nodeprep_labels:
+    cloud: none
+    extra:
+      example.com/pool: gpu-a
+"""
+
+RETURN = r"""
+labels:
+  description: Every label of the node.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.count": "8"}
+kubelet_labels:
+  description: Labels the kubelet may set on itself at registration (NodeRestriction).
+  returned: always
+  type: dict
+api_labels:
+  description: Labels that need an API write.
+  returned: always
+  type: dict
+sources:
+  description: Which source gave each kind of fact.
+  returned: always
+  type: dict
+warnings_seen:
+  description: Fact sources that were unavailable and labels that were dropped.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
+    COMMON_ARGUMENT_SPEC,
+    fail_from,
+    import_nodeprep,
+    nodeprep_errors,
+    under_root,
+    write_if_changed,
+)
+
+
+def argument_spec():
+    spec = dict(COMMON_ARGUMENT_SPEC)
+    spec.update(
+        extra={"type": "dict", "default": {}},
+        cloud={"type": "str", "choices": ["auto", "aws", "gce", "azure", "none"], "default": "auto"},
+        mig_strategy={"type": "str", "choices": ["none", "single", "mixed"], "default": "none"},
+        nvidia_smi_xml={"type": "path"},
+        kernel={"type": "str"},
+        nfd_file={"type": "str", "default": "/etc/kubernetes/node-feature-discovery/features.d/nodeprep"},
+        json_file={"type": "str", "default": "/var/lib/nodeprep/labels.json"},
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    labels_mod, output = import_nodeprep(module, "nodeprep.labels", "nodeprep.labels.output")
+    from pathlib import Path
+
+    root = p["root"]
+    try:
+        opts = labels_mod.LabelOptions(
+            root=Path(root),
+            sysfs_root=Path(under_root(root, "/sys")),
+            nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
+            cloud=p["cloud"],
+            extra={str(k): str(v) for k, v in p["extra"].items()},
+            mig_strategy=p["mig_strategy"],
+            kernel=p["kernel"] or None,
+        )
+        result = labels_mod.node_labels(opts)
+        mine, api = result.split()
+        files = []
+        if p["nfd_file"]:
+            files.append((under_root(root, p["nfd_file"]), output.render_nfd(result.labels)))
+        if p["json_file"]:
+            doc = {"labels": result.labels, "kubelet": mine, "api": api}
+            files.append((under_root(root, p["json_file"]), json.dumps(doc, indent=2, sort_keys=True) + "\n"))
+    except nodeprep_errors(module) as e:
+        fail_from(module, e)
+    changed, diffs = False, []
+    for path, content in files:
+        file_changed, diff = write_if_changed(module, path, content)
+        changed |= file_changed
+        if file_changed:
+            diffs.append(diff)
+    out = {"changed": changed, "labels": result.labels, "kubelet_labels": mine, "api_labels": api,
+           "sources": result.sources, "warnings_seen": result.warnings}
+    if module._diff:
+        out["diff"] = diffs
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

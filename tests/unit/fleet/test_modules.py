@@ -1,0 +1,73 @@
+"""The nodeprep.fleet modules: documentation agrees with argument_spec, and the zipapp builder is
+reproducible and gives a runnable nodeprep (built from this checkout, run with a real interpreter)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nodeprep import runner
+
+from .conftest import MODULES, REPO
+
+MODULE_NAMES = sorted(p.stem for p in MODULES.glob("*.py") if not p.name.startswith("_"))
+
+
+def _load(name: str):  # type: ignore[no-untyped-def]
+    return importlib.import_module(f"ansible_collections.nodeprep.fleet.plugins.modules.{name}")
+
+
+@pytest.mark.parametrize("name", MODULE_NAMES)
+def test_documentation_matches_argument_spec(collection_on_path: Path, name: str) -> None:
+    mod = _load(name)
+    doc = yaml.safe_load(mod.DOCUMENTATION)
+    spec = mod.argument_spec()
+    assert doc["module"] == name
+    assert sorted(doc["options"]) == sorted(spec)
+    for option, want in spec.items():
+        documented = doc["options"][option]
+        assert documented.get("type", "str") == want.get("type", "str"), option
+        assert documented.get("default") == want.get("default"), option
+        assert documented.get("choices") == want.get("choices"), option
+        assert bool(documented.get("required")) == bool(want.get("required")), option
+        assert documented.get("description"), option
+    assert doc["attributes"]["check_mode"]["support"] == "full"
+    yaml.safe_load(mod.EXAMPLES)
+    yaml.safe_load(mod.RETURN)
+
+
+def test_zipapp_is_reproducible_and_runs(collection_on_path: Path, tmp_path: Path) -> None:
+    mod = _load("nodeprep_zipapp")
+    first, count = mod.build(str(REPO), [], sys.executable)
+    second, _ = mod.build(str(REPO), [], sys.executable)
+    assert hashlib.sha256(first).digest() == hashlib.sha256(second).digest()
+    assert first.startswith(b"#!" + sys.executable.encode() + b"\n")
+    app = tmp_path / "nodeprep.pyz"
+    app.write_bytes(first)
+    with zipfile.ZipFile(app) as zf:
+        names = zf.namelist()
+        assert names[0] == "__main__.py" and "nodeprep/cli.py" in names and len(names) == count
+        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+        assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    r = runner.run([sys.executable, app, "--help"], timeout=60)
+    assert "Usage:" in r.stdout
+
+
+def test_zipapp_vendors_extra_packages(collection_on_path: Path, tmp_path: Path) -> None:
+    vendor = tmp_path / "vendor"
+    (vendor / "tinydep").mkdir(parents=True)
+    (vendor / "tinydep/__init__.py").write_text("VALUE = 42\n")
+    (vendor / "tinydep-1.0.dist-info").mkdir()
+    data, _ = _load("nodeprep_zipapp").build(str(REPO), [str(vendor)], "/usr/bin/python3")
+    app = tmp_path / "app.pyz"
+    app.write_bytes(data)
+    r = runner.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import tinydep; "
+                    "print(tinydep.VALUE)", app])
+    assert r.stdout.strip() == "42"
+    assert not [n for n in zipfile.ZipFile(app).namelist() if ".dist-info" in n]
