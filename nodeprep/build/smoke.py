@@ -73,7 +73,7 @@ class KmodInfo:
 
     @property
     def depends(self) -> list[str]:
-        return [d for d in self.field("depends").split(",") if d]
+        return [initramfs.module_name(d) for d in self.field("depends").split(",") if d]
 
     @property
     def vermagic(self) -> str:
@@ -178,6 +178,10 @@ def check_symbols(module: KmodInfo, symvers: Mapping[str, Export],
     module whose licence is not GPL-compatible. Empty list: every symbol resolves."""
     provided = {sym: p.name for p in providers for sym in p.exports}
     problems: list[str] = []
+    layout = module.versions.get("module_layout")
+    if layout is not None and "module_layout" in symvers and symvers["module_layout"].crc != layout:
+        problems.append(f"{module.name}: disagrees about version of symbol module_layout "
+                        f"(module 0x{layout:08x}, kernel 0x{symvers['module_layout'].crc:08x})")
     for sym in module.undefined:
         if sym in provided:
             continue
@@ -301,6 +305,11 @@ def _clean(line: str) -> str:
     return _TS.sub("", _ANSI.sub("", line).replace("\r", "")).rstrip()
 
 
+def _insmod_error(out: str) -> str:
+    """busybox insmod's "insmod: can't insert '/modules/x.ko': No such device" -> "No such device"."""
+    return re.sub(r"^insmod: can't insert '[^']*': ", "", out.strip())
+
+
 @dataclass(frozen=True)
 class Boot:
     """Parsed console output of one smoke boot."""
@@ -332,7 +341,7 @@ def parse_console(lines: Sequence[str]) -> Boot:
             current = line.split()[-1]
             kmsg.setdefault(current, [])
         elif m := _RESULT.match(line):
-            results[m.group(1)] = (int(m.group(2)), _clean(m.group(3)))
+            results[m.group(1)] = (int(m.group(2)), _insmod_error(_clean(m.group(3))))
         elif m := _KMSG.match(line):
             text = _clean(m.group(1))
             kmsg.setdefault(current, []).append(text)
@@ -364,7 +373,7 @@ def _kernel_reason(messages: Sequence[str]) -> str | None:
         for msg in messages:
             if m := pattern.search(msg):
                 if text is None:
-                    hits = [x for x in messages if pattern.search(x)]
+                    hits = {h.group(0) for x in messages if (h := pattern.search(x))}
                     more = f" (+{len(hits) - 1} more)" if len(hits) > 1 else ""
                     return m.group(0) + more
                 return text
@@ -417,8 +426,8 @@ def classify(lines: Sequence[str], *, load: Sequence[str], under_test: Sequence[
         kernel_says = _kernel_reason(messages)
         what = "module under test" if name in under_test else "in-kernel dependency"
         reason = f"{name} ({what}) failed to load: {kernel_says or out or f'insmod exit {rc}'}"
-        if kernel_says and out and kernel_says not in out:
-            reason += f" [insmod: {out}]"
+        if kernel_says and out:
+            reason += f" (insmod: {out})"
         outcome[name] = "FAIL"
         return fail(reason)
     if not boot.finished and timed_out:
@@ -460,8 +469,9 @@ def _check_busybox(path: Path) -> None:
 
 def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archive, cache: Path,
                        sig_enforce: bool = False, timeout: float = 120,
-                       busybox: Path = BUSYBOX) -> SmokeResult:
-    """Boot `kernel_release` in qemu and load the modules in `module_dir` (*.ko); see module doc."""
+                       busybox: Path = BUSYBOX, console_log: Path | None = None) -> SmokeResult:
+    """Boot `kernel_release` in qemu and load the modules in `module_dir` (*.ko); see module doc.
+    `console_log` keeps the whole serial console output there."""
     start = time.monotonic()
     paths = sorted(p for p in module_dir.iterdir() if re.search(r"\.ko(\.(xz|gz|zst))?$", p.name))
     if not paths:
@@ -473,18 +483,10 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
     dep = initramfs.parse_modules_dep((kernel.modules_dir / "modules.dep").read_text())
     symvers = parse_symvers(kernel.symvers.read_text())
 
-    # Modules that depend on another module of the artifact cannot load without a GPU (nvidia.ko
-    # stops at its probe): they are checked statically; the others are loaded for real.
-    dependent = {n for n, i in infos.items() if any(d in infos for d in i.depends)}
-    changed = True
-    while changed:
-        extra = {n for n, i in infos.items() if n not in dependent and any(d in dependent for d in i.depends)}
-        changed = bool(extra)
-        dependent |= extra
-    boot_modules = [n for n in infos if n not in dependent]
+    boot_modules, static_modules = split_boot_static(infos)
     static_problems: list[str] = []
     static_outcome: dict[str, str] = {}
-    for name in sorted(dependent):
+    for name in static_modules:
         providers = [infos[d] for d in _closure(name, infos, dep) if d in infos]
         kernel_providers = [n for n in _closure(name, infos, dep) if n not in infos]
         problems = check_symbols(infos[name], symvers, providers)
@@ -494,10 +496,15 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
 
     # Everything the initramfs loads: in-kernel dependencies of all artifact modules first.
     wanted = {n: infos[n].depends for n in boot_modules}
-    for name in dependent:
+    for name in static_modules:
         for d in infos[name].depends:
-            if d not in infos:
-                wanted.setdefault(d, dep[d][1] if d in dep else [])
+            if d in infos:
+                continue
+            if d in dep:
+                wanted.setdefault(d, dep[d][1])
+            else:
+                static_problems.append(f"{name}: depends on module {d}, which kernel {kernel_release} lacks")
+                static_outcome[name] = "symbols: FAIL"
     builtin = _builtin(kernel)
     order = initramfs.load_order(wanted, dep, builtin)
     # The artifact's modules go last, so a dependency failing is never blamed on them.
@@ -519,7 +526,7 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
         with step(f"booting {kernel_release} in qemu ({', '.join(boot_modules)})", logger=log):
             try:
                 runner.run(qemu_argv(kernel, image, sig_enforce=sig_enforce), timeout=timeout,
-                           on_line=lines.append, log_path=Path(tmp) / "console.log")
+                           on_line=lines.append, log_path=console_log or Path(tmp) / "console.log")
             except CommandError as e:
                 if "timed out" not in str(e):
                     raise
@@ -533,11 +540,40 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
         more = len(static_problems) - 1
         reason = static_problems[0] + (f" (+{more} more)" if more else "")
     if static_problems:
-        excerpt = "\n".join([*filter(None, [excerpt]), *static_problems])
+        excerpt = "\n".join([*filter(None, [excerpt]), *_summarise(static_problems)])
     result = SmokeResult(verdict=verdict, reason=reason, kernel_release=kernel_release, log_excerpt=excerpt,
                          modules=outcome, sig_enforce=sig_enforce, duration_s=time.monotonic() - start)
     log.info("smoke test %s on %s: %s", verdict, kernel_release, reason)
     return result
+
+
+def _summarise(problems: Sequence[str], per_module: int = 5) -> list[str]:
+    """At most `per_module` problems per module, then "<module>: ... N more"."""
+    out: list[str] = []
+    counts: dict[str, int] = {}
+    for p in problems:
+        mod = p.split(":", 1)[0]
+        counts[mod] = counts.get(mod, 0) + 1
+        if counts[mod] <= per_module:
+            out.append(p)
+    out += [f"{m}: ... {n - per_module} more symbol problems" for m, n in counts.items() if n > per_module]
+    return out
+
+
+def split_boot_static(infos: Mapping[str, KmodInfo]) -> tuple[list[str], list[str]]:
+    """(modules to insmod for real, modules to check statically).
+
+    When the set holds nvidia.ko only it is loaded: every other NVIDIA module needs a loaded
+    nvidia.ko (uvm, modeset, drm) or hardware-specific kernel support (peermem needs the IB peer
+    memory API of MLNX_OFED, absent from distribution kernels). Without nvidia.ko (any other set of
+    modules), modules that depend on another module of the set are checked statically."""
+    if PROBE_MODULE in infos:
+        return [PROBE_MODULE], sorted(n for n in infos if n != PROBE_MODULE)
+    dependent = {n for n, i in infos.items() if any(d in infos for d in i.depends)}
+    while extra := {n for n, i in infos.items()
+                    if n not in dependent and any(d in dependent for d in i.depends)}:
+        dependent |= extra
+    return [n for n in infos if n not in dependent], sorted(dependent)
 
 
 def _closure(name: str, infos: Mapping[str, KmodInfo],
@@ -563,7 +599,8 @@ def _builtin(kernel: Kernel) -> list[str]:
 
 
 def smoke_test_artifact(path: Path, *, archive: Archive, cache: Path, kernel_release: str | None = None,
-                        force: bool = False, sig_enforce: bool = False, timeout: float = 120) -> SmokeResult:
+                        force: bool = False, sig_enforce: bool = False, timeout: float = 120,
+                        console_log: Path | None = None) -> SmokeResult:
     """Smoke-test a kmod artifact (.tar.zst) on its own kernel, or on `kernel_release` with `force`."""
     if not path.is_file():
         raise InputError(f"{path}: no such artifact")
@@ -579,4 +616,4 @@ def smoke_test_artifact(path: Path, *, archive: Archive, cache: Path, kernel_rel
         if not module_dir.is_dir():
             raise ArtifactError(f"{path}: no modules/{manifest.kernel_release}/ in the artifact")
         return smoke_test_modules(module_dir, release, archive=archive, cache=cache, sig_enforce=sig_enforce,
-                                  timeout=timeout)
+                                  timeout=timeout, console_log=console_log)

@@ -1,3 +1,61 @@
-"""smoke commands (see nodeprep/cli.py)."""
+"""smoke commands (see nodeprep/cli.py): `nodeprep smoke-test ARTIFACT`."""
 
-COMMANDS: list = []
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .options import emit_json, json_option
+
+DEFAULT_CACHE = Path(os.environ.get("NODEPREP_CACHE", "/var/cache/nodeprep"))
+
+
+@click.command("smoke-test")
+@click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_CACHE,
+              show_default=True, help="Where kernel packages and their extracted trees are cached.")
+@click.option("--kernel", "kernel_release", default=None, metavar="RELEASE",
+              help="Boot this kernel instead of the one the artifact was built for (needs --force).")
+@click.option("--force", is_flag=True, help="Boot --kernel even though the artifact was built for another.")
+@click.option("--sig-enforce", is_flag=True,
+              help="Boot with module.sig_enforce=1: unsigned or untrusted-key modules are rejected.")
+@click.option("--timeout", type=click.FloatRange(min=5), default=120, show_default=True,
+              help="Seconds the boot may take before the test fails.")
+@click.option("--console-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the whole serial console output of the boot to FILE.")
+@click.option("--os", "os_name", default="debian-12", show_default=True, help="Target OS of the artifact.")
+@json_option
+def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: bool, sig_enforce: bool,
+               timeout: float, console_log: Path | None, os_name: str, as_json: bool) -> None:
+    """Boot the artifact's kernel in qemu and load its modules (no GPU needed).
+
+    ARTIFACT is a kmod artifact (nvidia-kmod-<driver>-<flavour>-<kernel>.tar.zst). PASS when
+    nvidia.ko gets as far as its GPU probe ("No NVIDIA GPU found") and every symbol of the other
+    modules resolves; FAIL quotes the kernel's reason. Exit status 0 on PASS, 1 on FAIL.
+    """
+    from ..build.smoke import smoke_test_artifact
+    from ..sources.debian import DebianArchive
+
+    archive = DebianArchive(cache, os_name=os_name)
+    result = smoke_test_artifact(artifact, archive=archive, cache=cache, kernel_release=kernel_release,
+                                 force=force, sig_enforce=sig_enforce, timeout=timeout,
+                                 console_log=console_log)
+    if as_json:
+        emit_json(result.to_dict() | {"passed": result.passed, "duration_s": round(result.duration_s, 1)})
+    else:
+        click.echo(f"{result.verdict}: {result.reason}")
+        click.echo(f"  kernel {result.kernel_release}, {result.duration_s:.1f}s"
+                   + (", module.sig_enforce=1" if sig_enforce else ""))
+        for name, outcome in sorted(result.modules.items()):
+            click.echo(f"  {name}: {outcome}")
+        if result.log_excerpt:
+            click.echo("  kernel log:")
+            for line in result.log_excerpt.splitlines():
+                click.echo(f"    {line}")
+    if not result.passed:
+        click.get_current_context().exit(1)
+
+
+COMMANDS: list[click.Command] = [smoke_test]
