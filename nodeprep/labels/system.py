@@ -59,20 +59,22 @@ def _first_str(data: dict[str, Any], *keys: str) -> str | None:
 
 def installed_driver(root: Path, kernel: str | None) -> tuple[str | None, str | None, str | None]:
     """(driver version, flavour, artifact digest) of nodeprep's active driver, or Nones."""
+    # The filesystem is the truth (nodeprep/node/state.py): /opt/nvidia/current names the active
+    # version; state.json is only consulted when the link is missing.
     state = _json(root / STATE_FILE)
     version = flavour = digest = None
+    link = root / CURRENT_LINK
+    if link.is_symlink():
+        version = os.path.basename(os.readlink(link).rstrip("/")) or None
     active = state.get("active")
     if isinstance(active, dict):
-        version = _first_str(active, "driver_version", "version", "driver")
+        version = version or _first_str(active, "driver_version", "version", "driver")
         flavour = _first_str(active, "flavour", "flavor")
         digest = _first_str(active, "artifact_digest", "input_digest", "digest")
-    elif isinstance(active, str):
-        version = active
+    elif isinstance(active, str) and active:
+        version = version or active
     version = version or _first_str(state, "active_version", "current", "driver_version")
     flavour = flavour or _first_str(state, "flavour", "flavor")
-    link = root / CURRENT_LINK
-    if version is None and link.is_symlink():
-        version = os.path.basename(os.readlink(link).rstrip("/")) or None
     if version:
         base = root / "opt/nvidia" / version
         kmod = _json(base / "modules" / kernel / "manifest.json") if kernel else {}
