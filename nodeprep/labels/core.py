@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import requests
+
 from ..errors import InputError
 from . import cloud as cloudmod
 from . import gpu as gpumod
@@ -146,7 +148,12 @@ def _cloud_facts(opts: LabelOptions, dmi: dict[str, str], deadline: float,
             budget + 0.05)
         if done and error is None and facts is not None:
             return facts
-        why = f"no answer within {budget:.2g}s" if not done else f"{type(error).__name__}: {error}"
+        if not done or isinstance(error, (requests.Timeout, TimeoutError)):
+            why = f"no answer within {budget:.2g}s"
+        elif isinstance(error, requests.ConnectionError):
+            why = "connection failed"
+        else:
+            why = f"{type(error).__name__}: {error}"
         warnings.append(f"cloud: {cloud} metadata at {opts.endpoints.for_cloud(cloud)} failed ({why}); "
                         "falling back to DMI")
     # DMI fallback: product_name is the instance type on AWS Nitro and a useful model on bare metal,
