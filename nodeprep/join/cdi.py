@@ -1,0 +1,182 @@
+"""The CDI spec /etc/cdi/nvidia.yaml, generated from the active driver root.
+
+The driver root is /opt/nvidia/current -> <version>; its userspace manifest
+(/opt/nvidia/<version>/manifest.json) lists lib64/ and bin/. The spec mounts the versioned files
+(not `current`, so a driver switch never changes a running container's mounts; activation rewrites
+the spec) read-only into the container:
+- libraries at the image's multiarch directory (/usr/lib/x86_64-linux-gnu on amd64), each real file
+  once under its own name and once under each soname/dev link that points at it — so no symlink hook
+  is needed and glibc finds them on its default search path in Debian/Ubuntu-based images;
+- binaries at /usr/bin.
+An `update-ldcache` hook is added only when the NVIDIA Container Toolkit's nvidia-cdi-hook is
+installed on the node (it is what refreshes ld.so.cache inside the container); nodeprep does not
+pretend to have one. Devices: one per GPU by index and by UUID, plus `all` (names as nvidia-ctk's
+default `--device-name-strategy`). The spec is validated against nodeprep/data/cdi.schema.json,
+written from the CDI specification, before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from ..artifact import MANIFEST, Manifest
+from ..errors import StateError
+from ..profile import Driver, Runtime
+from .files import FileChange, under
+from .gpus import GpuList
+
+log = logging.getLogger(__name__)
+
+CDI_VERSION = "0.5.0"  # device names starting with a digit need 0.5.0
+KIND = "nvidia.com/gpu"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "cdi.schema.json"
+DRIVER_BASE = "/opt/nvidia"
+MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
+LIB_DIRS = {"amd64": "/usr/lib/x86_64-linux-gnu", "arm64": "/usr/lib/aarch64-linux-gnu"}
+CDI_HOOK = "/usr/bin/nvidia-cdi-hook"
+SPEC_NAME = "nvidia.yaml"
+
+
+def active_driver(root: Path) -> str:
+    """The version /opt/nvidia/current points at (StateError when there is none)."""
+    link = under(root, f"{DRIVER_BASE}/current")
+    try:
+        target = os.readlink(link)
+    except FileNotFoundError:
+        raise StateError(f"{DRIVER_BASE}/current does not exist: no active driver",
+                         hint="run `nodeprep install` first") from None
+    except OSError:
+        raise StateError(f"{DRIVER_BASE}/current is not a symlink") from None
+    return Path(target).name
+
+
+def load_driver_manifest(root: Path, version: str) -> Manifest:
+    path = under(root, f"{DRIVER_BASE}/{version}/{MANIFEST}")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise StateError(f"{DRIVER_BASE}/{version}/{MANIFEST} is missing: the driver root is incomplete",
+                         hint="run `nodeprep doctor`") from None
+    return Manifest.from_json(raw, source=f"{DRIVER_BASE}/{version}/{MANIFEST}")
+
+
+def _mounts(root: Path, version: str, manifest: Manifest) -> list[dict[str, Any]]:
+    host_base = f"{DRIVER_BASE}/{version}"
+    lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
+    regular = {rel for rel, e in manifest.files.items() if e.target is None}
+    links: dict[str, str] = {}  # link rel path -> regular file rel path it resolves to
+    for rel, e in manifest.files.items():
+        if e.target is not None:
+            links[rel] = rel
+    lib64 = under(root, f"{host_base}/lib64")
+    if lib64.is_dir():  # soname links made on the node by ldconfig -n are not in the manifest
+        for p in lib64.iterdir():
+            if p.is_symlink():
+                links[f"lib64/{p.name}"] = f"lib64/{p.name}"
+    mounts: list[dict[str, Any]] = []
+    missing = [rel for rel in sorted(regular) if rel.startswith(("lib64/", "bin/"))
+               and not under(root, f"{host_base}/{rel}").is_file()]
+    if missing:
+        raise StateError(f"driver root {host_base} is missing {len(missing)} file(s) from its manifest, "
+                         f"e.g. {missing[0]}", hint="run `nodeprep doctor`")
+    for rel in sorted(regular):
+        name = Path(rel).name
+        if rel.startswith("lib64/") and rel.count("/") == 1:
+            mounts.append(_mount(f"{host_base}/{rel}", f"{lib_dir}/{name}"))
+        elif rel.startswith("bin/") and rel.count("/") == 1:
+            mounts.append(_mount(f"{host_base}/{rel}", f"/usr/bin/{name}"))
+    for rel in sorted(links):
+        if not rel.startswith("lib64/") or rel.count("/") != 1:
+            continue
+        resolved = Path(os.path.realpath(under(root, f"{host_base}/{rel}")))
+        try:
+            real_rel = resolved.relative_to(under(root, host_base).resolve()).as_posix()
+        except ValueError:
+            continue  # points outside the driver root: not ours to mount
+        if real_rel in regular and real_rel.startswith("lib64/"):
+            mounts.append(_mount(f"{host_base}/{real_rel}", f"{lib_dir}/{Path(rel).name}"))
+    return mounts
+
+
+def _mount(host: str, container: str) -> dict[str, Any]:
+    return {"hostPath": host, "containerPath": container, "options": list(MOUNT_OPTIONS)}
+
+
+def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None = None) -> dict[str, Any]:
+    """The CDI spec as data (pure apart from reading the driver root under `root`)."""
+    version = version or active_driver(root)
+    manifest = load_driver_manifest(root, version)
+    if not gpus.gpus:
+        raise StateError("no NVIDIA GPUs found (nvidia-smi, /proc/driver/nvidia, PCI sysfs): not writing a "
+                         "CDI spec", hint="is the driver loaded? run `nodeprep doctor`")
+    common_nodes = [{"path": "/dev/nvidiactl"}]
+    if "nvidia-uvm" in driver.modules:
+        common_nodes += [{"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidia-uvm-tools"}]
+    if "nvidia-modeset" in driver.modules:
+        common_nodes.append({"path": "/dev/nvidia-modeset"})
+    edits: dict[str, Any] = {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+        "deviceNodes": common_nodes,
+        "mounts": _mounts(root, version, manifest),
+    }
+    if under(root, CDI_HOOK).is_file():
+        lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
+        edits["hooks"] = [{"hookName": "createContainer", "path": CDI_HOOK,
+                           "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", lib_dir]}]
+    devices: list[dict[str, Any]] = []
+    for g in gpus.gpus:
+        node = {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"}]}
+        devices.append({"name": str(g.index), "containerEdits": node})
+        if g.uuid:
+            devices.append({"name": g.uuid, "containerEdits": json.loads(json.dumps(node))})
+    devices.append({"name": "all", "containerEdits": {
+        "deviceNodes": [{"path": f"/dev/nvidia{g.minor}"} for g in gpus.gpus]}})
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "annotations": {"nodeprep.dev/driver-version": version, "nodeprep.dev/gpu-source": gpus.source},
+        "devices": devices,
+        "containerEdits": edits,
+    }
+
+
+def spec_problems(spec: Any) -> list[str]:
+    """Schema problems (`path: message`), [] when `spec` is a valid CDI spec."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    out = []
+    for err in sorted(validator.iter_errors(spec), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in err.absolute_path) or "(top)"
+        out.append(f"{where}: {err.message}")
+    names = [d.get("name") for d in spec.get("devices", [])] if isinstance(spec, dict) else []
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    out += [f"devices: name {n!r} is used more than once" for n in dupes]
+    return out
+
+
+def spec_target(runtime: Runtime) -> str:
+    spec_dir = "/etc/cdi" if "/etc/cdi" in runtime.cdi_spec_dirs else runtime.cdi_spec_dirs[0]
+    return f"{spec_dir}/{SPEC_NAME}"
+
+
+def render_spec(spec: dict[str, Any]) -> bytes:
+    problems = spec_problems(spec)
+    if problems:  # a bug in build_spec, not bad input
+        raise StateError("generated CDI spec is invalid: " + "; ".join(problems))
+    header = "# Written by nodeprep from the active driver root; rewritten on every join/activation.\n"
+    return (header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)).encode()
+
+
+def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList) -> list[FileChange]:
+    """The CDI spec file change ([] when runtime.cdi is off)."""
+    if not runtime.cdi:
+        return []
+    target = spec_target(runtime)
+    return [FileChange(under(root, target), target, render_spec(build_spec(root, driver, gpus)), 0o644)]

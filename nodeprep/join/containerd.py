@@ -1,0 +1,261 @@
+"""containerd: register the `nvidia` runtime and enable CDI through a drop-in.
+
+- The main config's `version` picks the CRI plugin key: 1 -> `cri`, 2 -> `io.containerd.grpc.v1.cri`,
+  3 and later -> `io.containerd.cri.v1.runtime`. A missing or empty file counts as version 2 (works
+  with containerd 1.x and is migrated by 2.x); a non-empty file without `version` is version 1
+  (containerd's own rule; nvidia-ctk pkg/config/engine/containerd does the same).
+- The main file only gains one `imports` entry (`<dir>/conf.d/*.toml`), edited as text so comments
+  and layout stay; the edit is checked by parsing before and after.
+- The drop-in `<dir>/conf.d/99-nodeprep-nvidia.toml` starts from a copy of the main file's whole CRI
+  plugin table, because containerd before 2.1 replaces a plugin's table by key when merging imports
+  instead of merging it (containerd#5837). It then adds runtimes.nvidia (options copied from runc,
+  BinaryName = nvidia-container-runtime), enable_cdi/cdi_spec_dirs, and default_runtime_name only
+  when asked.
+- Rendering is a pure function of the main file and the profile: a second run changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import logging
+import os
+import re
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import tomli_w
+
+from ..errors import InputError
+from ..profile import Cluster, Runtime
+from .files import FileChange, under
+
+log = logging.getLogger(__name__)
+
+DROP_IN_NAME = "99-nodeprep-nvidia.toml"
+RUNTIME_NAME = "nvidia"
+CRI_KEYS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+DEFAULT_RUNTIME_TYPE = "io.containerd.runc.v2"
+HEADER = ("# Written by nodeprep (nodeprep join / container_runtime role). Do not edit: it is rendered\n"
+          "# from {main} and the node profile, and rewritten on the next run.\n"
+          "# It repeats the main file's whole CRI plugin table: containerd < 2.1 replaces plugin tables\n"
+          "# from imports instead of merging them.\n")
+
+
+def config_version(data: dict[str, Any], text: str) -> int:
+    """containerd's config version: explicit `version`, else 2 for an empty file, else 1."""
+    if "version" in data:
+        v = data["version"]
+        if not isinstance(v, int) or v < 1:
+            raise InputError(f"containerd config: version = {v!r} is not a positive integer")
+        return v
+    return 2 if not text.strip() else 1
+
+
+def cri_key(version: int) -> str:
+    return CRI_KEYS[min(version, 3)]
+
+
+def drop_in_dir(main_target: str) -> str:
+    return str(PurePosixPath(main_target).parent / "conf.d")
+
+
+def import_entry(main_target: str) -> str:
+    return f"{drop_in_dir(main_target)}/*.toml"
+
+
+def _read(path: Path, shown_as: str) -> tuple[str, dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "", {}
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{shown_as}: not valid TOML ({e}); fix or remove it first") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The imports line (minimal text edit)
+
+
+def _first_table(text: str) -> int:
+    m = re.search(r"(?m)^[ \t]*\[", text)
+    return m.start() if m else len(text)
+
+
+def _array_end(text: str, start: int) -> int:
+    """Index just past the `]` closing the array that opens at text[start] == '['."""
+    depth, i, quote = 0, start, ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif ch in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else ch
+            i += len(quote)
+            continue
+        elif ch == "#":
+            nl = text.find("\n", i)
+            i = len(text) if nl < 0 else nl
+            continue
+        elif ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise InputError("containerd config: unterminated imports array")
+
+
+def with_import(text: str, entry: str) -> str:
+    """`text` with `entry` appended to the top-level `imports` (added if absent); everything else
+    byte-for-byte unchanged. Raises if the result would parse differently in any other key."""
+    data = tomllib.loads(text) if text.strip() else {}
+    imports = data.get("imports", [])
+    if not isinstance(imports, list):
+        raise InputError("containerd config: imports is not a list")
+    if entry in imports:
+        return text
+    line = "imports = [" + ", ".join(json.dumps(x, ensure_ascii=False) for x in [*imports, entry]) + "]"
+    if "imports" in data:
+        m = re.search(r"(?m)^[ \t]*imports[ \t]*=[ \t]*\[", text[:_first_table(text)])
+        if not m:
+            raise InputError("containerd config: cannot locate the top-level imports line to edit")
+        end = _array_end(text, m.end() - 1)
+        new = text[:m.start()] + line + text[end:]
+    elif not text.strip():
+        new = "version = 2\n" + line + "\n"
+    else:
+        pos = _first_table(text)
+        before = text[:pos]
+        if before and not before.endswith("\n"):
+            before += "\n"
+        new = before + line + "\n" + ("\n" if pos < len(text) and before.strip() else "") + text[pos:]
+    want = {**data, "imports": [*imports, entry]}
+    if not text.strip():
+        want.setdefault("version", 2)
+    if tomllib.loads(new) != want:  # pragma: no cover - guards the text surgery
+        raise InputError("containerd config: adding the imports entry would change other settings; "
+                         "add it by hand: " + line)
+    return new
+
+
+# ---------------------------------------------------------------------------------------------
+# The drop-in
+
+
+def _runc_template(cri: dict[str, Any]) -> dict[str, Any]:
+    """The runtime table to copy: runc, else the default runtime when runc-based, else defaults."""
+    runtimes = cri.get("containerd", {}).get("runtimes", {})
+    default_name = cri.get("containerd", {}).get("default_runtime_name")
+    for name in ("runc", default_name):
+        rt = runtimes.get(name) if name else None
+        if isinstance(rt, dict) and rt.get("runtime_type", DEFAULT_RUNTIME_TYPE) == DEFAULT_RUNTIME_TYPE:
+            return copy.deepcopy(rt)
+    return {"runtime_type": DEFAULT_RUNTIME_TYPE}
+
+
+def render_drop_in(main: dict[str, Any], version: int, runtime: Runtime, cluster: Cluster | None,
+                   main_target: str, warnings: list[str] | None = None) -> bytes:
+    """The drop-in's bytes: pure function of the parsed main config and the profile."""
+    warnings = warnings if warnings is not None else []
+    key = cri_key(version)
+    cri = copy.deepcopy(main.get("plugins", {}).get(key, {}))
+    if not isinstance(cri, dict):
+        raise InputError(f"containerd config: plugins.{key!r} is not a table")
+    ctd = cri.setdefault("containerd", {})
+    runtimes = ctd.setdefault("runtimes", {})
+    if cluster is not None:
+        want = cluster.cgroup_driver == "systemd"
+        runc = runtimes.get("runc")
+        if isinstance(runc, dict) and runc.get("options", {}).get("SystemdCgroup", False) != want:
+            runc.setdefault("options", {})["SystemdCgroup"] = want
+            warnings.append(f"containerd runc SystemdCgroup set to {str(want).lower()} to match "
+                            f"cluster.cgroup_driver {cluster.cgroup_driver}")
+    if runtime.nvidia_runtime:
+        nvidia = _runc_template(cri)
+        nvidia.setdefault("options", {})["BinaryName"] = runtime.nvidia_runtime_path
+        nvidia["runtime_type"] = DEFAULT_RUNTIME_TYPE
+        runtimes[RUNTIME_NAME] = nvidia
+        if runtime.default_runtime:
+            ctd["default_runtime_name"] = RUNTIME_NAME
+    if runtime.cdi:
+        cri["enable_cdi"] = True
+        cri["cdi_spec_dirs"] = list(runtime.cdi_spec_dirs)
+    doc: dict[str, Any] = {"version": version, "plugins": {key: cri}}
+    return (HEADER.format(main=main_target) + "\n" + tomli_w.dumps(doc)).encode()
+
+
+def plan_containerd(root: Path, runtime: Runtime, cluster: Cluster | None = None,
+                    warnings: list[str] | None = None) -> list[FileChange]:
+    """File changes for containerd (main config imports line + drop-in); [] when the profile asks
+    for neither the nvidia runtime nor CDI."""
+    if not (runtime.nvidia_runtime or runtime.cdi):
+        return []
+    main_target = runtime.containerd_config
+    main_path = under(root, main_target)
+    text, data = _read(main_path, main_target)
+    version = config_version(data, text)
+    if version == 1:
+        (warnings if warnings is not None else []).append(
+            f"{main_target} has no `version` line: containerd reads it as a version 1 config "
+            "(plugin key `cri`); consider `containerd config migrate`")
+    mode = (main_path.stat().st_mode & 0o7777) if main_path.exists() else 0o644
+    new_main = with_import(text, import_entry(main_target))
+    drop_target = f"{drop_in_dir(main_target)}/{DROP_IN_NAME}"
+    drop_in = render_drop_in(data, version, runtime, cluster, main_target, warnings)
+    return [
+        FileChange(main_path, main_target, new_main.encode(), mode),
+        FileChange(under(root, drop_target), drop_target, drop_in, 0o644),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading back (what containerd will see)
+
+
+def _merge_plugins(into: dict[str, Any], new: dict[str, Any]) -> None:
+    """containerd < 2.1 import semantics: top-level keys override, `imports` append, each plugin
+    table is replaced as a whole."""
+    for k, v in new.items():
+        if k == "plugins" and isinstance(v, dict):
+            into.setdefault("plugins", {}).update(v)
+        elif k == "imports":
+            into.setdefault("imports", []).extend(x for x in v if x not in into.get("imports", []))
+        else:
+            into[k] = v
+
+
+def merged_config(root: Path, main_target: str) -> dict[str, Any]:
+    """The main config with its imports merged in (paths resolved under `root`), as containerd 1.x
+    and 2.0 merge them. Used by doctor-style checks and tests."""
+    main_path = under(root, main_target)
+    _, merged = _read(main_path, main_target)
+    merged = copy.deepcopy(merged)
+    seen = {os.path.normpath(main_target)}
+    for entry in list(merged.get("imports", [])):
+        pattern = entry if entry.startswith("/") else str(PurePosixPath(main_target).parent / entry)
+        for host in sorted(glob.glob(str(under(root, pattern)))):
+            target = "/" + str(Path(host).relative_to(root))
+            if os.path.normpath(target) in seen:
+                continue
+            seen.add(os.path.normpath(target))
+            _, data = _read(Path(host), target)
+            _merge_plugins(merged, data)
+    return merged
+
+
+def nvidia_runtime_of(config: dict[str, Any]) -> dict[str, Any] | None:
+    version = config.get("version", 1)
+    cri = config.get("plugins", {}).get(cri_key(version), {})
+    return cri.get("containerd", {}).get("runtimes", {}).get(RUNTIME_NAME)

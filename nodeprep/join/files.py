@@ -1,0 +1,87 @@
+"""Planned file writes: render first, compare with what is on disk, write atomically only when
+different. Every writer in nodeprep.join returns FileChange objects, so the CLI's --dry-run and the
+Ansible modules' check mode see exactly what an apply would do and report `changed` truthfully."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file the join wants: `path` is on the target system (under root), `content` its bytes."""
+
+    path: Path  # absolute path on the host running nodeprep (ROOT already applied)
+    target: str  # the path as the node sees it, e.g. /etc/cdi/nvidia.yaml
+    content: bytes
+    mode: int = 0o644
+    secret: bool = False  # holds the bootstrap token: never printed, always 0600
+
+    @property
+    def before(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    @property
+    def current_mode(self) -> int | None:
+        try:
+            return self.path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            return None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.content or self.current_mode != self.mode
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content).hexdigest()
+
+    def summary(self) -> dict[str, object]:
+        """JSON-able description without the content (safe for secrets)."""
+        return {"path": self.target, "mode": f"{self.mode:04o}", "changed": self.changed,
+                "sha256": None if self.secret else self.sha256, "secret": self.secret}
+
+
+def atomic_write(path: Path, content: bytes, mode: int) -> None:
+    """Write `content` to `path` via a temporary file in the same directory, fsync and rename.
+    The temporary file is created with `mode` from the start, so a secret is never world-readable."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def apply_changes(changes: list[FileChange]) -> list[FileChange]:
+    """Write every changed file; returns the ones that were written."""
+    written = []
+    for change in changes:
+        if not change.changed:
+            log.debug("%s unchanged", change.target)
+            continue
+        atomic_write(change.path, change.content, change.mode)
+        log.info("wrote %s", change.target)
+        written.append(change)
+    return written
+
+
+def under(root: Path, target: str | os.PathLike[str]) -> Path:
+    """`target` (absolute, as the node sees it) inside `root`."""
+    return Path(root) / Path(os.fspath(target)).relative_to("/")

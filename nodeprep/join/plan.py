@@ -1,0 +1,334 @@
+"""Join a node: plan (pure apart from reading the node), preflight, apply.
+
+`plan_runtime()` / `apply_runtime()` cover containerd + CDI (Ansible role container_runtime);
+`plan_join()` / `apply_join()` add the Kubernetes side (role kube_join; `nodeprep join`). A plan
+lists every file with its rendered bytes and `changed`, and the commands an apply would run; check
+mode calls only plan(). The bootstrap token only ever appears inside files marked `secret` (0600);
+`to_dict()` and `render_text()` mask it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import runner
+from ..errors import InputError, StateError
+from ..log import step
+from ..profile import Profile
+from . import cdi as cdimod
+from . import containerd as ctd
+from . import gpus as gpumod
+from . import kube
+from .files import FileChange, apply_changes, under
+from .kubeletflags import SortedArgs, check_version, sort_args
+from .token import BootstrapToken, read_token_file, redact
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JoinOptions:
+    root: Path = Path("/")
+    insecure_skip_ca_verification: bool = False
+    skip_preflight: bool = False
+    nvidia_smi_xml: Path | None = None  # GPU facts from a capture (offline image builds, tests)
+    labels: Mapping[str, str] | None = None  # precomputed labels; default: nodeprep.labels.node_labels
+
+    @property
+    def live(self) -> bool:
+        return Path(self.root).resolve() == Path("/")
+
+
+@dataclass(frozen=True)
+class Action:
+    """A command an apply runs after writing files (argv never holds a secret)."""
+
+    argv: tuple[str, ...]
+    why: str
+
+    def __str__(self) -> str:
+        return " ".join(self.argv)
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    files: tuple[FileChange, ...]
+    actions: tuple[Action, ...]
+    warnings: tuple[str, ...]
+    gpu_source: str
+
+    @property
+    def changed(self) -> bool:
+        return any(f.changed for f in self.files)
+
+
+@dataclass(frozen=True)
+class JoinPlan:
+    mode: str
+    kubernetes_version: str
+    kubeadm_api: str | None
+    files: tuple[FileChange, ...]
+    actions: tuple[Action, ...]
+    labels: dict[str, str]  # set by the kubelet at registration
+    api_labels: dict[str, str]  # need an API write after the join (not requested by the user)
+    taints: tuple[str, ...]
+    moved_flags: tuple[str, ...]
+    warnings: tuple[str, ...]
+    preflight: tuple[str, ...]  # problems found (empty: ready)
+    token: BootstrapToken = field(repr=False)
+    already_joined: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return any(f.changed for f in self.files) or bool(self.actions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary; no secret content, the token masked."""
+        return {
+            "mode": self.mode, "kubernetes_version": self.kubernetes_version, "kubeadm_api": self.kubeadm_api,
+            "changed": self.changed, "already_joined": self.already_joined,
+            "files": [f.summary() for f in self.files],
+            "commands": [list(a.argv) for a in self.actions],
+            "labels": self.labels, "api_labels": self.api_labels, "taints": list(self.taints),
+            "moved_flags": list(self.moved_flags), "warnings": list(self.warnings),
+            "preflight": list(self.preflight), "token": self.token.masked,
+        }
+
+    def render_text(self) -> str:
+        """Every file with its content (secrets masked) and the commands, for --dry-run."""
+        out = []
+        for f in self.files:
+            before = f.before
+            state = "new" if before is None else ("changed" if f.changed else "unchanged")
+            out.append(f"# ---- {f.target} (mode {f.mode:04o}, {state}{', secret' if f.secret else ''})")
+            after = redact(f.content.decode("utf-8", "replace"), self.token)
+            if before is None:
+                out.append(after.rstrip("\n"))
+            elif before != f.content:
+                old = redact(before.decode("utf-8", "replace"), self.token)
+                out += [line.rstrip("\n") for line in difflib.unified_diff(
+                    old.splitlines(keepends=True), after.splitlines(keepends=True),
+                    fromfile=f"{f.target} (now)", tofile=f"{f.target} (nodeprep)")]
+        for a in self.actions:
+            out.append(f"# would run: {a}  ({a.why})")
+        if not self.actions:
+            out.append("# would run: nothing")
+        return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Runtime (containerd + CDI)
+
+
+def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> RuntimePlan:
+    options = options or JoinOptions()
+    root = Path(options.root)
+    warnings: list[str] = []
+    files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings)
+    source = "none"
+    if profile.runtime.cdi:
+        gpus = gpumod.discover(root, nvidia_smi_xml=options.nvidia_smi_xml)
+        warnings += gpus.warnings
+        source = gpus.source
+        files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
+    warnings += _containerd_version_warnings(profile, options)
+    actions: list[Action] = []
+    if any(f.changed for f in files if "containerd" in f.target) and options.live:
+        actions.append(Action(("systemctl", "restart", "containerd.service"), "containerd configuration changed"))
+    return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source)
+
+
+def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list[str]:
+    if not (profile.runtime.cdi and options.live and runner.which("containerd")):
+        return []
+    try:
+        out = runner.run(["containerd", "--version"], timeout=10, check=False).stdout
+    except Exception:  # noqa: BLE001 - a version probe must never break a join
+        return []
+    for word in out.split():
+        parts = word.lstrip("v").split(".")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            if (int(parts[0]), int(parts[1])) < (1, 7):
+                return [f"containerd {word} ignores enable_cdi (CDI needs containerd 1.7 or newer); the nvidia "
+                        "runtime still works"]
+            return []
+    return []
+
+
+def apply_runtime(plan: RuntimePlan) -> dict[str, Any]:
+    written = apply_changes(list(plan.files))
+    ran = _run_actions(plan.actions)
+    return {"changed": bool(written) or bool(ran), "written": [f.target for f in written],
+            "ran": [list(a.argv) for a in ran], "warnings": list(plan.warnings)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Join
+
+
+def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], list[str]]:
+    """All labels for this node: `options.labels` if given, else nodeprep.labels.node_labels()."""
+    if options.labels is not None:
+        return dict(options.labels), []
+    from ..labels import LabelOptions, node_labels
+
+    root = Path(options.root)
+    live = options.live
+    opts = LabelOptions(
+        root=root,
+        sysfs_root=Path("/sys") if live else root / "sys",
+        nvidia_smi_xml=options.nvidia_smi_xml,
+        cloud=profile.labels.cloud,
+        extra=dict(profile.labels.extra),
+        run_nvidia_smi=live,
+        use_nvml=live,
+    )
+    result = node_labels(opts)
+    return dict(result.labels), list(result.warnings)
+
+
+def _split_labels(labels: dict[str, str], requested: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    from ..labels import split_for_kubelet
+    from ..labels.validate import why_not_self_settable
+
+    mine, api = split_for_kubelet(labels)
+    refused = [why for key in requested if key in api and (why := why_not_self_settable(key))]
+    if refused:
+        raise InputError("labels.extra: cannot be set by the kubelet at registration: " + "; ".join(refused),
+                         hint="remove them from the profile's labels.extra, or apply them after the join with "
+                              "an admin client (nodeprep labels --apply)")
+    return mine, api
+
+
+def _preflight(profile: Profile, options: JoinOptions) -> list[str]:
+    try:
+        from ..node.doctor import doctor  # type: ignore[import-not-found]
+    except ImportError:
+        return ["nodeprep.node.doctor is not available in this installation"]
+    report = doctor(Path(options.root))
+    if getattr(report, "ok", False):
+        return []
+    problems = getattr(report, "problems", None)
+    details = problems() if callable(problems) else (problems or [])
+    text = "; ".join(f"{getattr(c, 'name', '?')}: {getattr(c, 'message', c)}" for c in details) \
+        or "see `nodeprep doctor`"
+    return [f"nodeprep doctor failed: {text}"]
+
+
+def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
+    """Everything a join would write and run. Raises InputError for bad input (token, CA pins,
+    flags, labels); preflight problems are returned in `plan.preflight`, not raised."""
+    options = options or JoinOptions()
+    cluster = profile.cluster
+    if cluster is None:
+        raise InputError(f"{profile.source}: no cluster section; nothing to join",
+                         hint="add cluster: {api_server: HOST:PORT, ...} (see examples/node.yaml)")
+    root = Path(options.root)
+    if not cluster.ca_cert_hashes and not options.insecure_skip_ca_verification and cluster.mode == "kubeadm":
+        raise InputError("cluster.ca_cert_hashes: required to verify the cluster CA",
+                         hint="add the sha256:... pin (kubeadm token create --print-join-command shows it), or "
+                              "pass --insecure-skip-ca-verification to trust the network")
+    if cluster.mode == "kubelet" and not options.insecure_skip_ca_verification \
+            and not under(root, cluster.ca_cert_file).is_file():
+        raise InputError(f"cluster.ca_cert_file: {cluster.ca_cert_file} does not exist",
+                         hint="copy the cluster CA certificate there, or pass --insecure-skip-ca-verification")
+    token = read_token_file(under(root, cluster.token_file), shown_as=cluster.token_file)
+    warnings = check_version(cluster.minor)
+    args: SortedArgs = sort_args(cluster.kubelet_extra_args, cluster.minor, feature_gates=cluster.feature_gates)
+    if args.moved:
+        warnings.append("moved deprecated kubelet flags into KubeletConfiguration: " + ", ".join(args.moved))
+    for reserved in ("node-labels", "register-with-taints", "bootstrap-kubeconfig", "kubeconfig", "config"):
+        if reserved in args.flags:
+            raise InputError(f"cluster.kubelet_extra_args.{reserved}: set by nodeprep; use "
+                             f"{'labels.extra' if reserved == 'node-labels' else 'the profile fields'} instead")
+
+    labels, label_warnings = _labels(profile, options)
+    warnings += label_warnings
+    mine, api = _split_labels(labels, profile.labels.extra)
+    if api:
+        warnings.append("not set at registration (need an API write, e.g. nodeprep labels --apply): "
+                        + ", ".join(sorted(api)))
+
+    runtime = plan_runtime(profile, options)
+    warnings += runtime.warnings
+    files: list[FileChange] = list(runtime.files)
+    actions: list[Action] = list(runtime.actions)
+    already = under(root, kube.KUBECONFIG).exists()
+    api_version: str | None = None
+    if cluster.mode == "kubeadm":
+        doc = kube.join_configuration(cluster, token, labels=mine, args=args,
+                                      insecure_skip_ca_verification=options.insecure_skip_ca_verification)
+        api_version = doc["apiVersion"]
+        files.append(FileChange(under(root, kube.JOIN_CONFIG), kube.JOIN_CONFIG, kube.dump(doc), 0o600, secret=True))
+        files.append(FileChange(under(root, kube.KUBELET_PATCH), kube.KUBELET_PATCH,
+                                kube.dump(kube.kubelet_patch(cluster, args)), 0o644))
+        if already:
+            warnings.append(f"{kube.KUBECONFIG} exists: the node has already joined; not running kubeadm join")
+        elif options.live:
+            actions.append(Action(("kubeadm", "join", "--config", kube.JOIN_CONFIG), "join the cluster"))
+        else:
+            warnings.append(f"--root {root}: not running kubeadm join; run `kubeadm join --config "
+                            f"{kube.JOIN_CONFIG}` on the booted node")
+    else:
+        kubeconfig = kube.bootstrap_kubeconfig(cluster, token, insecure=options.insecure_skip_ca_verification)
+        files += [
+            FileChange(under(root, kube.BOOTSTRAP_KUBECONFIG), kube.BOOTSTRAP_KUBECONFIG, kube.dump(kubeconfig),
+                       0o600, secret=True),
+            FileChange(under(root, kube.KUBELET_CONFIG), kube.KUBELET_CONFIG,
+                       kube.dump(kube.kubelet_configuration(cluster, args, standalone=True)), 0o644),
+            FileChange(under(root, kube.KUBELET_DROP_IN), kube.KUBELET_DROP_IN,
+                       kube.kubelet_drop_in(cluster, mine, args).encode(), 0o644),
+        ]
+        kube_changed = any(f.changed for f in files[-3:])
+        if options.live:
+            if kube_changed:
+                actions += [Action(("systemctl", "daemon-reload"), "kubelet drop-in changed"),
+                            Action(("systemctl", "enable", "kubelet.service"), "start kubelet at boot")]
+            if kube_changed or not already:
+                actions.append(Action(("systemctl", "restart", "kubelet.service"),
+                                      "kubelet bootstraps with the new configuration"))
+        else:
+            actions.append(Action(("systemctl", f"--root={root}", "enable", "kubelet.service"),
+                                  "offline root: kubelet starts and bootstraps at first boot"))
+    preflight = [] if options.skip_preflight else _preflight(profile, options)
+    return JoinPlan(
+        mode=cluster.mode, kubernetes_version=cluster.kubernetes_version, kubeadm_api=api_version,
+        files=tuple(files), actions=tuple(actions), labels=mine, api_labels=api,
+        taints=tuple(str(t) for t in cluster.all_taints), moved_flags=args.moved, warnings=tuple(warnings),
+        preflight=tuple(preflight), token=token, already_joined=already,
+    )
+
+
+def _run_actions(actions: tuple[Action, ...]) -> list[Action]:
+    ran = []
+    for a in actions:
+        with step(f"{a.why}: {a}", logger=log):
+            runner.run(list(a.argv), timeout=900, capture=False)
+        ran.append(a)
+    return ran
+
+
+def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
+    """Write the planned files; then run the planned commands unless `run` is False (--dry-run).
+    Refuses (StateError) when preflight found problems."""
+    if plan.preflight:
+        raise StateError("preflight failed: " + "; ".join(plan.preflight),
+                         hint="fix it (nodeprep doctor) or pass --skip-preflight")
+    result = plan.to_dict()  # before writing: `changed` describes what this apply does
+    written = apply_changes(list(plan.files))
+    ran = _run_actions(plan.actions) if run else []
+    result.update({"written": [f.target for f in written], "ran": [list(a.argv) for a in ran],
+                   "changed": bool(written) or bool(ran)})
+    return result
+
+
+def join(profile: Profile, options: JoinOptions | None = None, *, dry_run: bool = False
+         ) -> tuple[JoinPlan, dict[str, Any]]:
+    """plan_join + apply_join: the whole `nodeprep join`."""
+    plan = plan_join(profile, options)
+    return plan, apply_join(plan, run=not dry_run)
