@@ -32,8 +32,13 @@ log = logging.getLogger(__name__)
 
 LAYOUT = 1  # bump when the payload layout below changes (part of the input digest)
 TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
-BINARIES = ("nvidia-smi", "nvidia-modprobe", "nvidia-persistenced", "nvidia-cuda-mps-control",
-            "nvidia-cuda-mps-server")
+BINARIES = (
+    "nvidia-smi",
+    "nvidia-modprobe",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
 ELF_MAGIC = b"\x7fELF"
 SONAME_LINK_RE = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
 
@@ -111,13 +116,19 @@ def resolve_packages(archive: Archive, driver_version: str) -> dict[str, tuple[s
                 picked = pick_helper(_versions(archive, helper), driver_version)
                 if picked is not None:
                     chosen[helper] = (helper, picked)
-            log.info("driver %s: %s packages (%s)", driver_version, label,
-                     ", ".join(f"{p}={v}" for p, v in chosen.values()))
+            log.info(
+                "driver %s: %s packages (%s)",
+                driver_version,
+                label,
+                ", ".join(f"{p}={v}" for p, v in chosen.values()),
+            )
             return chosen
     known = sorted({v for vs in seen.values() for v in vs}, key=_vkey, reverse=True)
-    raise InputError(f"driver {driver_version}: no Debian package set (libcuda1, libnvidia-ml1, nvidia-smi "
-                     f"or their tesla variants) has this exact version; available: "
-                     f"{', '.join(known) or 'none'}")
+    raise InputError(
+        f"driver {driver_version}: no Debian package set (libcuda1, libnvidia-ml1, nvidia-smi "
+        f"or their tesla variants) has this exact version; available: "
+        f"{', '.join(known) or 'none'}"
+    )
 
 
 def _versions(archive: Archive, package: str) -> list[str]:
@@ -196,8 +207,9 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
     return out
 
 
-def build_userspace(archive: Archive, driver_version: str, dest_dir: Path, *,
-                    arch: str = "amd64") -> tuple[Path, Manifest]:
+def build_userspace(
+    archive: Archive, driver_version: str, dest_dir: Path, *, arch: str = "amd64"
+) -> tuple[Path, Manifest]:
     """Build (or reuse) `nvidia-userspace-<driver>-<arch>.tar.zst` in `dest_dir` from the Debian
     packages of exactly `driver_version`. Same packages -> same input digest -> no rebuild."""
     archive.update()
@@ -224,9 +236,16 @@ def build_userspace(archive: Archive, driver_version: str, dest_dir: Path, *,
             archive.extract(Path(deb), tree)
         contents = layout_payload(tree, payload, driver_version, arch)
         manifest = Manifest(
-            kind="userspace", driver_version=driver_version, arch=arch, os=os_name, input_digest=digest,
-            inputs=inputs, nodeprep_version=__version__,
-            extra={"packages": {pkg: version for pkg, version in chosen.values()},
-                   "contents": {k: len(v) for k, v in contents.items()}},
+            kind="userspace",
+            driver_version=driver_version,
+            arch=arch,
+            os=os_name,
+            input_digest=digest,
+            inputs=inputs,
+            nodeprep_version=__version__,
+            extra={
+                "packages": {pkg: version for pkg, version in chosen.values()},
+                "contents": {k: len(v) for k, v in contents.items()},
+            },
         )
         return pack(payload, manifest, dest_dir)

@@ -1,3 +1,209 @@
-"""install commands (see nodeprep/cli.py)."""
+"""Node driver commands: install, activate, rollback, list, remove, doctor, load-modules.
+Thin: parse options, call nodeprep.node, render (text on stderr via logging, --json on stdout)."""
 
-COMMANDS: list = []
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from ..node import ops
+from ..node.doctor import ALL_CHECKS, doctor
+from ..node.kmod import DEFAULT_LOAD, MODULES
+from ..node.state import load_state, version_key
+from .options import emit_json, json_option, root_option
+
+
+def _modules(value: str) -> tuple[str, ...]:
+    names = tuple(m.strip() for m in value.split(",") if m.strip())
+    bad = [m for m in names if m not in MODULES]
+    if bad or not names or names[0] != "nvidia":
+        raise InputError(f"--modules: {value!r} must start with nvidia and list only {', '.join(MODULES)}")
+    return names
+
+
+modules_option = click.option(
+    "--modules",
+    default=",".join(DEFAULT_LOAD),
+    show_default=True,
+    metavar="LIST",
+    help="Modules the boot unit loads, in order (add nvidia-drm, nvidia-peermem when wanted).",
+)
+
+
+def _print_notes(notes: tuple[str, ...]) -> None:
+    for note in notes:
+        click.echo(note, err=True)
+
+
+@click.command("install")
+@click.option(
+    "--store", required=True, metavar="DIR|URL", help="Artifact store (directory or http(s) base URL)."
+)
+@click.option(
+    "--driver", "version", required=True, metavar="VERSION", help="Driver version, e.g. 535.309.01."
+)
+@click.option(
+    "--kernel",
+    default=None,
+    metavar="RELEASE",
+    help="Kernel release to install modules for (default: the running kernel; required with --root).",
+)
+@click.option(
+    "--flavour",
+    type=click.Choice(["proprietary", "open"]),
+    default=None,
+    help="Kernel module flavour when the store has both.",
+)
+@click.option("--arch", default="amd64", show_default=True)
+@click.option("--activate", "do_activate", is_flag=True, help="Activate the version after installing it.")
+@click.option(
+    "--no-load", is_flag=True, help="Do not load the kernel modules now (the unit loads them at boot)."
+)
+@modules_option
+@root_option
+@json_option
+def install_cmd(
+    store: str,
+    version: str,
+    kernel: str | None,
+    flavour: str | None,
+    arch: str,
+    do_activate: bool,
+    no_load: bool,
+    modules: str,
+    root: Path,
+    as_json: bool,
+) -> None:
+    """Install a driver version from a store into /opt/nvidia/VERSION (side by side)."""
+    result = ops.install(
+        root,
+        store,
+        version,
+        kernel=kernel,
+        flavour=flavour,
+        arch=arch,
+        activate=do_activate,
+        load=not no_load,
+        modules=_modules(modules),
+    )
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    if result.changed:
+        what = "installed" if result.installed_userspace else "added kernel modules to"
+        click.echo(f"{what} {result.version} for kernel {result.kernel}", err=True)
+    else:
+        click.echo(f"unchanged: {result.version} for kernel {result.kernel} is already installed", err=True)
+    _print_notes(result.notes)
+    if result.activation:
+        _print_activation(result.activation)
+
+
+def _print_activation(result: ops.ActivateResult) -> None:
+    if result.changed:
+        click.echo(f"active: {result.version} (previous: {result.previous or 'none'})", err=True)
+    _print_notes(result.notes)
+
+
+@click.command("activate")
+@click.argument("version")
+@click.option("--kernel", default=None, metavar="RELEASE", help="Require modules for this kernel release.")
+@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@modules_option
+@root_option
+@json_option
+def activate_cmd(
+    version: str, kernel: str | None, no_load: bool, modules: str, root: Path, as_json: bool
+) -> None:
+    """Make an installed VERSION the active driver (atomic switch of /opt/nvidia/current)."""
+    result = ops.activate(root, version, kernel=kernel, load=not no_load, modules=_modules(modules))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        _print_activation(result)
+
+
+@click.command("rollback")
+@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@modules_option
+@root_option
+@json_option
+def rollback_cmd(no_load: bool, modules: str, root: Path, as_json: bool) -> None:
+    """Activate the previously active driver version."""
+    result = ops.rollback(root, load=not no_load, modules=_modules(modules))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        _print_activation(result)
+
+
+@click.command("list")
+@root_option
+@json_option
+def list_cmd(root: Path, as_json: bool) -> None:
+    """Installed driver versions, the active one, and the kernels each supports."""
+    state = load_state(root)
+    if as_json:
+        emit_json(state.to_dict())
+        return
+    if not state.installed:
+        click.echo("no NVIDIA driver installed by nodeprep")
+        return
+    for v in sorted(state.installed, key=version_key):
+        mark = "*" if v == state.active else ("<" if v == state.previous else " ")
+        kernels = ", ".join(state.installed[v].kernels) or "no kernel modules"
+        click.echo(f"{mark} {v}  kernels: {kernels}")
+
+
+@click.command("remove")
+@click.argument("version")
+@root_option
+@json_option
+def remove_cmd(version: str, root: Path, as_json: bool) -> None:
+    """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
+    result = ops.remove(root, version)
+    if as_json:
+        emit_json(result.to_dict())
+    elif result.changed:
+        click.echo(f"removed {version}", err=True)
+    else:
+        click.echo(f"unchanged: {version} is not installed", err=True)
+
+
+@click.command("doctor")
+@click.option(
+    "--require-cuda", default=None, metavar="X.Y", help="Fail unless the active driver runs CUDA X.Y."
+)
+@click.option(
+    "--check", "only", multiple=True, type=click.Choice(ALL_CHECKS), help="Run only this check (repeatable)."
+)
+@root_option
+@json_option
+def doctor_cmd(require_cuda: str | None, only: tuple[str, ...], root: Path, as_json: bool) -> None:
+    """Check the active driver: loaded module vs user space, device nodes, ld cache, CUDA."""
+    report = doctor(root, require_cuda=require_cuda, checks=set(only) or None)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.render())
+    if not report.ok:
+        raise SystemExit(1)
+
+
+@click.command("load-modules")
+@modules_option
+@json_option
+def load_modules_cmd(modules: str, as_json: bool) -> None:
+    """Load the active driver's modules and create /dev/nvidia* (run by nodeprep-nvidia.service)."""
+    from ..node.devices import load_modules
+
+    made = load_modules(_modules(modules))
+    if as_json:
+        emit_json({"modules": list(_modules(modules)), "created": made})
+    else:
+        click.echo(f"loaded {modules}; created {', '.join(made) or 'no new device nodes'}", err=True)
+
+
+COMMANDS: list = [install_cmd, activate_cmd, rollback_cmd, list_cmd, remove_cmd, doctor_cmd, load_modules_cmd]

@@ -1,0 +1,274 @@
+"""`nodeprep doctor`: is the active driver usable on this node? One check per concern.
+
+Checks (names usable in `checks=`):
+- state:    a version is active and its root is complete
+- gpu:      an NVIDIA PCI device is present (ROOT/sys/bus/pci/devices/*/vendor == 0x10de)
+- module:   the loaded kernel module's version (ROOT/sys/module/nvidia/version or
+            ROOT/proc/driver/nvidia/version) equals the active user space's; a difference is the
+            "Driver/library version mismatch" NVML/CUDA would report
+- kmod:     the active version has modules for the running kernel (live systems only)
+- devices:  /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm(-tools) exist (when the driver is loaded)
+- ldcache:  ROOT/etc/ld.so.cache resolves libcuda.so.1 and libnvidia-ml.so.1 into the active root
+- cuda:     `require_cuda` is satisfied by the active driver (table in nodeprep.node.cuda)
+A node without a GPU, or with a GPU but no loaded driver, is reported as such (gpu / module), and
+the checks that depend on a loaded driver are then skipped rather than failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CommandError
+from . import cuda, system
+from .devices import parse_gpu_minors
+from .kmod import running_kernel
+from .layout import Layout
+from .state import State, load_state
+
+log = logging.getLogger(__name__)
+
+ALL_CHECKS = ("state", "gpu", "module", "kmod", "devices", "ldcache", "cuda")
+LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
+NV_VENDOR = "0x10de"
+PROC_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    message: str
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    root: str
+    active: str | None
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def problems(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "root": self.root,
+            "active": self.active,
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+    def render(self) -> str:
+        """One line per check; problems first-class (`FAIL name: message`)."""
+        lines = []
+        for c in self.checks:
+            tag = "FAIL" if not c.ok else ("skip" if c.skipped else "ok")
+            lines.append(f"{tag:4} {c.name}: {c.message}")
+        return "\n".join(lines)
+
+
+def gpus_present(root: Path) -> list[str]:
+    """PCI addresses of NVIDIA display/3D controllers under ROOT/sys."""
+    found = []
+    base = root / "sys" / "bus" / "pci" / "devices"
+    if base.is_dir():
+        for dev in sorted(base.iterdir()):
+            try:
+                vendor = (dev / "vendor").read_text().strip()
+                klass = (dev / "class").read_text().strip()
+            except OSError:
+                continue
+            if vendor == NV_VENDOR and klass.startswith("0x03"):
+                found.append(dev.name)
+    return found
+
+
+def loaded_version(root: Path) -> str | None:
+    """Version of the loaded nvidia kernel module, or None when it is not loaded."""
+    sysver = root / "sys" / "module" / "nvidia" / "version"
+    if sysver.is_file():
+        return sysver.read_text().strip() or None
+    proc = root / "proc" / "driver" / "nvidia" / "version"
+    if proc.is_file():
+        m = PROC_VERSION_RE.search(proc.read_text(errors="replace"))
+        if m:
+            return m.group(1)
+    return None
+
+
+def _check_state(layout: Layout, state: State) -> Check:
+    if not state.installed:
+        return Check(
+            "state", False, "no NVIDIA driver installed by nodeprep (nodeprep install --driver VERSION)"
+        )
+    if state.active is None:
+        return Check(
+            "state",
+            False,
+            f"installed: {', '.join(sorted(state.installed))}, none active (nodeprep activate VERSION)",
+        )
+    return Check("state", True, f"active {state.active}; installed: {', '.join(sorted(state.installed))}")
+
+
+def _check_ldcache(layout: Layout, active: str | None) -> Check:
+    if active is None:
+        return Check("ldcache", False, "no active driver root for the ld cache to resolve into")
+    try:
+        entries = system.read_ld_cache(layout)
+    except CommandError as e:
+        return Check("ldcache", False, f"cannot read {layout.node_path(layout.ld_cache)}: {e}")
+    want = layout.version_dir(active).resolve() / "lib64"
+    bad, good = [], []
+    for lib in LIBRARIES:
+        paths = [p for name, flags, p in entries if name == lib and ("x86-64" in flags or "64" in flags)]
+        paths = paths or [p for name, _f, p in entries if name == lib]
+        if not paths:
+            bad.append(
+                f"{lib} is not in the ld cache (run ldconfig; is {layout.node_path(layout.ld_conf)} there?)"
+            )
+            continue
+        first = paths[0]
+        real = Path(os.path.realpath(layout.host_path(first)))
+        if real.parent != want or not real.is_file():
+            bad.append(
+                f"{lib} resolves to {first} -> {_node(layout, real)}, not into /opt/nvidia/{active}/lib64"
+            )
+            continue
+        extra = [p for p in paths[1:] if not p.startswith("/opt/nvidia/current/")]
+        good.append(
+            f"{lib} -> {_node(layout, real)}" + (f" (also in cache: {', '.join(extra)})" if extra else "")
+        )
+    if bad:
+        return Check("ldcache", False, "; ".join(bad))
+    return Check("ldcache", True, "; ".join(good))
+
+
+def _node(layout: Layout, path: Path) -> str:
+    """The node's view of a resolved host path under ROOT."""
+    try:
+        return "/" + path.relative_to(layout.root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | None = None) -> DoctorReport:
+    """Check the node under `root`; `checks` limits which checks run (default: all)."""
+    layout = Layout(Path(root))
+    wanted = set(checks) if checks else set(ALL_CHECKS)
+    unknown = wanted - set(ALL_CHECKS)
+    if unknown:
+        from ..errors import InputError
+
+        raise InputError(
+            f"--check: unknown check(s) {', '.join(sorted(unknown))} (known: {', '.join(ALL_CHECKS)})"
+        )
+    if require_cuda is None:
+        wanted.discard("cuda")
+    else:
+        cuda.parse_cuda(require_cuda)
+    state = load_state(layout.root)
+    active = state.active
+    out: list[Check] = []
+    gpus = gpus_present(layout.root)
+    loaded = loaded_version(layout.root)
+
+    if "state" in wanted:
+        out.append(_check_state(layout, state))
+    if "gpu" in wanted:
+        out.append(
+            Check("gpu", True, f"{len(gpus)} NVIDIA GPU(s): {', '.join(gpus)}")
+            if gpus
+            else Check("gpu", False, "no NVIDIA GPU on this node (no PCI device with vendor 10de)")
+        )
+    if "module" in wanted:
+        if loaded is None:
+            if gpus:
+                out.append(
+                    Check(
+                        "module",
+                        False,
+                        "GPU present but the nvidia kernel module is not loaded "
+                        "(systemctl start nodeprep-nvidia, or nodeprep load-modules)",
+                    )
+                )
+            else:
+                out.append(Check("module", True, "no driver loaded (no GPU)", skipped=True))
+        elif active is None:
+            out.append(Check("module", False, f"nvidia {loaded} is loaded but no user space is active"))
+        elif loaded != active:
+            out.append(
+                Check(
+                    "module",
+                    False,
+                    f"driver/library version mismatch: kernel module {loaded} is loaded, active user "
+                    f"space is {active} (NVML: 'Failed to initialize NVML: Driver/library version "
+                    f"mismatch'); fix: stop GPU workloads and systemctl restart nodeprep-nvidia "
+                    f"(reloads {active}), or reboot, or nodeprep activate {loaded}",
+                )
+            )
+        else:
+            out.append(Check("module", True, f"kernel module {loaded} matches the active user space"))
+    if "kmod" in wanted:
+        if not layout.live or active is None:
+            out.append(
+                Check(
+                    "kmod",
+                    True,
+                    "not checked (--root: the running kernel is not the image's)"
+                    if not layout.live
+                    else "not checked (nothing active)",
+                    skipped=True,
+                )
+            )
+        else:
+            rel = running_kernel()
+            kernels = state.installed[active].kernels
+            out.append(
+                Check(
+                    "kmod",
+                    rel in kernels,
+                    f"{active} has modules for the running kernel {rel}"
+                    if rel in kernels
+                    else f"{active} has no modules for the running kernel {rel} (has: {', '.join(kernels)}); "
+                    f"nodeprep install --driver {active}",
+                )
+            )
+    if "devices" in wanted:
+        if loaded is None:
+            out.append(Check("devices", True, "not checked (driver not loaded)", skipped=True))
+        else:
+            minors = parse_gpu_minors(layout.root / "proc" / "driver" / "nvidia" / "gpus")
+            need = [
+                "/dev/nvidiactl",
+                *(f"/dev/nvidia{n}" for n in minors),
+                "/dev/nvidia-uvm",
+                "/dev/nvidia-uvm-tools",
+            ]
+            missing = [d for d in need if not layout.host_path(d).exists()]
+            out.append(
+                Check(
+                    "devices",
+                    not missing,
+                    f"missing {', '.join(missing)} (systemctl restart nodeprep-nvidia)"
+                    if missing
+                    else f"{len(need)} device nodes present",
+                )
+            )
+    if "ldcache" in wanted:
+        out.append(_check_ldcache(layout, active))
+    if "cuda" in wanted and require_cuda is not None:
+        if active is None:
+            out.append(Check("cuda", False, f"CUDA {require_cuda} required but no driver is active"))
+        else:
+            ok, message = cuda.check(require_cuda, active)
+            out.append(Check("cuda", ok, message))
+    return DoctorReport(root=str(layout.root), active=active, checks=out)

@@ -1,0 +1,84 @@
+"""Crash-safe file operations: every change is a write to a temporary name in the same directory
+followed by rename(2), with fsync of the file and its directory, so a kill -9 at any point leaves
+either the old or the new content, never a mix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .crash import crash_point
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, point: str | None = None) -> bool:
+    """Write `data` to `path` atomically; returns False (and writes nothing) when unchanged."""
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        if path.read_bytes() == raw and (path.stat().st_mode & 0o7777) == mode:
+            return False
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(raw)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, mode)
+    if point:
+        crash_point(point)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return True
+
+
+def atomic_symlink(link: Path, target: str, *, point: str | None = None) -> bool:
+    """Point `link` at `target` by creating a new symlink and renaming it over the old one;
+    returns False when it already points there."""
+    try:
+        if os.readlink(link) == target:
+            return False
+    except (FileNotFoundError, OSError):
+        pass
+    if link.exists() and not link.is_symlink() and link.is_dir():
+        raise IsADirectoryError(f"{link} is a directory, not a link nodeprep manages")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".current-{link.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    if point:
+        crash_point(point)
+    os.replace(tmp, link)
+    fsync_dir(link.parent)
+    return True
+
+
+def relative_target(link: Path, target: Path) -> str:
+    """Relative symlink text from `link`'s real directory to `target`, so links under --root work
+    both in the image and on the booted node (/lib may itself be a link to usr/lib)."""
+    link_dir = Path(os.path.realpath(link.parent))
+    return os.path.relpath(os.path.realpath(target), link_dir)
+
+
+def clean_temporaries(directory: Path, prefixes: tuple[str, ...]) -> list[Path]:
+    """Remove leftovers of an interrupted run (names only nodeprep creates) from `directory`."""
+    removed: list[Path] = []
+    if not directory.is_dir():
+        return removed
+    for p in sorted(directory.iterdir()):
+        if p.name.startswith(prefixes):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            removed.append(p)
+    return removed

@@ -1,0 +1,109 @@
+"""Kernel modules: vermagic parsing and comparison, the target kernel, modinfo of built modules.
+
+A vermagic string is `<release> <flags...>`, e.g. `6.1.0-28-amd64 SMP preempt mod_unload modversions `.
+The kernel refuses a module whose vermagic differs from its own (unless forced), so nodeprep refuses
+it first: the release must equal the target kernel's, and when the target kernel's own modules are
+present under ROOT/lib/modules/<release>/kernel, their flags must match too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runner
+from ..errors import CommandError, InputError
+from .layout import Layout, check_kernel
+
+log = logging.getLogger(__name__)
+
+MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
+DEFAULT_LOAD = ("nvidia", "nvidia-uvm", "nvidia-modeset")
+
+
+@dataclass(frozen=True)
+class Vermagic:
+    release: str
+    flags: frozenset[str]
+
+    def __str__(self) -> str:
+        return " ".join([self.release, *sorted(self.flags)])
+
+
+def parse_vermagic(text: str) -> Vermagic:
+    parts = text.split()
+    if not parts:
+        raise InputError("empty vermagic")
+    return Vermagic(release=parts[0], flags=frozenset(parts[1:]))
+
+
+def vermagic_problem(module: Vermagic, kernel: Vermagic | str) -> str | None:
+    """Why a module with vermagic `module` cannot load into `kernel` (a Vermagic, or only a
+    release when the kernel's own modules are not at hand); None when it can."""
+    release = kernel if isinstance(kernel, str) else kernel.release
+    if module.release != release:
+        return (
+            f"the module is built for kernel {module.release} but the target kernel is {release} "
+            f"(vermagic mismatch)"
+        )
+    if isinstance(kernel, Vermagic) and module.flags != kernel.flags:
+        only_mod = sorted(module.flags - kernel.flags)
+        only_kernel = sorted(kernel.flags - module.flags)
+        return (
+            f"vermagic flags differ from kernel {release}'s: module has {only_mod or '-'}, "
+            f"kernel has {only_kernel or '-'}"
+        )
+    return None
+
+
+def running_kernel() -> str:
+    return os.uname().release
+
+
+def target_kernel(layout: Layout, kernel: str | None) -> str:
+    """--kernel, or the running kernel on a live system; required with --root."""
+    if kernel:
+        return check_kernel(kernel)
+    if not layout.live:
+        raise InputError("--kernel: required with --root (the running kernel is not the image's)")
+    return running_kernel()
+
+
+def modinfo_field(path: Path, field: str) -> str:
+    try:
+        return runner.run(["modinfo", "-F", field, path]).stdout.strip()
+    except CommandError as e:
+        raise InputError(f"{path.name}: modinfo cannot read it ({e.hint or e})") from None
+
+
+def kernel_vermagic(layout: Layout, release: str) -> Vermagic | None:
+    """The vermagic of the target kernel, read from one of its own modules under ROOT (None when the
+    kernel's modules are not installed there, e.g. an image built before its kernel)."""
+    base = layout.root / "lib" / "modules" / release / "kernel"
+    if not base.is_dir():
+        return None
+    for pattern in ("*.ko", "*.ko.xz", "*.ko.zst", "*.ko.gz"):
+        for p in sorted(base.rglob(pattern))[:3]:
+            try:
+                return parse_vermagic(modinfo_field(p, "vermagic"))
+            except InputError:
+                continue
+    return None
+
+
+def check_modules(directory: Path, release: str, kernel_magic: Vermagic | None) -> dict[str, str]:
+    """modinfo every .ko in `directory`; refuse any whose vermagic does not fit the target kernel.
+    Returns module name -> version."""
+    versions: dict[str, str] = {}
+    kos = sorted(directory.glob("*.ko"))
+    if not kos:
+        raise InputError(f"{directory.name}: the kmod artifact contains no .ko files")
+    for ko in kos:
+        magic = parse_vermagic(modinfo_field(ko, "vermagic"))
+        problem = vermagic_problem(magic, kernel_magic or release)
+        if problem:
+            raise InputError(f"{ko.name}: {problem}")
+        versions[ko.stem] = modinfo_field(ko, "version")
+    return versions

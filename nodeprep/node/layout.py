@@ -1,0 +1,113 @@
+"""Where nodeprep puts things on a node, all relative to `root` (`--root`, default /).
+
+/opt/nvidia/<driver>/{lib64,bin,firmware,modules/<kernel-release>}, manifest.json
+/opt/nvidia/current -> <driver>
+/etc/ld.so.conf.d/00-nvidia.conf
+/etc/modprobe.d/nodeprep-nvidia.conf
+/etc/systemd/system/nodeprep-nvidia.service (+ multi-user.target.wants link)
+/lib/modules/<kernel-release>/updates/nodeprep/<module>.ko -> /opt/nvidia/current/modules/<rel>/<module>.ko
+/lib/firmware/nvidia/<driver> -> /opt/nvidia/<driver>/firmware/nvidia/<driver>
+/var/lib/nodeprep/{state.json,lock}
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..artifact import DRIVER_VERSION_RE
+from ..errors import InputError
+
+UNIT_NAME = "nodeprep-nvidia.service"
+LD_CONF_NAME = "00-nvidia.conf"
+MODPROBE_CONF_NAME = "nodeprep-nvidia.conf"
+MODULE_SUBDIR = "updates/nodeprep"
+TEMP_PREFIXES = (".staging-", ".current-", ".removing-", ".tmp-")
+KERNEL_RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
+
+
+def check_version(version: str) -> str:
+    if not DRIVER_VERSION_RE.match(version):
+        raise InputError(f"--driver: {version!r} is not a driver version (e.g. 535.309.01)")
+    return version
+
+
+def check_kernel(release: str) -> str:
+    if not KERNEL_RELEASE_RE.match(release):
+        raise InputError(f"--kernel: {release!r} is not a kernel release (e.g. 6.1.0-28-amd64)")
+    return release
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def live(self) -> bool:
+        """True when operating on the running system (root is /)."""
+        return self.root.resolve() == Path("/")
+
+    @property
+    def opt(self) -> Path:
+        return self.root / "opt" / "nvidia"
+
+    def version_dir(self, version: str) -> Path:
+        return self.opt / check_version(version)
+
+    def kmod_dir(self, version: str, kernel: str) -> Path:
+        return self.version_dir(version) / "modules" / check_kernel(kernel)
+
+    @property
+    def current(self) -> Path:
+        return self.opt / "current"
+
+    @property
+    def ld_conf(self) -> Path:
+        return self.root / "etc" / "ld.so.conf.d" / LD_CONF_NAME
+
+    @property
+    def ld_cache(self) -> Path:
+        return self.root / "etc" / "ld.so.cache"
+
+    @property
+    def modprobe_conf(self) -> Path:
+        return self.root / "etc" / "modprobe.d" / MODPROBE_CONF_NAME
+
+    @property
+    def unit(self) -> Path:
+        return self.root / "etc" / "systemd" / "system" / UNIT_NAME
+
+    @property
+    def unit_wants(self) -> Path:
+        return self.root / "etc" / "systemd" / "system" / "multi-user.target.wants" / UNIT_NAME
+
+    def module_links(self, kernel: str) -> Path:
+        return self.root / "lib" / "modules" / check_kernel(kernel) / MODULE_SUBDIR
+
+    def firmware_link(self, version: str) -> Path:
+        return self.root / "lib" / "firmware" / "nvidia" / check_version(version)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "var" / "lib" / "nodeprep"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.state_dir / "lock"
+
+    @property
+    def download_dir(self) -> Path:
+        return self.root / "var" / "cache" / "nodeprep"
+
+    def host_path(self, path: str) -> Path:
+        """ROOT-relative view of an absolute path as the node sees it (`/opt/x` -> ROOT/opt/x)."""
+        return self.root / path.lstrip("/")
+
+    def node_path(self, path: Path) -> str:
+        """Inverse of host_path: the absolute path the node sees for `path` under ROOT."""
+        return "/" + path.relative_to(self.root).as_posix()

@@ -1,0 +1,181 @@
+"""System integration of the active driver root: ld.so.conf.d + ldconfig, module links + depmod,
+modprobe.d (nouveau blacklist), firmware links, the systemd unit. Each function is idempotent and
+returns whether it changed anything."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .. import runner
+from .crash import crash_point
+from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
+from .kmod import DEFAULT_LOAD, MODULES
+from .layout import UNIT_NAME, Layout
+
+log = logging.getLogger(__name__)
+
+LD_CONF = "/opt/nvidia/current/lib64\n"
+MODPROBE_CONF = """\
+# Written by nodeprep: the NVIDIA driver in /opt/nvidia/current replaces nouveau.
+blacklist nouveau
+options nouveau modeset=0
+"""
+
+
+def write_ld_conf(layout: Layout) -> bool:
+    return atomic_write(layout.ld_conf, LD_CONF, point="activate:ld-conf-tmp")
+
+
+def run_ldconfig(layout: Layout) -> None:
+    """Rebuild ROOT/etc/ld.so.cache (ldconfig -r ROOT, or plain ldconfig on a live system)."""
+    argv = ["ldconfig"] if layout.live else ["ldconfig", "-r", layout.root]
+    runner.run(argv, timeout=120)
+
+
+def ldconfig_links(lib64: Path) -> None:
+    """Create the soname links of a freshly unpacked lib64 (ldconfig -n: no cache update)."""
+    runner.run(["ldconfig", "-n", lib64], timeout=120)
+
+
+def read_ld_cache(layout: Layout) -> list[tuple[str, str, str]]:
+    """(soname, flags, path) entries of ROOT/etc/ld.so.cache, in lookup order."""
+    if not layout.ld_cache.exists():
+        return []
+    out = runner.run(["ldconfig", "-p", "-C", layout.ld_cache], timeout=60).stdout
+    entries = []
+    for line in out.splitlines()[1:]:
+        line = line.strip()
+        if " => " not in line or " (" not in line:
+            continue
+        left, path = line.rsplit(" => ", 1)
+        name, flags = left.split(" (", 1)
+        entries.append((name.strip(), flags.rstrip(")").strip(), path.strip()))
+    return entries
+
+
+def write_modprobe_conf(layout: Layout) -> bool:
+    return atomic_write(layout.modprobe_conf, MODPROBE_CONF, point="activate:modprobe-conf-tmp")
+
+
+def link_modules(layout: Layout, version: str, kernels: list[str]) -> bool:
+    """ROOT/lib/modules/<rel>/updates/nodeprep/<m>.ko -> /opt/nvidia/current/modules/<rel>/<m>.ko
+    for each module `version` ships for <rel> (relative links, so they follow `current` and work
+    inside and outside --root)."""
+    changed = False
+    for rel in kernels:
+        linkdir = layout.module_links(rel)
+        linkdir.mkdir(parents=True, exist_ok=True)
+        present = {p.stem for p in layout.kmod_dir(version, rel).glob("*.ko")}
+        # through the text of `current`, never its resolved (possibly old) directory
+        base = os.path.relpath(os.path.realpath(layout.opt), os.path.realpath(linkdir))
+        for name in MODULES:
+            link = linkdir / f"{name}.ko"
+            if name in present:
+                changed |= atomic_symlink(link, f"{base}/current/modules/{rel}/{name}.ko")
+            elif link.is_symlink():
+                link.unlink()
+                changed = True
+    return changed
+
+
+def unlink_modules(layout: Layout, kernels: list[str]) -> bool:
+    changed = False
+    for rel in kernels:
+        linkdir = layout.module_links(rel)
+        if not linkdir.is_dir():
+            continue
+        for name in MODULES:
+            link = linkdir / f"{name}.ko"
+            if link.is_symlink() and "/current/modules/" in os.readlink(link):
+                link.unlink()
+                changed = True
+        try:
+            linkdir.rmdir()
+        except OSError:
+            pass
+    return changed
+
+
+def linked_kernels(layout: Layout) -> list[str]:
+    base = layout.root / "lib" / "modules"
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / "updates" / "nodeprep").is_dir())
+
+
+def depmod(layout: Layout, kernel: str) -> None:
+    argv = ["depmod", kernel] if layout.live else ["depmod", "-b", layout.root, kernel]
+    runner.run(argv, timeout=300)
+
+
+def link_firmware(layout: Layout, version: str) -> str | None:
+    """ROOT/lib/firmware/nvidia/<v> -> /opt/nvidia/<v>/firmware/nvidia/<v>, where the kernel module
+    looks for GSP firmware. Returns the node path of the link when nodeprep owns it, None when the
+    version has no firmware or something else (a distro package) already provides the directory."""
+    src = layout.version_dir(version) / "firmware" / "nvidia" / version
+    if not src.is_dir():
+        return None
+    link = layout.firmware_link(version)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    text = relative_target(link, src)
+    if link.exists() or link.is_symlink():
+        if link.is_symlink() and os.readlink(link) == text:
+            return layout.node_path(link)
+        log.warning("%s exists and is not nodeprep's: leaving it alone", layout.node_path(link))
+        return None
+    atomic_symlink(link, text)
+    return layout.node_path(link)
+
+
+def unlink_firmware(layout: Layout, version: str, recorded: str | None) -> bool:
+    if not recorded:
+        return False
+    link = layout.host_path(recorded)
+    if link.is_symlink() and f"opt/nvidia/{version}/firmware" in os.readlink(link):
+        link.unlink()
+        fsync_dir(link.parent)
+        return True
+    return False
+
+
+def nodeprep_command(layout: Layout) -> str:
+    """How the unit runs nodeprep: this interpreter on a live system, the `nodeprep` entry point
+    (found on systemd's PATH) in an image."""
+    if layout.live:
+        exe = shutil.which("nodeprep")
+        return exe if exe else f"{sys.executable} -m nodeprep.cli"
+    return "nodeprep"
+
+
+def render_unit(command: str, modules: tuple[str, ...] = DEFAULT_LOAD) -> str:
+    return f"""\
+# Written by nodeprep (nodeprep activate): load the active NVIDIA driver and create /dev/nvidia*
+[Unit]
+Description=Load NVIDIA kernel modules from /opt/nvidia/current and create device nodes (nodeprep)
+Documentation=file:///opt/nvidia/current/manifest.json
+DefaultDependencies=no
+After=systemd-modules-load.service local-fs.target
+Before=containerd.service kubelet.service
+ConditionPathExists=/opt/nvidia/current/manifest.json
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={command} load-modules --modules {",".join(modules)}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def write_unit(layout: Layout, modules: tuple[str, ...] = DEFAULT_LOAD) -> bool:
+    changed = atomic_write(
+        layout.unit, render_unit(nodeprep_command(layout), modules), point="activate:unit-tmp"
+    )
+    changed |= atomic_symlink(layout.unit_wants, f"../{UNIT_NAME}")
+    crash_point("activate:unit")
+    return changed
