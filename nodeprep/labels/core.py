@@ -284,22 +284,22 @@ def _mig_labels(gpus: tuple[gpumod.Gpu, ...], model: str, strategy: str, warning
                         "labels need NVML")
         return {}
     out: dict[str, str] = {}
-    profiles = Counter(m.profile for m in migs)
+    profiles = Counter((m.profile or "").replace("+", ".") for m in migs)  # GFD: 1g.10gb+me -> 1g.10gb.me
     if strategy == "single":
-        if len(profiles) != 1 or not migs or any(not x.mig_enabled for x in gpus):
+        if len(profiles) != 1 or any(not x.mig_enabled or not x.mig_devices for x in gpus):
             return {f"{NVIDIA}/gpu.product": f"{sanitise(model)}-MIG-INVALID", f"{NVIDIA}/gpu.count": "0",
                     f"{NVIDIA}/gpu.replicas": "0", f"{NVIDIA}/gpu.sharing-strategy": "",
                     f"{NVIDIA}/gpu.memory": "0"}
-        profile = migs[0].profile or ""
+        profile = next(iter(profiles))
         out[f"{NVIDIA}/gpu.product"] = f"{sanitise(model)}-MIG-{sanitise(profile)}"
         out[f"{NVIDIA}/gpu.count"] = str(len(migs))
         out[f"{NVIDIA}/gpu.replicas"] = "1"
         out.update(_mig_attr_labels(f"{NVIDIA}/gpu", migs[0]))
         return out
     for profile, count in profiles.items():
-        prefix = f"{NVIDIA}/mig-{(profile or '').replace('+', '.')}"
-        mig = next(m for m in migs if m.profile == profile)
-        out[f"{prefix}.product"] = f"{sanitise(model)}-MIG-{sanitise(profile or '')}"
+        prefix = f"{NVIDIA}/mig-{profile}"
+        mig = next(m for m in migs if (m.profile or "").replace("+", ".") == profile)
+        out[f"{prefix}.product"] = f"{sanitise(model)}-MIG-{sanitise(profile)}"
         out[f"{prefix}.count"] = str(count)
         out[f"{prefix}.replicas"] = "1"
         out[f"{prefix}.sharing-strategy"] = "none"
