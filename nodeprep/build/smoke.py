@@ -289,6 +289,7 @@ class SmokeResult:
 
 
 _TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+_TS_ANYWHERE = re.compile(r"\[\s*\d+\.\d+\]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1bc")
 _RESULT = re.compile(rf"^{initramfs.MARKER}: result (\S+) rc=(\d+) ?(.*)$")
 _KMSG = re.compile(rf"^{initramfs.MARKER}: kmsg (.*)$")
@@ -348,7 +349,8 @@ def parse_console(lines: Sequence[str]) -> Boot:
             if any(p in text for p in CRASH_PATTERNS):
                 crash.append(text)
         else:
-            text = _clean(line)
+            ts = _TS_ANYWHERE.search(line)  # kernel output may follow firmware noise on one line
+            text = _clean(line[ts.start():] if ts else line)
             if any(p in text for p in CRASH_PATTERNS):
                 crash.append(text)
     return Boot(started, finished, results, kmsg, crash)

@@ -1,0 +1,10 @@
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def data() -> Path:
+    return DATA
