@@ -106,22 +106,26 @@ def _bounded(fn: Callable[[], T], seconds: float) -> tuple[bool, T | None, BaseE
 
 # --- fact gathering --------------------------------------------------------------------------------
 
-def _gpu_chain(opts: LabelOptions, warnings: list[str]) -> gpumod.GpuFacts | None:
+def _gpu_chain(opts: LabelOptions, deadline: float, warnings: list[str]) -> gpumod.GpuFacts | None:
     if opts.nvidia_smi_xml is not None:
         try:
             return gpumod.from_nvidia_smi_file(opts.nvidia_smi_xml, opts.sysfs_root, opts.pci_ids)
         except (OSError, ValueError) as e:
             raise InputError(f"{opts.nvidia_smi_xml}: {e}") from None
-    readers: list[tuple[str, Callable[[], gpumod.GpuFacts]]] = []
+    readers: list[tuple[str, Callable[[float], gpumod.GpuFacts]]] = []
     if opts.use_nvml:
-        readers.append(("nvml", lambda: gpumod.from_nvml(opts.sysfs_root)))
+        readers.append(("nvml", lambda t: gpumod.from_nvml(opts.sysfs_root)))
     if opts.run_nvidia_smi:
-        readers.append(("nvidia-smi", lambda: gpumod.from_nvidia_smi(
-            opts.root, opts.sysfs_root, opts.source_timeout, opts.pci_ids)))
+        readers.append(("nvidia-smi", lambda t: gpumod.from_nvidia_smi(
+            opts.root, opts.sysfs_root, t, opts.pci_ids)))
     for name, reader in readers:
-        done, facts, error = _bounded(reader, opts.source_timeout)
+        budget = min(opts.source_timeout, deadline - time.monotonic())
+        if budget <= 0:
+            warnings.append(f"gpu: time budget spent, {name} not asked")
+            continue
+        done, facts, error = _bounded(lambda r=reader, t=budget: r(t), budget)
         if not done:
-            warnings.append(f"gpu: {name} did not answer within {opts.source_timeout:g}s")
+            warnings.append(f"gpu: {name} did not answer within {budget:.2g}s")
         elif isinstance(error, gpumod.GpuSourceUnavailable):
             log.debug("gpu: %s unavailable: %s", name, error)
         elif error is not None:
@@ -183,7 +187,7 @@ def gather_facts(opts: LabelOptions) -> tuple[Facts, list[str]]:
 
     t = threading.Thread(target=cloud_job, daemon=True, name="nodeprep-cloud")
     t.start()
-    gpu = _gpu_chain(opts, warnings)
+    gpu = _gpu_chain(opts, deadline, warnings)
     t.join(max(deadline - time.monotonic(), 0) + 0.1)
     if "error" in box:
         raise box["error"]
