@@ -50,7 +50,7 @@ def test_runs_nvidia_smi_from_the_active_driver_root(empty_root: Path, empty_sys
 
 def test_hung_nvidia_smi_falls_back_to_pci(empty_root: Path, empty_sysfs: Path,
                                            options: Callable[..., LabelOptions]) -> None:
-    stand_in(empty_root, "sleep 30")
+    stand_in(empty_root, "exec sleep 30")  # exec: the timeout kills sleep itself
     (empty_sysfs / "module/nvidia").mkdir(parents=True)
     add_pci(empty_sysfs, "0000:00:1e.0", 0x10DE, 0x1EB8, 0x030200)
     result = node_labels(options(cloud="none", run_nvidia_smi=True, source_timeout=0.3, total_timeout=0.45))
