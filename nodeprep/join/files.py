@@ -8,7 +8,7 @@ import hashlib
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ class FileChange:
 
     path: Path  # absolute path on the host running nodeprep (ROOT already applied)
     target: str  # the path as the node sees it, e.g. /etc/cdi/nvidia.yaml
-    content: bytes
+    content: bytes = field(repr=False)  # may hold the bootstrap token: never in repr/logs
     mode: int = 0o644
     secret: bool = False  # holds the bootstrap token: never printed, always 0600
 

@@ -56,7 +56,12 @@ def from_nvidia_smi_xml(text: str | bytes, *, source: str = "nvidia-smi") -> Gpu
         if not minor_text.isdigit():
             raise InputError(f"{source}: GPU {index} has no minor number ({minor_text or 'empty'})")
         gpus.append(GpuDevice(index, int(minor_text), uuid, _bus_key(g.get("id", "")) or None))
-    return GpuList("nvidia-smi", tuple(gpus))
+    attached = (root.findtext("attached_gpus") or "").strip()
+    warnings = ()
+    if attached.isdigit() and int(attached) != len(gpus):
+        warnings = (f"{source}: reports {attached} attached GPUs but lists {len(gpus)}; the CDI spec lists "
+                    f"the {len(gpus)} listed",)
+    return GpuList("nvidia-smi", tuple(gpus), warnings)
 
 
 def from_procfs(root: Path) -> GpuList:

@@ -50,6 +50,7 @@ class Action:
 
     argv: tuple[str, ...]
     why: str
+    deferred: bool = False  # offline --root: to be run on the booted node, not by apply
 
     def __str__(self) -> str:
         return " ".join(self.argv)
@@ -85,7 +86,7 @@ class JoinPlan:
 
     @property
     def changed(self) -> bool:
-        return any(f.changed for f in self.files) or bool(self.actions)
+        return any(f.changed for f in self.files) or any(not a.deferred for a in self.actions)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able summary; no secret content, the token masked."""
@@ -93,7 +94,8 @@ class JoinPlan:
             "mode": self.mode, "kubernetes_version": self.kubernetes_version, "kubeadm_api": self.kubeadm_api,
             "changed": self.changed, "already_joined": self.already_joined,
             "files": [f.summary() for f in self.files],
-            "commands": [list(a.argv) for a in self.actions],
+            "commands": [list(a.argv) for a in self.actions if not a.deferred],
+            "deferred_commands": [list(a.argv) for a in self.actions if a.deferred],
             "labels": self.labels, "api_labels": self.api_labels, "taints": list(self.taints),
             "moved_flags": list(self.moved_flags), "warnings": list(self.warnings),
             "preflight": list(self.preflight), "token": self.token.masked,
@@ -115,7 +117,8 @@ class JoinPlan:
                     old.splitlines(keepends=True), after.splitlines(keepends=True),
                     fromfile=f"{f.target} (now)", tofile=f"{f.target} (nodeprep)")]
         for a in self.actions:
-            out.append(f"# would run: {a}  ({a.why})")
+            when = "on the booted node, run" if a.deferred else "would run"
+            out.append(f"# {when}: {a}  ({a.why})")
         if not self.actions:
             out.append("# would run: nothing")
         return "\n".join(out) + "\n"
@@ -269,11 +272,12 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
                                 kube.dump(kube.kubelet_patch(cluster, args)), 0o644))
         if already:
             warnings.append(f"{kube.KUBECONFIG} exists: the node has already joined; not running kubeadm join")
-        elif options.live:
-            actions.append(Action(("kubeadm", "join", "--config", kube.JOIN_CONFIG), "join the cluster"))
         else:
-            warnings.append(f"--root {root}: not running kubeadm join; run `kubeadm join --config "
-                            f"{kube.JOIN_CONFIG}` on the booted node")
+            actions.append(Action(("kubeadm", "join", "--config", kube.JOIN_CONFIG), "join the cluster",
+                                  deferred=not options.live))
+            if not options.live:
+                warnings.append(f"--root {root}: not running kubeadm join; run `kubeadm join --config "
+                                f"{kube.JOIN_CONFIG}` on the booted node")
     else:
         kubeconfig = kube.bootstrap_kubeconfig(cluster, token, insecure=options.insecure_skip_ca_verification)
         files += [
@@ -307,6 +311,8 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
 def _run_actions(actions: tuple[Action, ...]) -> list[Action]:
     ran = []
     for a in actions:
+        if a.deferred:
+            continue
         with step(f"{a.why}: {a}", logger=log):
             runner.run(list(a.argv), timeout=900, capture=False)
         ran.append(a)

@@ -1,0 +1,159 @@
+"""CDI spec from an installed driver root, validated against the CDI schema nodeprep ships.
+
+The driver root is made by the real artifact pack/extract code plus `ldconfig -n` (conftest.py);
+the GPU list comes from real `nvidia-smi -q -x` captures (no GPU here) or from a procfs/sysfs tree
+written the way the driver and kernel lay them out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from nodeprep.errors import StateError
+from nodeprep.join import cdi, gpus
+from nodeprep.join.files import apply_changes
+from nodeprep.profile import Driver, Runtime
+
+from .conftest import FIXTURES, VERSION
+
+DRIVER = Driver(version=VERSION)
+SCHEMA = json.loads(cdi.SCHEMA_PATH.read_text())
+
+
+def _spec(root: Path, fixture: str, driver: Driver = DRIVER) -> dict:  # type: ignore[type-arg]
+    gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / fixture).read_bytes())
+    changes = cdi.plan_cdi(root, driver, Runtime(), gpu_list)
+    assert [c.target for c in changes] == ["/etc/cdi/nvidia.yaml"]
+    apply_changes(changes)
+    return yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
+
+
+def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> None:
+    spec = _spec(node_root, "dual-rtx-a5000_590.44.01.xml")
+    jsonschema.Draft7Validator(SCHEMA).validate(spec)
+    assert cdi.spec_problems(spec) == []
+    assert spec["cdiVersion"] == "0.5.0" and spec["kind"] == "nvidia.com/gpu"
+    nodes = {d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]}
+    # NVML index 0 is the GPU at 81:00.0, whose device minor is 1 (the capture says so)
+    assert nodes == {
+        "0": ["/dev/nvidia1"], "GPU-12345678-aaaa-bbbb-cccc-0123456789ab": ["/dev/nvidia1"],
+        "1": ["/dev/nvidia0"], "GPU-12345678-aaaa-bbbb-cccc-0123456789cd": ["/dev/nvidia0"],
+        "all": ["/dev/nvidia1", "/dev/nvidia0"],
+    }
+    edits = spec["containerEdits"]
+    assert [n["path"] for n in edits["deviceNodes"]] == [
+        "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
+    assert "hooks" not in edits  # no nvidia-cdi-hook on this node: no hook pretended
+
+
+def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
+    spec = _spec(node_root, "tesla-t4_515.105.01.xml")
+    mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
+    lib = "/usr/lib/x86_64-linux-gnu"
+    base = f"/opt/nvidia/{VERSION}"
+    assert mounts[f"{lib}/libcuda.so.{VERSION}"] == f"{base}/lib64/libcuda.so.{VERSION}"
+    assert mounts[f"{lib}/libcuda.so.1"] == f"{base}/lib64/libcuda.so.{VERSION}"  # link from the artifact
+    assert mounts[f"{lib}/libnvidia-ml.so.1"] == f"{base}/lib64/libnvidia-ml.so.{VERSION}"  # made by ldconfig -n
+    assert mounts["/usr/bin/nvidia-smi"] == f"{base}/bin/nvidia-smi"
+    assert not any("firmware" in h for h in mounts.values())
+    for host in mounts.values():  # every mount source exists in the installed root
+        assert (node_root / host.lstrip("/")).is_file()
+    assert all(m["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"] for m in spec["containerEdits"]["mounts"])
+    assert spec["annotations"]["nodeprep.dev/driver-version"] == VERSION
+
+
+def test_a100_capture_lists_one_of_four_gpus(node_root: Path) -> None:
+    """The A100 capture says attached_gpus 4 but holds one <gpu> (see fixtures SOURCES.md)."""
+    found = gpus.from_nvidia_smi_xml((FIXTURES / "a100-sxm4-80gb-mig_535.54.03.xml").read_bytes())
+    assert "reports 4 attached GPUs but lists 1" in found.warnings[0]
+    spec = _spec(node_root, "a100-sxm4-80gb-mig_535.54.03.xml")
+    names = [d["name"] for d in spec["devices"]]
+    assert names == ["0", "GPU-513536b6-7d19-9063-b049-1e69664bb298", "all"]
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia1"}]  # minor 1
+    jsonschema.Draft7Validator(SCHEMA).validate(spec)
+
+
+def test_modules_decide_common_device_nodes(node_root: Path) -> None:
+    spec = _spec(node_root, "a10g_515.105.01.xml", Driver(version=VERSION, modules=("nvidia",)))
+    assert [n["path"] for n in spec["containerEdits"]["deviceNodes"]] == ["/dev/nvidiactl"]
+
+
+def test_ldcache_hook_only_with_the_toolkit_hook(node_root: Path) -> None:
+    hook = node_root / "usr/bin/nvidia-cdi-hook"
+    hook.parent.mkdir(parents=True)
+    hook.write_bytes(b"\x7fELF")
+    spec = _spec(node_root, "a10g_515.105.01.xml")
+    assert spec["containerEdits"]["hooks"] == [{
+        "hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+        "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]}]
+
+
+def test_second_run_changes_nothing(node_root: Path) -> None:
+    _spec(node_root, "a10g_515.105.01.xml")
+    before = (node_root / "etc/cdi/nvidia.yaml").read_bytes()
+    again = cdi.plan_cdi(node_root, DRIVER, Runtime(), gpus.from_nvidia_smi_xml(
+        (FIXTURES / "a10g_515.105.01.xml").read_bytes()))
+    assert not again[0].changed and again[0].content == before
+
+
+@pytest.mark.parametrize(("mutate", "where"), [
+    pytest.param(lambda s: s["devices"][0].update(name="gpu 0"), "devices.0.name", id="name-space"),
+    pytest.param(lambda s: s.update(kind="nvidia"), "kind", id="kind-no-slash"),
+    pytest.param(lambda s: s["containerEdits"]["mounts"][0].update(hostPath="opt/x"), "containerEdits.mounts.0.hostPath",
+                 id="relative-path"),
+    pytest.param(lambda s: s.update(devices=[]), "devices", id="no-devices"),
+    pytest.param(lambda s: s["devices"].append(dict(s["devices"][0])), "devices", id="duplicate-name"),
+    pytest.param(lambda s: s["containerEdits"].update(deviceNode=[]), "containerEdits", id="unknown-field"),
+])
+def test_schema_catches_bad_specs(node_root: Path, mutate, where: str) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(node_root, "a10g_515.105.01.xml")
+    mutate(spec)
+    problems = cdi.spec_problems(spec)
+    assert problems and any(p.startswith(where) for p in problems), problems
+
+
+def test_no_active_driver(tmp_path: Path) -> None:
+    gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes())
+    with pytest.raises(StateError, match="/opt/nvidia/current does not exist"):
+        cdi.plan_cdi(tmp_path, DRIVER, Runtime(), gpu_list)
+
+
+def test_incomplete_driver_root(node_root: Path) -> None:
+    (node_root / f"opt/nvidia/{VERSION}/bin/nvidia-smi").unlink()
+    gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes())
+    with pytest.raises(StateError, match="missing 1 file"):
+        cdi.plan_cdi(node_root, DRIVER, Runtime(), gpu_list)
+
+
+def test_no_gpus(node_root: Path) -> None:
+    with pytest.raises(StateError, match="no NVIDIA GPUs found"):
+        cdi.plan_cdi(node_root, DRIVER, Runtime(), gpus.discover(node_root))
+
+
+def test_gpus_from_driver_procfs(tmp_path: Path) -> None:
+    """/proc/driver/nvidia/gpus/<bus>/information as the driver writes it (fields abridged)."""
+    for bus, minor, uuid in (("0000:c1:00.0", 0, "GPU-cd"), ("0000:81:00.0", 1, "GPU-ab")):
+        d = tmp_path / "proc/driver/nvidia/gpus" / bus
+        d.mkdir(parents=True)
+        (d / "information").write_text(f"Model: \t\t NVIDIA RTX A5000\nIRQ:   \t\t 150\nGPU UUID: \t {uuid}\n"
+                                       f"Video BIOS: \t 94.02.5c.00.01\nBus Type: \t PCIe\nDevice Minor: \t {minor}\n")
+    found = gpus.discover(tmp_path)
+    assert found.source == "procfs"
+    assert found.gpus == (gpus.GpuDevice(0, 1, "GPU-ab", "0000:81:00.0"), gpus.GpuDevice(1, 0, "GPU-cd", "0000:c1:00.0"))
+
+
+def test_gpus_from_pci_sysfs_warn(tmp_path: Path) -> None:
+    for bus, vendor, cls in (("0000:00:02.0", "0x8086", "0x030000"), ("0000:17:00.0", "0x10de", "0x030200"),
+                             ("0000:18:00.0", "0x10de", "0x040300")):
+        d = tmp_path / "sys/bus/pci/devices" / bus
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "class").write_text(cls + "\n")
+    found = gpus.discover(tmp_path)
+    assert found.source == "pci" and found.gpus == (gpus.GpuDevice(0, 0, None, "0000:17:00.0"),)
+    assert "minors assumed to follow PCI order" in found.warnings[0]
