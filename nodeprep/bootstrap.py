@@ -83,6 +83,7 @@ class Outcome:
     seconds: float = 0.0
     result: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    exit_code: int = 0  # of the error: 2 for bad input (profile, store path), else 1
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,10 @@ class Report:
     def changed(self) -> bool:
         return any(o.status in ("done", "failed") for o in self.outcomes)
 
+    @property
+    def exit_code(self) -> int:
+        return next((o.exit_code or 1 for o in self.outcomes if o.status == "failed"), 0)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
@@ -107,6 +112,7 @@ class Report:
             "profile_digest": self.digest,
             "seconds": round(self.seconds, 3),
             "state": str(self.state_path),
+            "exit_code": self.exit_code,
             "steps": [{**asdict(o), "seconds": round(o.seconds, 3)} for o in self.outcomes],
         }
 
@@ -220,10 +226,11 @@ def run_steps(
                     result = step.run(ctx) or {}
                     json.dumps(result)  # results are recorded: they must be JSON
                 except NodeprepError as e:
-                    outcome = Outcome(step.name, "failed", time.monotonic() - t0, error=str(e))
+                    outcome = Outcome(step.name, "failed", time.monotonic() - t0, error=str(e),
+                                      exit_code=e.exit_code)
                 except Exception as e:
                     outcome = Outcome(step.name, "failed", time.monotonic() - t0,
-                                      error=f"{type(e).__name__}: {e}")
+                                      error=f"{type(e).__name__}: {e}", exit_code=1)
                     _record(root, state, digest, run, outcome)
                     if on_outcome:
                         on_outcome(outcome)
@@ -301,8 +308,139 @@ def summary_line(report: Report) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The steps: thin adapters over the install, labels and join libraries.
+# The steps: thin adapters over the install (nodeprep.node), labels (nodeprep.labels) and join
+# (nodeprep.join) libraries. Each returns a JSON-able dict with a one-line `summary`.
+
+NFD_FEATURES = "/etc/kubernetes/node-feature-discovery/features.d/nodeprep"
+LABELS_JSON = "/etc/nodeprep/labels.json"
+
+
+def _under(root: Path, target: str) -> Path:
+    return root / target.lstrip("/")
+
+
+def _kernel(ctx: Context) -> str | None:
+    """The profile's driver.kernel; on a live system None (the running kernel); with --root the one
+    kernel installed in the image (ROOT/lib/modules/<release>)."""
+    kernel = ctx.profile.driver.kernel
+    if kernel or ctx.live:
+        return kernel  # type: ignore[no-any-return]
+    found = sorted({p.name for d in ("lib/modules", "usr/lib/modules") if (ctx.root / d).is_dir()
+                    for p in (ctx.root / d).iterdir() if p.is_dir()})
+    if len(found) != 1:
+        raise InputError(f"driver.kernel: required with --root {ctx.root} (kernels in the image: "
+                         f"{', '.join(found) or 'none'})")
+    return found[0]
+
+
+def _load(ctx: Context) -> bool:
+    return ctx.live if ctx.options.load_modules is None else ctx.options.load_modules
+
+
+def step_driver(ctx: Context) -> dict[str, Any]:
+    """Install user space + kmod of driver.version from driver.store and make it the active root."""
+    from .node import install
+
+    drv = ctx.profile.driver
+    if not drv.store:
+        raise InputError(f"{ctx.profile_path}: driver.store is not set (where the artifacts come from)")
+    result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
+                     activate=True, load=False, modules=tuple(drv.modules))
+    data = result.to_dict()
+    data["summary"] = (f"{result.version} active for kernel {result.kernel}"
+                       + ("" if result.changed else " (already installed)"))
+    return data
+
+
+def step_modules(ctx: Context) -> dict[str, Any]:
+    """Load the modules (live systems) and run doctor as the gate for the rest of the bring-up."""
+    from .node.devices import load_modules
+    from .node.doctor import doctor
+
+    made: list[str] = []
+    loaded = _load(ctx)
+    if loaded:
+        made = load_modules(tuple(ctx.profile.driver.modules), root=ctx.root)
+    # Offline (--root): no GPU, module or device nodes to look at; the image's driver root and ld cache are.
+    checks = None if ctx.live else {"state", "ldcache", "kmod"}
+    report = doctor(ctx.root, checks=checks)
+    if not report.ok:
+        raise StateError("doctor: " + "; ".join(f"{c.name}: {c.message}" for c in report.problems()),
+                         hint="nodeprep doctor shows every check")
+    ran = [c.name for c in report.checks if not c.skipped]
+    return {"loaded": loaded, "device_nodes": made, "doctor": report.to_dict(),
+            "summary": ("modules loaded; " if loaded else "modules not loaded (offline root); ")
+            + f"doctor ok ({', '.join(ran)})"}
+
+
+def step_labels(ctx: Context) -> dict[str, Any]:
+    """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
+    from .labels import LabelOptions, node_labels
+    from .labels.output import render_nfd
+    from .node.fsutil import atomic_write
+
+    opts = LabelOptions(
+        root=ctx.root, sysfs_root=ctx.options.sysfs_root, nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+        cloud=ctx.profile.labels.cloud, extra=dict(ctx.profile.labels.extra),
+        kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
+        use_nvml=ctx.live, run_nvidia_smi=ctx.live,
+    )
+    result = node_labels(opts)
+    labels = dict(sorted(result.labels.items()))
+    atomic_write(_under(ctx.root, NFD_FEATURES), render_nfd(labels))
+    atomic_write(_under(ctx.root, LABELS_JSON), json.dumps(labels, indent=2, sort_keys=True) + "\n")
+    return {"labels": labels, "sources": result.sources, "warnings": list(result.warnings),
+            "files": [NFD_FEATURES, LABELS_JSON],
+            "summary": f"{len(labels)} labels (gpu facts: {result.sources.get('gpu', 'none')})"}
+
+
+def _join_options(ctx: Context) -> Any:
+    from .join import JoinOptions
+
+    labels = ctx.results.get("labels", {}).get("labels")
+    # doctor already gated the bring-up in the modules step (with the checks that fit --root)
+    return JoinOptions(root=ctx.root, nvidia_smi_xml=ctx.options.nvidia_smi_xml, labels=labels,
+                       skip_preflight=True)
+
+
+def step_runtime(ctx: Context) -> dict[str, Any]:
+    """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root."""
+    from .join import apply_runtime, plan_runtime
+
+    plan = plan_runtime(ctx.profile, _join_options(ctx))
+    result = apply_runtime(plan)
+    result["summary"] = (f"wrote {', '.join(result['written'])}" if result["written"]
+                         else "containerd configuration unchanged")
+    return result
+
+
+def step_join(ctx: Context) -> dict[str, Any]:
+    """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration."""
+    from .join import join
+
+    if ctx.profile.cluster is None:
+        return {"joined": False, "summary": "no cluster section in the profile: not joining"}
+    plan, result = join(ctx.profile, _join_options(ctx), dry_run=ctx.dry_run_join)
+    ran = result.get("ran", [])
+    deferred = result.get("deferred_commands", [])
+    if ran:
+        summary = f"joined ({plan.mode}, ran {' ; '.join(' '.join(a) for a in ran)})"
+    elif ctx.dry_run_join:
+        summary = f"dry run: {plan.mode} configuration written, nothing run"
+    elif deferred:
+        summary = f"configuration written; at first boot: {' ; '.join(' '.join(a) for a in deferred)}"
+    else:
+        summary = "configuration written; " + ("already joined" if plan.already_joined else "nothing to run")
+    result["dry_run"] = ctx.dry_run_join
+    result["summary"] = summary
+    return result
 
 
 def default_steps() -> list[Step]:
-    return []
+    return [
+        Step("driver", "Install and activate the NVIDIA driver", step_driver),
+        Step("modules", "Load modules, doctor", step_modules),
+        Step("labels", "Node labels", step_labels),
+        Step("runtime", "Container runtime", step_runtime),
+        Step("join", "Join the cluster", step_join),
+    ]

@@ -62,7 +62,7 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
     else:
         click.echo(bootstrap_lib.summary_line(report), err=True)
     if not report.ok:
-        sys.exit(1)
+        click.get_current_context().exit(report.exit_code)
 
 
 @click.command("cloud-init")
