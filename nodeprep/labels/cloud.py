@@ -36,7 +36,7 @@ AWS_TOKEN_TTL = "21600"
 DMI_FIELDS = ("sys_vendor", "product_name", "product_version", "board_asset_tag", "chassis_asset_tag",
               "bios_vendor", "bios_version")
 PLACEHOLDER_PRODUCTS = {"", "to be filled by o.e.m.", "system product name", "default string",
-                        "not specified", "none", "unknown"}
+                        "not specified", "none", "unknown", "hvm domu"}
 
 
 @dataclass(frozen=True)
