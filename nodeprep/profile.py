@@ -99,8 +99,9 @@ class Cluster:
     @property
     def all_taints(self) -> tuple[Taint, ...]:
         """Taints to register with: `taints` plus nvidia.com/gpu=present:NoSchedule when gpu_taint."""
-        if self.gpu_taint and not any(t.key == GPU_TAINT.key and t.effect == GPU_TAINT.effect
-                                      for t in self.taints):
+        if self.gpu_taint and not any(
+            t.key == GPU_TAINT.key and t.effect == GPU_TAINT.effect for t in self.taints
+        ):
             return (*self.taints, GPU_TAINT)
         return self.taints
 
@@ -171,12 +172,23 @@ class Field:
 
 
 def _type_name(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
-            dict: "mapping", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
-def _str(pattern: re.Pattern[str] | None = None, expected: str = "",
-         check: Callable[[str], str | None] | None = None, nullable: bool = False) -> Parser:
+def _str(
+    pattern: re.Pattern[str] | None = None,
+    expected: str = "",
+    check: Callable[[str], str | None] | None = None,
+    nullable: bool = False,
+) -> Parser:
     def parse(value: Any) -> tuple[Any, Problems]:
         if value is None and nullable:
             return None, []
@@ -189,6 +201,7 @@ def _str(pattern: re.Pattern[str] | None = None, expected: str = "",
         if check is not None and (problem := check(value)):
             return value, [problem]
         return value, []
+
     return parse
 
 
@@ -199,6 +212,7 @@ def _enum(*choices: str) -> Parser:
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             return value, [f"{value!r} is not one of {', '.join(choices)}{extra}"]
         return value, []
+
     return parse
 
 
@@ -218,11 +232,15 @@ def _list(item: Parser) -> Parser:
             out.append(parsed)
             problems += [f"[{i}]: {e}" for e in errs]
         return tuple(out), problems
+
     return parse
 
 
-def _map(value_parser: Parser, key_check: Callable[[str], str | None] | None = None,
-         pair_check: Callable[[str, Any], list[str]] | None = None) -> Parser:
+def _map(
+    value_parser: Parser,
+    key_check: Callable[[str], str | None] | None = None,
+    pair_check: Callable[[str, Any], list[str]] | None = None,
+) -> Parser:
     def parse(value: Any) -> tuple[Any, Problems]:
         if value is None:
             return {}, []
@@ -241,6 +259,7 @@ def _map(value_parser: Parser, key_check: Callable[[str], str | None] | None = N
                 problems += pair_check(k, parsed)
             out[k] = parsed
         return out, problems
+
     return parse
 
 
@@ -286,8 +305,10 @@ def _k8s_version(value: str) -> str | None:
     m = K8S_VERSION_RE.match(value)
     assert m
     if (int(m.group(1)), int(m.group(2))) < OLDEST_KUBERNETES:
-        return (f"{value!r} is older than the oldest supported Kubernetes "
-                f"{OLDEST_KUBERNETES[0]}.{OLDEST_KUBERNETES[1]}")
+        return (
+            f"{value!r} is older than the oldest supported Kubernetes "
+            f"{OLDEST_KUBERNETES[0]}.{OLDEST_KUBERNETES[1]}"
+        )
     return None
 
 
@@ -308,8 +329,14 @@ def _taint(value: Any) -> tuple[Any, Problems]:
     elif isinstance(value, dict):
         unknown = sorted(set(value) - {"key", "value", "effect"})
         if unknown:
-            return value, [f"unknown taint field(s) {', '.join(map(str, unknown))} (allowed: key, value, effect)"]
-        data = {"key": value.get("key", ""), "value": value.get("value", ""), "effect": value.get("effect", "")}
+            return value, [
+                f"unknown taint field(s) {', '.join(map(str, unknown))} (allowed: key, value, effect)"
+            ]
+        data = {
+            "key": value.get("key", ""),
+            "value": value.get("value", ""),
+            "effect": value.get("effect", ""),
+        }
     else:
         return value, [f"expected key=value:Effect or a mapping, got {_type_name(value)}"]
     problems: list[str] = []
@@ -353,7 +380,11 @@ def _flag_name(name: str) -> str | None:
 
 
 def _feature_gate(name: str) -> str | None:
-    return None if re.match(r"^[A-Z][A-Za-z0-9]*$", name) else f"{name!r} is not a feature gate name (e.g. DevicePluginCDIDevices)"
+    return (
+        None
+        if re.match(r"^[A-Z][A-Za-z0-9]*$", name)
+        else f"{name!r} is not a feature gate name (e.g. DevicePluginCDIDevices)"
+    )
 
 
 def _scalar_str(value: Any) -> tuple[Any, Problems]:
@@ -373,71 +404,194 @@ _BOOL = {"type": "boolean"}
 _TAINT_SCHEMA = {
     "oneOf": [
         {"type": "string", "pattern": r"^[^:]+(=[^:]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"},
-        {"type": "object", "additionalProperties": False, "required": ["key", "effect"],
-         "properties": {"key": _STR, "value": _STR, "effect": {"enum": list(TAINT_EFFECTS)}}},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["key", "effect"],
+            "properties": {"key": _STR, "value": _STR, "effect": {"enum": list(TAINT_EFFECTS)}},
+        },
     ]
 }
 
 FIELDS: tuple[Field, ...] = (
     # driver
-    Field("driver", "version", _str(DRIVER_VERSION_RE, "is not a full driver version (expected e.g. 550.90.07)"),
-          {"type": "string", "pattern": DRIVER_VERSION_RE.pattern},
-          "NVIDIA driver version to install, e.g. 535.309.01", required=True, flag="--driver-version"),
-    Field("driver", "flavour", _enum("proprietary", "open"), {"enum": ["proprietary", "open"]},
-          "Kernel module flavour: proprietary or open (open GPU kernel modules, Turing and newer)",
-          flag="--flavour"),
-    Field("driver", "store", _str(check=_store, nullable=True), {"type": ["string", "null"]},
-          "Artifact store: a directory, file:// or http(s):// base URL with index.json", flag="--store"),
-    Field("driver", "kernel", _str(KERNEL_RE, "is not a kernel release (e.g. 6.1.0-28-amd64)", nullable=True),
-          {"type": ["string", "null"], "pattern": KERNEL_RE.pattern},
-          "Kernel release to install modules for (default: the running kernel)", flag="--kernel"),
-    Field("driver", "modules", _modules,
-          {"type": "array", "items": {"enum": list(KERNEL_MODULES)}, "uniqueItems": True, "contains": {"const": "nvidia"}},
-          "Kernel modules to load, in order"),
+    Field(
+        "driver",
+        "version",
+        _str(DRIVER_VERSION_RE, "is not a full driver version (expected e.g. 550.90.07)"),
+        {"type": "string", "pattern": DRIVER_VERSION_RE.pattern},
+        "NVIDIA driver version to install, e.g. 535.309.01",
+        required=True,
+        flag="--driver-version",
+    ),
+    Field(
+        "driver",
+        "flavour",
+        _enum("proprietary", "open"),
+        {"enum": ["proprietary", "open"]},
+        "Kernel module flavour: proprietary or open (open GPU kernel modules, Turing and newer)",
+        flag="--flavour",
+    ),
+    Field(
+        "driver",
+        "store",
+        _str(check=_store, nullable=True),
+        {"type": ["string", "null"]},
+        "Artifact store: a directory, file:// or http(s):// base URL with index.json",
+        flag="--store",
+    ),
+    Field(
+        "driver",
+        "kernel",
+        _str(KERNEL_RE, "is not a kernel release (e.g. 6.1.0-28-amd64)", nullable=True),
+        {"type": ["string", "null"], "pattern": KERNEL_RE.pattern},
+        "Kernel release to install modules for (default: the running kernel)",
+        flag="--kernel",
+    ),
+    Field(
+        "driver",
+        "modules",
+        _modules,
+        {
+            "type": "array",
+            "items": {"enum": list(KERNEL_MODULES)},
+            "uniqueItems": True,
+            "contains": {"const": "nvidia"},
+        },
+        "Kernel modules to load, in order",
+    ),
     # labels
-    Field("labels", "extra", _map(_scalar_str, pair_check=_label_pair), _STR_MAP,
-          "Extra node labels (key: value), validated against Kubernetes label syntax"),
-    Field("labels", "cloud", _enum("auto", "aws", "gce", "azure", "none"),
-          {"enum": ["auto", "aws", "gce", "azure", "none"]},
-          "Cloud to read instance facts from: auto (DMI first), aws, gce, azure or none", flag="--cloud"),
+    Field(
+        "labels",
+        "extra",
+        _map(_scalar_str, pair_check=_label_pair),
+        _STR_MAP,
+        "Extra node labels (key: value), validated against Kubernetes label syntax",
+    ),
+    Field(
+        "labels",
+        "cloud",
+        _enum("auto", "aws", "gce", "azure", "none"),
+        {"enum": ["auto", "aws", "gce", "azure", "none"]},
+        "Cloud to read instance facts from: auto (DMI first), aws, gce, azure or none",
+        flag="--cloud",
+    ),
     # cluster
-    Field("cluster", "mode", _enum("kubeadm", "kubelet"), {"enum": ["kubeadm", "kubelet"]},
-          "kubeadm: `kubeadm join` with a JoinConfiguration; kubelet: bootstrap kubeconfig + systemd drop-in"),
-    Field("cluster", "api_server", _str(check=_api_server), _STR,
-          "API server endpoint host:port, e.g. 10.0.0.10:6443", required=True, flag="--api-server"),
-    Field("cluster", "token_file", _str(check=_abs_path), _STR,
-          "File holding the bootstrap token (mode 0600; never put the token itself in the profile)",
-          flag="--token-file"),
-    Field("cluster", "ca_cert_hashes", _list(_str(CA_HASH_RE, "is not sha256:<64 hex digits>")),
-          {"type": "array", "items": {"type": "string", "pattern": CA_HASH_RE.pattern}},
-          "Public key pins of the cluster CA (kubeadm token create --print-join-command shows them)"),
-    Field("cluster", "ca_cert_file", _str(check=_abs_path), _STR,
-          "Cluster CA certificate (PEM) for the kubelet bootstrap kubeconfig (mode kubelet)"),
-    Field("cluster", "kubernetes_version",
-          _str(K8S_VERSION_RE, "is not a Kubernetes version (e.g. 1.31 or v1.31.2)", check=_k8s_version),
-          {"type": "string", "pattern": K8S_VERSION_RE.pattern},
-          "Kubernetes version of the cluster: picks the kubeadm API (v1beta3 < 1.31 <= v1beta4) and kubelet flags",
-          flag="--kubernetes-version"),
-    Field("cluster", "node_name", _str(check=_node_name, nullable=True), {"type": ["string", "null"]},
-          "Node name (default: the host name)", flag="--node-name"),
-    Field("cluster", "taints", _list(_taint), {"type": "array", "items": _TAINT_SCHEMA},
-          "Taints set at registration (the only time a node may set its own taints)"),
+    Field(
+        "cluster",
+        "mode",
+        _enum("kubeadm", "kubelet"),
+        {"enum": ["kubeadm", "kubelet"]},
+        "kubeadm: `kubeadm join` with a JoinConfiguration; kubelet: bootstrap kubeconfig + systemd drop-in",
+    ),
+    Field(
+        "cluster",
+        "api_server",
+        _str(check=_api_server),
+        _STR,
+        "API server endpoint host:port, e.g. 10.0.0.10:6443",
+        required=True,
+        flag="--api-server",
+    ),
+    Field(
+        "cluster",
+        "token_file",
+        _str(check=_abs_path),
+        _STR,
+        "File holding the bootstrap token (mode 0600; never put the token itself in the profile)",
+        flag="--token-file",
+    ),
+    Field(
+        "cluster",
+        "ca_cert_hashes",
+        _list(_str(CA_HASH_RE, "is not sha256:<64 hex digits>")),
+        {"type": "array", "items": {"type": "string", "pattern": CA_HASH_RE.pattern}},
+        "Public key pins of the cluster CA (kubeadm token create --print-join-command shows them)",
+    ),
+    Field(
+        "cluster",
+        "ca_cert_file",
+        _str(check=_abs_path),
+        _STR,
+        "Cluster CA certificate (PEM) for the kubelet bootstrap kubeconfig (mode kubelet)",
+    ),
+    Field(
+        "cluster",
+        "kubernetes_version",
+        _str(K8S_VERSION_RE, "is not a Kubernetes version (e.g. 1.31 or v1.31.2)", check=_k8s_version),
+        {"type": "string", "pattern": K8S_VERSION_RE.pattern},
+        "Kubernetes version of the cluster: picks the kubeadm API (v1beta3 < 1.31 <= v1beta4) "
+        "and kubelet flags",
+        flag="--kubernetes-version",
+    ),
+    Field(
+        "cluster",
+        "node_name",
+        _str(check=_node_name, nullable=True),
+        {"type": ["string", "null"]},
+        "Node name (default: the host name)",
+        flag="--node-name",
+    ),
+    Field(
+        "cluster",
+        "taints",
+        _list(_taint),
+        {"type": "array", "items": _TAINT_SCHEMA},
+        "Taints set at registration (the only time a node may set its own taints)",
+    ),
     Field("cluster", "gpu_taint", _bool, _BOOL, "Add nvidia.com/gpu=present:NoSchedule at registration"),
-    Field("cluster", "cri_socket", _str(re.compile(r"^(unix|npipe)://."), "must be a unix:// endpoint"),
-          {"type": "string", "pattern": r"^(unix|npipe)://."}, "CRI endpoint of the container runtime"),
-    Field("cluster", "cgroup_driver", _enum("systemd", "cgroupfs"), {"enum": ["systemd", "cgroupfs"]},
-          "Kubelet cgroup driver; must match containerd's SystemdCgroup"),
-    Field("cluster", "kubelet_extra_args", _map(_scalar_str, key_check=_flag_name), _STR_MAP,
-          "Extra kubelet flags (name without dashes: value); deprecated ones move into KubeletConfiguration"),
-    Field("cluster", "feature_gates", _map(_bool, key_check=_feature_gate),
-          {"type": "object", "additionalProperties": {"type": "boolean"}}, "Kubelet feature gates"),
+    Field(
+        "cluster",
+        "cri_socket",
+        _str(re.compile(r"^(unix|npipe)://."), "must be a unix:// endpoint"),
+        {"type": "string", "pattern": r"^(unix|npipe)://."},
+        "CRI endpoint of the container runtime",
+    ),
+    Field(
+        "cluster",
+        "cgroup_driver",
+        _enum("systemd", "cgroupfs"),
+        {"enum": ["systemd", "cgroupfs"]},
+        "Kubelet cgroup driver; must match containerd's SystemdCgroup",
+    ),
+    Field(
+        "cluster",
+        "kubelet_extra_args",
+        _map(_scalar_str, key_check=_flag_name),
+        _STR_MAP,
+        "Extra kubelet flags (name without dashes: value); deprecated ones move into KubeletConfiguration",
+    ),
+    Field(
+        "cluster",
+        "feature_gates",
+        _map(_bool, key_check=_feature_gate),
+        {"type": "object", "additionalProperties": {"type": "boolean"}},
+        "Kubelet feature gates",
+    ),
     # runtime
-    Field("runtime", "containerd_config", _str(check=_abs_path), _STR, "containerd's main configuration file"),
-    Field("runtime", "nvidia_runtime", _bool, _BOOL, "Register the `nvidia` runtime (nvidia-container-runtime)"),
-    Field("runtime", "nvidia_runtime_path", _str(check=_abs_path), _STR,
-          "Path of nvidia-container-runtime (NVIDIA Container Toolkit)"),
-    Field("runtime", "cdi", _bool, _BOOL, "Write the CDI spec /etc/cdi/nvidia.yaml and enable CDI in containerd"),
-    Field("runtime", "cdi_spec_dirs", _list(_str(check=_abs_path)), _STR_LIST, "Directories containerd reads CDI specs from"),
+    Field(
+        "runtime", "containerd_config", _str(check=_abs_path), _STR, "containerd's main configuration file"
+    ),
+    Field(
+        "runtime", "nvidia_runtime", _bool, _BOOL, "Register the `nvidia` runtime (nvidia-container-runtime)"
+    ),
+    Field(
+        "runtime",
+        "nvidia_runtime_path",
+        _str(check=_abs_path),
+        _STR,
+        "Path of nvidia-container-runtime (NVIDIA Container Toolkit)",
+    ),
+    Field(
+        "runtime", "cdi", _bool, _BOOL, "Write the CDI spec /etc/cdi/nvidia.yaml and enable CDI in containerd"
+    ),
+    Field(
+        "runtime",
+        "cdi_spec_dirs",
+        _list(_str(check=_abs_path)),
+        _STR_LIST,
+        "Directories containerd reads CDI specs from",
+    ),
     Field("runtime", "default_runtime", _bool, _BOOL, "Make `nvidia` containerd's default runtime"),
 )
 
@@ -473,9 +627,12 @@ def _check_invariants(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
     cluster = sections.get("cluster")
     if cluster:
         if cluster.get("gpu_taint") and any(
-                isinstance(t, Taint) and t.key == GPU_TAINT.key and t.value != GPU_TAINT.value
-                for t in cluster.get("taints", ())):
-            problems.append("cluster.taints: conflicts with gpu_taint (nvidia.com/gpu taint with another value)")
+            isinstance(t, Taint) and t.key == GPU_TAINT.key and t.value != GPU_TAINT.value
+            for t in cluster.get("taints", ())
+        ):
+            problems.append(
+                "cluster.taints: conflicts with gpu_taint (nvidia.com/gpu taint with another value)"
+            )
     runtime = sections.get("runtime")
     if runtime and runtime.get("default_runtime") and not runtime.get("nvidia_runtime", True):
         problems.append("runtime.default_runtime: needs nvidia_runtime: true")
@@ -519,8 +676,9 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         parsed[name] = values
     problems += _check_invariants(parsed)
     if problems:
-        raise ProfileError(problems, source=source,
-                           hint="see examples/node.yaml and docs/profile.md for every field")
+        raise ProfileError(
+            problems, source=source, hint="see examples/node.yaml and docs/profile.md for every field"
+        )
     built = {name: SECTIONS[name](**values) for name, values in parsed.items()}
     return Profile(source=source, **built)
 
@@ -531,8 +689,11 @@ def load_profile(path: Path) -> Profile:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ProfileError(["file not found"], source=source,
-                           hint=f"write one (see examples/node.yaml) or pass --profile; default {DEFAULT_PATH}") from None
+        raise ProfileError(
+            ["file not found"],
+            source=source,
+            hint=f"write one (see examples/node.yaml) or pass --profile; default {DEFAULT_PATH}",
+        ) from None
     except OSError as e:
         raise ProfileError([f"cannot read ({e.strerror})"], source=source) from None
     try:
@@ -540,7 +701,9 @@ def load_profile(path: Path) -> Profile:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise ProfileError([f"{where}not valid YAML ({getattr(e, 'problem', None) or e})"], source=source) from None
+        raise ProfileError(
+            [f"{where}not valid YAML ({getattr(e, 'problem', None) or e})"], source=source
+        ) from None
     return parse_profile(data, source)
 
 

@@ -14,9 +14,11 @@ from .options import emit_json, json_option, profile_option, root_option
 log = logging.getLogger("nodeprep.join")
 
 nvidia_smi_xml_option = click.option(
-    "--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+    "--nvidia-smi-xml",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
     help="Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
-         "(offline image builds).",
+    "(offline image builds).",
 )
 
 
@@ -29,14 +31,27 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
 @profile_option
 @root_option
 @json_option
-@click.option("--dry-run", is_flag=True,
-              help="Write the files (under --root) and print them, token masked; run nothing.")
-@click.option("--insecure-skip-ca-verification", is_flag=True,
-              help="Join without cluster.ca_cert_hashes (kubeadm unsafeSkipCAVerification). Trusts the network.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Write the files (under --root) and print them, token masked; run nothing.",
+)
+@click.option(
+    "--insecure-skip-ca-verification",
+    is_flag=True,
+    help="Join without cluster.ca_cert_hashes (kubeadm unsafeSkipCAVerification). Trusts the network.",
+)
 @click.option("--skip-preflight", is_flag=True, help="Join even when `nodeprep doctor` fails.")
 @nvidia_smi_xml_option
-def join_cmd(profile: Path | None, root: Path, as_json: bool, dry_run: bool, insecure_skip_ca_verification: bool,
-             skip_preflight: bool, nvidia_smi_xml: Path | None) -> None:
+def join_cmd(
+    profile: Path | None,
+    root: Path,
+    as_json: bool,
+    dry_run: bool,
+    insecure_skip_ca_verification: bool,
+    skip_preflight: bool,
+    nvidia_smi_xml: Path | None,
+) -> None:
     """Join this node to Kubernetes as the profile's cluster section says.
 
     kubeadm mode renders a JoinConfiguration (v1beta3 below 1.31, v1beta4 from 1.31) and runs
@@ -45,8 +60,12 @@ def join_cmd(profile: Path | None, root: Path, as_json: bool, dry_run: bool, ins
     containerd and write the CDI spec first. The bootstrap token is read from cluster.token_file
     (mode 0600) and never printed."""
     prof = load_profile(profile_path(root, profile))
-    options = JoinOptions(root=root, insecure_skip_ca_verification=insecure_skip_ca_verification,
-                          skip_preflight=skip_preflight, nvidia_smi_xml=nvidia_smi_xml)
+    options = JoinOptions(
+        root=root,
+        insecure_skip_ca_verification=insecure_skip_ca_verification,
+        skip_preflight=skip_preflight,
+        nvidia_smi_xml=nvidia_smi_xml,
+    )
     plan = plan_join(prof, options)
     text = plan.render_text() if dry_run and not as_json else ""
     result = apply_join(plan, run=not dry_run)
@@ -58,9 +77,12 @@ def join_cmd(profile: Path | None, root: Path, as_json: bool, dry_run: bool, ins
     if dry_run:
         click.echo(text, nl=False)
     verb = "would join" if dry_run else "joined"
-    click.echo(f"{verb}: mode {plan.mode}, Kubernetes {plan.kubernetes_version}"
-               f"{', ' + plan.kubeadm_api if plan.kubeadm_api else ''}; "
-               f"{len(result['written'])} file(s) written, {len(result['ran'])} command(s) run", err=True)
+    click.echo(
+        f"{verb}: mode {plan.mode}, Kubernetes {plan.kubernetes_version}"
+        f"{', ' + plan.kubeadm_api if plan.kubeadm_api else ''}; "
+        f"{len(result['written'])} file(s) written, {len(result['ran'])} command(s) run",
+        err=True,
+    )
 
 
 @click.command("runtime")
@@ -69,14 +91,20 @@ def join_cmd(profile: Path | None, root: Path, as_json: bool, dry_run: bool, ins
 @json_option
 @click.option("--check", is_flag=True, help="Only report what would change (nothing written).")
 @nvidia_smi_xml_option
-def runtime_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, nvidia_smi_xml: Path | None) -> None:
+def runtime_cmd(
+    profile: Path | None, root: Path, as_json: bool, check: bool, nvidia_smi_xml: Path | None
+) -> None:
     """Register the nvidia runtime in containerd and write the CDI spec (no cluster join)."""
     prof = load_profile(profile_path(root, profile))
     plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml))
     summary = [f.summary() for f in plan.files]
     if check:
-        result = {"changed": plan.changed, "files": summary, "commands": [list(a.argv) for a in plan.actions],
-                  "warnings": list(plan.warnings)}
+        result = {
+            "changed": plan.changed,
+            "files": summary,
+            "commands": [list(a.argv) for a in plan.actions],
+            "warnings": list(plan.warnings),
+        }
     else:
         result = apply_runtime(plan)
         result["files"] = summary

@@ -23,5 +23,15 @@ from .plan import (
     plan_runtime,
 )
 
-__all__ = ["Action", "FileChange", "JoinOptions", "JoinPlan", "RuntimePlan", "apply_join", "apply_runtime",
-           "join", "plan_join", "plan_runtime"]
+__all__ = [
+    "Action",
+    "FileChange",
+    "JoinOptions",
+    "JoinPlan",
+    "RuntimePlan",
+    "apply_join",
+    "apply_runtime",
+    "join",
+    "plan_join",
+    "plan_runtime",
+]

@@ -50,8 +50,9 @@ def active_driver(root: Path) -> str:
     try:
         target = os.readlink(link)
     except FileNotFoundError:
-        raise StateError(f"{DRIVER_BASE}/current does not exist: no active driver",
-                         hint="run `nodeprep install` first") from None
+        raise StateError(
+            f"{DRIVER_BASE}/current does not exist: no active driver", hint="run `nodeprep install` first"
+        ) from None
     except OSError:
         raise StateError(f"{DRIVER_BASE}/current is not a symlink") from None
     return Path(target).name
@@ -62,8 +63,10 @@ def load_driver_manifest(root: Path, version: str) -> Manifest:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise StateError(f"{DRIVER_BASE}/{version}/{MANIFEST} is missing: the driver root is incomplete",
-                         hint="run `nodeprep doctor`") from None
+        raise StateError(
+            f"{DRIVER_BASE}/{version}/{MANIFEST} is missing: the driver root is incomplete",
+            hint="run `nodeprep doctor`",
+        ) from None
     return Manifest.from_json(raw, source=f"{DRIVER_BASE}/{version}/{MANIFEST}")
 
 
@@ -81,11 +84,16 @@ def _mounts(root: Path, version: str, manifest: Manifest) -> list[dict[str, Any]
             if p.is_symlink():
                 links[f"lib64/{p.name}"] = f"lib64/{p.name}"
     mounts: list[dict[str, Any]] = []
-    missing = [rel for rel in sorted(regular) if rel.startswith(("lib64/", "bin/"))
-               and not under(root, f"{host_base}/{rel}").is_file()]
+    missing = [
+        rel
+        for rel in sorted(regular)
+        if rel.startswith(("lib64/", "bin/")) and not under(root, f"{host_base}/{rel}").is_file()
+    ]
     if missing:
-        raise StateError(f"driver root {host_base} is missing {len(missing)} file(s) from its manifest, "
-                         f"e.g. {missing[0]}", hint="run `nodeprep doctor`")
+        raise StateError(
+            f"driver root {host_base} is missing {len(missing)} file(s) from its manifest, e.g. {missing[0]}",
+            hint="run `nodeprep doctor`",
+        )
     for rel in sorted(regular):
         name = Path(rel).name
         if rel.startswith("lib64/") and rel.count("/") == 1:
@@ -114,8 +122,10 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     version = version or active_driver(root)
     manifest = load_driver_manifest(root, version)
     if not gpus.gpus:
-        raise StateError("no NVIDIA GPUs found (nvidia-smi, /proc/driver/nvidia, PCI sysfs): not writing a "
-                         "CDI spec", hint="is the driver loaded? run `nodeprep doctor`")
+        raise StateError(
+            "no NVIDIA GPUs found (nvidia-smi, /proc/driver/nvidia, PCI sysfs): not writing a CDI spec",
+            hint="is the driver loaded? run `nodeprep doctor`",
+        )
     common_nodes = [{"path": "/dev/nvidiactl"}]
     if "nvidia-uvm" in driver.modules:
         common_nodes += [{"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidia-uvm-tools"}]
@@ -128,16 +138,25 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     }
     if under(root, CDI_HOOK).is_file():
         lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
-        edits["hooks"] = [{"hookName": "createContainer", "path": CDI_HOOK,
-                           "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", lib_dir]}]
+        edits["hooks"] = [
+            {
+                "hookName": "createContainer",
+                "path": CDI_HOOK,
+                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", lib_dir],
+            }
+        ]
     devices: list[dict[str, Any]] = []
     for g in gpus.gpus:
         node = {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"}]}
         devices.append({"name": str(g.index), "containerEdits": node})
         if g.uuid:
             devices.append({"name": g.uuid, "containerEdits": json.loads(json.dumps(node))})
-    devices.append({"name": "all", "containerEdits": {
-        "deviceNodes": [{"path": f"/dev/nvidia{g.minor}"} for g in gpus.gpus]}})
+    devices.append(
+        {
+            "name": "all",
+            "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"} for g in gpus.gpus]},
+        }
+    )
     return {
         "cdiVersion": CDI_VERSION,
         "kind": KIND,

@@ -38,10 +38,12 @@ DROP_IN_NAME = "99-nodeprep-nvidia.toml"
 RUNTIME_NAME = "nvidia"
 CRI_KEYS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 DEFAULT_RUNTIME_TYPE = "io.containerd.runc.v2"
-HEADER = ("# Written by nodeprep (nodeprep join / container_runtime role). Do not edit: it is rendered\n"
-          "# from {main} and the node profile, and rewritten on the next run.\n"
-          "# It repeats the main file's whole CRI plugin table: containerd < 2.1 replaces plugin tables\n"
-          "# from imports instead of merging them.\n")
+HEADER = (
+    "# Written by nodeprep (nodeprep join / container_runtime role). Do not edit: it is rendered\n"
+    "# from {main} and the node profile, and rewritten on the next run.\n"
+    "# It repeats the main file's whole CRI plugin table: containerd < 2.1 replaces plugin tables\n"
+    "# from imports instead of merging them.\n"
+)
 
 
 def config_version(data: dict[str, Any], text: str) -> int:
@@ -100,7 +102,7 @@ def _array_end(text: str, start: int) -> int:
                 quote = ""
                 continue
         elif ch in "\"'":
-            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else ch
+            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else ch
             i += len(quote)
             continue
         elif ch == "#":
@@ -128,11 +130,11 @@ def with_import(text: str, entry: str) -> str:
         return text
     line = "imports = [" + ", ".join(json.dumps(x, ensure_ascii=False) for x in [*imports, entry]) + "]"
     if "imports" in data:
-        m = re.search(r"(?m)^[ \t]*imports[ \t]*=[ \t]*\[", text[:_first_table(text)])
+        m = re.search(r"(?m)^[ \t]*imports[ \t]*=[ \t]*\[", text[: _first_table(text)])
         if not m:
             raise InputError("containerd config: cannot locate the top-level imports line to edit")
         end = _array_end(text, m.end() - 1)
-        new = text[:m.start()] + line + text[end:]
+        new = text[: m.start()] + line + text[end:]
     elif not text.strip():
         new = "version = 2\n" + line + "\n"
     else:
@@ -145,8 +147,9 @@ def with_import(text: str, entry: str) -> str:
     if not text.strip():
         want.setdefault("version", 2)
     if tomllib.loads(new) != want:  # pragma: no cover - guards the text surgery
-        raise InputError("containerd config: adding the imports entry would change other settings; "
-                         "add it by hand: " + line)
+        raise InputError(
+            "containerd config: adding the imports entry would change other settings; add it by hand: " + line
+        )
     return new
 
 
@@ -165,8 +168,14 @@ def _runc_template(cri: dict[str, Any]) -> dict[str, Any]:
     return {"runtime_type": DEFAULT_RUNTIME_TYPE}
 
 
-def render_drop_in(main: dict[str, Any], version: int, runtime: Runtime, cluster: Cluster | None,
-                   main_target: str, warnings: list[str] | None = None) -> bytes:
+def render_drop_in(
+    main: dict[str, Any],
+    version: int,
+    runtime: Runtime,
+    cluster: Cluster | None,
+    main_target: str,
+    warnings: list[str] | None = None,
+) -> bytes:
     """The drop-in's bytes: pure function of the parsed main config and the profile."""
     warnings = warnings if warnings is not None else []
     key = cri_key(version)
@@ -180,8 +189,10 @@ def render_drop_in(main: dict[str, Any], version: int, runtime: Runtime, cluster
         runc = runtimes.get("runc")
         if isinstance(runc, dict) and runc.get("options", {}).get("SystemdCgroup", False) != want:
             runc.setdefault("options", {})["SystemdCgroup"] = want
-            warnings.append(f"containerd runc SystemdCgroup set to {str(want).lower()} to match "
-                            f"cluster.cgroup_driver {cluster.cgroup_driver}")
+            warnings.append(
+                f"containerd runc SystemdCgroup set to {str(want).lower()} to match "
+                f"cluster.cgroup_driver {cluster.cgroup_driver}"
+            )
     if runtime.nvidia_runtime:
         nvidia = _runc_template(cri)
         nvidia.setdefault("options", {})["BinaryName"] = runtime.nvidia_runtime_path
@@ -196,8 +207,9 @@ def render_drop_in(main: dict[str, Any], version: int, runtime: Runtime, cluster
     return (HEADER.format(main=main_target) + "\n" + tomli_w.dumps(doc)).encode()
 
 
-def plan_containerd(root: Path, runtime: Runtime, cluster: Cluster | None = None,
-                    warnings: list[str] | None = None) -> list[FileChange]:
+def plan_containerd(
+    root: Path, runtime: Runtime, cluster: Cluster | None = None, warnings: list[str] | None = None
+) -> list[FileChange]:
     """File changes for containerd (main config imports line + drop-in); [] when the profile asks
     for neither the nvidia runtime nor CDI."""
     if not (runtime.nvidia_runtime or runtime.cdi):
@@ -209,7 +221,8 @@ def plan_containerd(root: Path, runtime: Runtime, cluster: Cluster | None = None
     if version == 1:
         (warnings if warnings is not None else []).append(
             f"{main_target} has no `version` line: containerd reads it as a version 1 config "
-            "(plugin key `cri`); consider `containerd config migrate`")
+            "(plugin key `cri`); consider `containerd config migrate`"
+        )
     mode = (main_path.stat().st_mode & 0o7777) if main_path.exists() else 0o644
     new_main = with_import(text, import_entry(main_target))
     drop_target = f"{drop_in_dir(main_target)}/{DROP_IN_NAME}"

@@ -48,8 +48,13 @@ class FileChange:
 
     def summary(self) -> dict[str, object]:
         """JSON-able description without the content (safe for secrets)."""
-        return {"path": self.target, "mode": f"{self.mode:04o}", "changed": self.changed,
-                "sha256": None if self.secret else self.sha256, "secret": self.secret}
+        return {
+            "path": self.target,
+            "mode": f"{self.mode:04o}",
+            "changed": self.changed,
+            "sha256": None if self.secret else self.sha256,
+            "secret": self.secret,
+        }
 
 
 def atomic_write(path: Path, content: bytes, mode: int) -> None:

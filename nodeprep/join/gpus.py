@@ -59,8 +59,10 @@ def from_nvidia_smi_xml(text: str | bytes, *, source: str = "nvidia-smi") -> Gpu
     attached = (root.findtext("attached_gpus") or "").strip()
     warnings = ()
     if attached.isdigit() and int(attached) != len(gpus):
-        warnings = (f"{source}: reports {attached} attached GPUs but lists {len(gpus)}; the CDI spec lists "
-                    f"the {len(gpus)} listed",)
+        warnings = (
+            f"{source}: reports {attached} attached GPUs but lists {len(gpus)}; the CDI spec lists "
+            f"the {len(gpus)} listed",
+        )
     return GpuList("nvidia-smi", tuple(gpus), warnings)
 
 
@@ -97,8 +99,14 @@ def from_pci(root: Path) -> GpuList:
             if vendor == NVIDIA_VENDOR and cls in GPU_CLASSES:
                 found.append(_bus_key(d.name))
     gpus = tuple(GpuDevice(i, i, None, bus) for i, bus in enumerate(found))
-    warning = (f"GPU list from PCI sysfs ({len(gpus)} GPUs): no UUIDs, and /dev/nvidia<N> minors assumed to "
-               "follow PCI order; rerun once the driver is loaded") if gpus else ""
+    warning = (
+        (
+            f"GPU list from PCI sysfs ({len(gpus)} GPUs): no UUIDs, and /dev/nvidia<N> minors assumed to "
+            "follow PCI order; rerun once the driver is loaded"
+        )
+        if gpus
+        else ""
+    )
     return GpuList("pci", gpus, (warning,) if warning else ())
 
 
@@ -108,7 +116,10 @@ def discover(root: Path, *, nvidia_smi_xml: Path | None = None) -> GpuList:
         return from_nvidia_smi_xml(nvidia_smi_xml.read_bytes(), source=str(nvidia_smi_xml))
     if Path(root).resolve() == Path("/"):
         tool = runner.which("nvidia-smi") or (
-            "/opt/nvidia/current/bin/nvidia-smi" if Path("/opt/nvidia/current/bin/nvidia-smi").exists() else None)
+            "/opt/nvidia/current/bin/nvidia-smi"
+            if Path("/opt/nvidia/current/bin/nvidia-smi").exists()
+            else None
+        )
         if tool and Path("/sys/module/nvidia").exists():
             try:
                 env = {"LD_LIBRARY_PATH": "/opt/nvidia/current/lib64"}

@@ -47,9 +47,15 @@ def _dump(doc: Mapping[str, Any]) -> bytes:
     return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False).encode()
 
 
-def join_configuration(cluster: Cluster, token: BootstrapToken, *, labels: Mapping[str, str],
-                       args: SortedArgs, insecure_skip_ca_verification: bool = False,
-                       with_patches: bool = True) -> dict[str, Any]:
+def join_configuration(
+    cluster: Cluster,
+    token: BootstrapToken,
+    *,
+    labels: Mapping[str, str],
+    args: SortedArgs,
+    insecure_skip_ca_verification: bool = False,
+    with_patches: bool = True,
+) -> dict[str, Any]:
     """The JoinConfiguration document as data."""
     api = kubeadm_api(cluster.minor)
     extra: dict[str, str] = dict(sorted(args.flags.items()))
@@ -70,8 +76,12 @@ def join_configuration(cluster: Cluster, token: BootstrapToken, *, labels: Mappi
     if insecure_skip_ca_verification:
         bootstrap["unsafeSkipCAVerification"] = True
     discovery: dict[str, Any] = {"bootstrapToken": bootstrap, "tlsBootstrapToken": token.value}
-    doc: dict[str, Any] = {"apiVersion": api, "kind": "JoinConfiguration", "discovery": discovery,
-                           "nodeRegistration": registration}
+    doc: dict[str, Any] = {
+        "apiVersion": api,
+        "kind": "JoinConfiguration",
+        "discovery": discovery,
+        "nodeRegistration": registration,
+    }
     if api.endswith("v1beta3"):
         discovery["timeout"] = "5m0s"
     if with_patches:
@@ -84,18 +94,26 @@ def join_configuration(cluster: Cluster, token: BootstrapToken, *, labels: Mappi
 def kubelet_configuration(cluster: Cluster, args: SortedArgs, *, standalone: bool) -> dict[str, Any]:
     """KubeletConfiguration fields nodeprep owns. `standalone` (mode kubelet) adds what kubeadm
     otherwise provides: registerWithTaints, authentication/authorization, certificate rotation."""
-    doc: dict[str, Any] = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-                           "cgroupDriver": cluster.cgroup_driver,
-                           "containerRuntimeEndpoint": cluster.cri_socket}
+    doc: dict[str, Any] = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": cluster.cgroup_driver,
+        "containerRuntimeEndpoint": cluster.cri_socket,
+    }
     if standalone:
-        doc.update({
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": cluster.ca_cert_file}},
-            "authorization": {"mode": "Webhook"},
-            "rotateCertificates": True,
-            "registerNode": True,
-            "registerWithTaints": _taints(cluster.all_taints),
-        })
+        doc.update(
+            {
+                "authentication": {
+                    "anonymous": {"enabled": False},
+                    "webhook": {"enabled": True},
+                    "x509": {"clientCAFile": cluster.ca_cert_file},
+                },
+                "authorization": {"mode": "Webhook"},
+                "rotateCertificates": True,
+                "registerNode": True,
+                "registerWithTaints": _taints(cluster.all_taints),
+            }
+        )
     _deep_merge(doc, args.config)
     return doc
 
@@ -124,7 +142,8 @@ def bootstrap_kubeconfig(cluster: Cluster, token: BootstrapToken, *, insecure: b
     else:
         cluster_entry["certificate-authority"] = cluster.ca_cert_file
     return {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": "default", "cluster": cluster_entry}],
         "users": [{"name": "kubelet-bootstrap", "user": {"token": token.value}}],
         "contexts": [{"name": "default", "context": {"cluster": "default", "user": "kubelet-bootstrap"}}],
@@ -153,10 +172,12 @@ def kubelet_drop_in(cluster: Cluster, labels: Mapping[str, str], args: SortedArg
         argv.append(f"--node-labels={node_labels_arg(labels)}")
     argv += [f"--{k}={v}" for k, v in sorted(args.flags.items())]
     words = " \\\n    ".join(_systemd_word(a) for a in argv)
-    return ("# Written by nodeprep join (mode kubelet); rewritten on the next join.\n"
-            "[Unit]\nWants=containerd.service\nAfter=containerd.service\n\n"
-            "[Service]\nExecStart=\n"
-            f"ExecStart={KUBELET_BIN} \\\n    {words}\n")
+    return (
+        "# Written by nodeprep join (mode kubelet); rewritten on the next join.\n"
+        "[Unit]\nWants=containerd.service\nAfter=containerd.service\n\n"
+        "[Service]\nExecStart=\n"
+        f"ExecStart={KUBELET_BIN} \\\n    {words}\n"
+    )
 
 
 def dump(doc: Mapping[str, Any]) -> bytes:

@@ -147,7 +147,10 @@ REMOVED: dict[str, tuple[tuple[int, int], str]] = {
     # dockershim removal (1.24)
     "network-plugin": ((1, 24), "configure CNI in the container runtime"),
     "cni-bin-dir": ((1, 24), "configure CNI in the container runtime (containerd: plugins CRI cni.bin_dir)"),
-    "cni-conf-dir": ((1, 24), "configure CNI in the container runtime (containerd: plugins CRI cni.conf_dir)"),
+    "cni-conf-dir": (
+        (1, 24),
+        "configure CNI in the container runtime (containerd: plugins CRI cni.conf_dir)",
+    ),
     "cni-cache-dir": ((1, 24), "configure CNI in the container runtime"),
     "docker-endpoint": ((1, 24), "use containerd and cluster.cri_socket"),
     "image-pull-progress-deadline": ((1, 24), "configure the container runtime"),
@@ -157,8 +160,10 @@ REMOVED: dict[str, tuple[tuple[int, int], str]] = {
     "container-runtime": ((1, 27), "remove it; only remote runtimes exist (cluster.cri_socket)"),
     "master-service-namespace": ((1, 27), "remove it"),
     # 1.30: in-tree credential providers (kubernetes PR #122595; deprecated by PR #118596)
-    "azure-container-registry-config": ((1, 30), "use --image-credential-provider-config with the ACR "
-                                                 "credential provider plugin"),
+    "azure-container-registry-config": (
+        (1, 30),
+        "use --image-credential-provider-config with the ACR credential provider plugin",
+    ),
     # 1.31 (PR #122082, #122363)
     "keep-terminated-pod-volumes": ((1, 31), "remove it"),
     "iptables-masquerade-bit": ((1, 31), "remove it (kube-proxy owns these rules)"),
@@ -178,18 +183,23 @@ REMOVED_GATES: dict[str, tuple[tuple[int, int], str]] = {
     "CPUManager": ((1, 33), "always on; drop the gate"),
     "DisableCloudProviders": ((1, 33), "in-tree cloud providers are gone; drop the gate"),
     "DisableKubeletCloudCredentialProviders": ((1, 33), "drop the gate"),
-    "DevicePluginCDIDevices": ((1, 34), "CDI devices from device plugins are always on (GA 1.31); drop the gate"),
+    "DevicePluginCDIDevices": (
+        (1, 34),
+        "CDI devices from device plugins are always on (GA 1.31); drop the gate",
+    ),
 }
 
 # Pre-device-plugin GPU support: refused with the modern equivalent.
 SEED_ERA_GPU = {
     "experimental-nvidia-gpus": "--experimental-nvidia-gpus (Kubernetes 1.3-1.5, resource "
-                                "alpha.kubernetes.io/nvidia-gpu) was replaced by the Accelerators gate in 1.6 "
-                                "and removed in 1.11",
+    "alpha.kubernetes.io/nvidia-gpu) was replaced by the Accelerators gate in 1.6 "
+    "and removed in 1.11",
 }
-MODERN_GPU = ("run the NVIDIA device plugin (resource nvidia.com/gpu) — nodeprep registers the nvidia "
-              "runtime and writes the CDI spec /etc/cdi/nvidia.yaml for it; request GPUs with "
-              "resources.limits: {nvidia.com/gpu: 1}")
+MODERN_GPU = (
+    "run the NVIDIA device plugin (resource nvidia.com/gpu) — nodeprep registers the nvidia "
+    "runtime and writes the CDI spec /etc/cdi/nvidia.yaml for it; request GPUs with "
+    "resources.limits: {nvidia.com/gpu: 1}"
+)
 
 
 def _v(minor: tuple[int, int]) -> str:
@@ -214,8 +224,9 @@ def _set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
         node[parts[-1]] = value
 
 
-def sort_args(args: Mapping[str, str], minor: tuple[int, int], *, feature_gates: Mapping[str, bool] = ()
-              ) -> SortedArgs:  # type: ignore[assignment]
+def sort_args(
+    args: Mapping[str, str], minor: tuple[int, int], *, feature_gates: Mapping[str, bool] = ()
+) -> SortedArgs:  # type: ignore[assignment]
     """Split kubelet extra args for Kubernetes `minor`: refuse removed and seed-era flags (one
     InputError listing all), move deprecated ones into KubeletConfiguration."""
     problems: list[str] = []
@@ -230,12 +241,16 @@ def sort_args(args: Mapping[str, str], minor: tuple[int, int], *, feature_gates:
             continue
         if flag in REMOVED and minor >= REMOVED[flag][0]:
             removed, instead = REMOVED[flag]
-            problems.append(f"{where}: --{flag} was removed in Kubernetes {_v(removed)} "
-                            f"(cluster is {_v(minor)}); {instead}")
+            problems.append(
+                f"{where}: --{flag} was removed in Kubernetes {_v(removed)} "
+                f"(cluster is {_v(minor)}); {instead}"
+            )
             continue
         if "alpha.kubernetes.io/nvidia-gpu" in value:
-            problems.append(f"{where}: alpha.kubernetes.io/nvidia-gpu is the Kubernetes 1.3-1.10 GPU resource; "
-                            f"instead {MODERN_GPU}")
+            problems.append(
+                f"{where}: alpha.kubernetes.io/nvidia-gpu is the Kubernetes 1.3-1.10 GPU resource; "
+                f"instead {MODERN_GPU}"
+            )
             continue
         if flag in CONFIG_FIELDS:
             field = CONFIG_FIELDS[flag]
@@ -264,14 +279,18 @@ def _gate_problems(gates: Mapping[str, bool], minor: tuple[int, int], where: str
         if gate in REMOVED_GATES and minor >= REMOVED_GATES[gate][0]:
             removed, instead = REMOVED_GATES[gate]
             extra = f"; instead {MODERN_GPU}" if gate == "Accelerators" else f"; {instead}"
-            problems.append(f"{where}: feature gate {gate} was removed in Kubernetes {_v(removed)} "
-                            f"(cluster is {_v(minor)}){extra}")
+            problems.append(
+                f"{where}: feature gate {gate} was removed in Kubernetes {_v(removed)} "
+                f"(cluster is {_v(minor)}){extra}"
+            )
     return problems
 
 
 def check_version(minor: tuple[int, int]) -> list[str]:
     """Warnings for versions outside the table."""
     if minor > NEWEST:
-        return [f"Kubernetes {_v(minor)} is newer than the kubelet flag table ({_v(NEWEST)}); flags removed "
-                "since then are not caught here"]
+        return [
+            f"Kubernetes {_v(minor)} is newer than the kubelet flag table ({_v(NEWEST)}); flags removed "
+            "since then are not caught here"
+        ]
     return []

@@ -91,14 +91,21 @@ class JoinPlan:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able summary; no secret content, the token masked."""
         return {
-            "mode": self.mode, "kubernetes_version": self.kubernetes_version, "kubeadm_api": self.kubeadm_api,
-            "changed": self.changed, "already_joined": self.already_joined,
+            "mode": self.mode,
+            "kubernetes_version": self.kubernetes_version,
+            "kubeadm_api": self.kubeadm_api,
+            "changed": self.changed,
+            "already_joined": self.already_joined,
             "files": [f.summary() for f in self.files],
             "commands": [list(a.argv) for a in self.actions if not a.deferred],
             "deferred_commands": [list(a.argv) for a in self.actions if a.deferred],
-            "labels": self.labels, "api_labels": self.api_labels, "taints": list(self.taints),
-            "moved_flags": list(self.moved_flags), "warnings": list(self.warnings),
-            "preflight": list(self.preflight), "token": self.token.masked,
+            "labels": self.labels,
+            "api_labels": self.api_labels,
+            "taints": list(self.taints),
+            "moved_flags": list(self.moved_flags),
+            "warnings": list(self.warnings),
+            "preflight": list(self.preflight),
+            "token": self.token.masked,
         }
 
     def render_text(self) -> str:
@@ -113,9 +120,15 @@ class JoinPlan:
                 out.append(after.rstrip("\n"))
             elif before != f.content:
                 old = redact(before.decode("utf-8", "replace"), self.token)
-                out += [line.rstrip("\n") for line in difflib.unified_diff(
-                    old.splitlines(keepends=True), after.splitlines(keepends=True),
-                    fromfile=f"{f.target} (now)", tofile=f"{f.target} (nodeprep)")]
+                out += [
+                    line.rstrip("\n")
+                    for line in difflib.unified_diff(
+                        old.splitlines(keepends=True),
+                        after.splitlines(keepends=True),
+                        fromfile=f"{f.target} (now)",
+                        tofile=f"{f.target} (nodeprep)",
+                    )
+                ]
         for a in self.actions:
             when = "on the booted node, run" if a.deferred else "would run"
             out.append(f"# {when}: {a}  ({a.why})")
@@ -142,7 +155,9 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     warnings += _containerd_version_warnings(profile, options)
     actions: list[Action] = []
     if any(f.changed for f in files if "containerd" in f.target) and options.live:
-        actions.append(Action(("systemctl", "restart", "containerd.service"), "containerd configuration changed"))
+        actions.append(
+            Action(("systemctl", "restart", "containerd.service"), "containerd configuration changed")
+        )
     return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source)
 
 
@@ -157,8 +172,10 @@ def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list
         parts = word.lstrip("v").split(".")
         if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
             if (int(parts[0]), int(parts[1])) < (1, 7):
-                return [f"containerd {word} ignores enable_cdi (CDI needs containerd 1.7 or newer); the nvidia "
-                        "runtime still works"]
+                return [
+                    f"containerd {word} ignores enable_cdi (CDI needs containerd 1.7 or newer); the nvidia "
+                    "runtime still works"
+                ]
             return []
     return []
 
@@ -166,8 +183,12 @@ def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list
 def apply_runtime(plan: RuntimePlan) -> dict[str, Any]:
     written = apply_changes(list(plan.files))
     ran = _run_actions(plan.actions)
-    return {"changed": bool(written) or bool(ran), "written": [f.target for f in written],
-            "ran": [list(a.argv) for a in ran], "warnings": list(plan.warnings)}
+    return {
+        "changed": bool(written) or bool(ran),
+        "written": [f.target for f in written],
+        "ran": [list(a.argv) for a in ran],
+        "warnings": list(plan.warnings),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,16 +216,20 @@ def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], lis
     return dict(result.labels), list(result.warnings)
 
 
-def _split_labels(labels: dict[str, str], requested: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def _split_labels(
+    labels: dict[str, str], requested: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
     from ..labels import split_for_kubelet
     from ..labels.validate import why_not_self_settable
 
     mine, api = split_for_kubelet(labels)
     refused = [why for key in requested if key in api and (why := why_not_self_settable(key))]
     if refused:
-        raise InputError("labels.extra: cannot be set by the kubelet at registration: " + "; ".join(refused),
-                         hint="remove them from the profile's labels.extra, or apply them after the join with "
-                              "an admin client (nodeprep labels --apply)")
+        raise InputError(
+            "labels.extra: cannot be set by the kubelet at registration: " + "; ".join(refused),
+            hint="remove them from the profile's labels.extra, or apply them after the join with "
+            "an admin client (nodeprep labels --apply)",
+        )
     return mine, api
 
 
@@ -218,8 +243,10 @@ def _preflight(profile: Profile, options: JoinOptions) -> list[str]:
         return []
     problems = getattr(report, "problems", None)
     details = problems() if callable(problems) else (problems or [])
-    text = "; ".join(f"{getattr(c, 'name', '?')}: {getattr(c, 'message', c)}" for c in details) \
+    text = (
+        "; ".join(f"{getattr(c, 'name', '?')}: {getattr(c, 'message', c)}" for c in details)
         or "see `nodeprep doctor`"
+    )
     return [f"nodeprep doctor failed: {text}"]
 
 
@@ -229,33 +256,48 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
     options = options or JoinOptions()
     cluster = profile.cluster
     if cluster is None:
-        raise InputError(f"{profile.source}: no cluster section; nothing to join",
-                         hint="add cluster: {api_server: HOST:PORT, ...} (see examples/node.yaml)")
+        raise InputError(
+            f"{profile.source}: no cluster section; nothing to join",
+            hint="add cluster: {api_server: HOST:PORT, ...} (see examples/node.yaml)",
+        )
     root = Path(options.root)
     if not cluster.ca_cert_hashes and not options.insecure_skip_ca_verification and cluster.mode == "kubeadm":
-        raise InputError("cluster.ca_cert_hashes: required to verify the cluster CA",
-                         hint="add the sha256:... pin (kubeadm token create --print-join-command shows it), or "
-                              "pass --insecure-skip-ca-verification to trust the network")
-    if cluster.mode == "kubelet" and not options.insecure_skip_ca_verification \
-            and not under(root, cluster.ca_cert_file).is_file():
-        raise InputError(f"cluster.ca_cert_file: {cluster.ca_cert_file} does not exist",
-                         hint="copy the cluster CA certificate there, or pass --insecure-skip-ca-verification")
+        raise InputError(
+            "cluster.ca_cert_hashes: required to verify the cluster CA",
+            hint="add the sha256:... pin (kubeadm token create --print-join-command shows it), or "
+            "pass --insecure-skip-ca-verification to trust the network",
+        )
+    if (
+        cluster.mode == "kubelet"
+        and not options.insecure_skip_ca_verification
+        and not under(root, cluster.ca_cert_file).is_file()
+    ):
+        raise InputError(
+            f"cluster.ca_cert_file: {cluster.ca_cert_file} does not exist",
+            hint="copy the cluster CA certificate there, or pass --insecure-skip-ca-verification",
+        )
     token = read_token_file(under(root, cluster.token_file), shown_as=cluster.token_file)
     warnings = check_version(cluster.minor)
-    args: SortedArgs = sort_args(cluster.kubelet_extra_args, cluster.minor, feature_gates=cluster.feature_gates)
+    args: SortedArgs = sort_args(
+        cluster.kubelet_extra_args, cluster.minor, feature_gates=cluster.feature_gates
+    )
     if args.moved:
         warnings.append("moved deprecated kubelet flags into KubeletConfiguration: " + ", ".join(args.moved))
     for reserved in ("node-labels", "register-with-taints", "bootstrap-kubeconfig", "kubeconfig", "config"):
         if reserved in args.flags:
-            raise InputError(f"cluster.kubelet_extra_args.{reserved}: set by nodeprep; use "
-                             f"{'labels.extra' if reserved == 'node-labels' else 'the profile fields'} instead")
+            raise InputError(
+                f"cluster.kubelet_extra_args.{reserved}: set by nodeprep; use "
+                f"{'labels.extra' if reserved == 'node-labels' else 'the profile fields'} instead"
+            )
 
     labels, label_warnings = _labels(profile, options)
     warnings += label_warnings
     mine, api = _split_labels(labels, profile.labels.extra)
     if api:
-        warnings.append("not set at registration (need an API write, e.g. nodeprep labels --apply): "
-                        + ", ".join(sorted(api)))
+        warnings.append(
+            "not set at registration (need an API write, e.g. nodeprep labels --apply): "
+            + ", ".join(sorted(api))
+        )
 
     runtime = plan_runtime(profile, options)
     warnings += runtime.warnings
@@ -264,47 +306,101 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
     already = under(root, kube.KUBECONFIG).exists()
     api_version: str | None = None
     if cluster.mode == "kubeadm":
-        doc = kube.join_configuration(cluster, token, labels=mine, args=args,
-                                      insecure_skip_ca_verification=options.insecure_skip_ca_verification)
+        doc = kube.join_configuration(
+            cluster,
+            token,
+            labels=mine,
+            args=args,
+            insecure_skip_ca_verification=options.insecure_skip_ca_verification,
+        )
         api_version = doc["apiVersion"]
-        files.append(FileChange(under(root, kube.JOIN_CONFIG), kube.JOIN_CONFIG, kube.dump(doc), 0o600, secret=True))
-        files.append(FileChange(under(root, kube.KUBELET_PATCH), kube.KUBELET_PATCH,
-                                kube.dump(kube.kubelet_patch(cluster, args)), 0o644))
+        files.append(
+            FileChange(under(root, kube.JOIN_CONFIG), kube.JOIN_CONFIG, kube.dump(doc), 0o600, secret=True)
+        )
+        files.append(
+            FileChange(
+                under(root, kube.KUBELET_PATCH),
+                kube.KUBELET_PATCH,
+                kube.dump(kube.kubelet_patch(cluster, args)),
+                0o644,
+            )
+        )
         if already:
-            warnings.append(f"{kube.KUBECONFIG} exists: the node has already joined; not running kubeadm join")
+            warnings.append(
+                f"{kube.KUBECONFIG} exists: the node has already joined; not running kubeadm join"
+            )
         else:
-            actions.append(Action(("kubeadm", "join", "--config", kube.JOIN_CONFIG), "join the cluster",
-                                  deferred=not options.live))
+            actions.append(
+                Action(
+                    ("kubeadm", "join", "--config", kube.JOIN_CONFIG),
+                    "join the cluster",
+                    deferred=not options.live,
+                )
+            )
             if not options.live:
-                warnings.append(f"--root {root}: not running kubeadm join; run `kubeadm join --config "
-                                f"{kube.JOIN_CONFIG}` on the booted node")
+                warnings.append(
+                    f"--root {root}: not running kubeadm join; run `kubeadm join --config "
+                    f"{kube.JOIN_CONFIG}` on the booted node"
+                )
     else:
         kubeconfig = kube.bootstrap_kubeconfig(cluster, token, insecure=options.insecure_skip_ca_verification)
         files += [
-            FileChange(under(root, kube.BOOTSTRAP_KUBECONFIG), kube.BOOTSTRAP_KUBECONFIG, kube.dump(kubeconfig),
-                       0o600, secret=True),
-            FileChange(under(root, kube.KUBELET_CONFIG), kube.KUBELET_CONFIG,
-                       kube.dump(kube.kubelet_configuration(cluster, args, standalone=True)), 0o644),
-            FileChange(under(root, kube.KUBELET_DROP_IN), kube.KUBELET_DROP_IN,
-                       kube.kubelet_drop_in(cluster, mine, args).encode(), 0o644),
+            FileChange(
+                under(root, kube.BOOTSTRAP_KUBECONFIG),
+                kube.BOOTSTRAP_KUBECONFIG,
+                kube.dump(kubeconfig),
+                0o600,
+                secret=True,
+            ),
+            FileChange(
+                under(root, kube.KUBELET_CONFIG),
+                kube.KUBELET_CONFIG,
+                kube.dump(kube.kubelet_configuration(cluster, args, standalone=True)),
+                0o644,
+            ),
+            FileChange(
+                under(root, kube.KUBELET_DROP_IN),
+                kube.KUBELET_DROP_IN,
+                kube.kubelet_drop_in(cluster, mine, args).encode(),
+                0o644,
+            ),
         ]
         kube_changed = any(f.changed for f in files[-3:])
         if options.live:
             if kube_changed:
-                actions += [Action(("systemctl", "daemon-reload"), "kubelet drop-in changed"),
-                            Action(("systemctl", "enable", "kubelet.service"), "start kubelet at boot")]
+                actions += [
+                    Action(("systemctl", "daemon-reload"), "kubelet drop-in changed"),
+                    Action(("systemctl", "enable", "kubelet.service"), "start kubelet at boot"),
+                ]
             if kube_changed or not already:
-                actions.append(Action(("systemctl", "restart", "kubelet.service"),
-                                      "kubelet bootstraps with the new configuration"))
+                actions.append(
+                    Action(
+                        ("systemctl", "restart", "kubelet.service"),
+                        "kubelet bootstraps with the new configuration",
+                    )
+                )
         else:
-            actions.append(Action(("systemctl", f"--root={root}", "enable", "kubelet.service"),
-                                  "offline root: kubelet starts and bootstraps at first boot"))
+            actions.append(
+                Action(
+                    ("systemctl", f"--root={root}", "enable", "kubelet.service"),
+                    "offline root: kubelet starts and bootstraps at first boot",
+                )
+            )
     preflight = [] if options.skip_preflight else _preflight(profile, options)
     return JoinPlan(
-        mode=cluster.mode, kubernetes_version=cluster.kubernetes_version, kubeadm_api=api_version,
-        files=tuple(files), actions=tuple(actions), labels=mine, api_labels=api,
-        taints=tuple(str(t) for t in cluster.all_taints), moved_flags=args.moved, warnings=tuple(warnings),
-        preflight=tuple(preflight), token=token, already_joined=already,
+        mode=cluster.mode,
+        kubernetes_version=cluster.kubernetes_version,
+        kubeadm_api=api_version,
+        files=tuple(files),
+        actions=tuple(actions),
+        labels=mine,
+        api_labels=api,
+        taints=tuple(str(t) for t in cluster.all_taints),
+        moved_flags=args.moved,
+        warnings=tuple(warnings),
+        preflight=tuple(preflight),
+        token=token,
+        already_joined=already,
     )
 
 
@@ -323,18 +419,26 @@ def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
     """Write the planned files; then run the planned commands unless `run` is False (--dry-run).
     Refuses (StateError) when preflight found problems."""
     if plan.preflight:
-        raise StateError("preflight failed: " + "; ".join(plan.preflight),
-                         hint="fix it (nodeprep doctor) or pass --skip-preflight")
+        raise StateError(
+            "preflight failed: " + "; ".join(plan.preflight),
+            hint="fix it (nodeprep doctor) or pass --skip-preflight",
+        )
     result = plan.to_dict()  # before writing: `changed` describes what this apply does
     written = apply_changes(list(plan.files))
     ran = _run_actions(plan.actions) if run else []
-    result.update({"written": [f.target for f in written], "ran": [list(a.argv) for a in ran],
-                   "changed": bool(written) or bool(ran)})
+    result.update(
+        {
+            "written": [f.target for f in written],
+            "ran": [list(a.argv) for a in ran],
+            "changed": bool(written) or bool(ran),
+        }
+    )
     return result
 
 
-def join(profile: Profile, options: JoinOptions | None = None, *, dry_run: bool = False
-         ) -> tuple[JoinPlan, dict[str, Any]]:
+def join(
+    profile: Profile, options: JoinOptions | None = None, *, dry_run: bool = False
+) -> tuple[JoinPlan, dict[str, Any]]:
     """plan_join + apply_join: the whole `nodeprep join`."""
     plan = plan_join(profile, options)
     return plan, apply_join(plan, run=not dry_run)

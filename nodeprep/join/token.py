@@ -45,8 +45,10 @@ def parse_token(text: str, *, source: str) -> BootstrapToken:
     m = TOKEN_RE.match(value)
     if not m:
         # Never echo the content: it may be a real token with a typo.
-        raise InputError(f"{source}: not a bootstrap token (expected [a-z0-9]{{6}}.[a-z0-9]{{16}}, "
-                         f"e.g. abcdef.0123456789abcdef; got {len(value)} characters)")
+        raise InputError(
+            f"{source}: not a bootstrap token (expected [a-z0-9]{{6}}.[a-z0-9]{{16}}, "
+            f"e.g. abcdef.0123456789abcdef; got {len(value)} characters)"
+        )
     return BootstrapToken(m.group(1), m.group(2))
 
 
@@ -57,15 +59,21 @@ def read_token_file(path: Path, *, shown_as: str | None = None) -> BootstrapToke
     try:
         st = os.stat(path, follow_symlinks=True)
     except FileNotFoundError:
-        raise InputError(f"cluster.token_file: {name} does not exist",
-                         hint="write the token there with mode 0600 (install -m 0600 /dev/stdin FILE)") from None
+        raise InputError(
+            f"cluster.token_file: {name} does not exist",
+            hint="write the token there with mode 0600 (install -m 0600 /dev/stdin FILE)",
+        ) from None
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"cluster.token_file: {name} is not a regular file")
     if st.st_mode & 0o077:
-        raise InputError(f"cluster.token_file: {name} has mode {stat.S_IMODE(st.st_mode):04o}; the bootstrap "
-                         "token must not be readable by group or others",
-                         hint=f"chmod 0600 {name}")
-    return parse_token(path.read_text(encoding="utf-8", errors="replace"), source=f"cluster.token_file: {name}")
+        raise InputError(
+            f"cluster.token_file: {name} has mode {stat.S_IMODE(st.st_mode):04o}; the bootstrap "
+            "token must not be readable by group or others",
+            hint=f"chmod 0600 {name}",
+        )
+    return parse_token(
+        path.read_text(encoding="utf-8", errors="replace"), source=f"cluster.token_file: {name}"
+    )
 
 
 def redact(text: str, token: BootstrapToken | None) -> str:

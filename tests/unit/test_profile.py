@@ -47,77 +47,248 @@ def test_minimal_profile_gets_defaults() -> None:
     assert p.runtime.cdi is True and p.runtime.default_runtime is False
 
 
-@pytest.mark.parametrize(("section", "key", "value", "message"), [
-    pytest.param("driver", "version", "535", "driver.version: '535' is not a full driver version "
-                 "(expected e.g. 550.90.07)", id="version-short"),
-    pytest.param("driver", "version", 550.9, "driver.version: 550.9 must be a quoted string "
-                 "(YAML read it as a number)", id="version-number"),
-    pytest.param("driver", "flavour", "opn", "driver.flavour: 'opn' is not one of proprietary, open "
-                 "(did you mean 'open'?)", id="flavour"),
-    pytest.param("driver", "store", "relative/dir", "driver.store: 'relative/dir' must be an absolute "
-                 "directory or an http(s):// or file:// URL", id="store"),
-    pytest.param("driver", "kernel", "linux", "driver.kernel: 'linux' is not a kernel release "
-                 "(e.g. 6.1.0-28-amd64)", id="kernel"),
-    pytest.param("driver", "modules", ["nvidia-uvm"], "driver.modules: must include 'nvidia' "
-                 "(the other modules depend on it)", id="modules-no-nvidia"),
-    pytest.param("driver", "modules", ["nvidia", "nvidia-foo"], "driver.modules[1]: 'nvidia-foo' is not one of "
-                 "nvidia, nvidia-uvm, nvidia-modeset, nvidia-drm, nvidia-peermem (did you mean 'nvidia'?)",
-                 id="modules-unknown"),
-    pytest.param("driver", "modules", "nvidia", "driver.modules: expected a list, got string", id="modules-type"),
-    pytest.param("labels", "extra", {"kubernetes.io/a/b": "x"},
-                 "labels.extra: key 'kubernetes.io/a/b' has more than one '/'", id="labels-key"),
-    pytest.param("labels", "extra", {"example.com/a": "-bad-"}, None, id="labels-value"),
-    pytest.param("labels", "extra", ["a=b"], "labels.extra: expected a mapping, got list", id="labels-type"),
-    pytest.param("labels", "cloud", "gcp", "labels.cloud: 'gcp' is not one of auto, aws, gce, azure, none "
-                 "(did you mean 'gce'?)", id="cloud"),
-    pytest.param("cluster", "mode", "kubectl", "cluster.mode: 'kubectl' is not one of kubeadm, kubelet "
-                 "(did you mean 'kubelet'?)", id="mode"),
-    pytest.param("cluster", "api_server", "10.0.0.10", "cluster.api_server: '10.0.0.10' must be host:port "
-                 "(e.g. 10.0.0.10:6443)", id="api-server-port"),
-    pytest.param("cluster", "api_server", "10.0.0.10:99999", "cluster.api_server: '10.0.0.10:99999': port "
-                 "'99999' is not a number between 1 and 65535", id="api-server-range"),
-    pytest.param("cluster", "api_server", "Bad_Host:6443", "cluster.api_server: 'Bad_Host:6443': 'Bad_Host' "
-                 "is not a host name or IP address (IPv6 goes in brackets)", id="api-server-host"),
-    pytest.param("cluster", "token_file", "token", "cluster.token_file: 'token' must be an absolute path",
-                 id="token-file"),
-    pytest.param("cluster", "ca_cert_hashes", ["sha256:abc"], "cluster.ca_cert_hashes[0]: 'sha256:abc' is not "
-                 "sha256:<64 hex digits>", id="ca-hash"),
-    pytest.param("cluster", "ca_cert_file", "ca.crt", "cluster.ca_cert_file: 'ca.crt' must be an absolute path",
-                 id="ca-file"),
-    pytest.param("cluster", "kubernetes_version", "1.x", "cluster.kubernetes_version: '1.x' is not a Kubernetes "
-                 "version (e.g. 1.31 or v1.31.2)", id="k8s-version"),
-    pytest.param("cluster", "kubernetes_version", "1.20", "cluster.kubernetes_version: '1.20' is older than the "
-                 "oldest supported Kubernetes 1.27", id="k8s-too-old"),
-    pytest.param("cluster", "node_name", "GPU_1", "cluster.node_name: 'GPU_1' is not a valid node name "
-                 "(lower-case DNS subdomain, e.g. gpu-node-1)", id="node-name"),
-    pytest.param("cluster", "taints", ["dedicated"], "cluster.taints[0]: 'dedicated' must be key=value:Effect "
-                 "or key:Effect", id="taint-string"),
-    pytest.param("cluster", "taints", [{"key": "a", "effect": "Never"}], "cluster.taints[0]: taint effect "
-                 "'Never' is not one of NoSchedule, PreferNoSchedule, NoExecute", id="taint-effect"),
-    pytest.param("cluster", "taints", [{"key": "a", "effect": "NoSchedule", "operator": "Exists"}],
-                 "cluster.taints[0]: unknown taint field(s) operator (allowed: key, value, effect)", id="taint-field"),
-    pytest.param("cluster", "gpu_taint", "yes", "cluster.gpu_taint: expected true or false, got 'yes'", id="gpu-taint"),
-    pytest.param("cluster", "cri_socket", "/run/containerd/containerd.sock", "cluster.cri_socket: "
-                 "'/run/containerd/containerd.sock' must be a unix:// endpoint", id="cri-socket"),
-    pytest.param("cluster", "cgroup_driver", "system", "cluster.cgroup_driver: 'system' is not one of systemd, "
-                 "cgroupfs (did you mean 'systemd'?)", id="cgroup-driver"),
-    pytest.param("cluster", "kubelet_extra_args", {"--max-pods": "10"}, "cluster.kubelet_extra_args: "
-                 "'--max-pods': write flag names without leading dashes (e.g. max-pods)", id="extra-args-dashes"),
-    pytest.param("cluster", "kubelet_extra_args", {"read-only-port": True}, "cluster.kubelet_extra_args: "
-                 "'read-only-port': write 'true' in quotes (kubelet flags take strings)", id="extra-args-bool"),
-    pytest.param("cluster", "feature_gates", {"featureX": "on"}, None, id="feature-gates"),
-    pytest.param("runtime", "containerd_config", "config.toml", "runtime.containerd_config: 'config.toml' must "
-                 "be an absolute path", id="containerd-config"),
-    pytest.param("runtime", "nvidia_runtime", 1, "runtime.nvidia_runtime: expected true or false, got 1",
-                 id="nvidia-runtime"),
-    pytest.param("runtime", "nvidia_runtime_path", "nvidia-container-runtime", "runtime.nvidia_runtime_path: "
-                 "'nvidia-container-runtime' must be an absolute path", id="nvidia-runtime-path"),
-    pytest.param("runtime", "cdi", "true", "runtime.cdi: expected true or false, got 'true'", id="cdi"),
-    pytest.param("runtime", "cdi_spec_dirs", ["cdi"], "runtime.cdi_spec_dirs[0]: 'cdi' must be an absolute path",
-                 id="cdi-dirs"),
-    pytest.param("runtime", "default_runtime", None, "runtime.default_runtime: expected true or false, got None",
-                 id="default-runtime"),
-])
+@pytest.mark.parametrize(
+    ("section", "key", "value", "message"),
+    [
+        pytest.param(
+            "driver",
+            "version",
+            "535",
+            "driver.version: '535' is not a full driver version (expected e.g. 550.90.07)",
+            id="version-short",
+        ),
+        pytest.param(
+            "driver",
+            "version",
+            550.9,
+            "driver.version: 550.9 must be a quoted string (YAML read it as a number)",
+            id="version-number",
+        ),
+        pytest.param(
+            "driver",
+            "flavour",
+            "opn",
+            "driver.flavour: 'opn' is not one of proprietary, open (did you mean 'open'?)",
+            id="flavour",
+        ),
+        pytest.param(
+            "driver",
+            "store",
+            "relative/dir",
+            "driver.store: 'relative/dir' must be an absolute directory or an http(s):// or file:// URL",
+            id="store",
+        ),
+        pytest.param(
+            "driver",
+            "kernel",
+            "linux",
+            "driver.kernel: 'linux' is not a kernel release (e.g. 6.1.0-28-amd64)",
+            id="kernel",
+        ),
+        pytest.param(
+            "driver",
+            "modules",
+            ["nvidia-uvm"],
+            "driver.modules: must include 'nvidia' (the other modules depend on it)",
+            id="modules-no-nvidia",
+        ),
+        pytest.param(
+            "driver",
+            "modules",
+            ["nvidia", "nvidia-foo"],
+            "driver.modules[1]: 'nvidia-foo' is not one of "
+            "nvidia, nvidia-uvm, nvidia-modeset, nvidia-drm, nvidia-peermem (did you mean 'nvidia'?)",
+            id="modules-unknown",
+        ),
+        pytest.param(
+            "driver", "modules", "nvidia", "driver.modules: expected a list, got string", id="modules-type"
+        ),
+        pytest.param(
+            "labels",
+            "extra",
+            {"kubernetes.io/a/b": "x"},
+            "labels.extra: key 'kubernetes.io/a/b' has more than one '/'",
+            id="labels-key",
+        ),
+        pytest.param("labels", "extra", {"example.com/a": "-bad-"}, None, id="labels-value"),
+        pytest.param(
+            "labels", "extra", ["a=b"], "labels.extra: expected a mapping, got list", id="labels-type"
+        ),
+        pytest.param(
+            "labels",
+            "cloud",
+            "gcp",
+            "labels.cloud: 'gcp' is not one of auto, aws, gce, azure, none (did you mean 'gce'?)",
+            id="cloud",
+        ),
+        pytest.param(
+            "cluster",
+            "mode",
+            "kubectl",
+            "cluster.mode: 'kubectl' is not one of kubeadm, kubelet (did you mean 'kubelet'?)",
+            id="mode",
+        ),
+        pytest.param(
+            "cluster",
+            "api_server",
+            "10.0.0.10",
+            "cluster.api_server: '10.0.0.10' must be host:port (e.g. 10.0.0.10:6443)",
+            id="api-server-port",
+        ),
+        pytest.param(
+            "cluster",
+            "api_server",
+            "10.0.0.10:99999",
+            "cluster.api_server: '10.0.0.10:99999': port '99999' is not a number between 1 and 65535",
+            id="api-server-range",
+        ),
+        pytest.param(
+            "cluster",
+            "api_server",
+            "Bad_Host:6443",
+            "cluster.api_server: 'Bad_Host:6443': 'Bad_Host' "
+            "is not a host name or IP address (IPv6 goes in brackets)",
+            id="api-server-host",
+        ),
+        pytest.param(
+            "cluster",
+            "token_file",
+            "token",
+            "cluster.token_file: 'token' must be an absolute path",
+            id="token-file",
+        ),
+        pytest.param(
+            "cluster",
+            "ca_cert_hashes",
+            ["sha256:abc"],
+            "cluster.ca_cert_hashes[0]: 'sha256:abc' is not sha256:<64 hex digits>",
+            id="ca-hash",
+        ),
+        pytest.param(
+            "cluster",
+            "ca_cert_file",
+            "ca.crt",
+            "cluster.ca_cert_file: 'ca.crt' must be an absolute path",
+            id="ca-file",
+        ),
+        pytest.param(
+            "cluster",
+            "kubernetes_version",
+            "1.x",
+            "cluster.kubernetes_version: '1.x' is not a Kubernetes version (e.g. 1.31 or v1.31.2)",
+            id="k8s-version",
+        ),
+        pytest.param(
+            "cluster",
+            "kubernetes_version",
+            "1.20",
+            "cluster.kubernetes_version: '1.20' is older than the oldest supported Kubernetes 1.27",
+            id="k8s-too-old",
+        ),
+        pytest.param(
+            "cluster",
+            "node_name",
+            "GPU_1",
+            "cluster.node_name: 'GPU_1' is not a valid node name (lower-case DNS subdomain, e.g. gpu-node-1)",
+            id="node-name",
+        ),
+        pytest.param(
+            "cluster",
+            "taints",
+            ["dedicated"],
+            "cluster.taints[0]: 'dedicated' must be key=value:Effect or key:Effect",
+            id="taint-string",
+        ),
+        pytest.param(
+            "cluster",
+            "taints",
+            [{"key": "a", "effect": "Never"}],
+            "cluster.taints[0]: taint effect 'Never' is not one of NoSchedule, PreferNoSchedule, NoExecute",
+            id="taint-effect",
+        ),
+        pytest.param(
+            "cluster",
+            "taints",
+            [{"key": "a", "effect": "NoSchedule", "operator": "Exists"}],
+            "cluster.taints[0]: unknown taint field(s) operator (allowed: key, value, effect)",
+            id="taint-field",
+        ),
+        pytest.param(
+            "cluster",
+            "gpu_taint",
+            "yes",
+            "cluster.gpu_taint: expected true or false, got 'yes'",
+            id="gpu-taint",
+        ),
+        pytest.param(
+            "cluster",
+            "cri_socket",
+            "/run/containerd/containerd.sock",
+            "cluster.cri_socket: '/run/containerd/containerd.sock' must be a unix:// endpoint",
+            id="cri-socket",
+        ),
+        pytest.param(
+            "cluster",
+            "cgroup_driver",
+            "system",
+            "cluster.cgroup_driver: 'system' is not one of systemd, cgroupfs (did you mean 'systemd'?)",
+            id="cgroup-driver",
+        ),
+        pytest.param(
+            "cluster",
+            "kubelet_extra_args",
+            {"--max-pods": "10"},
+            "cluster.kubelet_extra_args: "
+            "'--max-pods': write flag names without leading dashes (e.g. max-pods)",
+            id="extra-args-dashes",
+        ),
+        pytest.param(
+            "cluster",
+            "kubelet_extra_args",
+            {"read-only-port": True},
+            "cluster.kubelet_extra_args: "
+            "'read-only-port': write 'true' in quotes (kubelet flags take strings)",
+            id="extra-args-bool",
+        ),
+        pytest.param("cluster", "feature_gates", {"featureX": "on"}, None, id="feature-gates"),
+        pytest.param(
+            "runtime",
+            "containerd_config",
+            "config.toml",
+            "runtime.containerd_config: 'config.toml' must be an absolute path",
+            id="containerd-config",
+        ),
+        pytest.param(
+            "runtime",
+            "nvidia_runtime",
+            1,
+            "runtime.nvidia_runtime: expected true or false, got 1",
+            id="nvidia-runtime",
+        ),
+        pytest.param(
+            "runtime",
+            "nvidia_runtime_path",
+            "nvidia-container-runtime",
+            "runtime.nvidia_runtime_path: 'nvidia-container-runtime' must be an absolute path",
+            id="nvidia-runtime-path",
+        ),
+        pytest.param("runtime", "cdi", "true", "runtime.cdi: expected true or false, got 'true'", id="cdi"),
+        pytest.param(
+            "runtime",
+            "cdi_spec_dirs",
+            ["cdi"],
+            "runtime.cdi_spec_dirs[0]: 'cdi' must be an absolute path",
+            id="cdi-dirs",
+        ),
+        pytest.param(
+            "runtime",
+            "default_runtime",
+            None,
+            "runtime.default_runtime: expected true or false, got None",
+            id="default-runtime",
+        ),
+    ],
+)
 def test_every_field_reports_its_path(section: str, key: str, value: Any, message: str | None) -> None:
     problems = _problems(_with(section, key, value))
     assert len(problems) >= 1
@@ -129,9 +300,12 @@ def test_every_field_reports_its_path(section: str, key: str, value: Any, messag
 
 def test_every_field_is_covered_by_the_error_table() -> None:
     """A new field must get an error-message case above."""
-    params = {(p.values[0], p.values[1])
-              for m in test_every_field_reports_its_path.pytestmark if m.name == "parametrize"
-              for p in m.args[1]}
+    params = {
+        (p.values[0], p.values[1])
+        for m in test_every_field_reports_its_path.pytestmark
+        if m.name == "parametrize"
+        for p in m.args[1]
+    }
     missing = [f.path for f in profile.FIELDS if (f.section, f.key) not in params]
     assert missing == [], f"fields without an error test: {missing}"
 
@@ -169,16 +343,24 @@ def test_cross_field_rules() -> None:
     assert _problems(data) == ["runtime.default_runtime: needs nvidia_runtime: true"]
     data = _with("cluster", "gpu_taint", True)
     data["cluster"]["taints"] = ["nvidia.com/gpu=yes:NoSchedule"]
-    assert _problems(data) == ["cluster.taints: conflicts with gpu_taint (nvidia.com/gpu taint with another value)"]
+    assert _problems(data) == [
+        "cluster.taints: conflicts with gpu_taint (nvidia.com/gpu taint with another value)"
+    ]
 
 
 def test_taints_forms_and_gpu_taint() -> None:
-    data = _with("cluster", "taints", ["a=b:NoSchedule", "c:NoExecute", {"key": "d", "effect": "PreferNoSchedule"}])
+    data = _with(
+        "cluster", "taints", ["a=b:NoSchedule", "c:NoExecute", {"key": "d", "effect": "PreferNoSchedule"}]
+    )
     data["cluster"]["gpu_taint"] = True
     c = profile.parse_profile(data).cluster
     assert c is not None
-    assert [str(t) for t in c.all_taints] == ["a=b:NoSchedule", "c:NoExecute", "d:PreferNoSchedule",
-                                              "nvidia.com/gpu=present:NoSchedule"]
+    assert [str(t) for t in c.all_taints] == [
+        "a=b:NoSchedule",
+        "c:NoExecute",
+        "d:PreferNoSchedule",
+        "nvidia.com/gpu=present:NoSchedule",
+    ]
     assert c.minor == (1, 31)
 
 
@@ -214,16 +396,20 @@ def test_example_comments_every_field() -> None:
 
 
 def test_schema_file_matches_the_field_table() -> None:
-    """The published schema is generated from FIELDS; regenerate with
-    python3 -c 'from nodeprep import profile; print(profile.render_schema(), end="")' > nodeprep/data/profile.schema.json"""
+    """The published schema is generated from FIELDS; regenerate it with `nodeprep profile schema >
+    nodeprep/data/profile.schema.json`."""
     assert profile.SCHEMA_PATH.read_text() == profile.render_schema()
 
 
 def test_schema_rejects_what_the_parser_rejects() -> None:
     schema = json.loads(profile.SCHEMA_PATH.read_text())
     v = jsonschema.Draft202012Validator(schema)
-    for bad in (_with("driver", "flavour", "opn"), _with("driver", "zzz", 1), _with("cluster", "gpu_taint", "x"),
-                _with("driver", "version", "535")):
+    for bad in (
+        _with("driver", "flavour", "opn"),
+        _with("driver", "zzz", 1),
+        _with("cluster", "gpu_taint", "x"),
+        _with("driver", "version", "535"),
+    ):
         assert list(v.iter_errors(bad)), bad
         with pytest.raises(ProfileError):
             profile.parse_profile(bad)

@@ -21,17 +21,25 @@ from nodeprep import artifact, runner
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
 VERSION = "535.309.01"
-LIBS = {"libcuda.so": "libcuda.so.1", "libnvidia-ml.so": "libnvidia-ml.so.1",
-        "libnvidia-ptxjitcompiler.so": "libnvidia-ptxjitcompiler.so.1"}
-BINS = ("nvidia-smi", "nvidia-modprobe", "nvidia-persistenced", "nvidia-cuda-mps-control",
-        "nvidia-cuda-mps-server")
+LIBS = {
+    "libcuda.so": "libcuda.so.1",
+    "libnvidia-ml.so": "libnvidia-ml.so.1",
+    "libnvidia-ptxjitcompiler.so": "libnvidia-ptxjitcompiler.so.1",
+}
+BINS = (
+    "nvidia-smi",
+    "nvidia-modprobe",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
 TOKEN = "k9x2mq.7f3a9c0d1e5b8a24"
 CA_HASH = "sha256:" + "0f" * 32
 
 
 def _compile_so(dest: Path, soname: str, work: Path) -> None:
     src = work / "lib.c"
-    src.write_text(f'int nodeprep_test_symbol(void) {{ return {len(soname)}; }}\n')
+    src.write_text(f"int nodeprep_test_symbol(void) {{ return {len(soname)}; }}\n")
     cc = runner.which("cc") or runner.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build test shared objects")
@@ -56,8 +64,14 @@ def build_payload(work: Path, version: str = VERSION) -> Path:
 
 def install_driver(root: Path, work: Path, version: str = VERSION) -> Path:
     """Pack a userspace artifact and install it under root/opt/nvidia/<version>; returns the artifact."""
-    manifest = artifact.Manifest(kind="userspace", driver_version=version, arch="amd64", os="debian-12",
-                                 input_digest="0" * 64, inputs={})
+    manifest = artifact.Manifest(
+        kind="userspace",
+        driver_version=version,
+        arch="amd64",
+        os="debian-12",
+        input_digest="0" * 64,
+        inputs={},
+    )
     path, _ = artifact.pack(build_payload(work, version), manifest, work / "store")
     dest = root / "opt/nvidia" / version
     dest.mkdir(parents=True)

@@ -41,13 +41,19 @@ def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> Non
     nodes = {d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]}
     # NVML index 0 is the GPU at 81:00.0, whose device minor is 1 (the capture says so)
     assert nodes == {
-        "0": ["/dev/nvidia1"], "GPU-12345678-aaaa-bbbb-cccc-0123456789ab": ["/dev/nvidia1"],
-        "1": ["/dev/nvidia0"], "GPU-12345678-aaaa-bbbb-cccc-0123456789cd": ["/dev/nvidia0"],
+        "0": ["/dev/nvidia1"],
+        "GPU-12345678-aaaa-bbbb-cccc-0123456789ab": ["/dev/nvidia1"],
+        "1": ["/dev/nvidia0"],
+        "GPU-12345678-aaaa-bbbb-cccc-0123456789cd": ["/dev/nvidia0"],
         "all": ["/dev/nvidia1", "/dev/nvidia0"],
     }
     edits = spec["containerEdits"]
     assert [n["path"] for n in edits["deviceNodes"]] == [
-        "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+    ]
     assert "hooks" not in edits  # no nvidia-cdi-hook on this node: no hook pretended
 
 
@@ -58,12 +64,17 @@ def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
     base = f"/opt/nvidia/{VERSION}"
     assert mounts[f"{lib}/libcuda.so.{VERSION}"] == f"{base}/lib64/libcuda.so.{VERSION}"
     assert mounts[f"{lib}/libcuda.so.1"] == f"{base}/lib64/libcuda.so.{VERSION}"  # link from the artifact
-    assert mounts[f"{lib}/libnvidia-ml.so.1"] == f"{base}/lib64/libnvidia-ml.so.{VERSION}"  # made by ldconfig -n
+    assert (
+        mounts[f"{lib}/libnvidia-ml.so.1"] == f"{base}/lib64/libnvidia-ml.so.{VERSION}"
+    )  # made by ldconfig -n
     assert mounts["/usr/bin/nvidia-smi"] == f"{base}/bin/nvidia-smi"
     assert not any("firmware" in h for h in mounts.values())
     for host in mounts.values():  # every mount source exists in the installed root
         assert (node_root / host.lstrip("/")).is_file()
-    assert all(m["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"] for m in spec["containerEdits"]["mounts"])
+    assert all(
+        m["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]
+        for m in spec["containerEdits"]["mounts"]
+    )
     assert spec["annotations"]["nodeprep.dev/driver-version"] == VERSION
 
 
@@ -88,28 +99,44 @@ def test_ldcache_hook_only_with_the_toolkit_hook(node_root: Path) -> None:
     hook.parent.mkdir(parents=True)
     hook.write_bytes(b"\x7fELF")
     spec = _spec(node_root, "a10g_515.105.01.xml")
-    assert spec["containerEdits"]["hooks"] == [{
-        "hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
-        "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]}]
+    assert spec["containerEdits"]["hooks"] == [
+        {
+            "hookName": "createContainer",
+            "path": "/usr/bin/nvidia-cdi-hook",
+            "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"],
+        }
+    ]
 
 
 def test_second_run_changes_nothing(node_root: Path) -> None:
     _spec(node_root, "a10g_515.105.01.xml")
     before = (node_root / "etc/cdi/nvidia.yaml").read_bytes()
-    again = cdi.plan_cdi(node_root, DRIVER, Runtime(), gpus.from_nvidia_smi_xml(
-        (FIXTURES / "a10g_515.105.01.xml").read_bytes()))
+    again = cdi.plan_cdi(
+        node_root,
+        DRIVER,
+        Runtime(),
+        gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes()),
+    )
     assert not again[0].changed and again[0].content == before
 
 
-@pytest.mark.parametrize(("mutate", "where"), [
-    pytest.param(lambda s: s["devices"][0].update(name="gpu 0"), "devices.0.name", id="name-space"),
-    pytest.param(lambda s: s.update(kind="nvidia"), "kind", id="kind-no-slash"),
-    pytest.param(lambda s: s["containerEdits"]["mounts"][0].update(hostPath="opt/x"), "containerEdits.mounts.0.hostPath",
-                 id="relative-path"),
-    pytest.param(lambda s: s.update(devices=[]), "devices", id="no-devices"),
-    pytest.param(lambda s: s["devices"].append(dict(s["devices"][0])), "devices", id="duplicate-name"),
-    pytest.param(lambda s: s["containerEdits"].update(deviceNode=[]), "containerEdits", id="unknown-field"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "where"),
+    [
+        pytest.param(lambda s: s["devices"][0].update(name="gpu 0"), "devices.0.name", id="name-space"),
+        pytest.param(lambda s: s.update(kind="nvidia"), "kind", id="kind-no-slash"),
+        pytest.param(
+            lambda s: s["containerEdits"]["mounts"][0].update(hostPath="opt/x"),
+            "containerEdits.mounts.0.hostPath",
+            id="relative-path",
+        ),
+        pytest.param(lambda s: s.update(devices=[]), "devices", id="no-devices"),
+        pytest.param(lambda s: s["devices"].append(dict(s["devices"][0])), "devices", id="duplicate-name"),
+        pytest.param(
+            lambda s: s["containerEdits"].update(deviceNode=[]), "containerEdits", id="unknown-field"
+        ),
+    ],
+)
 def test_schema_catches_bad_specs(node_root: Path, mutate, where: str) -> None:  # type: ignore[no-untyped-def]
     spec = _spec(node_root, "a10g_515.105.01.xml")
     mutate(spec)
@@ -140,16 +167,24 @@ def test_gpus_from_driver_procfs(tmp_path: Path) -> None:
     for bus, minor, uuid in (("0000:c1:00.0", 0, "GPU-cd"), ("0000:81:00.0", 1, "GPU-ab")):
         d = tmp_path / "proc/driver/nvidia/gpus" / bus
         d.mkdir(parents=True)
-        (d / "information").write_text(f"Model: \t\t NVIDIA RTX A5000\nIRQ:   \t\t 150\nGPU UUID: \t {uuid}\n"
-                                       f"Video BIOS: \t 94.02.5c.00.01\nBus Type: \t PCIe\nDevice Minor: \t {minor}\n")
+        (d / "information").write_text(
+            f"Model: \t\t NVIDIA RTX A5000\nIRQ:   \t\t 150\nGPU UUID: \t {uuid}\n"
+            f"Video BIOS: \t 94.02.5c.00.01\nBus Type: \t PCIe\nDevice Minor: \t {minor}\n"
+        )
     found = gpus.discover(tmp_path)
     assert found.source == "procfs"
-    assert found.gpus == (gpus.GpuDevice(0, 1, "GPU-ab", "0000:81:00.0"), gpus.GpuDevice(1, 0, "GPU-cd", "0000:c1:00.0"))
+    assert found.gpus == (
+        gpus.GpuDevice(0, 1, "GPU-ab", "0000:81:00.0"),
+        gpus.GpuDevice(1, 0, "GPU-cd", "0000:c1:00.0"),
+    )
 
 
 def test_gpus_from_pci_sysfs_warn(tmp_path: Path) -> None:
-    for bus, vendor, cls in (("0000:00:02.0", "0x8086", "0x030000"), ("0000:17:00.0", "0x10de", "0x030200"),
-                             ("0000:18:00.0", "0x10de", "0x040300")):
+    for bus, vendor, cls in (
+        ("0000:00:02.0", "0x8086", "0x030000"),
+        ("0000:17:00.0", "0x10de", "0x030200"),
+        ("0000:18:00.0", "0x10de", "0x040300"),
+    ):
         d = tmp_path / "sys/bus/pci/devices" / bus
         d.mkdir(parents=True)
         (d / "vendor").write_text(vendor + "\n")

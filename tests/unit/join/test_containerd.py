@@ -88,12 +88,16 @@ def _dump(root: Path) -> dict:  # type: ignore[type-arg]
     """containerd's own merged view of the config under `root`."""
     if runner.which("unshare") is None:
         pytest.skip("unshare is not installed")
-    script = ('mount --bind "$1" /etc/containerd && exec containerd --config /etc/containerd/config.toml '
-              'config dump')
+    script = (
+        'mount --bind "$1" /etc/containerd && exec containerd --config /etc/containerd/config.toml '
+        "config dump"
+    )
     if not Path("/etc/containerd").is_dir():
         pytest.skip("/etc/containerd is needed as a mount point (containerd package)")
-    result = runner.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-                         root / "etc/containerd"], timeout=60)
+    result = runner.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", root / "etc/containerd"],
+        timeout=60,
+    )
     return tomllib.loads(result.stdout)
 
 
@@ -144,9 +148,11 @@ def test_containerd_accepts_the_result(tmp_path: Path, debian_default: str) -> N
 
 
 def test_version_1_file(tmp_path: Path) -> None:
-    text = ('# hand-written, no version line\nroot = "/var/lib/containerd"\n\n'
-            '[plugins.cri.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
-            '  [plugins.cri.containerd.runtimes.runc.options]\n    SystemdCgroup = true\n')
+    text = (
+        '# hand-written, no version line\nroot = "/var/lib/containerd"\n\n'
+        '[plugins.cri.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
+        "  [plugins.cri.containerd.runtimes.runc.options]\n    SystemdCgroup = true\n"
+    )
     root = _root(tmp_path, text)
     warnings: list[str] = []
     apply_changes(ctd.plan_containerd(root, Runtime(), None, warnings))
@@ -156,7 +162,9 @@ def test_version_1_file(tmp_path: Path) -> None:
     drop = tomllib.loads((root / "etc/containerd/conf.d/99-nodeprep-nvidia.toml").read_text())
     assert drop["version"] == 1
     assert drop["plugins"]["cri"]["containerd"]["runtimes"]["nvidia"]["options"] == {
-        "SystemdCgroup": True, "BinaryName": "/usr/bin/nvidia-container-runtime"}
+        "SystemdCgroup": True,
+        "BinaryName": "/usr/bin/nvidia-container-runtime",
+    }
     if runner.which("containerd"):
         dumped = _dump(root)
         nvidia = dumped["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
@@ -184,14 +192,20 @@ def test_missing_config_gets_a_v2_main(tmp_path: Path) -> None:
     root = _root(tmp_path, None)
     apply_changes(ctd.plan_containerd(root, Runtime()))
     assert (root / "etc/containerd/config.toml").read_text() == (
-        'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+        'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    )
     merged = ctd.merged_config(root, MAIN)
-    assert ctd.nvidia_runtime_of(merged) == {"runtime_type": "io.containerd.runc.v2",
-                                             "options": {"BinaryName": "/usr/bin/nvidia-container-runtime"}}
+    assert ctd.nvidia_runtime_of(merged) == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"BinaryName": "/usr/bin/nvidia-container-runtime"},
+    }
 
 
 def test_existing_imports_are_kept(tmp_path: Path) -> None:
-    text = 'version = 2\n# our imports\nimports = [\n  "/etc/containerd/extra.toml", # site\n]\n\n[grpc]\n  address = "/x"\n'
+    text = (
+        'version = 2\n# our imports\nimports = [\n  "/etc/containerd/extra.toml", # site\n]\n\n'
+        '[grpc]\n  address = "/x"\n'
+    )
     root = _root(tmp_path, text)
     apply_changes(ctd.plan_containerd(root, Runtime()))
     main = (root / "etc/containerd/config.toml").read_text()

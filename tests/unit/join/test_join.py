@@ -34,9 +34,15 @@ def profile(tmp_path: Path, **cluster: Any) -> Path:
     data: dict[str, Any] = {
         "driver": {"version": "535.309.01"},
         "labels": {"extra": {"example.com/team": "ml", "node.kubernetes.io/pool": "gpu-a"}, "cloud": "none"},
-        "cluster": {"api_server": "10.0.0.10:6443", "ca_cert_hashes": [CA_HASH], "gpu_taint": True,
-                    "kubernetes_version": "1.31", "taints": ["dedicated=gpu:NoSchedule"],
-                    "kubelet_extra_args": {"max-pods": "110", "node-ip": "10.0.0.21"}, **cluster},
+        "cluster": {
+            "api_server": "10.0.0.10:6443",
+            "ca_cert_hashes": [CA_HASH],
+            "gpu_taint": True,
+            "kubernetes_version": "1.31",
+            "taints": ["dedicated=gpu:NoSchedule"],
+            "kubelet_extra_args": {"max-pods": "110", "node-ip": "10.0.0.21"},
+            **cluster,
+        },
     }
     path = tmp_path / "node.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -49,8 +55,17 @@ def run_join(args: list[str]) -> tuple[int, str, str]:
 
 
 def join_args(node_root: Path, prof: Path, smi_xml: Path, *extra: str) -> list[str]:
-    return ["join", "--profile", str(prof), "--root", str(node_root), "--skip-preflight",
-            "--nvidia-smi-xml", str(smi_xml), *extra]
+    return [
+        "join",
+        "--profile",
+        str(prof),
+        "--root",
+        str(node_root),
+        "--skip-preflight",
+        "--nvidia-smi-xml",
+        str(smi_xml),
+        *extra,
+    ]
 
 
 def _plan(node_root: Path, prof: Path, smi_xml: Path, **kw: Any):  # type: ignore[no-untyped-def]
@@ -59,7 +74,9 @@ def _plan(node_root: Path, prof: Path, smi_xml: Path, **kw: Any):  # type: ignor
 
 
 def test_v1beta3_below_1_31(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
-    code, _, _ = run_join(join_args(node_root, profile(tmp_path, kubernetes_version="1.30"), smi_xml, "--dry-run"))
+    code, _, _ = run_join(
+        join_args(node_root, profile(tmp_path, kubernetes_version="1.30"), smi_xml, "--dry-run")
+    )
     assert code == 0
     doc = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())
     assert doc["apiVersion"] == "kubeadm.k8s.io/v1beta3" and doc["kind"] == "JoinConfiguration"
@@ -71,21 +88,38 @@ def test_v1beta3_below_1_31(node_root: Path, tmp_path: Path, smi_xml: Path) -> N
     labels = dict(kv.split("=", 1) for kv in args["node-labels"].split(","))
     assert labels["example.com/team"] == "ml" and labels["node.kubernetes.io/pool"] == "gpu-a"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-RTX-A5000" and labels["nvidia.com/gpu.count"] == "2"
-    assert reg["taints"] == [{"key": "dedicated", "effect": "NoSchedule", "value": "gpu"},
-                             {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"}]
+    assert reg["taints"] == [
+        {"key": "dedicated", "effect": "NoSchedule", "value": "gpu"},
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"},
+    ]
     assert reg["criSocket"] == "unix:///run/containerd/containerd.sock"
     disc = doc["discovery"]
-    assert disc["bootstrapToken"] == {"apiServerEndpoint": "10.0.0.10:6443", "token": TOKEN, "caCertHashes": [CA_HASH]}
+    assert disc["bootstrapToken"] == {
+        "apiServerEndpoint": "10.0.0.10:6443",
+        "token": TOKEN,
+        "caCertHashes": [CA_HASH],
+    }
     assert disc["timeout"] == "5m0s" and "timeouts" not in doc
     assert doc["patches"] == {"directory": "/etc/nodeprep/kubeadm-patches"}
-    patch = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml").read_text())
-    assert patch == {"cgroupDriver": "systemd", "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-                     "maxPods": 110}
+    patch = yaml.safe_load(
+        (node_root / "etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml").read_text()
+    )
+    assert patch == {
+        "cgroupDriver": "systemd",
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "maxPods": 110,
+    }
 
 
 def test_v1beta4_from_1_31(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
-    code, _, _ = run_join(join_args(node_root, profile(tmp_path, kubernetes_version="v1.31.2", node_name="gpu-1"),
-                                    smi_xml, "--dry-run"))
+    code, _, _ = run_join(
+        join_args(
+            node_root,
+            profile(tmp_path, kubernetes_version="v1.31.2", node_name="gpu-1"),
+            smi_xml,
+            "--dry-run",
+        )
+    )
     assert code == 0
     doc = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())
     assert doc["apiVersion"] == "kubeadm.k8s.io/v1beta4"
@@ -98,8 +132,9 @@ def test_v1beta4_from_1_31(node_root: Path, tmp_path: Path, smi_xml: Path) -> No
     assert doc["discovery"]["tlsBootstrapToken"] == TOKEN
 
 
-def test_secrets_are_0600_and_never_printed(node_root: Path, tmp_path: Path, smi_xml: Path,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_secrets_are_0600_and_never_printed(
+    node_root: Path, tmp_path: Path, smi_xml: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     prof = profile(tmp_path)
     code, out, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
@@ -122,7 +157,9 @@ def test_secrets_are_0600_and_never_printed(node_root: Path, tmp_path: Path, smi
 def test_command_line_holds_no_token(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     plan = _plan(node_root, profile(tmp_path), smi_xml)
     joins = [a for a in plan.actions if a.argv[:2] == ("kubeadm", "join")]
-    assert [list(a.argv) for a in joins] == [["kubeadm", "join", "--config", "/etc/nodeprep/kubeadm-join.yaml"]]
+    assert [list(a.argv) for a in joins] == [
+        ["kubeadm", "join", "--config", "/etc/nodeprep/kubeadm-join.yaml"]
+    ]
     assert joins[0].deferred  # --root is not the live system: printed for first boot, not run
     for a in plan.actions:
         assert all(SECRET not in arg for arg in a.argv)
@@ -150,19 +187,29 @@ def test_missing_ca_pins_need_the_insecure_flag(node_root: Path, tmp_path: Path,
     assert not (node_root / "etc/nodeprep/kubeadm-join.yaml").exists()  # nothing written
     code, _, _ = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--insecure-skip-ca-verification"))
     assert code == 0
-    boot = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())["discovery"]["bootstrapToken"]
+    boot = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())["discovery"][
+        "bootstrapToken"
+    ]
     assert boot["unsafeSkipCAVerification"] is True and "caCertHashes" not in boot
 
 
-@pytest.mark.parametrize(("mode", "content", "message"), [
-    pytest.param(0o644, TOKEN, "has mode 0644; the bootstrap token must not be readable by group or others",
-                 id="world-readable"),
-    pytest.param(0o640, TOKEN, "has mode 0640", id="group-readable"),
-    pytest.param(0o600, "K9X2MQ.7f3a9c0d1e5b8a24", "not a bootstrap token", id="upper-case"),
-    pytest.param(0o600, "k9x2mq7f3a9c0d1e5b8a24", "not a bootstrap token", id="no-dot"),
-])
-def test_token_file_is_checked(node_root: Path, tmp_path: Path, smi_xml: Path, mode: int, content: str,
-                               message: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "content", "message"),
+    [
+        pytest.param(
+            0o644,
+            TOKEN,
+            "has mode 0644; the bootstrap token must not be readable by group or others",
+            id="world-readable",
+        ),
+        pytest.param(0o640, TOKEN, "has mode 0640", id="group-readable"),
+        pytest.param(0o600, "K9X2MQ.7f3a9c0d1e5b8a24", "not a bootstrap token", id="upper-case"),
+        pytest.param(0o600, "k9x2mq7f3a9c0d1e5b8a24", "not a bootstrap token", id="no-dot"),
+    ],
+)
+def test_token_file_is_checked(
+    node_root: Path, tmp_path: Path, smi_xml: Path, mode: int, content: str, message: str
+) -> None:
     write_token(node_root, mode, content)
     code, out, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--dry-run"))
     assert code == 2 and message in err
@@ -177,7 +224,9 @@ def test_missing_token_file(node_root: Path, tmp_path: Path, smi_xml: Path) -> N
     assert err.splitlines()[0] == "error: cluster.token_file: /etc/nodeprep/bootstrap-token does not exist"
 
 
-def test_labels_that_cannot_be_self_set_refuse_the_join(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+def test_labels_that_cannot_be_self_set_refuse_the_join(
+    node_root: Path, tmp_path: Path, smi_xml: Path
+) -> None:
     prof = profile(tmp_path)
     data = yaml.safe_load(prof.read_text())
     data["labels"]["extra"]["node-role.kubernetes.io/gpu"] = ""
@@ -193,7 +242,9 @@ def test_removed_flag_is_refused_with_version(node_root: Path, tmp_path: Path, s
     code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
     assert code == 2
     assert ("--keep-terminated-pod-volumes was removed in Kubernetes 1.31 (cluster is 1.31)") in err
-    prof = profile(tmp_path, kubelet_extra_args={"keep-terminated-pod-volumes": "true"}, kubernetes_version="1.30")
+    prof = profile(
+        tmp_path, kubelet_extra_args={"keep-terminated-pod-volumes": "true"}, kubernetes_version="1.30"
+    )
     code, _, _ = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
     assert code == 0
 
@@ -201,7 +252,9 @@ def test_removed_flag_is_refused_with_version(node_root: Path, tmp_path: Path, s
 def test_preflight_refuses_when_doctor_fails(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     """No kernel module is loaded here, so the install engineer's doctor() fails on this root."""
     pytest.importorskip("nodeprep.node.doctor")
-    args = [a for a in join_args(node_root, profile(tmp_path), smi_xml, "--dry-run") if a != "--skip-preflight"]
+    args = [
+        a for a in join_args(node_root, profile(tmp_path), smi_xml, "--dry-run") if a != "--skip-preflight"
+    ]
     code, _, err = run_join(args)
     assert code == 1
     assert err.startswith("error: preflight failed: nodeprep doctor failed: ")
@@ -212,24 +265,41 @@ def test_mode_kubelet(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     ca = node_root / "etc/kubernetes/pki/ca.crt"
     ca.parent.mkdir(parents=True)
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    prof = profile(tmp_path, mode="kubelet", kubernetes_version="1.29", feature_gates={"KubeletCgroupDriverFromCRI": True},
-                   kubelet_extra_args={"max-pods": "64", "node-ip": "10.0.0.21", "eviction-hard": "memory.available<500Mi"})
+    prof = profile(
+        tmp_path,
+        mode="kubelet",
+        kubernetes_version="1.29",
+        feature_gates={"KubeletCgroupDriverFromCRI": True},
+        kubelet_extra_args={
+            "max-pods": "64",
+            "node-ip": "10.0.0.21",
+            "eviction-hard": "memory.available<500Mi",
+        },
+    )
     plan = _plan(node_root, prof, smi_xml)
     assert plan.kubeadm_api is None
-    assert [list(a.argv) for a in plan.actions] == [["systemctl", f"--root={node_root}", "enable", "kubelet.service"]]
+    assert [list(a.argv) for a in plan.actions] == [
+        ["systemctl", f"--root={node_root}", "enable", "kubelet.service"]
+    ]
     result = apply_join(plan, run=False)
     assert result["ran"] == []
     kubeconfig = node_root / "etc/kubernetes/bootstrap-kubelet.conf"
     assert mode_of(kubeconfig) == 0o600
     kc = yaml.safe_load(kubeconfig.read_text())
     assert kc["users"][0]["user"]["token"] == TOKEN
-    assert kc["clusters"][0]["cluster"] == {"server": "https://10.0.0.10:6443",
-                                            "certificate-authority": "/etc/kubernetes/pki/ca.crt"}
+    assert kc["clusters"][0]["cluster"] == {
+        "server": "https://10.0.0.10:6443",
+        "certificate-authority": "/etc/kubernetes/pki/ca.crt",
+    }
     cfg = yaml.safe_load((node_root / "var/lib/kubelet/config.yaml").read_text())
     assert cfg["apiVersion"] == "kubelet.config.k8s.io/v1beta1" and cfg["kind"] == "KubeletConfiguration"
     assert cfg["cgroupDriver"] == "systemd"
     assert cfg["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
-    assert cfg["registerWithTaints"][-1] == {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"}
+    assert cfg["registerWithTaints"][-1] == {
+        "key": "nvidia.com/gpu",
+        "effect": "NoSchedule",
+        "value": "present",
+    }
     assert cfg["maxPods"] == 64 and cfg["evictionHard"] == {"memory.available": "500Mi"}
     assert cfg["featureGates"] == {"KubeletCgroupDriverFromCRI": True}
     assert "nodeLabels" not in cfg  # not a KubeletConfiguration field
