@@ -24,19 +24,32 @@ def run(args: list[str]) -> tuple[int, str, str]:
 
 def _profile(tmp_path: Path) -> Path:
     path = tmp_path / "node.yaml"
-    path.write_text(yaml.safe_dump({"driver": {"version": "535.309.01"}, "runtime": {"default_runtime": True}}))
+    path.write_text(
+        yaml.safe_dump({"driver": {"version": "535.309.01"}, "runtime": {"default_runtime": True}})
+    )
     return path
 
 
 def test_check_apply_reapply_check(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
-    base = ["runtime", "--profile", str(_profile(tmp_path)), "--root", str(node_root), "--nvidia-smi-xml",
-            str(smi_xml), "--json"]
+    base = [
+        "runtime",
+        "--profile",
+        str(_profile(tmp_path)),
+        "--root",
+        str(node_root),
+        "--nvidia-smi-xml",
+        str(smi_xml),
+        "--json",
+    ]
     code, out, _ = run([*base, "--check"])
     check1 = json.loads(out)
     assert code == 0 and check1["changed"] is True
     assert not (node_root / "etc/cdi/nvidia.yaml").exists()  # check mode writes nothing
     assert [f["path"] for f in check1["files"]] == [
-        "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nodeprep-nvidia.toml", "/etc/cdi/nvidia.yaml"]
+        "/etc/containerd/config.toml",
+        "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
+        "/etc/cdi/nvidia.yaml",
+    ]
     code, out, _ = run(base)
     apply1 = json.loads(out)
     assert code == 0 and apply1["changed"] is True and len(apply1["written"]) == 3
@@ -69,8 +82,12 @@ def test_already_joined_node_is_not_joined_again(node_root: Path, smi_xml: Path)
     (node_root / "etc/kubernetes").mkdir(parents=True)
     (node_root / "etc/kubernetes/kubelet.conf").write_text("apiVersion: v1\nkind: Config\n")
     prof = load_profile(REPO / "examples/node.yaml")
-    plan = plan_join(prof, JoinOptions(root=node_root, skip_preflight=True, nvidia_smi_xml=smi_xml,
-                                       labels={"example.com/team": "ml"}))
+    plan = plan_join(
+        prof,
+        JoinOptions(
+            root=node_root, skip_preflight=True, nvidia_smi_xml=smi_xml, labels={"example.com/team": "ml"}
+        ),
+    )
     assert plan.already_joined
     assert not any(a.argv[:2] == ("kubeadm", "join") for a in plan.actions)
     assert any("already joined" in w for w in plan.warnings)
