@@ -80,24 +80,29 @@ def run(
         return _run_streaming(args, check=check, timeout=timeout, cwd=cwd, env=full_env,
                               on_line=on_line, log_path=log_path)
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             args,
-            input=input.encode() if isinstance(input, str) else input,
-            stdin=None if input is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
             cwd=os.fspath(cwd) if cwd is not None else None,
             env=full_env,
-            timeout=timeout,
             start_new_session=True,
-            check=False,
         )
     except FileNotFoundError:
         raise CommandError(args, 127, message=f"{args[0]} not found") from None
-    except subprocess.TimeoutExpired as e:
-        raise CommandError(args, -1, tail=_decode(e.stderr or e.stdout or b""),
+    try:
+        stdout, stderr = proc.communicate(input.encode() if isinstance(input, str) else input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate()
+        raise CommandError(args, -1, tail=_tail(_decode(stderr or stdout)),
                            message=f"{args[0]} timed out after {timeout:g}s") from None
-    out, err = _decode(proc.stdout), _decode(proc.stderr)
+    except BaseException:
+        _kill_group(proc)
+        proc.wait()
+        raise
+    out, err = _decode(stdout), _decode(stderr)
     result = Result(args, proc.returncode, out, err)
     if check and proc.returncode != 0:
         if proc.returncode == 127 and "not found" in err:

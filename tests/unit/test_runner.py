@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import time
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,20 @@ def test_missing_tool_is_one_line() -> None:
         runner.run(["no-such-tool-xyz"])
 
 
-def test_timeout_kills_the_process_group() -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["captured", "streaming"])
+def test_timeout_kills_the_process_group(tmp_path: Path, stream: bool) -> None:
+    pidfile = tmp_path / "bg.pid"
     with pytest.raises(CommandError, match="timed out after 0.5s"):
-        runner.run(["sh", "-c", "sleep 30 & sleep 30"], timeout=0.5)
+        runner.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; sleep 30"], timeout=0.5,
+                   on_line=(lambda _line: None) if stream else None)
+    pid = int(pidfile.read_text())
+    for _ in range(50):  # the orphan is reaped by init shortly after SIGKILL
+        stat = Path(f"/proc/{pid}/stat")
+        if not stat.exists() or stat.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"background child {pid} survived the timeout")
 
 
 def test_streaming_lines_and_log(tmp_path: Path) -> None:
