@@ -717,13 +717,41 @@ def profile_path(root: Path, profile: Path | None) -> Path:
 def with_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
     """A new Profile with `section.key` values replaced (command-line flags); None values are
     ignored. The result is validated like a file."""
+    given = {path: value for path, value in overrides.items() if value is not None}
+    if not given:
+        return profile
     data = profile.to_dict()
-    for path, value in overrides.items():
-        if value is None:
-            continue
+    for path, value in given.items():
         f = field_by_path(path)
         data.setdefault(f.section, {})[f.key] = value
     return parse_profile(data, f"{profile.source} + command line")
+
+
+def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """click decorator: one option per field path, from the table's `flag` (default None = not
+    given). The command passes its kwargs through `pop_overrides()` and then `with_overrides()`."""
+    import click
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for path in reversed(paths):
+            f = field_by_path(path)
+            if f.flag is None:
+                raise ValueError(f"{path} has no command-line flag in FIELDS")
+            fn = click.option(
+                f.flag,
+                path.replace(".", "__"),
+                default=None,
+                metavar="VALUE",
+                help=f"{f.help} (overrides {path})",
+            )(fn)
+        return fn
+
+    return decorate
+
+
+def pop_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove the override_options() values from a command's kwargs; return them by field path."""
+    return {k.replace("__", "."): kwargs.pop(k) for k in list(kwargs) if "__" in k}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from ..join import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime
-from ..profile import load_profile, profile_path, render_schema
+from ..profile import (
+    load_profile,
+    override_options,
+    pop_overrides,
+    profile_path,
+    render_schema,
+    with_overrides,
+)
 from .options import emit_json, json_option, profile_option, root_option
 
 log = logging.getLogger("nodeprep.join")
@@ -43,6 +50,9 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
 )
 @click.option("--skip-preflight", is_flag=True, help="Join even when `nodeprep doctor` fails.")
 @nvidia_smi_xml_option
+@override_options(
+    "cluster.api_server", "cluster.token_file", "cluster.kubernetes_version", "cluster.node_name"
+)
 def join_cmd(
     profile: Path | None,
     root: Path,
@@ -51,6 +61,7 @@ def join_cmd(
     insecure_skip_ca_verification: bool,
     skip_preflight: bool,
     nvidia_smi_xml: Path | None,
+    **overrides: str | None,
 ) -> None:
     """Join this node to Kubernetes as the profile's cluster section says.
 
@@ -59,7 +70,7 @@ def join_cmd(
     and a kubelet.service drop-in and restarts kubelet. Both register the nvidia runtime in
     containerd and write the CDI spec first. The bootstrap token is read from cluster.token_file
     (mode 0600) and never printed."""
-    prof = load_profile(profile_path(root, profile))
+    prof = with_overrides(load_profile(profile_path(root, profile)), pop_overrides(overrides))
     options = JoinOptions(
         root=root,
         insecure_skip_ca_verification=insecure_skip_ca_verification,

@@ -435,3 +435,21 @@ def test_overrides_are_validated() -> None:
 def test_profile_path_defaults_under_root(tmp_path: Path) -> None:
     assert profile.profile_path(tmp_path, None) == tmp_path / "etc/nodeprep/node.yaml"
     assert profile.profile_path(tmp_path, Path("/x.yaml")) == Path("/x.yaml")
+
+
+def test_override_options_come_from_the_table() -> None:
+    import click
+    from click.testing import CliRunner
+
+    @click.command()
+    @profile.override_options("driver.version", "cluster.api_server")
+    def cmd(**kwargs: str | None) -> None:
+        p = profile.with_overrides(profile.load_profile(EXAMPLE), profile.pop_overrides(kwargs))
+        assert kwargs == {}
+        click.echo(f"{p.driver.version} {p.cluster.api_server if p.cluster else ''}")
+
+    r = CliRunner().invoke(cmd, ["--driver-version", "550.90.07", "--api-server", "[fd00::1]:6443"])
+    assert r.exit_code == 0 and r.output == "550.90.07 [fd00::1]:6443\n"
+    assert profile.with_overrides(profile.load_profile(EXAMPLE), {"driver.version": None}).source == str(
+        EXAMPLE
+    )

@@ -337,3 +337,16 @@ def test_profile_without_cluster(node_root: Path, tmp_path: Path, smi_xml: Path)
 def test_default_profile_path_under_root(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     code, _, err = run_join(["join", "--root", str(node_root), "--dry-run", "--skip-preflight"])
     assert code == 2 and f"{node_root}/etc/nodeprep/node.yaml: file not found" in err
+
+
+def test_flags_override_the_profile(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    prof = profile(tmp_path, kubernetes_version="1.31")
+    args = join_args(
+        node_root, prof, smi_xml, "--dry-run", "--kubernetes-version", "1.29", "--node-name", "gpu-7"
+    )
+    code, _, _ = run_join(args)
+    assert code == 0
+    doc = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())
+    assert doc["apiVersion"] == "kubeadm.k8s.io/v1beta3" and doc["nodeRegistration"]["name"] == "gpu-7"
+    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--api-server", "nope"))
+    assert code == 2 and "cluster.api_server: 'nope' must be host:port" in err
