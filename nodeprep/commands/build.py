@@ -1,3 +1,283 @@
-"""build commands (see nodeprep/cli.py)."""
+"""Build-side commands (see nodeprep/cli.py): build-driver, build-matrix, artifacts list|verify.
 
-COMMANDS: list = []
+Thin: parse options, call nodeprep.build.driver / matrix / the store, render."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import artifact, log
+from ..errors import InputError, NodeprepError
+from .options import emit_json, json_option
+
+DEFAULT_CACHE = Path(os.environ.get("NODEPREP_CACHE") or Path.home() / ".cache" / "nodeprep")
+DEFAULT_STORE = Path("artifacts")
+
+store_option = click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_STORE,
+                            show_default=True, help="Store directory the artifacts are published to.")
+cache_option = click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_CACHE,
+                            show_default=True, help="Downloads, build roots and compiled modules (reused).")
+
+
+class _Progress:
+    """One self-rewriting status line on a terminal (stderr); silent otherwise."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last = ""
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if phase == "download":
+            text = f"  downloading {done / 2**20:.1f}" + (f"/{total / 2**20:.1f} MiB" if total else " MiB")
+        else:
+            text = f"  compiling {done}/{total} objects" if total else f"  compiling {done} objects"
+        if text != self.last:
+            with self.lock:
+                sys.stderr.write("\r" + text.ljust(len(self.last)))
+                sys.stderr.flush()
+                self.last = text
+
+    def end(self) -> None:
+        if self.last:
+            sys.stderr.write("\n")
+            self.last = ""
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM unwinds like Ctrl-C, so temporary directories are removed on the way out."""
+    if threading.current_thread() is threading.main_thread():
+        def handler(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, handler)
+
+
+@click.command("build-driver")
+@click.option("--driver", default=None, metavar="VERSION",
+              help="Driver version (535.309.01) or branch (535). Default: the newest Debian serves.")
+@click.option("--flavour", type=click.Choice(["proprietary", "open"]), default="proprietary", show_default=True)
+@click.option("--os", "os_name", default="debian-12", show_default=True, help="Target OS of the kernel.")
+@click.option("--kernel", default=None, metavar="RELEASE",
+              help="Kernel release (6.1.0-56-amd64). Default: the OS's current default kernel.")
+@click.option("--arch", default="amd64", show_default=True, hidden=True)
+@store_option
+@cache_option
+@click.option("--runfile", default=None, metavar="URL",
+              help="Build from an NVIDIA .run installer (http(s)://, file:// or a path) instead of Debian's sources.")
+@click.option("--sha256", "runfile_sha256", default=None, metavar="HEX", help="sha256 of --runfile (required with it).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("--rebuild", is_flag=True, help="Compile even when the store or the cache already has the result.")
+@click.option("--allow-cc-mismatch", is_flag=True,
+              help="Build even if the build root's compiler differs from the kernel's.")
+@click.option("--userspace/--no-userspace", default=True, show_default=True,
+              help="Also publish the user-space artifact of the driver.")
+@click.option("--builder", type=click.Choice(["chroot", "podman", "docker"]), default="chroot", show_default=True,
+              help="chroot: mmdebstrap build root on this host; podman/docker: the same inside images/<os>/.")
+@click.option("--sign-key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Private key to sign the modules with (with --sign-cert).")
+@click.option("--sign-cert", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="X.509 certificate matching --sign-key.")
+@click.option("--sign-hash", type=click.Choice(["sha256", "sha512"]), default="sha256", show_default=True)
+@click.option("--smoke-test/--no-smoke-test", default=None,
+              help="Boot the kernel in qemu and load the modules before publishing (default: on when available).")
+@json_option
+def build_driver_cmd(driver: str | None, flavour: str, os_name: str, kernel: str | None, arch: str, store: Path,
+                     cache: Path, runfile: str | None, runfile_sha256: str | None, jobs: int | None, rebuild: bool,
+                     allow_cc_mismatch: bool, userspace: bool, builder: str, sign_key: Path | None,
+                     sign_cert: Path | None, sign_hash: str, smoke_test: bool | None, as_json: bool) -> None:
+    """Build the NVIDIA kernel modules for one kernel release into the store.
+
+    With no arguments: the newest driver Debian 12 serves (proprietary) for Debian 12's current
+    kernel, into ./artifacts. Same inputs -> no compile, the same bytes (`"cached": true`).
+    """
+    from ..build import container
+    from ..build.driver import BuildRequest, build_driver
+
+    if runfile_sha256 and not runfile:
+        raise InputError("--sha256 is only used with --runfile")
+    if builder != "chroot":
+        args = [a for a in sys.argv[1:] if a != "build-driver"]
+        cb = container.ContainerBuild(engine=builder, os_name=os_name, store=store, cache=cache,
+                                      args=tuple(_strip_options(args, ("--builder", "--store", "--cache"))))
+        click.get_current_context().exit(container.run_in_container(cb))
+    req = BuildRequest(driver=driver, flavour=flavour, os_name=os_name, kernel=kernel, arch=arch, store=store,
+                       cache=cache, runfile=runfile, runfile_sha256=runfile_sha256, jobs=jobs, rebuild=rebuild,
+                       allow_cc_mismatch=allow_cc_mismatch, userspace=userspace, sign_key=sign_key,
+                       sign_cert=sign_cert, sign_hash=sign_hash, smoke_test=smoke_test)
+    _sigterm_as_interrupt()
+    progress = _Progress() if log.interactive() and not as_json else None
+    try:
+        result = build_driver(req, progress=progress)
+    finally:
+        if progress:
+            progress.end()
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    state = "up to date (cached, nothing compiled)" if result.cached else "built"
+    click.echo(f"{result.artifact}: {state}", err=True)
+    click.echo(f"  vermagic {result.manifest.vermagic}; input digest {result.input_digest[:16]}…", err=True)
+    if result.userspace:
+        click.echo(f"{result.userspace}", err=True)
+    for note in result.notes:
+        click.echo(f"  note: {note}", err=True)
+
+
+def _strip_options(args: list[str], names: tuple[str, ...]) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in names:
+            skip = True
+            continue
+        if any(a.startswith(n + "=") for n in names):
+            continue
+        out.append(a)
+    return out
+
+
+@click.command("build-matrix")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Cells built at the same time (with --build).")
+@store_option
+@cache_option
+@click.option("--rebuild", is_flag=True, help="Force every cell to compile.")
+@click.option("--userspace/--no-userspace", default=True, show_default=True)
+@click.option("--smoke-test/--no-smoke-test", default=None)
+@json_option
+def build_matrix_cmd(file: Path, do_build: bool, jobs: int, store: Path, cache: Path, rebuild: bool,
+                     userspace: bool, smoke_test: bool | None, as_json: bool) -> None:
+    """Expand a drivers x kernels x flavours matrix (YAML) for a CI system, or build it.
+
+    Without --build, prints `{"include": [cells]}` (one build-driver invocation per cell)."""
+    from ..build import matrix
+    from ..build.driver import BuildRequest, build_driver
+
+    cells = matrix.load(file)
+    if not do_build:
+        emit_json({"include": [c.to_dict() for c in cells]})
+        return
+    _sigterm_as_interrupt()
+    cpus = os.cpu_count() or 1
+    per_cell = max(1, cpus // jobs)
+
+    def one(cell: matrix.Cell) -> dict[str, Any]:
+        req = BuildRequest(driver=cell.driver, flavour=cell.flavour, os_name=cell.os, kernel=cell.kernel,
+                           store=store, cache=cache, jobs=per_cell, rebuild=rebuild, userspace=userspace,
+                           smoke_test=smoke_test)
+        try:
+            return {"cell": cell.to_dict(), "ok": True, **build_driver(req).to_dict()}
+        except NodeprepError as e:
+            return {"cell": cell.to_dict(), "ok": False, "error": str(e)}
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(one, cells))
+    failed = [r for r in results if not r["ok"]]
+    if as_json:
+        emit_json({"results": results, "failed": len(failed)})
+    else:
+        for r in results:
+            c = r["cell"]
+            what = f"{c['driver'] or 'latest'} {c['flavour']} {c['kernel'] or 'default'}"
+            click.echo(f"{'ok  ' if r['ok'] else 'FAIL'} {what}: {r.get('name') or r.get('error')}"
+                       + (" (cached)" if r.get("cached") else ""), err=True)
+    if failed:
+        click.get_current_context().exit(1)
+
+
+@click.group("artifacts")
+def artifacts_group() -> None:
+    """Inspect and verify an artifact store."""
+
+
+def _entries(store: str) -> list[artifact.IndexEntry]:
+    from .. import download
+
+    if download.is_url(store) and download.local_path(store) is None:
+        url = store.rstrip("/") + "/" + artifact.INDEX
+        return artifact.parse_index(download.fetch_bytes(url), source=url)
+    path = download.local_path(store) or Path(store)
+    if not path.is_dir():
+        raise InputError(f"{store}: store directory does not exist")
+    return artifact.LocalStore(path).entries()
+
+
+@artifacts_group.command("list")
+@click.argument("store")
+@json_option
+def artifacts_list(store: str, as_json: bool) -> None:
+    """List the artifacts of STORE (a directory or base URL with index.json)."""
+    entries = _entries(store)
+    if as_json:
+        from dataclasses import asdict
+
+        emit_json([asdict(e) for e in entries])
+        return
+    for e in entries:
+        what = f"{e.flavour} {e.kernel_release}" if e.kind == "kmod" else e.arch
+        click.echo(f"{e.name}  {e.kind} {e.driver_version} {what}  {e.size} bytes  sha256 {e.sha256[:12]}…")
+
+
+def verify_store(path: Path) -> list[str]:
+    """One line per problem in the store directory `path` (empty: all good)."""
+    problems: list[str] = []
+    try:
+        entries = artifact.LocalStore(path).entries()
+    except NodeprepError as e:
+        return [str(e)]
+    listed = {e.name for e in entries}
+    for e in entries:
+        f = path / e.name
+        if not f.is_file():
+            problems.append(f"{e.name}: listed in {artifact.INDEX} but missing")
+            continue
+        actual = artifact.sha256_file(f)
+        if actual != e.sha256:
+            problems.append(f"{e.name}: sha256 {actual[:16]}… does not match {artifact.INDEX} ({e.sha256[:16]}…)")
+        for p in artifact.verify(f):
+            problems.append(f"{e.name}: {p}")
+        if not any(p for p in problems if p.startswith(e.name)):
+            try:
+                m = artifact.read_manifest(f)
+                if m.input_digest != e.input_digest:
+                    problems.append(f"{e.name}: manifest input digest differs from {artifact.INDEX}")
+            except NodeprepError as err:
+                problems.append(f"{e.name}: {err}")
+    for f in sorted(path.glob("*.tar.zst")):
+        if f.name not in listed:
+            problems.append(f"{f.name}: not listed in {artifact.INDEX}")
+    return problems
+
+
+@artifacts_group.command("verify")
+@click.argument("store", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def artifacts_verify(store: Path, as_json: bool) -> None:
+    """Check every artifact of the store directory STORE against index.json and its manifest
+    (sha256 of the tarball and of every file). Exit 1 with one line per problem."""
+    if not store.is_dir():
+        raise InputError(f"{store}: store directory does not exist")
+    problems = verify_store(store)
+    if as_json:
+        emit_json({"store": str(store), "ok": not problems, "problems": problems})
+    else:
+        for p in problems:
+            click.echo(p)
+        if not problems:
+            click.echo(f"{store}: {len(artifact.LocalStore(store).entries())} artifacts verified", err=True)
+    if problems:
+        click.get_current_context().exit(1)
+
+
+COMMANDS: list[click.Command] = [build_driver_cmd, build_matrix_cmd, artifacts_group]

@@ -1,0 +1,172 @@
+"""Build roots: a minimal rootfs of the target OS (mmdebstrap), cached and reused.
+
+One root per (OS, recipe): `<cache>/buildroots/<os>-<key>/root`, where `key` hashes the recipe
+(suite, variant, package list). The packages it actually got (`name=version`, from dpkg) are
+recorded beside it in `packages.txt`; that list goes into every build's input digest, so a
+refreshed root means new artifacts. Each build works in a hard-link clone of the root
+(`cp -al`, about a second) so parallel builds never share a build directory; files added to a
+clone replace links instead of writing through them (see headers.install_into).
+
+The recipe is documented in images/debian-12/ (README.md, packages.list).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runner
+from ..artifact import canonical_json, sha256_bytes
+from ..errors import CommandError, InputError, NetworkError
+
+log = logging.getLogger(__name__)
+
+RECIPE_VERSION = 1
+MMDEBSTRAP_TIMEOUT = 1800
+
+
+@dataclass(frozen=True)
+class BuildRootSpec:
+    os_name: str
+    suite: str
+    packages: tuple[str, ...]
+    variant: str = "minbase"
+    components: tuple[str, ...] = ("main",)
+
+    @property
+    def key(self) -> str:
+        return sha256_bytes(canonical_json({
+            "recipe": RECIPE_VERSION, "os": self.os_name, "suite": self.suite, "variant": self.variant,
+            "components": list(self.components), "packages": sorted(self.packages),
+        }))[:16]
+
+
+# What compiling an out-of-tree module against Debian's linux-headers needs: the kernel's compiler
+# (gcc-12 for bookworm's kernels), make, libc headers for host tools, binutils (ld, strip, objcopy),
+# and the libraries linux-kbuild-* tools link against (libelf1, libssl3). kmod for modinfo/depmod.
+SPECS = {
+    "debian-12": BuildRootSpec(
+        os_name="debian-12", suite="bookworm",
+        packages=("gcc-12", "make", "libc6-dev", "binutils", "libelf1", "libssl3", "kmod"),
+    ),
+}
+
+
+def spec_for(os_name: str) -> BuildRootSpec:
+    try:
+        return SPECS[os_name]
+    except KeyError:
+        raise InputError(f"--os: no build root recipe for {os_name!r} (have: {', '.join(sorted(SPECS))})") \
+            from None
+
+
+@dataclass(frozen=True)
+class BuildRoot:
+    path: Path  # the root filesystem
+    spec: BuildRootSpec
+    packages: tuple[str, ...]  # "name=version", sorted
+
+    @property
+    def packages_sha256(self) -> str:
+        return sha256_bytes("\n".join(self.packages).encode())
+
+
+def mmdebstrap_argv(spec: BuildRootSpec, target: Path, mirror: str, security_mirror: str | None) -> list[str]:
+    comps = " ".join(spec.components)
+    sources = [f"deb {mirror} {spec.suite} {comps}", f"deb {mirror} {spec.suite}-updates {comps}"]
+    if security_mirror:
+        sources.append(f"deb {security_mirror} {spec.suite}-security {comps}")
+    return ["mmdebstrap", f"--variant={spec.variant}", "--mode=root", "--format=directory",
+            "--include=" + ",".join(spec.packages), "--dpkgopt=path-exclude=/usr/share/man/*",
+            "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-exclude=/usr/share/doc/*",
+            spec.suite, os.fspath(target), *sources]
+
+
+def installed_packages(root: Path) -> tuple[str, ...]:
+    out = runner.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W",
+                      "-f=${Package}:${Architecture}=${Version}\\n"]).stdout
+    return tuple(sorted(line.strip() for line in out.splitlines() if line.strip()))
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: str | None = None) -> BuildRoot:
+    """The cached build root for `spec`, created with mmdebstrap on first use."""
+    base = cache / "buildroots"
+    final = base / f"{spec.os_name}-{spec.key}"
+    with _flock(base / f".{final.name}.lock"):
+        if (final / "packages.txt").is_file() and (final / "root").is_dir():
+            return _load(final, spec)
+        if not runner.which("mmdebstrap"):
+            raise InputError("mmdebstrap not found: install it (scripts/deps/build.apt lists what "
+                             "building needs)")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=base))
+        try:
+            log.info("Creating the %s build root with mmdebstrap (once per recipe; cached in %s)",
+                     spec.os_name, final)
+            try:
+                runner.run(mmdebstrap_argv(spec, tmp / "root", mirror, security_mirror),
+                           timeout=MMDEBSTRAP_TIMEOUT, log_path=tmp / "mmdebstrap.log")
+            except CommandError as e:
+                raise NetworkError(f"mmdebstrap could not create the {spec.os_name} build root from {mirror}",
+                                   hint=e.tail) from None
+            pkgs = installed_packages(tmp / "root")
+            (tmp / "packages.txt").write_text("\n".join(pkgs) + "\n")
+            (tmp / "recipe.json").write_bytes(canonical_json({
+                "os": spec.os_name, "suite": spec.suite, "variant": spec.variant,
+                "packages": list(spec.packages), "mirror": mirror}))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return _load(final, spec)
+
+
+def _load(final: Path, spec: BuildRootSpec) -> BuildRoot:
+    pkgs = tuple(line for line in (final / "packages.txt").read_text().splitlines() if line)
+    return BuildRoot(path=final / "root", spec=spec, packages=pkgs)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    prefix = os.fspath(path.resolve()) + "/"
+    points = [ln.split()[1].encode().decode("unicode_escape") for ln in lines if len(ln.split()) > 1]
+    return sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True)
+
+
+def remove_tree(path: Path) -> None:
+    """Unmount whatever is mounted below `path` (deepest first), then delete it."""
+    for point in _mounts_under(path):
+        runner.run(["umount", "-l", point], check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def workspace(root: BuildRoot, parent: Path) -> Iterator[Path]:
+    """A private hard-link clone of `root` under `parent`; removed (and unmounted) on exit."""
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="build.", dir=parent))
+    try:
+        clone = tmp / "root"
+        runner.run(["cp", "-al", root.path, clone], timeout=600)
+        yield clone
+    finally:
+        remove_tree(tmp)

@@ -1,0 +1,82 @@
+"""`--builder podman|docker`: run the same build-driver inside the target OS's container image.
+
+The image comes from images/<os>/Containerfile (built once, tagged `nodeprep-builder:<os>`); the
+repository is mounted read-only at /src, the store and cache read-write at /store and /cache, and
+the container runs `nodeprep build-driver --builder chroot ...` with the same arguments. Only the
+argv is built here; `run_in_container` checks that the engine exists and answers first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runner
+from ..errors import InputError
+
+ENGINES = ("podman", "docker")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class ContainerBuild:
+    engine: str
+    os_name: str
+    store: Path
+    cache: Path
+    args: tuple[str, ...]  # build-driver arguments other than --store/--cache/--builder
+    repo: Path = REPO
+
+    @property
+    def image(self) -> str:
+        return f"nodeprep-builder:{self.os_name}"
+
+    @property
+    def containerfile(self) -> Path:
+        return self.repo / "images" / self.os_name / "Containerfile"
+
+
+def build_image_argv(cb: ContainerBuild) -> list[str]:
+    return [cb.engine, "build", "-t", cb.image, "-f", os.fspath(cb.containerfile),
+            os.fspath(cb.containerfile.parent)]
+
+
+def run_argv(cb: ContainerBuild) -> list[str]:
+    # --privileged: the build inside uses chroot and mmdebstrap's root mode, like on a host.
+    return [
+        cb.engine, "run", "--rm", "--privileged", "--network=host",
+        "-v", f"{cb.repo.resolve()}:/src:ro",
+        "-v", f"{cb.store.resolve()}:/store",
+        "-v", f"{cb.cache.resolve()}:/cache",
+        "-w", "/src", "-e", "PYTHONPATH=/src",
+        cb.image, "python3", "-m", "nodeprep.cli", "build-driver", "--builder", "chroot",
+        "--store", "/store", "--cache", "/cache", *cb.args,
+    ]
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise InputError(f"--builder: {engine!r} is not one of chroot, {', '.join(ENGINES)}")
+    path = runner.which(engine)
+    if path is None:
+        raise InputError(f"--builder {engine}: {engine} is not installed (use --builder chroot, "
+                         f"or install {engine})")
+    res = runner.run([engine, "info"], check=False, timeout=30)
+    if res.returncode != 0:
+        first = (res.stderr or res.stdout).strip().splitlines()
+        raise InputError(f"--builder {engine}: the {engine} engine is not usable"
+                         + (f" ({first[-1]})" if first else ""))
+    return path
+
+
+def run_in_container(cb: ContainerBuild, argv_hook: Sequence[str] | None = None) -> int:
+    """Build the image (cached by the engine) and run the build in it; returns its exit code."""
+    check_engine(cb.engine)
+    if not cb.containerfile.is_file():
+        raise InputError(f"--builder {cb.engine}: no {cb.containerfile} for OS {cb.os_name}")
+    cb.store.mkdir(parents=True, exist_ok=True)
+    cb.cache.mkdir(parents=True, exist_ok=True)
+    runner.run(build_image_argv(cb), capture=False, timeout=3600)
+    return runner.run(run_argv(cb), capture=False, check=False, timeout=4 * 3600).returncode

@@ -1,0 +1,87 @@
+"""Compiling the NVIDIA kernel module tree with kbuild inside a build root.
+
+The tree (Debian's modules/nvidia-kernel/ or a runfile's kernel/ / kernel-open/) is placed at the
+fixed path BUILD_DIR inside the root, so nothing in the output depends on temporary directory
+names. NVIDIA's Makefile finds the headers via /lib/modules/<release>/{build,source} (shipped by
+Debian's headers packages) and picks the compiler named in CONFIG_CC_VERSION_TEXT.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runner
+
+log = logging.getLogger(__name__)
+
+BUILD_DIR = "/build/kernel"
+MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
+MAKE_TIMEOUT = 3 * 3600
+CC_LINE_RE = re.compile(r"^\s*CC \[M\]\s+(\S+)")
+# Fixed identity and time for anything kbuild stamps into its output.
+REPRODUCIBLE_ENV = {
+    "KBUILD_BUILD_TIMESTAMP": "1970-01-01",
+    "KBUILD_BUILD_USER": "nodeprep",
+    "KBUILD_BUILD_HOST": "nodeprep",
+    "SOURCE_DATE_EPOCH": "0",
+    "HOME": "/root",
+    "TMPDIR": "/tmp",
+}
+
+
+def count_objects(tree: Path) -> int:
+    """How many `CC [M]` lines a full build prints: every .c file plus one <module>.mod.c each."""
+    sources = sum(1 for _ in tree.rglob("*.c"))
+    modules = sum(1 for m in MODULES if (tree / m).is_dir())
+    return sources + modules
+
+
+@dataclass
+class CompileProgress:
+    """Counts compiled objects in make's output and reports (done, total) to `report`."""
+
+    total: int
+    report: Callable[[int, int], None] | None = None
+    done: int = 0
+
+    def __call__(self, line: str) -> None:
+        if CC_LINE_RE.match(line):
+            self.done = min(self.done + 1, self.total)
+            if self.report:
+                self.report(self.done, self.total)
+
+
+def make_argv(kernel_release: str, jobs: int, modules: tuple[str, ...] | None = None) -> list[str]:
+    argv = ["make", "-C", BUILD_DIR, f"-j{jobs}", "modules", f"KERNEL_UNAME={kernel_release}"]
+    if modules:
+        argv.append("NV_KERNEL_MODULES=" + " ".join(modules))
+    return argv
+
+
+def compile_modules(root: Path, kernel_release: str, *, jobs: int, log_path: Path,
+                    on_line: Callable[[str], None] | None = None) -> list[Path]:
+    """Run kbuild in `root` (chroot); returns the built .ko files (paths outside the root)."""
+    runner.run(make_argv(kernel_release, jobs), root=root, env=REPRODUCIBLE_ENV, timeout=MAKE_TIMEOUT,
+               on_line=on_line, log_path=log_path)
+    tree = root / BUILD_DIR.lstrip("/")
+    return [tree / f"{m}.ko" for m in MODULES if (tree / f"{m}.ko").is_file()]
+
+
+def strip_modules(root: Path, names: list[str]) -> None:
+    """`strip --strip-debug` the modules BUILD_DIR/<name> with the build root's binutils."""
+    if names:
+        runner.run(["strip", "--strip-debug", *[f"{BUILD_DIR}/{n}" for n in names]], root=root, timeout=600)
+
+
+def modinfo(path: Path, field: str) -> str:
+    return runner.run(["modinfo", "-F", field, path]).stdout.strip()
+
+
+def root_compiler_version(root: Path, program: str) -> str:
+    """First line of `<program> --version` run inside the build root ('' when it is missing)."""
+    res = runner.run([program, "--version"], root=root, check=False)
+    return res.stdout.splitlines()[0].strip() if res.returncode == 0 and res.stdout else ""

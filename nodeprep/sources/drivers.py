@@ -1,0 +1,124 @@
+"""Which Debian source package carries which NVIDIA kernel driver.
+
+Debian ships the kernel-module sources of several driver branches side by side:
+
+    nvidia-kernel-source              current branch, proprietary (non-free)
+    nvidia-open-kernel-source         current branch, open modules (contrib)
+    nvidia-tesla-<branch>-kernel-source, nvidia-tesla-kernel-source   datacenter branches
+    nvidia-tesla-<branch>-open-kernel-source                          (where served)
+
+Each .deb holds `/usr/src/<name>.tar.xz` with the tree `modules/<name>/` (Kbuild, Makefile,
+nvidia/, nvidia-uvm/, ...), the same tree an NVIDIA `.run` installer has as kernel/ or kernel-open/.
+
+The mapping is pure: `catalog` is `{package: [debian versions, newest first]}` as the archive
+answers it (see `load_catalog`), so it can be tested against recorded archive data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import InputError
+
+Flavour = Literal["proprietary", "open"]
+FLAVOURS: tuple[Flavour, ...] = ("proprietary", "open")
+PACKAGE_RE = re.compile(r"^nvidia(?:-tesla(?:-(?P<branch>\d+))?)?(?P<open>-open)?-kernel-source$")
+# apt-cache search takes a POSIX ERE.
+PACKAGE_SEARCH = r"^nvidia(-tesla(-[0-9]+)?)?(-open)?-kernel-source$"
+DRIVER_RE = re.compile(r"^\d{3}(\.\d{2,3}(\.\d{2})?)?$")
+
+
+@dataclass(frozen=True)
+class DriverSource:
+    """One served driver: the Debian package and version that carry its kernel sources."""
+
+    package: str
+    debian_version: str
+    driver_version: str
+    flavour: Flavour
+
+    @property
+    def tarball(self) -> str:
+        """Path of the source tarball inside the .deb."""
+        return f"usr/src/{self.package.removesuffix('-source')}.tar.xz"
+
+
+def debian_version_to_driver(version: str) -> str:
+    """'535.309.01-0+deb12u1' -> '535.309.01' (same rule as nodeprep.sources.debian)."""
+    upstream = version.split(":", 1)[-1]
+    if "-" in upstream:
+        upstream = upstream.rsplit("-", 1)[0]
+    return upstream.split("~", 1)[0].split("+", 1)[0]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def package_flavour(package: str) -> Flavour | None:
+    m = PACKAGE_RE.match(package)
+    if not m:
+        return None
+    return "open" if m["open"] else "proprietary"
+
+
+def _preference(package: str) -> int:
+    """Among packages serving the same driver version, prefer the plain one, then tesla-<branch>."""
+    m = PACKAGE_RE.match(package)
+    assert m
+    if package.startswith("nvidia-tesla"):
+        return 1 if m["branch"] else 2
+    return 0
+
+
+def served(catalog: Mapping[str, list[str]]) -> list[DriverSource]:
+    """Every served driver, newest driver version first (one entry per driver version + flavour)."""
+    found: dict[tuple[str, str], DriverSource] = {}
+    for package in sorted(catalog, key=_preference_key):
+        flavour = package_flavour(package)
+        if flavour is None:
+            continue
+        for debver in catalog[package]:  # newest Debian revision first
+            driver = debian_version_to_driver(debver)
+            found.setdefault((driver, flavour), DriverSource(package, debver, driver, flavour))
+    return sorted(found.values(), key=lambda s: (version_key(s.driver_version), s.flavour == "proprietary"),
+                  reverse=True)
+
+
+def _preference_key(package: str) -> tuple[int, str]:
+    return (_preference(package) if PACKAGE_RE.match(package) else 9, package)
+
+
+def served_versions(catalog: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """{flavour: [driver versions, newest first]}."""
+    out: dict[str, list[str]] = {f: [] for f in FLAVOURS}
+    for s in served(catalog):
+        out[s.flavour].append(s.driver_version)
+    return out
+
+
+def resolve(catalog: Mapping[str, list[str]], driver: str | None, flavour: str) -> DriverSource:
+    """The source for `driver` (exact version, a branch like '535', or None for the newest)."""
+    if flavour not in FLAVOURS:
+        raise InputError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
+    if driver is not None and not DRIVER_RE.match(driver):
+        raise InputError(f"--driver: {driver!r} is not a driver version (like 535.309.01 or a branch like 535)")
+    candidates = [s for s in served(catalog) if s.flavour == flavour]
+    if driver is not None:
+        candidates = [s for s in candidates
+                      if s.driver_version == driver or s.driver_version.startswith(driver + ".")]
+    if candidates:
+        return candidates[0]
+    offered = served_versions(catalog)
+    listing = "; ".join(f"{f}: {', '.join(v) or 'none'}" for f, v in offered.items())
+    what = f"driver {driver}" if driver else "no driver"
+    raise InputError(f"--driver: {what} ({flavour}) is not served by Debian's archive (served: {listing})")
+
+
+def load_catalog(archive: Any) -> dict[str, list[str]]:
+    """{package: versions} for every NVIDIA kernel source package `archive` serves."""
+    names = [p for p in archive.packages(PACKAGE_SEARCH) if PACKAGE_RE.match(p)]
+    return {p: archive.versions(p) for p in names}

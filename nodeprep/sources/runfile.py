@@ -1,0 +1,249 @@
+"""NVIDIA `.run` installers: download (checksummed) and unpack WITHOUT executing them.
+
+A `.run` file is a makeself self-extracting archive: a shell header followed by one or more
+compressed tar streams. The header is data to us; we read from it
+
+    skip="N"  (makeself >= 2.2)  or  `head -n N "$0"` (makeself 2.1.x, NVIDIA's installers)
+              -> the payload starts after the first N lines
+    filesizes="S1 S2 ..."        -> the byte length of each appended tar stream
+    eval "xz -d" / "gzip -cd" / "zstd -d" / "bzip2 -d" ... -> the compression
+    SHA="..." / MD5="..."        -> optional payload digests, checked when present
+
+and decompress + untar in Python with member checks (no absolute paths, no '..', no devices,
+links kept inside the tree). Only the kernel module tree (kernel/ or kernel-open/) is extracted.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import logging
+import lzma
+import os
+import re
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+from urllib.parse import unquote, urlparse
+
+import zstandard
+
+from .. import download as dl
+from ..errors import ArtifactError, ChecksumError, InputError
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER = 256 * 1024
+COMPRESSIONS = {
+    "gzip -cd": "gzip", "gzip -d": "gzip", "gunzip": "gzip", "pigz -cd": "gzip",
+    "xz -d": "xz", "xz -cd": "xz", "unxz": "xz",
+    "zstd -d": "zstd", "zstd -cd": "zstd", "unzstd": "zstd",
+    "bzip2 -d": "bzip2", "bzip2 -cd": "bzip2", "pbzip2 -d": "bzip2",
+    "cat": "none",
+}
+MAGIC = {"gzip": b"\x1f\x8b", "xz": b"\xfd7zXZ\x00", "zstd": b"\x28\xb5\x2f\xfd", "bzip2": b"BZh"}
+
+
+@dataclass(frozen=True)
+class MakeselfHeader:
+    offset: int  # byte offset of the first payload stream
+    filesizes: tuple[int, ...]
+    compression: str  # gzip | xz | zstd | bzip2 | none
+    label: str = ""
+    targetdir: str = ""
+    version: str = ""  # makeself version that wrote it
+    sha256: str = ""
+    md5: str = ""
+
+    @property
+    def size(self) -> int:
+        return sum(self.filesizes)
+
+
+def _field(text: str, name: str) -> str | None:
+    m = re.search(rf'^\s*{name}=(?:"([^"]*)"|(\S*))\s*$', text, re.M)
+    return None if m is None else (m[1] if m[1] is not None else m[2])
+
+
+def parse_header(data: bytes, *, source: str = "runfile") -> MakeselfHeader:
+    """Parse the makeself header at the start of `data` (at least the header's bytes)."""
+    if not data.startswith(b"#!"):
+        raise InputError(f"{source}: not a makeself self-extracting archive (no #! header)")
+    text = data[:MAX_HEADER].decode("latin-1")
+    version = re.search(r"generated using Makeself ([\d.]+)", text)
+    skip_s = _field(text, "skip")
+    if skip_s is None:
+        m = re.search(r'head -n "?(\d+)"? "?\$[01]"?', text)
+        skip_s = m[1] if m else None
+    if not skip_s or not skip_s.isdigit():
+        raise InputError(f"{source}: makeself header has no payload offset (skip=/head -n)")
+    skip = int(skip_s)
+    lines = data.split(b"\n", skip)
+    if len(lines) <= skip:
+        raise InputError(f"{source}: makeself header is truncated (wants {skip} header lines)")
+    offset = len(data) - len(lines[skip])
+    sizes_s = _field(text, "filesizes")
+    if not sizes_s or not all(s.isdigit() for s in sizes_s.split()):
+        raise InputError(f"{source}: makeself header has no valid filesizes= field")
+    compression = None
+    for cmd in re.findall(r'\|\s*eval\s+"([^"$]+)"', text) + re.findall(r'^\s*eval\s+"([^"$]+)"\s*$', text, re.M):
+        cmd = " ".join(cmd.split())
+        if cmd in COMPRESSIONS:
+            compression = COMPRESSIONS[cmd]
+            break
+    if compression is None:
+        raise InputError(f"{source}: unsupported or missing makeself compression command")
+    sha = (_field(text, "SHA") or "").split()
+    md5 = (_field(text, "MD5") or "").split()
+    return MakeselfHeader(
+        offset=offset, filesizes=tuple(int(s) for s in sizes_s.split()), compression=compression,
+        label=_field(text, "label") or "", targetdir=_field(text, "targetdir") or "",
+        version=version[1] if version else "",
+        sha256=sha[0] if sha and sha[0] != "0000000000000000000000000000000000000000000000000000000000000000" else "",
+        md5=md5[0] if md5 and md5[0] != "00000000000000000000000000000000" else "",
+    )
+
+
+def read_header(path: Path) -> MakeselfHeader:
+    with open(path, "rb") as f:
+        head = f.read(MAX_HEADER)
+    header = parse_header(head, source=str(path))
+    if header.offset + header.size > path.stat().st_size:
+        raise InputError(f"{path}: truncated: header promises {header.size} payload bytes at offset "
+                         f"{header.offset}, file has {path.stat().st_size}")
+    return header
+
+
+class _Window(io.RawIOBase):
+    """A read-only view of `size` bytes of `f` starting at its current position."""
+
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        self.f, self.left = f, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = min(len(b), self.left)
+        if n <= 0:
+            return 0
+        data = self.f.read(n)
+        b[: len(data)] = data
+        self.left -= len(data)
+        return len(data)
+
+
+def _decompressed(raw: BinaryIO, compression: str) -> BinaryIO:
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if compression == "xz":
+        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+    if compression == "bzip2":
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if compression == "zstd":
+        return zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[return-value]
+    return raw
+
+
+def verify_payload(path: Path, header: MakeselfHeader) -> None:
+    """Check the header's SHA/MD5 over the payload bytes (makeself's own integrity data)."""
+    if not header.sha256 and not header.md5:
+        return
+    sha, md5 = hashlib.sha256(), hashlib.md5()  # noqa: S324 - makeself's format, not security
+    with open(path, "rb") as f:
+        f.seek(header.offset)
+        left = header.size
+        while left:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            sha.update(chunk)
+            md5.update(chunk)
+            left -= len(chunk)
+    if header.sha256 and sha.hexdigest() != header.sha256:
+        raise ChecksumError(f"{path}: payload sha256 does not match the makeself header")
+    if header.md5 and md5.hexdigest() != header.md5:
+        raise ChecksumError(f"{path}: payload md5 does not match the makeself header")
+
+
+def _members(path: Path, header: MakeselfHeader) -> Iterator[tuple[tarfile.TarInfo, tarfile.TarFile]]:
+    with open(path, "rb") as f:
+        f.seek(header.offset)
+        for size in header.filesizes:
+            start = f.tell()
+            magic = f.read(6)
+            f.seek(start)
+            want = MAGIC.get(header.compression)
+            if want and not magic.startswith(want):
+                raise ArtifactError(f"{path}: payload at byte {start} is not {header.compression} data")
+            window = io.BufferedReader(_Window(f, size))
+            with tarfile.open(fileobj=_decompressed(window, header.compression), mode="r|") as tar:
+                for member in tar:
+                    yield member, tar
+            f.seek(start + size)
+
+
+def _norm(name: str) -> PurePosixPath:
+    p = PurePosixPath(name)
+    return PurePosixPath(*[part for part in p.parts if part not in (".", "")])
+
+
+def extract_tree(path: Path, subdir: str, dest: Path) -> Path:
+    """Extract `subdir` (e.g. 'kernel') of the runfile into `dest`; returns `dest`.
+
+    Refuses absolute paths, '..', device nodes, hard links and symlinks leaving `dest`."""
+    header = read_header(path)
+    verify_payload(path, header)
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    prefix = PurePosixPath(subdir)
+    found = 0
+    for member, tar in _members(path, header):
+        name = _norm(member.name)
+        if name.is_absolute() or ".." in name.parts or member.name.startswith("/"):
+            raise ArtifactError(f"{path}: unsafe member {member.name!r}")
+        if name.parts[: len(prefix.parts)] != prefix.parts:
+            continue
+        rel = PurePosixPath(*name.parts[len(prefix.parts):])
+        target = root / rel if rel.parts else root
+        if member.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        if not (member.isreg() or member.issym()):
+            raise ArtifactError(f"{path}: unsupported member {member.name!r} (links, devices refused)")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if os.path.commonpath([root, target.parent.resolve()]) != str(root):
+            raise ArtifactError(f"{path}: member {member.name!r} resolves outside the tree")
+        if member.issym():
+            resolved = os.path.normpath(os.path.join(os.path.dirname(rel.as_posix()), member.linkname))
+            if member.linkname.startswith("/") or resolved.startswith(".."):
+                raise ArtifactError(f"{path}: link {member.name!r} -> {member.linkname!r} leaves the tree")
+            target.symlink_to(member.linkname)
+        else:
+            src = tar.extractfile(member)
+            assert src is not None
+            with open(target, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+            os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+        found += 1
+    if not found:
+        raise InputError(f"{path}: the installer has no {subdir}/ tree")
+    return dest
+
+
+def runfile_name(url: str) -> str:
+    name = Path(unquote(urlparse(url).path)).name
+    if not name:
+        raise InputError(f"--runfile: {url!r} does not name a file")
+    return name
+
+
+def fetch(url: str, sha256: str, cache: Path, *, progress: dl.Progress | None = None) -> Path:
+    """The runfile at `url`, downloaded (resumed, retried) into `cache` and checked against `sha256`."""
+    dest = cache / "runfiles" / sha256.lower() / runfile_name(url)
+    return dl.download(url, dest, sha256=sha256, progress=progress)

@@ -1,0 +1,67 @@
+"""The one real driver build the slow tier shares.
+
+`ensure_real_build(cache)` builds the newest proprietary driver of Debian 12's
+nvidia-kernel-source (535.x) for Debian 12's current default kernel (both resolved at run time from
+the archive) into `<cache>/real-build/store`, through the same library function as
+`nodeprep build-driver`. Later calls, in this run or later runs, are input-digest cache hits (no
+compile). An flock on `<cache>/real-build/.lock` serialises concurrent callers (other test
+sessions). The smoke test is left to the smoke tests themselves (smoke_test=False), so this build
+costs one compile and no qemu boot.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RealBuild:
+    store: Path
+    driver_version: str
+    flavour: str
+    kernel_release: str
+    kmod: Path
+    userspace: Path | None
+    os_name: str
+    cache: Path | None = None  # the nodeprep cache the build used (downloads, build root, apt lists)
+    input_digest: str = ""
+    compiled: bool = False  # True when this call compiled (first run on a fresh cache)
+
+
+def real_build_request(cache: Path):  # type: ignore[no-untyped-def]
+    """The BuildRequest of the shared build (its driver resolved from the archive now)."""
+    from nodeprep.build.driver import BuildRequest
+    from nodeprep.sources.debian import DebianArchive
+
+    archive = DebianArchive(cache, os_name="debian-12")
+    versions = archive.versions("nvidia-kernel-source")
+    if not versions:
+        raise RuntimeError("Debian 12's archive serves no nvidia-kernel-source")
+    from nodeprep.sources.drivers import debian_version_to_driver
+
+    return BuildRequest(driver=debian_version_to_driver(versions[0]), flavour="proprietary", os_name="debian-12",
+                        kernel=None, store=cache / "real-build" / "store", cache=cache, userspace=True,
+                        smoke_test=False), archive
+
+
+def ensure_real_build(cache: Path) -> RealBuild:
+    """Build (once per cache) or find the shared real build; see the module docstring."""
+    from nodeprep.build.driver import build_driver
+
+    cache = Path(cache)
+    lock_path = cache / "real-build" / ".lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        req, archive = real_build_request(cache)
+        result = build_driver(req, archive=archive)
+    m = result.manifest
+    assert m.kernel_release and m.flavour
+    return RealBuild(store=req.store, driver_version=m.driver_version, flavour=m.flavour,
+                     kernel_release=m.kernel_release, kmod=result.artifact, userspace=result.userspace,
+                     os_name=m.os, cache=cache, input_digest=result.input_digest, compiled=result.compiled)
