@@ -97,3 +97,26 @@ def write_if_changed(module, path, content, mode=0o644):
         module.atomic_move(tmp, path)
         os.chmod(path, mode)
     return changed, diff
+
+
+def change_diffs(files):
+    """Ansible diffs for the library's planned FileChange objects (secret files never shown)."""
+    diffs = []
+    for f in files:
+        if not f.changed:
+            continue
+        if f.secret:
+            before = "" if f.before is None else "(secret content not shown)\n"
+            after = "(secret content not shown, sha256 changed)\n" if f.before is not None else "(secret)\n"
+        else:
+            before = "" if f.before is None else f.before.decode("utf-8", "replace")
+            after = f.content.decode("utf-8", "replace")
+        diffs.append({"before_header": f.target, "after_header": f.target, "before": before, "after": after})
+    return diffs
+
+
+def load_profile(module, profile_mod, root, path):
+    """The node profile at `path` (as the node sees it, under `root`)."""
+    from pathlib import Path
+
+    return profile_mod.load_profile(Path(under_root(root, path)))

@@ -1,0 +1,104 @@
+#!/usr/bin/python
+# Copyright: nodeprep maintainers
+# Apache-2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nodeprep_profile
+short_description: Validate a nodeprep node profile and write it to the node
+description:
+  - Validates O(content) with C(nodeprep.profile.parse_profile) (every problem reported at once, one
+    per field, named by its C(section.key) path) and writes it as YAML, the same file cloud-init
+    writes and every node-side nodeprep command reads.
+  - C(changed) is true only when the file's content or mode differs.
+version_added: "0.1.0"
+options:
+  nodeprep_path:
+    description: The nodeprep zipapp on the node.
+    type: path
+    default: /usr/local/lib/nodeprep/nodeprep.pyz
+  root:
+    description: Root of the node's filesystem; O(path) is written under it.
+    type: path
+    default: /
+  content:
+    description: The profile (sections driver, labels, cluster, runtime), as in C(examples/node.yaml).
+    type: dict
+    required: true
+  path:
+    description: Where the profile goes on the node.
+    type: str
+    default: /etc/nodeprep/node.yaml
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+author:
+  - nodeprep maintainers
+"""
+
+EXAMPLES = r"""
+- name: Nodeprep | Write the node profile
+  nodeprep.fleet.nodeprep_profile:
+    content:
+      driver:
+        version: "535.309.01"
+        store: https://artifacts.example.com/nvidia
+"""
+
+RETURN = r"""
+path:
+  description: The profile's path on the node.
+  returned: always
+  type: str
+profile:
+  description: The validated profile with every default filled in.
+  returned: success
+  type: dict
+"""
+
+import yaml
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
+    COMMON_ARGUMENT_SPEC,
+    fail_from,
+    import_nodeprep,
+    nodeprep_errors,
+    under_root,
+    write_if_changed,
+)
+
+HEADER = "# nodeprep node profile, written by Ansible (role nodeprep_install). See examples/node.yaml.\n"
+
+
+def argument_spec():
+    spec = dict(COMMON_ARGUMENT_SPEC)
+    spec.update(
+        content={"type": "dict", "required": True},
+        path={"type": "str", "default": "/etc/nodeprep/node.yaml"},
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    (profile_mod,) = import_nodeprep(module, "nodeprep.profile")
+    try:
+        profile = profile_mod.parse_profile(p["content"], source=p["path"])
+    except nodeprep_errors(module) as e:
+        fail_from(module, e, path=p["path"])
+    text = HEADER + yaml.safe_dump(p["content"], sort_keys=True, default_flow_style=False)
+    changed, diff = write_if_changed(module, under_root(p["root"], p["path"]), text, 0o644)
+    out = {"changed": changed, "path": p["path"], "profile": profile.to_dict()}
+    if module._diff:
+        out["diff"] = diff
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()
