@@ -270,6 +270,7 @@ class SmokeResult:
     modules: dict[str, str] = field(default_factory=dict)  # module -> how it was checked / outcome
     sig_enforce: bool = False
     duration_s: float = 0.0  # not part of to_dict (artifacts stay byte-identical)
+    timings: dict[str, float] = field(default_factory=dict)  # fetch / initramfs / boot seconds (ditto)
 
     @property
     def passed(self) -> bool:
@@ -480,6 +481,7 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
         raise InputError(f"{module_dir}: no kernel modules (*.ko) to test")
     _check_busybox(busybox)
     kernel = fetch_kernel(kernel_release, archive=archive, cache=cache)
+    timings = {"fetch": time.monotonic() - start}
     mods = {initramfs.module_name(p.name): p for p in paths}
     infos = {name: read_kmod(p) for name, p in mods.items()}
     dep = initramfs.parse_modules_dep((kernel.modules_dir / "modules.dep").read_text())
@@ -523,8 +525,11 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
     lines: list[str] = []
     timed_out = False
     with tempfile.TemporaryDirectory(prefix="nodeprep-smoke-") as tmp:
+        t0 = time.monotonic()
         image = initramfs.build_initramfs(Path(tmp) / "initramfs.cpio", busybox, initramfs.render_init(plan),
                                           sources)
+        timings["initramfs"] = time.monotonic() - t0
+        t0 = time.monotonic()
         with step(f"booting {kernel_release} in qemu ({', '.join(boot_modules)})", logger=log):
             try:
                 runner.run(qemu_argv(kernel, image, sig_enforce=sig_enforce), timeout=timeout,
@@ -533,6 +538,7 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
                 if "timed out" not in str(e):
                     raise
                 timed_out = True
+        timings["boot"] = time.monotonic() - t0
     verdict, reason, excerpt, outcome = classify(
         lines, load=order, under_test=boot_modules, timed_out=timed_out, timeout=timeout,
         sig_enforce=sig_enforce)
@@ -544,7 +550,8 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
     if static_problems:
         excerpt = "\n".join([*filter(None, [excerpt]), *_summarise(static_problems)])
     result = SmokeResult(verdict=verdict, reason=reason, kernel_release=kernel_release, log_excerpt=excerpt,
-                         modules=outcome, sig_enforce=sig_enforce, duration_s=time.monotonic() - start)
+                         modules=outcome, sig_enforce=sig_enforce, duration_s=time.monotonic() - start,
+                         timings=timings)
     log.info("smoke test %s on %s: %s", verdict, kernel_release, reason)
     return result
 
