@@ -72,7 +72,8 @@ def main() -> int:
                 if label.startswith("warm"):
                     totals.append(r.duration_s)
                 print(f"{release:<18} {what:<10} {label:<5} {t.get('fetch', 0):6.1f}s "
-                      f"{t.get('initramfs', 0):9.1f}s {t.get('boot', 0):6.1f}s {r.duration_s:6.1f}s {r.verdict:<7}")
+                      f"{t.get('initramfs', 0):9.1f}s {t.get('boot', 0):6.1f}s {r.duration_s:6.1f}s "
+                      f"{r.verdict:<7}")
             med = statistics.median(totals)
             worst = max(worst, med)
             print(f"{release:<18} {what:<10} median warm total {med:.1f}s = {med / GOAL_S:.2f} x goal")
