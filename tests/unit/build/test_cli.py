@@ -1,0 +1,133 @@
+"""Bad input to the build commands: one line, exit 2, nothing written; `artifacts list|verify`
+on a real store written by nodeprep.artifact; container argv for --builder podman|docker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodeprep import artifact, runner
+from nodeprep.build import container
+from nodeprep.cli import main
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def one_error_line(res) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert lines and lines[0].startswith("error: "), res.output
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--os", "debian-99"], "error: --os: no build root recipe for 'debian-99' (have: debian-12)"),
+    (["--driver", "latest"], "error: --driver: 'latest' is not a driver version (like 535.309.01) or branch (535)"),
+    (["--sha256", "ab" * 32], "error: --sha256 is only used with --runfile"),
+    (["--runfile", "http://127.0.0.1:9/x.run"], "error: --runfile needs --sha256 (the installer's published sha256)"),
+    (["--runfile", "http://127.0.0.1:9/x.run", "--sha256", "xyz"],
+     "error: --sha256: 'xyz' is not a sha256 hex digest (64 hex digits)"),
+    (["--sign-key", "/nonexistent/key.pem"], "error: --sign-key and --sign-cert go together"),
+])
+def test_bad_build_driver_input(tmp_path, args, message):
+    store, cache = tmp_path / "store", tmp_path / "cache"
+    res = invoke("build-driver", "--store", str(store), "--cache", str(cache), "--no-smoke-test", *args)
+    assert res.exit_code == 2, res.output
+    assert one_error_line(res) == message
+    assert not store.exists()  # nothing written
+
+
+def test_bad_flavour_is_a_usage_error(tmp_path):
+    res = invoke("build-driver", "--flavour", "closed", "--store", str(tmp_path / "s"))
+    assert res.exit_code == 2 and "'closed' is not one of 'proprietary', 'open'" in res.stderr
+
+
+def test_missing_signing_files(tmp_path):
+    key = tmp_path / "key.pem"
+    key.write_text("k")
+    res = invoke("build-driver", "--store", str(tmp_path / "s"), "--cache", str(tmp_path / "c"), "--no-smoke-test",
+                 "--sign-key", str(key), "--sign-cert", str(tmp_path / "cert.pem"))
+    assert res.exit_code == 2
+    assert one_error_line(res) == f"error: {tmp_path / 'cert.pem'}: signing key/certificate not found"
+
+
+def test_podman_missing_is_one_clear_line(tmp_path):
+    if runner.which("podman"):
+        pytest.skip("podman is installed here")
+    res = invoke("build-driver", "--builder", "podman", "--store", str(tmp_path / "s"), "--cache", str(tmp_path))
+    assert res.exit_code == 2
+    assert one_error_line(res) == ("error: --builder podman: podman is not installed (use --builder chroot, "
+                                   "or install podman)")
+
+
+def test_docker_without_engine_is_one_clear_line(tmp_path):
+    if not runner.which("docker"):
+        res = invoke("build-driver", "--builder", "docker", "--store", str(tmp_path / "s"))
+        assert res.exit_code == 2 and "docker is not installed" in one_error_line(res)
+        return
+    if runner.run(["docker", "info"], check=False, timeout=30).returncode == 0:
+        pytest.skip("a docker engine answers here")
+    res = invoke("build-driver", "--builder", "docker", "--store", str(tmp_path / "s"))
+    assert res.exit_code == 2
+    assert one_error_line(res).startswith("error: --builder docker: the docker engine is not usable")
+
+
+def test_container_argv(tmp_path):
+    cb = container.ContainerBuild(engine="podman", os_name="debian-12", store=tmp_path / "store",
+                                  cache=tmp_path / "cache", args=("--driver", "535", "--json"))
+    assert cb.containerfile.is_file()
+    assert container.build_image_argv(cb) == ["podman", "build", "-t", "nodeprep-builder:debian-12", "-f",
+                                              str(cb.containerfile), str(cb.containerfile.parent)]
+    argv = container.run_argv(cb)
+    assert argv[:4] == ["podman", "run", "--rm", "--privileged"]
+    assert f"{(tmp_path / 'store').resolve()}:/store" in argv and f"{(tmp_path / 'cache').resolve()}:/cache" in argv
+    i = argv.index("nodeprep-builder:debian-12")
+    assert argv[i + 1:] == ["python3", "-m", "nodeprep.cli", "build-driver", "--builder", "chroot", "--store",
+                            "/store", "--cache", "/cache", "--driver", "535", "--json"]
+
+
+def _store(tmp_path: Path) -> Path:
+    payload = tmp_path / "payload"
+    (payload / "modules" / "6.1.0-56-amd64").mkdir(parents=True)
+    (payload / "modules" / "6.1.0-56-amd64" / "nvidia.ko").write_bytes(bytes(range(256)) * 64)
+    manifest = artifact.Manifest(kind="kmod", driver_version="535.309.01", arch="amd64", os="debian-12",
+                                 input_digest="f" * 64, inputs={"x.deb": "0" * 64}, flavour="proprietary",
+                                 kernel_release="6.1.0-56-amd64", vermagic="6.1.0-56-amd64 SMP")
+    store = tmp_path / "store"
+    path, manifest = artifact.pack(payload, manifest, tmp_path / "out")
+    artifact.LocalStore(store).publish(path, manifest)
+    return store
+
+
+def test_artifacts_list_and_verify(tmp_path):
+    store = _store(tmp_path)
+    res = invoke("artifacts", "list", str(store), "--json")
+    assert res.exit_code == 0
+    [entry] = json.loads(res.stdout)
+    assert entry["name"] == "nvidia-kmod-535.309.01-proprietary-6.1.0-56-amd64.tar.zst"
+    res = invoke("artifacts", "verify", str(store))
+    assert res.exit_code == 0 and res.stdout == ""
+
+
+def test_verify_catches_a_flipped_byte_and_strays(tmp_path):
+    store = _store(tmp_path)
+    f = store / "nvidia-kmod-535.309.01-proprietary-6.1.0-56-amd64.tar.zst"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    f.write_bytes(bytes(data))
+    (store / "nvidia-kmod-1.tar.zst").write_bytes(b"stray")
+    res = invoke("artifacts", "verify", str(store))
+    assert res.exit_code == 1
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith(f"{f.name}: sha256 ") and "does not match index.json" in lines[0]
+    assert lines[-1] == "nvidia-kmod-1.tar.zst: not listed in index.json"
+
+
+def test_verify_missing_store(tmp_path):
+    res = invoke("artifacts", "verify", str(tmp_path / "nope"))
+    assert res.exit_code == 2 and one_error_line(res) == f"error: {tmp_path / 'nope'}: store directory does not exist"

@@ -1,0 +1,101 @@
+"""Input digest, build parameters, source-tree digest and the kmod manifest/tarball."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from nodeprep import artifact
+from nodeprep.build import buildroot, kbuild
+from nodeprep.build.driver import BuildRequest, Plan, build_params, tree_digest
+
+PLAN = Plan(driver_version="535.309.01", flavour="proprietary", kernel_release="6.1.0-56-amd64",
+            source={"kind": "debian", "package": "nvidia-kernel-source", "version": "535.309.01-0+deb12u1"},
+            debs={}, header_packages=[["linux-headers-6.1.0-56-amd64", "6.1.192-2"]])
+ROOT = buildroot.BuildRoot(path=Path("/nonexistent"), spec=buildroot.SPECS["debian-12"],
+                           packages=("gcc-12:amd64=12.2.0-14+deb12u1", "make:amd64=4.3-4.1"))
+INPUTS = {"nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb": "a" * 64}
+
+
+def digest(req=BuildRequest(), plan=PLAN, root=ROOT, inputs=INPUTS):
+    return artifact.input_digest(inputs, build_params(req, plan, root))
+
+
+def test_digest_is_stable_and_sensitive(tmp_path):
+    base = digest()
+    assert base == digest()
+    assert digest(inputs={**INPUTS, "linux-kbuild-6.1_6.1.192-2_amd64.deb": "b" * 64}) != base
+    assert digest(inputs={k: "c" * 64 for k in INPUTS}) != base
+    assert digest(root=replace(ROOT, packages=("gcc-12:amd64=12.2.0-14+deb12u2",))) != base
+    assert digest(plan=replace(PLAN, kernel_release="6.1.0-55-amd64")) != base
+    assert digest(plan=replace(PLAN, flavour="open")) != base
+    assert digest(req=BuildRequest(smoke_test=True)) != base
+    cert = tmp_path / "cert.pem"
+    cert.write_text("CERT")
+    assert digest(req=BuildRequest(sign_cert=cert, sign_key=cert)) != base
+    # Where things are stored and how many jobs compile them do not change the artifact.
+    assert digest(req=BuildRequest(store=tmp_path / "s", cache=tmp_path / "c", jobs=7, rebuild=True)) == base
+
+
+def test_runfile_url_is_not_an_input_but_its_bytes_are():
+    a = replace(PLAN, source={"kind": "runfile", "url": "http://127.0.0.1:1/a.run", "name": "a.run"})
+    b = replace(PLAN, source={"kind": "runfile", "url": "http://127.0.0.1:2/a.run", "name": "a.run"})
+    assert digest(plan=a, inputs={"a.run": "d" * 64}) == digest(plan=b, inputs={"a.run": "d" * 64})
+    assert digest(plan=a, inputs={"a.run": "d" * 64}) != digest(plan=a, inputs={"a.run": "e" * 64})
+
+
+def test_buildroot_key_follows_the_package_list():
+    spec = buildroot.SPECS["debian-12"]
+    assert replace(spec, packages=spec.packages + ("bc",)).key != spec.key
+    assert replace(spec, packages=tuple(reversed(spec.packages))).key == spec.key
+
+
+def test_images_package_list_matches_the_recipe():
+    listed = Path(__file__).resolve().parents[3] / "images" / "debian-12" / "packages.list"
+    names = [ln.split("#")[0].strip() for ln in listed.read_text().splitlines()]
+    assert tuple(n for n in names if n) == buildroot.SPECS["debian-12"].packages
+
+
+def test_mmdebstrap_argv():
+    argv = buildroot.mmdebstrap_argv(buildroot.SPECS["debian-12"], Path("/x/root"), "http://m/debian",
+                                     "http://m/debian-security")
+    assert argv[:4] == ["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory"]
+    assert "--include=gcc-12,make,libc6-dev,binutils,libelf1,libssl3,kmod" in argv
+    assert argv[-4:] == ["/x/root", "deb http://m/debian bookworm main", "deb http://m/debian bookworm-updates main",
+                         "deb http://m/debian-security bookworm-security main"]
+
+
+def test_tree_digest(tmp_path):
+    t = tmp_path / "t"
+    (t / "nvidia").mkdir(parents=True)
+    (t / "nvidia" / "nv.c").write_text("int a;\n")
+    (t / "conftest.sh").write_text("#!/bin/sh\n")
+    first = tree_digest(t)
+    os.utime(t / "nvidia" / "nv.c", (0, 0))
+    assert tree_digest(t) == first  # mtimes do not matter
+    (t / "conftest.sh").chmod(0o755)
+    second = tree_digest(t)
+    assert second != first
+    (t / "nvidia" / "nv.c").write_text("int b;\n")
+    assert tree_digest(t) != second
+
+
+def test_compile_progress_counts_cc_lines(tmp_path):
+    for d in ("nvidia", "nvidia-uvm"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "a.c").write_text("")
+    (tmp_path / "nvidia" / "b.c").write_text("")
+    seen = []
+    progress = kbuild.CompileProgress(kbuild.count_objects(tmp_path), lambda d, t: seen.append((d, t)))
+    assert progress.total == 3 + 2
+    for line in ["  CC [M]  /build/kernel/nvidia/a.o", "  LD [M]  /build/kernel/nvidia.o",
+                 "  CC [M]  /build/kernel/nvidia/b.o", "warning: CC [M] inside text", "  CC [M]  x", "  CC [M]  y",
+                 "  CC [M]  z", "  CC [M]  overflow"]:
+        progress(line)
+    assert seen[0] == (1, 5) and seen[-1] == (5, 5) and len(seen) == 6
+
+
+def test_make_argv_uses_fixed_build_dir():
+    assert kbuild.make_argv("6.1.0-56-amd64", 4) == ["make", "-C", "/build/kernel", "-j4", "modules",
+                                                     "KERNEL_UNAME=6.1.0-56-amd64"]
