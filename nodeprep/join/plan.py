@@ -277,18 +277,29 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
             hint="copy the cluster CA certificate there, or pass --insecure-skip-ca-verification",
         )
     token = read_token_file(under(root, cluster.token_file), shown_as=cluster.token_file)
+    instead = {
+        "node-labels": "labels.extra",
+        "register-with-taints": "cluster.taints / cluster.gpu_taint",
+        "bootstrap-kubeconfig": "cluster.token_file",
+        "kubeconfig": "nothing (nodeprep sets it)",
+        "config": "nothing (nodeprep sets it)",
+        "hostname-override": "cluster.node_name",
+        "container-runtime-endpoint": "cluster.cri_socket",
+        "cgroup-driver": "cluster.cgroup_driver",
+    }
+    owned = [
+        f"cluster.kubelet_extra_args.{k}: set by nodeprep from the profile; use {instead[k]}"
+        for k in cluster.kubelet_extra_args
+        if k.lstrip("-") in instead
+    ]
+    if owned:
+        raise InputError("; ".join(owned))
     warnings = check_version(cluster.minor)
     args: SortedArgs = sort_args(
         cluster.kubelet_extra_args, cluster.minor, feature_gates=cluster.feature_gates
     )
     if args.moved:
         warnings.append("moved deprecated kubelet flags into KubeletConfiguration: " + ", ".join(args.moved))
-    for reserved in ("node-labels", "register-with-taints", "bootstrap-kubeconfig", "kubeconfig", "config"):
-        if reserved in args.flags:
-            raise InputError(
-                f"cluster.kubelet_extra_args.{reserved}: set by nodeprep; use "
-                f"{'labels.extra' if reserved == 'node-labels' else 'the profile fields'} instead"
-            )
 
     labels, label_warnings = _labels(profile, options)
     warnings += label_warnings

@@ -350,3 +350,16 @@ def test_flags_override_the_profile(node_root: Path, tmp_path: Path, smi_xml: Pa
     assert doc["apiVersion"] == "kubeadm.k8s.io/v1beta3" and doc["nodeRegistration"]["name"] == "gpu-7"
     code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--api-server", "nope"))
     assert code == 2 and "cluster.api_server: 'nope' must be host:port" in err
+
+
+def test_flags_nodeprep_owns_are_refused(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    prof = profile(
+        tmp_path, kubelet_extra_args={"register-with-taints": "a=b:NoSchedule", "node-labels": "x=y"}
+    )
+    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    assert code == 2
+    assert (
+        "cluster.kubelet_extra_args.register-with-taints: set by nodeprep from the profile; "
+        "use cluster.taints" in err
+    )
+    assert "cluster.kubelet_extra_args.node-labels: set by nodeprep from the profile; use labels.extra" in err
