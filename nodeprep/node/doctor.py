@@ -175,6 +175,7 @@ def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | No
         wanted.discard("cuda")
     else:
         cuda.parse_cuda(require_cuda)
+        wanted.add("cuda")  # asking for a CUDA version always checks it
     state = load_state(layout.root)
     active = state.active
     out: list[Check] = []
