@@ -30,6 +30,10 @@ from .token import BootstrapToken, read_token_file, redact
 
 log = logging.getLogger(__name__)
 
+# KEP-4009 (CDI devices in the device plugin API): alpha 1.28, beta and on by default 1.29, GA 1.31.
+CDI_GATE = "DevicePluginCDIDevices"
+CDI_GATE_DEFAULT_ON = (1, 29)
+
 
 @dataclass(frozen=True)
 class JoinOptions:
@@ -295,9 +299,14 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
     if owned:
         raise InputError("; ".join(owned))
     warnings = check_version(cluster.minor)
-    args: SortedArgs = sort_args(
-        cluster.kubelet_extra_args, cluster.minor, feature_gates=cluster.feature_gates
-    )
+    gates = dict(cluster.feature_gates)
+    if profile.runtime.cdi and cluster.minor < CDI_GATE_DEFAULT_ON and CDI_GATE not in gates:
+        gates[CDI_GATE] = True
+        warnings.append(
+            f"enabled kubelet feature gate {CDI_GATE} (alpha in 1.28, on by default from 1.29) so the "
+            "device plugin can hand CDI devices to containerd"
+        )
+    args: SortedArgs = sort_args(cluster.kubelet_extra_args, cluster.minor, feature_gates=gates)
     if args.moved:
         warnings.append("moved deprecated kubelet flags into KubeletConfiguration: " + ", ".join(args.moved))
 

@@ -453,3 +453,9 @@ def test_override_options_come_from_the_table() -> None:
     assert profile.with_overrides(profile.load_profile(EXAMPLE), {"driver.version": None}).source == str(
         EXAMPLE
     )
+
+
+def test_docs_list_every_field() -> None:
+    text = (REPO / "docs" / "profile.md").read_text()
+    missing = [f.path for f in profile.FIELDS if f"| `{f.path}` |" not in text]
+    assert missing == []

@@ -363,3 +363,12 @@ def test_flags_nodeprep_owns_are_refused(node_root: Path, tmp_path: Path, smi_xm
         "use cluster.taints" in err
     )
     assert "cluster.kubelet_extra_args.node-labels: set by nodeprep from the profile; use labels.extra" in err
+
+
+def test_cdi_feature_gate_on_1_28_only(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    plan = _plan(node_root, profile(tmp_path, kubernetes_version="1.28"), smi_xml)
+    patch = yaml.safe_load(next(f for f in plan.files if f.target.endswith("+merge.yaml")).content)
+    assert patch["featureGates"] == {"DevicePluginCDIDevices": True}
+    plan = _plan(node_root, profile(tmp_path, kubernetes_version="1.29"), smi_xml)
+    patch = yaml.safe_load(next(f for f in plan.files if f.target.endswith("+merge.yaml")).content)
+    assert "featureGates" not in patch
