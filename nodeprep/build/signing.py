@@ -64,6 +64,8 @@ def _check_inputs(key: Path, cert: Path, hash_algo: str) -> None:
     if hash_algo not in HASH_ALGOS:
         raise InputError(f"--sign-hash: {hash_algo!r} is not one of {', '.join(HASH_ALGOS)}")
     for what, path in (("--sign-key", key), ("--sign-cert", cert)):
+        if what == "--sign-key" and str(key).startswith("pkcs11:"):
+            continue  # a key in a token/HSM: sign-file opens it through the OpenSSL pkcs11 engine
         if not path.is_file():
             raise InputError(f"{what}: {path} does not exist")
         if not os.access(path, os.R_OK):
