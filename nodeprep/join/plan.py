@@ -155,7 +155,13 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
         gpus = gpumod.discover(root, nvidia_smi_xml=options.nvidia_smi_xml)
         warnings += gpus.warnings
         source = gpus.source
-        files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
+        if not gpus.gpus and not options.live:
+            warnings.append(
+                f"--root {root}: no GPUs to list (no driver procfs, no NVIDIA PCI devices, no "
+                "--nvidia-smi-xml): CDI spec not written; `nodeprep runtime` writes it on the booted node"
+            )
+        else:
+            files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
     warnings += _containerd_version_warnings(profile, options)
     actions: list[Action] = []
     if any(f.changed for f in files if "containerd" in f.target) and options.live:

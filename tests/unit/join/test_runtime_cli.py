@@ -91,3 +91,18 @@ def test_already_joined_node_is_not_joined_again(node_root: Path, smi_xml: Path)
     assert plan.already_joined
     assert not any(a.argv[:2] == ("kubeadm", "join") for a in plan.actions)
     assert any("already joined" in w for w in plan.warnings)
+
+
+def test_offline_root_without_gpu_facts_skips_the_cdi_spec(node_root: Path, tmp_path: Path) -> None:
+    """An image root at build time: no driver procfs, no GPUs in its sysfs, no capture."""
+    code, out, err = run(
+        ["runtime", "--profile", str(_profile(tmp_path)), "--root", str(node_root), "--json"]
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert [f["path"] for f in data["files"]] == [
+        "/etc/containerd/config.toml",
+        "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
+    ]
+    assert any("CDI spec not written" in w for w in data["warnings"])
+    assert not (node_root / "etc/cdi").exists()
