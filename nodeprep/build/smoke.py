@@ -14,6 +14,7 @@ kernel's Module.symvers (name, CRC, GPL-only) and the exports of the artifact's 
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import re
 import shutil
@@ -230,6 +231,15 @@ def fetch_kernel(release: str, *, archive: Archive, cache: Path) -> Kernel:
     kernel = Kernel(release, dest)
     if (dest / ".complete").exists():
         return kernel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{release}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another build or test may be fetching the same kernel
+        if not (dest / ".complete").exists():
+            _fetch_kernel(release, archive, dest)
+    return kernel
+
+
+def _fetch_kernel(release: str, archive: Archive, dest: Path) -> None:
     with step(f"fetching kernel {release}", logger=log):
         image = archive.download(f"linux-image-{release}")
         headers = archive.download(f"linux-headers-{release}")
@@ -254,7 +264,6 @@ def fetch_kernel(release: str, *, archive: Archive, cache: Path) -> Kernel:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return kernel
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,11 +558,28 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
         reason = static_problems[0] + (f" (+{more} more)" if more else "")
     if static_problems:
         excerpt = "\n".join([*filter(None, [excerpt]), *_summarise(static_problems)])
+    mismatch = vermagic_mismatch(infos.values(), kernel_release)
+    if mismatch:
+        excerpt = "\n".join([*filter(None, [excerpt]), mismatch])
+        if verdict == "PASS":
+            verdict = "FAIL"
+            reason = f"{mismatch} (the kernel itself accepted the module: the symbol CRCs it checks match)"
     result = SmokeResult(verdict=verdict, reason=reason, kernel_release=kernel_release, log_excerpt=excerpt,
                          modules=outcome, sig_enforce=sig_enforce, duration_s=time.monotonic() - start,
                          timings=timings)
     log.info("smoke test %s on %s: %s", verdict, kernel_release, reason)
     return result
+
+
+def vermagic_mismatch(infos: Iterable[KmodInfo], kernel_release: str) -> str | None:
+    """"vermagic <release> of <module> is not kernel <release>" for the first module built for
+    another kernel release (with CONFIG_MODVERSIONS the kernel compares CRCs, not the release, so it
+    may load such a module; nodeprep ships a module only for the exact release it was built for)."""
+    for info in sorted(infos, key=lambda i: i.name):
+        built_for = info.vermagic.split(" ", 1)[0]
+        if built_for and built_for != kernel_release:
+            return f"vermagic {built_for} of {info.name} is not kernel {kernel_release}"
+    return None
 
 
 def _summarise(problems: Sequence[str], per_module: int = 5) -> list[str]:

@@ -15,6 +15,7 @@ from nodeprep.build.smoke import (
     parse_symvers,
     read_kmod,
     split_boot_static,
+    vermagic_mismatch,
 )
 from nodeprep.errors import ArtifactError, InputError
 
@@ -110,3 +111,12 @@ def test_only_nvidia_is_booted_when_present(data: Path) -> None:
     vgem = read_kmod(data / "vgem.ko")
     helper = replace(vgem, name="drm_shmem_helper", modinfo={"depends": ["drm"]})
     assert split_boot_static({"vgem": vgem, "drm_shmem_helper": helper}) == (["drm_shmem_helper"], ["vgem"])
+
+
+def test_vermagic_release_must_match_the_kernel(data: Path) -> None:
+    """6.1.0-55 and 6.1.0-56 (both 6.1.192) share every CRC, so the kernel itself loads a module built
+    for the other one (seen in a real boot); the smoke test still refuses it by release."""
+    mods = [read_kmod(data / "vgem.ko"), read_kmod(data / "nvidia-peermem.ko")]
+    assert vermagic_mismatch(mods, "6.1.0-56-amd64") is None
+    assert vermagic_mismatch(mods, "6.1.0-55-amd64") == "vermagic 6.1.0-56-amd64 of nvidia_peermem is not " \
+        "kernel 6.1.0-55-amd64"
