@@ -80,7 +80,8 @@ def main() -> int:
             cfg = apply_user_data(user_data, root, work / "applied.json")["config"]
             times["apply write_files (cloud-init)"] = time.monotonic() - t
             install = list(cfg["runcmd"][0])
-            install[3] = f"{url}/tools/{wheel.name}"  # the store dir is not inside the chroot: serve the wheel
+            # the store directory is not inside the chroot: the installer gets the wheel over loopback
+            install[3] = f"{url}/tools/{wheel.name}"
             t = time.monotonic()
             runner.run(["chroot", root, *install], timeout=600, env={"no_proxy": "127.0.0.1"})
             times["install nodeprep (chroot)"] = time.monotonic() - t
@@ -99,7 +100,8 @@ def main() -> int:
         else:
             print(f"kept {work}")
 
-    print(f"driver {build.driver_version} ({build.flavour}) for kernel {build.kernel_release}, store {build.store}")
+    print(f"driver {build.driver_version} ({build.flavour}) for kernel {build.kernel_release}, "
+          f"store {build.store}")
     for name, secs in times.items():
         print(f"  {name:40s} {secs:7.2f} s")
     print(f"  {'bootstrap (process wall time)':40s} {boot:7.2f} s")

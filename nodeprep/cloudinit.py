@@ -97,14 +97,18 @@ store)
     file://*) cp "${url#file://}" "$wheel" ;;
     *)
         n=0
-        until "$python" -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$url" "$wheel"; do
+        get='import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])'
+        until "$python" -c "$get" "$url" "$wheel"; do
             n=$((n + 1))
             [ "$n" -lt 5 ] || { echo "install-nodeprep: cannot download $url" >&2; exit 1; }
             sleep $((n * 3))
         done
         ;;
     esac
-    echo "$sha  $wheel" | sha256sum -c --strict - >&2 || { echo "install-nodeprep: sha256 mismatch for $url" >&2; exit 1; }
+    if ! echo "$sha  $wheel" | sha256sum -c --strict - >&2; then
+        echo "install-nodeprep: sha256 mismatch for $url" >&2
+        exit 1
+    fi
     "$prefix/venv/bin/python" -m pip install --quiet --no-index --no-deps "$wheel"
     ;;
 index)
@@ -371,8 +375,9 @@ def render(spec: UserDataSpec, *, fmt: Format = "auto", limit: int = AWS_USER_DA
     largest = max(config["write_files"], key=lambda f: len(f["content"].encode()))
     raise InputError(
         f"user-data does not fit in {limit} bytes even compressed ({'; '.join(tried)})",
-        hint=f"largest file: {largest['path']} ({len(largest['content'].encode())} bytes); shrink the profile "
-             f"or the --part files, or raise --limit for a cloud that allows more (GCE 256 KiB, Azure 64 KiB)",
+        hint=f"largest file: {largest['path']} ({len(largest['content'].encode())} bytes); shrink the "
+             f"profile or the --part files, or raise --limit for a cloud that allows more "
+             f"(GCE 256 KiB, Azure 64 KiB)",
     )
 
 

@@ -79,7 +79,8 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
               show_default=True, help="Install nodeprep from the artifact store (sha256-checked wheel) or "
                                       "from the package index.")
 @click.option("--nodeprep-wheel", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Local copy of the wheel published in the store (for its sha256), when the store is remote.")
+              help="Local copy of the wheel published in the store (for its sha256), when the store is "
+                   "remote.")
 @click.option("--nodeprep-requirement", default=None, help="pip requirement for --nodeprep-from index "
               "(default nodeprep==<this version>).")
 @click.option("--os-family", type=click.Choice(["debian", "rhel"]), default="debian", show_default=True,

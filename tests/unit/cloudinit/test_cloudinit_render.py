@@ -283,7 +283,8 @@ def test_bad_part_is_refused(tmp_path: Path) -> None:
     part.write_text("hello\n")
     code, _, err = render_cli("--profile", str(profile_file(tmp_path)), "--part", str(part))
     assert code == 2
-    assert err.strip() == f"error: --part {part}: first line must be '#cloud-config' or a '#!' interpreter line"
+    assert err.strip() == (f"error: --part {part}: first line must be '#cloud-config' or a '#!' "
+                           "interpreter line")
 
 
 def test_output_is_deterministic(tmp_path: Path, token_file: Path) -> None:
