@@ -42,10 +42,18 @@ class BuildRootSpec:
 
     @property
     def key(self) -> str:
-        return sha256_bytes(canonical_json({
-            "recipe": RECIPE_VERSION, "os": self.os_name, "suite": self.suite, "variant": self.variant,
-            "components": list(self.components), "packages": sorted(self.packages),
-        }))[:16]
+        return sha256_bytes(
+            canonical_json(
+                {
+                    "recipe": RECIPE_VERSION,
+                    "os": self.os_name,
+                    "suite": self.suite,
+                    "variant": self.variant,
+                    "components": list(self.components),
+                    "packages": sorted(self.packages),
+                }
+            )
+        )[:16]
 
 
 # What compiling an out-of-tree module against Debian's linux-headers needs: the kernel's compiler
@@ -53,7 +61,8 @@ class BuildRootSpec:
 # and the libraries linux-kbuild-* tools link against (libelf1, libssl3). kmod for modinfo/depmod.
 SPECS = {
     "debian-12": BuildRootSpec(
-        os_name="debian-12", suite="bookworm",
+        os_name="debian-12",
+        suite="bookworm",
         packages=("gcc-12", "make", "libc6-dev", "binutils", "libelf1", "libssl3", "kmod"),
     ),
 }
@@ -63,8 +72,9 @@ def spec_for(os_name: str) -> BuildRootSpec:
     try:
         return SPECS[os_name]
     except KeyError:
-        raise InputError(f"--os: no build root recipe for {os_name!r} (have: {', '.join(sorted(SPECS))})") \
-            from None
+        raise InputError(
+            f"--os: no build root recipe for {os_name!r} (have: {', '.join(sorted(SPECS))})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -83,15 +93,30 @@ def mmdebstrap_argv(spec: BuildRootSpec, target: Path, mirror: str, security_mir
     sources = [f"deb {mirror} {spec.suite} {comps}", f"deb {mirror} {spec.suite}-updates {comps}"]
     if security_mirror:
         sources.append(f"deb {security_mirror} {spec.suite}-security {comps}")
-    return ["mmdebstrap", f"--variant={spec.variant}", "--mode=root", "--format=directory",
-            "--include=" + ",".join(spec.packages), "--dpkgopt=path-exclude=/usr/share/man/*",
-            "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-exclude=/usr/share/doc/*",
-            spec.suite, os.fspath(target), *sources]
+    return [
+        "mmdebstrap",
+        f"--variant={spec.variant}",
+        "--mode=root",
+        "--format=directory",
+        "--include=" + ",".join(spec.packages),
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/locale/*",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        spec.suite,
+        os.fspath(target),
+        *sources,
+    ]
 
 
 def installed_packages(root: Path) -> tuple[str, ...]:
-    out = runner.run(["dpkg-query", f"--admindir={root / 'var/lib/dpkg'}", "-W",
-                      "-f=${Package}:${Architecture}=${Version}\\n"]).stdout
+    out = runner.run(
+        [
+            "dpkg-query",
+            f"--admindir={root / 'var/lib/dpkg'}",
+            "-W",
+            "-f=${Package}:${Architecture}=${Version}\\n",
+        ]
+    ).stdout
     return tuple(sorted(line.strip() for line in out.splitlines() if line.strip()))
 
 
@@ -111,23 +136,39 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
         if (final / "packages.txt").is_file() and (final / "root").is_dir():
             return _load(final, spec)
         if not runner.which("mmdebstrap"):
-            raise InputError("mmdebstrap not found: install it (scripts/deps/build.apt lists what "
-                             "building needs)")
+            raise InputError(
+                "mmdebstrap not found: install it (scripts/deps/build.apt lists what building needs)"
+            )
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=base))
         try:
-            log.info("Creating the %s build root with mmdebstrap (once per recipe; cached in %s)",
-                     spec.os_name, final)
+            log.info(
+                "Creating the %s build root with mmdebstrap (once per recipe; cached in %s)",
+                spec.os_name,
+                final,
+            )
             try:
-                runner.run(mmdebstrap_argv(spec, tmp / "root", mirror, security_mirror),
-                           timeout=MMDEBSTRAP_TIMEOUT, log_path=tmp / "mmdebstrap.log")
+                runner.run(
+                    mmdebstrap_argv(spec, tmp / "root", mirror, security_mirror),
+                    timeout=MMDEBSTRAP_TIMEOUT,
+                    log_path=tmp / "mmdebstrap.log",
+                )
             except CommandError as e:
-                raise NetworkError(f"mmdebstrap could not create the {spec.os_name} build root from {mirror}",
-                                   hint=e.tail) from None
+                raise NetworkError(
+                    f"mmdebstrap could not create the {spec.os_name} build root from {mirror}", hint=e.tail
+                ) from None
             pkgs = installed_packages(tmp / "root")
             (tmp / "packages.txt").write_text("\n".join(pkgs) + "\n")
-            (tmp / "recipe.json").write_bytes(canonical_json({
-                "os": spec.os_name, "suite": spec.suite, "variant": spec.variant,
-                "packages": list(spec.packages), "mirror": mirror}))
+            (tmp / "recipe.json").write_bytes(
+                canonical_json(
+                    {
+                        "os": spec.os_name,
+                        "suite": spec.suite,
+                        "variant": spec.variant,
+                        "packages": list(spec.packages),
+                        "mirror": mirror,
+                    }
+                )
+            )
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)

@@ -71,5 +71,5 @@ def compiler_from_version_output(output: str) -> Compiler:
 def mismatch(kernel: Compiler, build: Compiler) -> str | None:
     """Why `build` cannot stand in for `kernel` (None when family and version match)."""
     if kernel.family != build.family or kernel.version != build.version:
-        return (f"the kernel was built with {kernel.text!r} but the build root has {build.text!r}")
+        return f"the kernel was built with {kernel.text!r} but the build root has {build.text!r}"
     return None

@@ -39,20 +39,47 @@ class ContainerBuild:
 
 
 def build_image_argv(cb: ContainerBuild) -> list[str]:
-    return [cb.engine, "build", "-t", cb.image, "-f", os.fspath(cb.containerfile),
-            os.fspath(cb.containerfile.parent)]
+    return [
+        cb.engine,
+        "build",
+        "-t",
+        cb.image,
+        "-f",
+        os.fspath(cb.containerfile),
+        os.fspath(cb.containerfile.parent),
+    ]
 
 
 def run_argv(cb: ContainerBuild) -> list[str]:
     # --privileged: the build inside uses chroot and mmdebstrap's root mode, like on a host.
     return [
-        cb.engine, "run", "--rm", "--privileged", "--network=host",
-        "-v", f"{cb.repo.resolve()}:/src:ro",
-        "-v", f"{cb.store.resolve()}:/store",
-        "-v", f"{cb.cache.resolve()}:/cache",
-        "-w", "/src", "-e", "PYTHONPATH=/src",
-        cb.image, "python3", "-m", "nodeprep.cli", "build-driver", "--builder", "chroot",
-        "--store", "/store", "--cache", "/cache", *cb.args,
+        cb.engine,
+        "run",
+        "--rm",
+        "--privileged",
+        "--network=host",
+        "-v",
+        f"{cb.repo.resolve()}:/src:ro",
+        "-v",
+        f"{cb.store.resolve()}:/store",
+        "-v",
+        f"{cb.cache.resolve()}:/cache",
+        "-w",
+        "/src",
+        "-e",
+        "PYTHONPATH=/src",
+        cb.image,
+        "python3",
+        "-m",
+        "nodeprep.cli",
+        "build-driver",
+        "--builder",
+        "chroot",
+        "--store",
+        "/store",
+        "--cache",
+        "/cache",
+        *cb.args,
     ]
 
 
@@ -61,13 +88,15 @@ def check_engine(engine: str) -> str:
         raise InputError(f"--builder: {engine!r} is not one of chroot, {', '.join(ENGINES)}")
     path = runner.which(engine)
     if path is None:
-        raise InputError(f"--builder {engine}: {engine} is not installed (use --builder chroot, "
-                         f"or install {engine})")
+        raise InputError(
+            f"--builder {engine}: {engine} is not installed (use --builder chroot, or install {engine})"
+        )
     res = runner.run([engine, "info"], check=False, timeout=30)
     if res.returncode != 0:
         first = (res.stderr or res.stdout).strip().splitlines()
-        raise InputError(f"--builder {engine}: the {engine} engine is not usable"
-                         + (f" ({first[-1]})" if first else ""))
+        raise InputError(
+            f"--builder {engine}: the {engine} engine is not usable" + (f" ({first[-1]})" if first else "")
+        )
     return path
 
 

@@ -90,16 +90,26 @@ class BuildResult:
     def to_dict(self) -> dict[str, Any]:
         m = self.manifest
         return {
-            "artifact": str(self.artifact), "name": self.artifact.name, "sha256": sha256_file(self.artifact),
-            "cached": self.cached, "compiled": self.compiled, "input_digest": self.input_digest,
-            "driver_version": m.driver_version, "flavour": m.flavour, "kernel_release": m.kernel_release,
-            "vermagic": m.vermagic, "os": m.os, "arch": m.arch, "compiler": m.compiler,
+            "artifact": str(self.artifact),
+            "name": self.artifact.name,
+            "sha256": sha256_file(self.artifact),
+            "cached": self.cached,
+            "compiled": self.compiled,
+            "input_digest": self.input_digest,
+            "driver_version": m.driver_version,
+            "flavour": m.flavour,
+            "kernel_release": m.kernel_release,
+            "vermagic": m.vermagic,
+            "os": m.os,
+            "arch": m.arch,
+            "compiler": m.compiler,
             "modules": sorted(p.rsplit("/", 1)[-1] for p in m.files),
             "userspace": str(self.userspace) if self.userspace else None,
             "log": str(self.log_path) if self.log_path else None,
             "smoke_test": m.extra.get("smoke_test", {}).get("verdict") if m.extra.get("smoke_test") else None,
             "signed": bool(m.extra.get("signing")),
-            "duration_s": round(self.duration_s, 2), "notes": self.notes,
+            "duration_s": round(self.duration_s, 2),
+            "notes": self.notes,
         }
 
 
@@ -148,36 +158,52 @@ def _runfile_version(name: str, header: runfile.MakeselfHeader) -> str | None:
     return None
 
 
-def resolve_plan(req: BuildRequest, archive: Any, progress: Progress | None = None) -> tuple[Plan, Path | None]:
+def resolve_plan(
+    req: BuildRequest, archive: Any, progress: Progress | None = None
+) -> tuple[Plan, Path | None]:
     """Resolve and download every input. Returns the plan and the runfile path (if any).
 
     The answers for the Debian archive are memoised per apt lists state (same lists -> same answers)
     so a cache hit costs no apt queries."""
-    memo_key = sha256_bytes(canonical_json({
-        "driver": req.driver, "flavour": req.flavour, "os": req.os_name, "kernel": req.kernel,
-        "arch": req.arch, "runfile": req.runfile, "sha256": req.runfile_sha256, "lists": _lists_fingerprint(archive),
-    }))
+    archive.update()  # cheap while the lists are fresh; refreshed lists give new answers (and a new memo key)
+    memo_key = sha256_bytes(
+        canonical_json(
+            {
+                "driver": req.driver,
+                "flavour": req.flavour,
+                "os": req.os_name,
+                "kernel": req.kernel,
+                "arch": req.arch,
+                "runfile": req.runfile,
+                "sha256": req.runfile_sha256,
+                "lists": _lists_fingerprint(archive),
+            }
+        )
+    )
     memo = req.cache / "plans" / f"{memo_key}.json"
     run_path: Path | None = None
     if req.runfile:
         if not req.runfile_sha256:
             raise InputError("--runfile needs --sha256 (the installer's published sha256)")
         with step(f"Fetching {runfile.runfile_name(req.runfile)}"):
-            run_path = runfile.fetch(req.runfile, req.runfile_sha256, req.cache,
-                                     progress=(lambda d, t: progress("download", d, t)) if progress else None)
+            run_path = runfile.fetch(
+                req.runfile,
+                req.runfile_sha256,
+                req.cache,
+                progress=(lambda d, t: progress("download", d, t)) if progress else None,
+            )
     if _lists_fingerprint(archive) and memo.is_file():
         plan = Plan(**json.loads(memo.read_text()))
         if all(Path(p).is_file() for p in plan.debs.values()):
             return plan, run_path
-    if req.flavour not in drivers.FLAVOURS:
-        raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
-    archive.update()
     debs: dict[str, str] = {}
     if run_path is not None:
         header = runfile.read_header(run_path)
         version = _runfile_version(run_path.name, header)
         if version is None:
-            raise InputError(f"{run_path.name}: cannot tell the driver version (name it NVIDIA-Linux-<arch>-<version>.run)")
+            raise InputError(
+                f"{run_path.name}: cannot tell the driver version (name it NVIDIA-Linux-<arch>-<version>.run)"
+            )
         if req.driver and req.driver != version:
             raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
         source = {"kind": "runfile", "url": req.runfile or "", "name": run_path.name}
@@ -190,8 +216,14 @@ def resolve_plan(req: BuildRequest, archive: Any, progress: Progress | None = No
         debs["source"] = str(archive.download(source["package"], source["version"]))
     for pkg, ver in hdrs.packages:
         debs[pkg] = str(archive.download(pkg, ver))
-    plan = Plan(driver_version=version, flavour=req.flavour, kernel_release=hdrs.release, source=source,
-                debs=debs, header_packages=[list(p) for p in hdrs.packages])
+    plan = Plan(
+        driver_version=version,
+        flavour=req.flavour,
+        kernel_release=hdrs.release,
+        source=source,
+        debs=debs,
+        header_packages=[list(p) for p in hdrs.packages],
+    )
     if _lists_fingerprint(archive):
         memo.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo.with_suffix(f".{os.getpid()}.tmp")
@@ -203,12 +235,18 @@ def resolve_plan(req: BuildRequest, archive: Any, progress: Progress | None = No
 def build_params(req: BuildRequest, plan: Plan, root: buildroot.BuildRoot) -> dict[str, Any]:
     """Everything besides the input files that decides the artifact's bytes."""
     return {
-        "build_format": BUILD_FORMAT, "kind": "kmod", "driver_version": plan.driver_version,
-        "flavour": plan.flavour, "kernel_release": plan.kernel_release, "os": req.os_name, "arch": req.arch,
+        "build_format": BUILD_FORMAT,
+        "kind": "kmod",
+        "driver_version": plan.driver_version,
+        "flavour": plan.flavour,
+        "kernel_release": plan.kernel_release,
+        "os": req.os_name,
+        "arch": req.arch,
         "build_root": {"key": root.spec.key, "packages": list(root.packages)},
         "source": {k: v for k, v in plan.source.items() if k != "url"},
-        "signing": ({"cert_sha256": sha256_file(req.sign_cert), "hash": req.sign_hash}
-                    if req.sign_cert else None),
+        "signing": (
+            {"cert_sha256": sha256_file(req.sign_cert), "hash": req.sign_hash} if req.sign_cert else None
+        ),
         "smoke_test": bool(req.smoke_test),
         "allow_cc_mismatch": req.allow_cc_mismatch,
     }
@@ -268,8 +306,15 @@ def _error_lines(log_path: Path, limit: int = 12) -> str:
     return "\n".join((errors or lines)[-limit:])
 
 
-def compile_in_root(req: BuildRequest, plan: Plan, run_path: Path | None, root: buildroot.BuildRoot,
-                    *, log_path: Path, progress: Progress | None) -> tuple[Path, dict[str, Any]]:
+def compile_in_root(
+    req: BuildRequest,
+    plan: Plan,
+    run_path: Path | None,
+    root: buildroot.BuildRoot,
+    *,
+    log_path: Path,
+    progress: Progress | None,
+) -> tuple[Path, dict[str, Any]]:
     """Compile + strip in a clone of the build root. Returns (dir with stripped .ko, build info).
 
     The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild)."""
@@ -285,21 +330,34 @@ def compile_in_root(req: BuildRequest, plan: Plan, run_path: Path | None, root: 
             shutil.rmtree(scratch, ignore_errors=True)
         headers_dir = clone / "usr" / "src" / f"linux-headers-{plan.kernel_release}"
         kernel_cc = cc.read_kernel_compiler(headers_dir)
-        build_cc = cc.Compiler(kbuild.root_compiler_version(clone, kernel_cc.program) or
-                               f"{kernel_cc.program} (missing)")
+        build_cc = cc.Compiler(
+            kbuild.root_compiler_version(clone, kernel_cc.program) or f"{kernel_cc.program} (missing)"
+        )
         problem = cc.mismatch(kernel_cc, build_cc)
         info: dict[str, Any] = {"compiler": kernel_cc.text, "build_compiler": build_cc.text}
         if problem and not req.allow_cc_mismatch:
-            raise InputError(f"compiler mismatch: {problem}",
-                             hint="use the build root of the kernel's OS, or --allow-cc-mismatch to build anyway")
+            raise InputError(
+                f"compiler mismatch: {problem}",
+                hint="use the build root of the kernel's OS, or --allow-cc-mismatch to build anyway",
+            )
         if problem:
             log.warning("warning: %s (--allow-cc-mismatch)", problem)
             info["cc_mismatch"] = problem
-        compile_key = sha256_bytes(canonical_json({
-            "format": BUILD_FORMAT, "tree": tree_digest(tree), "flavour": plan.flavour,
-            "headers": {Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p])) for p, _ in plan.header_packages},
-            "build_root": list(root.packages), "kernel_release": plan.kernel_release,
-        }))
+        compile_key = sha256_bytes(
+            canonical_json(
+                {
+                    "format": BUILD_FORMAT,
+                    "tree": tree_digest(tree),
+                    "flavour": plan.flavour,
+                    "headers": {
+                        Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p]))
+                        for p, _ in plan.header_packages
+                    },
+                    "build_root": list(root.packages),
+                    "kernel_release": plan.kernel_release,
+                }
+            )
+        )
         info["compile_key"] = compile_key
         kept = req.cache / "kmod-builds" / compile_key
         if not req.rebuild and (kept / "modules.json").is_file():
@@ -307,28 +365,35 @@ def compile_in_root(req: BuildRequest, plan: Plan, run_path: Path | None, root: 
             info["compiled"] = False
             return kept, info
         jobs = req.jobs or os.cpu_count() or 1
-        counter = kbuild.CompileProgress(kbuild.count_objects(tree),
-                                         (lambda d, t: progress("compile", d, t)) if progress else None)
+        counter = kbuild.CompileProgress(
+            kbuild.count_objects(tree), (lambda d, t: progress("compile", d, t)) if progress else None
+        )
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with step(f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release} (-j{jobs})"):
             try:
-                built = kbuild.compile_modules(clone, plan.kernel_release, jobs=jobs, log_path=log_path,
-                                               on_line=counter)
+                built = kbuild.compile_modules(
+                    clone, plan.kernel_release, jobs=jobs, log_path=log_path, on_line=counter
+                )
             except CommandError as e:
                 if e.returncode == 127 or "timed out" in str(e):
                     raise BuildError(f"compiling the modules failed: {e.message}") from None
-                raise BuildError(f"compiling the modules failed (make exit {e.returncode}); full log: {log_path}",
-                                 hint=_error_lines(log_path)) from None
+                raise BuildError(
+                    f"compiling the modules failed (make exit {e.returncode}); full log: {log_path}",
+                    hint=_error_lines(log_path),
+                ) from None
         if "nvidia.ko" not in {p.name for p in built}:
-            raise BuildError(f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path))
+            raise BuildError(
+                f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path)
+            )
         kbuild.strip_modules(clone, [p.name for p in built])
         staging = Path(tempfile.mkdtemp(prefix=f".{compile_key[:12]}.", dir=tmp_parent))
         try:
             for p in built:
                 shutil.copyfile(p, staging / p.name)
                 os.chmod(staging / p.name, 0o644)
-            (staging / "modules.json").write_text(json.dumps(
-                {"modules": [p.name for p in built], "compiler": kernel_cc.text}, sort_keys=True))
+            (staging / "modules.json").write_text(
+                json.dumps({"modules": [p.name for p in built], "compiler": kernel_cc.text}, sort_keys=True)
+            )
             kept.parent.mkdir(parents=True, exist_ok=True)
             if kept.exists():
                 shutil.rmtree(kept)
@@ -354,8 +419,9 @@ def _store_hit(store: LocalStore, name: str, digest: str) -> Path | None:
     return None
 
 
-def _userspace(req: BuildRequest, archive: Any, store: LocalStore, driver_version: str,
-               notes: list[str]) -> Path | None:
+def _userspace(
+    req: BuildRequest, archive: Any, store: LocalStore, driver_version: str, notes: list[str]
+) -> Path | None:
     name = artifact_name("userspace", driver_version, arch=req.arch)
     if not req.rebuild:
         try:
@@ -370,8 +436,9 @@ def _userspace(req: BuildRequest, archive: Any, store: LocalStore, driver_versio
         return None
     with step(f"Building the user-space artifact for {driver_version}"):
         try:
-            path, manifest = userspace.build_userspace(archive, driver_version, req.cache / "userspace",
-                                                       arch=req.arch)
+            path, manifest = userspace.build_userspace(
+                archive, driver_version, req.cache / "userspace", arch=req.arch
+            )
         except InputError as e:
             notes.append(f"user-space artifact skipped: {e}")
             log.warning("warning: user-space artifact skipped: %s", e)
@@ -388,7 +455,9 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
     if req.flavour not in drivers.FLAVOURS:
         raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
     if req.driver is not None and not drivers.DRIVER_RE.match(req.driver):
-        raise InputError(f"--driver: {req.driver!r} is not a driver version (like 535.309.01) or branch (535)")
+        raise InputError(
+            f"--driver: {req.driver!r} is not a driver version (like 535.309.01) or branch (535)"
+        )
     if req.runfile and not req.runfile_sha256:
         raise InputError("--runfile needs --sha256 (the installer's published sha256)")
     if req.runfile_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", req.runfile_sha256):
@@ -397,9 +466,11 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
     if req.sign_key or req.sign_cert:
         if not (req.sign_key and req.sign_cert):
             raise InputError("--sign-key and --sign-cert go together")
-        for p in (req.sign_key, req.sign_cert):
-            if not Path(p).is_file():
-                raise InputError(f"{p}: signing key/certificate not found")
+        for what, p in (("--sign-key", req.sign_key), ("--sign-cert", req.sign_cert)):
+            if not (what == "--sign-key" and str(p).startswith("pkcs11:")) and not Path(p).is_file():
+                raise InputError(f"{what}: {p} does not exist")
+        if req.sign_hash not in ("sha256", "sha384", "sha512"):
+            raise InputError(f"--sign-hash: {req.sign_hash!r} is not one of sha256, sha384, sha512")
     smoke_mod = _hook("smoke")
     smoke_on = req.smoke_test if req.smoke_test is not None else smoke_mod is not None
     if smoke_on and smoke_mod is None:
@@ -407,14 +478,20 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
     req = replace(req, smoke_test=smoke_on)
 
     plan, run_path = resolve_plan(req, archive, progress)
-    root = buildroot.ensure(spec, req.cache, mirror=getattr(archive, "mirror", "") or "http://deb.debian.org/debian",
-                            security_mirror=getattr(archive, "security_mirror", None))
+    root = buildroot.ensure(
+        spec,
+        req.cache,
+        mirror=getattr(archive, "mirror", "") or "http://deb.debian.org/debian",
+        security_mirror=getattr(archive, "security_mirror", None),
+    )
     inputs = {Path(p).name: sha256_file(Path(p)) for p in plan.debs.values()}
     if run_path is not None:
         inputs[run_path.name] = sha256_file(run_path)
     params = build_params(req, plan, root)
     digest = input_digest(inputs, params)
-    name = artifact_name("kmod", plan.driver_version, flavour=plan.flavour, kernel_release=plan.kernel_release)
+    name = artifact_name(
+        "kmod", plan.driver_version, flavour=plan.flavour, kernel_release=plan.kernel_release
+    )
     notes: list[str] = []
     log_path = req.cache / "logs" / f"{name.removesuffix('.tar.zst')}.log"
 
@@ -424,8 +501,17 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
 
         log.info("%s is up to date in %s (input digest %s…): nothing to build", name, store.path, digest[:12])
         us = _userspace(req, archive, store, plan.driver_version, notes) if req.userspace else None
-        return BuildResult(hit, read_manifest(hit), cached=True, compiled=False, input_digest=digest,
-                           userspace=us, log_path=None, duration_s=time.monotonic() - start, notes=notes)
+        return BuildResult(
+            hit,
+            read_manifest(hit),
+            cached=True,
+            compiled=False,
+            input_digest=digest,
+            userspace=us,
+            log_path=None,
+            duration_s=time.monotonic() - start,
+            notes=notes,
+        )
 
     modules_dir, info = compile_in_root(req, plan, run_path, root, log_path=log_path, progress=progress)
     tmp_parent = req.cache / "tmp"
@@ -442,41 +528,76 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
         extra: dict[str, Any] = {
             "source": plan.source | ({"sha256": inputs[run_path.name]} if run_path else {}),
             "kernel_headers": {p: v for p, v in plan.header_packages},
-            "build_root": {"os": req.os_name, "key": root.spec.key, "packages_sha256": root.packages_sha256,
-                           "packages": list(root.packages)},
-            "build": {"format": BUILD_FORMAT, "compile_key": info["compile_key"],
-                      "build_compiler": info["build_compiler"], "path": kbuild.BUILD_DIR,
-                      **({"cc_mismatch": info["cc_mismatch"]} if "cc_mismatch" in info else {})},
+            "build_root": {
+                "os": req.os_name,
+                "key": root.spec.key,
+                "packages_sha256": root.packages_sha256,
+                "packages": list(root.packages),
+            },
+            "build": {
+                "format": BUILD_FORMAT,
+                "compile_key": info["compile_key"],
+                "build_compiler": info["build_compiler"],
+                "path": kbuild.BUILD_DIR,
+                **({"cc_mismatch": info["cc_mismatch"]} if "cc_mismatch" in info else {}),
+            },
         }
         if req.sign_key and req.sign_cert:
             signing = _hook("signing")
             if signing is None:
                 raise InputError("--sign-key: the signing hook (nodeprep.build.signing) is not installed")
             with step("Signing the modules"), _headers_tree(req, plan, root) as hdir:
-                extra["signing"] = signing.sign_modules(mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert),
-                                                        req.sign_hash)
+                extra["signing"] = signing.sign_modules(
+                    mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert), req.sign_hash
+                )
         if smoke_on and smoke_mod is not None:
             with step(f"Smoke-testing the modules on {plan.kernel_release}"):
-                result = smoke_mod.smoke_test_modules(mod_dir, plan.kernel_release, archive=archive,
-                                                      cache=req.cache, sig_enforce=bool(req.sign_key))
+                result = smoke_mod.smoke_test_modules(
+                    mod_dir,
+                    plan.kernel_release,
+                    archive=archive,
+                    cache=req.cache,
+                    sig_enforce=bool(req.sign_key),
+                )
             extra["smoke_test"] = result.to_dict()
             if not result.passed:
-                raise BuildError(f"smoke test failed on {plan.kernel_release}: "
-                                 f"{getattr(result, 'reason', 'see the log')}; not publishing "
-                                 "(--no-smoke-test skips it)", hint=getattr(result, "log_excerpt", None) or None)
-        manifest = Manifest(kind="kmod", driver_version=plan.driver_version, arch=req.arch, os=req.os_name,
-                            input_digest=digest, inputs=inputs, flavour=plan.flavour,
-                            kernel_release=plan.kernel_release, vermagic=vermagic, compiler=info["compiler"],
-                            extra=extra, nodeprep_version=__version__)
+                raise BuildError(
+                    f"smoke test failed on {plan.kernel_release}: "
+                    f"{getattr(result, 'reason', 'see the log')}; not publishing "
+                    "(--no-smoke-test skips it)",
+                    hint=getattr(result, "log_excerpt", None) or None,
+                )
+        manifest = Manifest(
+            kind="kmod",
+            driver_version=plan.driver_version,
+            arch=req.arch,
+            os=req.os_name,
+            input_digest=digest,
+            inputs=inputs,
+            flavour=plan.flavour,
+            kernel_release=plan.kernel_release,
+            vermagic=vermagic,
+            compiler=info["compiler"],
+            extra=extra,
+            nodeprep_version=__version__,
+        )
         with step(f"Packing {name}"):
             path, manifest = pack(payload, manifest, work / "out")
             store.publish(path, manifest)
     finally:
         buildroot.remove_tree(work)
     us = _userspace(req, archive, store, plan.driver_version, notes) if req.userspace else None
-    return BuildResult(store.path / name, manifest, cached=False, compiled=bool(info.get("compiled")),
-                       input_digest=digest, userspace=us, log_path=log_path if info.get("compiled") else None,
-                       duration_s=time.monotonic() - start, notes=notes)
+    return BuildResult(
+        store.path / name,
+        manifest,
+        cached=False,
+        compiled=bool(info.get("compiled")),
+        input_digest=digest,
+        userspace=us,
+        log_path=log_path if info.get("compiled") else None,
+        duration_s=time.monotonic() - start,
+        notes=notes,
+    )
 
 
 class _headers_tree:

@@ -52,8 +52,15 @@ def available_releases(package_names: list[str], flavour: str = "amd64") -> list
 
 def all_releases(package_names: list[str]) -> list[str]:
     names = [n.removeprefix("linux-headers-") for n in package_names if n.startswith("linux-headers-")]
-    return sorted((r for r in names if RELEASE_RE.match(r) and not r.endswith("-common")
-                   and not r.endswith("-common-rt")), key=version_key, reverse=True)
+    return sorted(
+        (
+            r
+            for r in names
+            if RELEASE_RE.match(r) and not r.endswith("-common") and not r.endswith("-common-rt")
+        ),
+        key=version_key,
+        reverse=True,
+    )
 
 
 def default_release(meta_depends: str) -> str | None:
@@ -92,8 +99,10 @@ def resolve(archive: Any, release: str | None, *, arch: str = "amd64") -> Kernel
     package = f"linux-headers-{release}"
     if package not in names or not archive.versions(package):
         avail = all_releases(names)
-        raise InputError(f"--kernel: no headers for kernel {release!r} in the Debian archive "
-                         f"(available: {', '.join(avail) or 'none'})")
+        raise InputError(
+            f"--kernel: no headers for kernel {release!r} in the Debian archive "
+            f"(available: {', '.join(avail) or 'none'})"
+        )
     version = archive.versions(package)[0]
     fields = archive.info(package, version)
     pkgs = [(package, version)]
@@ -101,8 +110,9 @@ def resolve(archive: Any, release: str | None, *, arch: str = "amd64") -> Kernel
         if name.startswith("linux-headers-") and name.endswith("-common") or name.startswith("linux-kbuild-"):
             v = pick_version(archive.versions(name), op, want)
             if v is None:
-                raise InputError(f"{package} {version} needs {name} ({op} {want}), which the archive "
-                                 "does not serve")
+                raise InputError(
+                    f"{package} {version} needs {name} ({op} {want}), which the archive does not serve"
+                )
             pkgs.append((name, v))
     return KernelHeaders(release=release, packages=tuple(pkgs))
 

@@ -62,11 +62,23 @@ def make_argv(kernel_release: str, jobs: int, modules: tuple[str, ...] | None = 
     return argv
 
 
-def compile_modules(root: Path, kernel_release: str, *, jobs: int, log_path: Path,
-                    on_line: Callable[[str], None] | None = None) -> list[Path]:
+def compile_modules(
+    root: Path,
+    kernel_release: str,
+    *,
+    jobs: int,
+    log_path: Path,
+    on_line: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Run kbuild in `root` (chroot); returns the built .ko files (paths outside the root)."""
-    runner.run(make_argv(kernel_release, jobs), root=root, env=REPRODUCIBLE_ENV, timeout=MAKE_TIMEOUT,
-               on_line=on_line, log_path=log_path)
+    runner.run(
+        make_argv(kernel_release, jobs),
+        root=root,
+        env=REPRODUCIBLE_ENV,
+        timeout=MAKE_TIMEOUT,
+        on_line=on_line,
+        log_path=log_path,
+    )
     tree = root / BUILD_DIR.lstrip("/")
     return [tree / f"{m}.ko" for m in MODULES if (tree / f"{m}.ko").is_file()]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-import tarfile
 import sys
+import tarfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,10 +23,20 @@ from .options import emit_json, json_option
 DEFAULT_CACHE = Path(os.environ.get("NODEPREP_CACHE") or Path.home() / ".cache" / "nodeprep")
 DEFAULT_STORE = Path("artifacts")
 
-store_option = click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_STORE,
-                            show_default=True, help="Store directory the artifacts are published to.")
-cache_option = click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_CACHE,
-                            show_default=True, help="Downloads, build roots and compiled modules (reused).")
+store_option = click.option(
+    "--store",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_STORE,
+    show_default=True,
+    help="Store directory the artifacts are published to.",
+)
+cache_option = click.option(
+    "--cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_CACHE,
+    show_default=True,
+    help="Downloads, build roots and compiled modules (reused).",
+)
 
 
 class _Progress:
@@ -56,44 +66,106 @@ class _Progress:
 def _sigterm_as_interrupt() -> None:
     """SIGTERM unwinds like Ctrl-C, so temporary directories are removed on the way out."""
     if threading.current_thread() is threading.main_thread():
+
         def handler(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
+
         signal.signal(signal.SIGTERM, handler)
 
 
 @click.command("build-driver")
-@click.option("--driver", default=None, metavar="VERSION",
-              help="Driver version (535.309.01) or branch (535). Default: the newest Debian serves.")
-@click.option("--flavour", type=click.Choice(["proprietary", "open"]), default="proprietary", show_default=True)
+@click.option(
+    "--driver",
+    default=None,
+    metavar="VERSION",
+    help="Driver version (535.309.01) or branch (535). Default: the newest Debian serves.",
+)
+@click.option(
+    "--flavour", type=click.Choice(["proprietary", "open"]), default="proprietary", show_default=True
+)
 @click.option("--os", "os_name", default="debian-12", show_default=True, help="Target OS of the kernel.")
-@click.option("--kernel", default=None, metavar="RELEASE",
-              help="Kernel release (6.1.0-56-amd64). Default: the OS's current default kernel.")
+@click.option(
+    "--kernel",
+    default=None,
+    metavar="RELEASE",
+    help="Kernel release (6.1.0-56-amd64). Default: the OS's current default kernel.",
+)
 @click.option("--arch", default="amd64", show_default=True, hidden=True)
 @store_option
 @cache_option
-@click.option("--runfile", default=None, metavar="URL",
-              help="Build from an NVIDIA .run installer (http(s)://, file:// or a path) instead of Debian's sources.")
-@click.option("--sha256", "runfile_sha256", default=None, metavar="HEX", help="sha256 of --runfile (required with it).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
-@click.option("--rebuild", is_flag=True, help="Compile even when the store or the cache already has the result.")
-@click.option("--allow-cc-mismatch", is_flag=True,
-              help="Build even if the build root's compiler differs from the kernel's.")
-@click.option("--userspace/--no-userspace", default=True, show_default=True,
-              help="Also publish the user-space artifact of the driver.")
-@click.option("--builder", type=click.Choice(["chroot", "podman", "docker"]), default="chroot", show_default=True,
-              help="chroot: mmdebstrap build root on this host; podman/docker: the same inside images/<os>/.")
-@click.option("--sign-key", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Private key to sign the modules with (with --sign-cert).")
-@click.option("--sign-cert", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="X.509 certificate matching --sign-key.")
+@click.option(
+    "--runfile",
+    default=None,
+    metavar="URL",
+    help="Build from an NVIDIA .run installer (http(s)://, file:// or a path) instead of Debian's sources.",
+)
+@click.option(
+    "--sha256", "runfile_sha256", default=None, metavar="HEX", help="sha256 of --runfile (required with it)."
+)
+@click.option(
+    "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs)."
+)
+@click.option(
+    "--rebuild", is_flag=True, help="Compile even when the store or the cache already has the result."
+)
+@click.option(
+    "--allow-cc-mismatch",
+    is_flag=True,
+    help="Build even if the build root's compiler differs from the kernel's.",
+)
+@click.option(
+    "--userspace/--no-userspace",
+    default=True,
+    show_default=True,
+    help="Also publish the user-space artifact of the driver.",
+)
+@click.option(
+    "--builder",
+    type=click.Choice(["chroot", "podman", "docker"]),
+    default="chroot",
+    show_default=True,
+    help="chroot: mmdebstrap build root on this host; podman/docker: the same inside images/<os>/.",
+)
+@click.option(
+    "--sign-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Private key to sign the modules with (with --sign-cert).",
+)
+@click.option(
+    "--sign-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="X.509 certificate matching --sign-key.",
+)
 @click.option("--sign-hash", type=click.Choice(["sha256", "sha512"]), default="sha256", show_default=True)
-@click.option("--smoke-test/--no-smoke-test", default=None,
-              help="Boot the kernel in qemu and load the modules before publishing (default: on when available).")
+@click.option(
+    "--smoke-test/--no-smoke-test",
+    default=None,
+    help="Boot the kernel in qemu and load the modules before publishing (default: on when available).",
+)
 @json_option
-def build_driver_cmd(driver: str | None, flavour: str, os_name: str, kernel: str | None, arch: str, store: Path,
-                     cache: Path, runfile: str | None, runfile_sha256: str | None, jobs: int | None, rebuild: bool,
-                     allow_cc_mismatch: bool, userspace: bool, builder: str, sign_key: Path | None,
-                     sign_cert: Path | None, sign_hash: str, smoke_test: bool | None, as_json: bool) -> None:
+def build_driver_cmd(
+    driver: str | None,
+    flavour: str,
+    os_name: str,
+    kernel: str | None,
+    arch: str,
+    store: Path,
+    cache: Path,
+    runfile: str | None,
+    runfile_sha256: str | None,
+    jobs: int | None,
+    rebuild: bool,
+    allow_cc_mismatch: bool,
+    userspace: bool,
+    builder: str,
+    sign_key: Path | None,
+    sign_cert: Path | None,
+    sign_hash: str,
+    smoke_test: bool | None,
+    as_json: bool,
+) -> None:
     """Build the NVIDIA kernel modules for one kernel release into the store.
 
     With no arguments: the newest driver Debian 12 serves (proprietary) for Debian 12's current
@@ -106,13 +178,33 @@ def build_driver_cmd(driver: str | None, flavour: str, os_name: str, kernel: str
         raise InputError("--sha256 is only used with --runfile")
     if builder != "chroot":
         args = [a for a in sys.argv[1:] if a != "build-driver"]
-        cb = container.ContainerBuild(engine=builder, os_name=os_name, store=store, cache=cache,
-                                      args=tuple(_strip_options(args, ("--builder", "--store", "--cache"))))
+        cb = container.ContainerBuild(
+            engine=builder,
+            os_name=os_name,
+            store=store,
+            cache=cache,
+            args=tuple(_strip_options(args, ("--builder", "--store", "--cache"))),
+        )
         click.get_current_context().exit(container.run_in_container(cb))
-    req = BuildRequest(driver=driver, flavour=flavour, os_name=os_name, kernel=kernel, arch=arch, store=store,
-                       cache=cache, runfile=runfile, runfile_sha256=runfile_sha256, jobs=jobs, rebuild=rebuild,
-                       allow_cc_mismatch=allow_cc_mismatch, userspace=userspace, sign_key=sign_key,
-                       sign_cert=sign_cert, sign_hash=sign_hash, smoke_test=smoke_test)
+    req = BuildRequest(
+        driver=driver,
+        flavour=flavour,
+        os_name=os_name,
+        kernel=kernel,
+        arch=arch,
+        store=store,
+        cache=cache,
+        runfile=runfile,
+        runfile_sha256=runfile_sha256,
+        jobs=jobs,
+        rebuild=rebuild,
+        allow_cc_mismatch=allow_cc_mismatch,
+        userspace=userspace,
+        sign_key=sign_key,
+        sign_cert=sign_cert,
+        sign_hash=sign_hash,
+        smoke_test=smoke_test,
+    )
     _sigterm_as_interrupt()
     progress = _Progress() if log.interactive() and not as_json else None
     try:
@@ -149,17 +241,34 @@ def _strip_options(args: list[str], names: tuple[str, ...]) -> list[str]:
 
 @click.command("build-matrix")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Cells built at the same time (with --build).")
+@click.option(
+    "--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix)."
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Cells built at the same time (with --build).",
+)
 @store_option
 @cache_option
 @click.option("--rebuild", is_flag=True, help="Force every cell to compile.")
 @click.option("--userspace/--no-userspace", default=True, show_default=True)
 @click.option("--smoke-test/--no-smoke-test", default=None)
 @json_option
-def build_matrix_cmd(file: Path, do_build: bool, jobs: int, store: Path, cache: Path, rebuild: bool,
-                     userspace: bool, smoke_test: bool | None, as_json: bool) -> None:
+def build_matrix_cmd(
+    file: Path,
+    do_build: bool,
+    jobs: int,
+    store: Path,
+    cache: Path,
+    rebuild: bool,
+    userspace: bool,
+    smoke_test: bool | None,
+    as_json: bool,
+) -> None:
     """Expand a drivers x kernels x flavours matrix (YAML) for a CI system, or build it.
 
     Without --build, prints `{"include": [cells]}` (one build-driver invocation per cell)."""
@@ -175,9 +284,18 @@ def build_matrix_cmd(file: Path, do_build: bool, jobs: int, store: Path, cache: 
     per_cell = max(1, cpus // jobs)
 
     def one(cell: matrix.Cell) -> dict[str, Any]:
-        req = BuildRequest(driver=cell.driver, flavour=cell.flavour, os_name=cell.os, kernel=cell.kernel,
-                           store=store, cache=cache, jobs=per_cell, rebuild=rebuild, userspace=userspace,
-                           smoke_test=smoke_test)
+        req = BuildRequest(
+            driver=cell.driver,
+            flavour=cell.flavour,
+            os_name=cell.os,
+            kernel=cell.kernel,
+            store=store,
+            cache=cache,
+            jobs=per_cell,
+            rebuild=rebuild,
+            userspace=userspace,
+            smoke_test=smoke_test,
+        )
         try:
             return {"cell": cell.to_dict(), "ok": True, **build_driver(req).to_dict()}
         except NodeprepError as e:
@@ -192,8 +310,11 @@ def build_matrix_cmd(file: Path, do_build: bool, jobs: int, store: Path, cache: 
         for r in results:
             c = r["cell"]
             what = f"{c['driver'] or 'latest'} {c['flavour']} {c['kernel'] or 'default'}"
-            click.echo(f"{'ok  ' if r['ok'] else 'FAIL'} {what}: {r.get('name') or r.get('error')}"
-                       + (" (cached)" if r.get("cached") else ""), err=True)
+            click.echo(
+                f"{'ok  ' if r['ok'] else 'FAIL'} {what}: {r.get('name') or r.get('error')}"
+                + (" (cached)" if r.get("cached") else ""),
+                err=True,
+            )
     if failed:
         click.get_current_context().exit(1)
 
@@ -246,7 +367,9 @@ def verify_store(path: Path) -> list[str]:
             continue
         actual = artifact.sha256_file(f)
         if actual != e.sha256:
-            problems.append(f"{e.name}: sha256 {actual[:16]}… does not match {artifact.INDEX} ({e.sha256[:16]}…)")
+            problems.append(
+                f"{e.name}: sha256 {actual[:16]}… does not match {artifact.INDEX} ({e.sha256[:16]}…)"
+            )
         try:
             problems += [f"{e.name}: {p}" for p in artifact.verify(f)]
         except (zstandard.ZstdError, tarfile.TarError, EOFError, OSError) as err:

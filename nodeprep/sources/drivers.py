@@ -84,8 +84,11 @@ def served(catalog: Mapping[str, list[str]]) -> list[DriverSource]:
         for debver in catalog[package]:  # newest Debian revision first
             driver = debian_version_to_driver(debver)
             found.setdefault((driver, flavour), DriverSource(package, debver, driver, flavour))
-    return sorted(found.values(), key=lambda s: (version_key(s.driver_version), s.flavour == "proprietary"),
-                  reverse=True)
+    return sorted(
+        found.values(),
+        key=lambda s: (version_key(s.driver_version), s.flavour == "proprietary"),
+        reverse=True,
+    )
 
 
 def _preference_key(package: str) -> tuple[int, str]:
@@ -105,11 +108,14 @@ def resolve(catalog: Mapping[str, list[str]], driver: str | None, flavour: str) 
     if flavour not in FLAVOURS:
         raise InputError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
     if driver is not None and not DRIVER_RE.match(driver):
-        raise InputError(f"--driver: {driver!r} is not a driver version (like 535.309.01 or a branch like 535)")
+        raise InputError(
+            f"--driver: {driver!r} is not a driver version (like 535.309.01 or a branch like 535)"
+        )
     candidates = [s for s in served(catalog) if s.flavour == flavour]
     if driver is not None:
-        candidates = [s for s in candidates
-                      if s.driver_version == driver or s.driver_version.startswith(driver + ".")]
+        candidates = [
+            s for s in candidates if s.driver_version == driver or s.driver_version.startswith(driver + ".")
+        ]
     if candidates:
         return candidates[0]
     offered = served_versions(catalog)

@@ -39,10 +39,19 @@ log = logging.getLogger(__name__)
 
 MAX_HEADER = 256 * 1024
 COMPRESSIONS = {
-    "gzip -cd": "gzip", "gzip -d": "gzip", "gunzip": "gzip", "pigz -cd": "gzip",
-    "xz -d": "xz", "xz -cd": "xz", "unxz": "xz",
-    "zstd -d": "zstd", "zstd -cd": "zstd", "unzstd": "zstd",
-    "bzip2 -d": "bzip2", "bzip2 -cd": "bzip2", "pbzip2 -d": "bzip2",
+    "gzip -cd": "gzip",
+    "gzip -d": "gzip",
+    "gunzip": "gzip",
+    "pigz -cd": "gzip",
+    "xz -d": "xz",
+    "xz -cd": "xz",
+    "unxz": "xz",
+    "zstd -d": "zstd",
+    "zstd -cd": "zstd",
+    "unzstd": "zstd",
+    "bzip2 -d": "bzip2",
+    "bzip2 -cd": "bzip2",
+    "pbzip2 -d": "bzip2",
     "cat": "none",
 }
 MAGIC = {"gzip": b"\x1f\x8b", "xz": b"\xfd7zXZ\x00", "zstd": b"\x28\xb5\x2f\xfd", "bzip2": b"BZh"}
@@ -90,7 +99,9 @@ def parse_header(data: bytes, *, source: str = "runfile") -> MakeselfHeader:
     if not sizes_s or not all(s.isdigit() for s in sizes_s.split()):
         raise InputError(f"{source}: makeself header has no valid filesizes= field")
     compression = None
-    for cmd in re.findall(r'\|\s*eval\s+"([^"$]+)"', text) + re.findall(r'^\s*eval\s+"([^"$]+)"\s*$', text, re.M):
+    for cmd in re.findall(r'\|\s*eval\s+"([^"$]+)"', text) + re.findall(
+        r'^\s*eval\s+"([^"$]+)"\s*$', text, re.M
+    ):
         cmd = " ".join(cmd.split())
         if cmd in COMPRESSIONS:
             compression = COMPRESSIONS[cmd]
@@ -100,10 +111,15 @@ def parse_header(data: bytes, *, source: str = "runfile") -> MakeselfHeader:
     sha = (_field(text, "SHA") or "").split()
     md5 = (_field(text, "MD5") or "").split()
     return MakeselfHeader(
-        offset=offset, filesizes=tuple(int(s) for s in sizes_s.split()), compression=compression,
-        label=_field(text, "label") or "", targetdir=_field(text, "targetdir") or "",
+        offset=offset,
+        filesizes=tuple(int(s) for s in sizes_s.split()),
+        compression=compression,
+        label=_field(text, "label") or "",
+        targetdir=_field(text, "targetdir") or "",
         version=version[1] if version else "",
-        sha256=sha[0] if sha and sha[0] != "0000000000000000000000000000000000000000000000000000000000000000" else "",
+        sha256=sha[0]
+        if sha and sha[0] != "0000000000000000000000000000000000000000000000000000000000000000"
+        else "",
         md5=md5[0] if md5 and md5[0] != "00000000000000000000000000000000" else "",
     )
 
@@ -113,8 +129,10 @@ def read_header(path: Path) -> MakeselfHeader:
         head = f.read(MAX_HEADER)
     header = parse_header(head, source=str(path))
     if header.offset + header.size > path.stat().st_size:
-        raise InputError(f"{path}: truncated: header promises {header.size} payload bytes at offset "
-                         f"{header.offset}, file has {path.stat().st_size}")
+        raise InputError(
+            f"{path}: truncated: header promises {header.size} payload bytes at offset "
+            f"{header.offset}, file has {path.stat().st_size}"
+        )
     return header
 
 
@@ -208,7 +226,7 @@ def extract_tree(path: Path, subdir: str, dest: Path) -> Path:
             raise ArtifactError(f"{path}: unsafe member {member.name!r}")
         if name.parts[: len(prefix.parts)] != prefix.parts:
             continue
-        rel = PurePosixPath(*name.parts[len(prefix.parts):])
+        rel = PurePosixPath(*name.parts[len(prefix.parts) :])
         target = root / rel if rel.parts else root
         if member.isdir():
             target.mkdir(parents=True, exist_ok=True)

@@ -44,9 +44,16 @@ def real_build_request(cache: Path):  # type: ignore[no-untyped-def]
         raise RuntimeError("Debian 12's archive serves no nvidia-kernel-source")
     from nodeprep.sources.drivers import debian_version_to_driver
 
-    return BuildRequest(driver=debian_version_to_driver(versions[0]), flavour="proprietary", os_name="debian-12",
-                        kernel=None, store=cache / "real-build" / "store", cache=cache, userspace=True,
-                        smoke_test=False), archive
+    return BuildRequest(
+        driver=debian_version_to_driver(versions[0]),
+        flavour="proprietary",
+        os_name="debian-12",
+        kernel=None,
+        store=cache / "real-build" / "store",
+        cache=cache,
+        userspace=True,
+        smoke_test=False,
+    ), archive
 
 
 def ensure_real_build(cache: Path) -> RealBuild:
@@ -62,6 +69,15 @@ def ensure_real_build(cache: Path) -> RealBuild:
         result = build_driver(req, archive=archive)
     m = result.manifest
     assert m.kernel_release and m.flavour
-    return RealBuild(store=req.store, driver_version=m.driver_version, flavour=m.flavour,
-                     kernel_release=m.kernel_release, kmod=result.artifact, userspace=result.userspace,
-                     os_name=m.os, cache=cache, input_digest=result.input_digest, compiled=result.compiled)
+    return RealBuild(
+        store=req.store,
+        driver_version=m.driver_version,
+        flavour=m.flavour,
+        kernel_release=m.kernel_release,
+        kmod=result.artifact,
+        userspace=result.userspace,
+        os_name=m.os,
+        cache=cache,
+        input_digest=result.input_digest,
+        compiled=result.compiled,
+    )

@@ -15,8 +15,14 @@ def need_makeself() -> None:
         pytest.fail("makeself is not installed (scripts/deps/build.apt lists it)")
 
 
-def make_runfile(tree: Path, dest: Path, *, compression: str = "xz", label: str = "NVIDIA Accelerated "
-                 "Graphics Driver for Linux-x86_64 535.309.01", sha256: bool = True) -> Path:
+def make_runfile(
+    tree: Path,
+    dest: Path,
+    *,
+    compression: str = "xz",
+    label: str = "NVIDIA Accelerated Graphics Driver for Linux-x86_64 535.309.01",
+    sha256: bool = True,
+) -> Path:
     """Pack the directory `tree` like NVIDIA's installers are packed: a makeself archive whose
     startup script is ./nvidia-installer (a stub here: it must never run)."""
     need_makeself()

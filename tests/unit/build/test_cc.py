@@ -21,7 +21,12 @@ CONFIG_GCC_VERSION=120200
 def test_parse_kernel_compiler():
     c = cc.kernel_compiler(CONFIG)
     assert c.text == "gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0"
-    assert (c.program, c.family, c.version, c.distro_version) == ("gcc-12", "gcc", "12.2.0", "Debian 12.2.0-14+deb12u1")
+    assert (c.program, c.family, c.version, c.distro_version) == (
+        "gcc-12",
+        "gcc",
+        "12.2.0",
+        "Debian 12.2.0-14+deb12u1",
+    )
 
 
 def test_read_from_headers_dir(tmp_path):

@@ -25,15 +25,26 @@ def one_error_line(res) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--os", "debian-99"], "error: --os: no build root recipe for 'debian-99' (have: debian-12)"),
-    (["--driver", "latest"], "error: --driver: 'latest' is not a driver version (like 535.309.01) or branch (535)"),
-    (["--sha256", "ab" * 32], "error: --sha256 is only used with --runfile"),
-    (["--runfile", "http://127.0.0.1:9/x.run"], "error: --runfile needs --sha256 (the installer's published sha256)"),
-    (["--runfile", "http://127.0.0.1:9/x.run", "--sha256", "xyz"],
-     "error: --sha256: 'xyz' is not a sha256 hex digest (64 hex digits)"),
-    (["--sign-key", "/nonexistent/key.pem"], "error: --sign-key and --sign-cert go together"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--os", "debian-99"], "error: --os: no build root recipe for 'debian-99' (have: debian-12)"),
+        (
+            ["--driver", "latest"],
+            "error: --driver: 'latest' is not a driver version (like 535.309.01) or branch (535)",
+        ),
+        (["--sha256", "ab" * 32], "error: --sha256 is only used with --runfile"),
+        (
+            ["--runfile", "http://127.0.0.1:9/x.run"],
+            "error: --runfile needs --sha256 (the installer's published sha256)",
+        ),
+        (
+            ["--runfile", "http://127.0.0.1:9/x.run", "--sha256", "xyz"],
+            "error: --sha256: 'xyz' is not a sha256 hex digest (64 hex digits)",
+        ),
+        (["--sign-key", "/nonexistent/key.pem"], "error: --sign-key and --sign-cert go together"),
+    ],
+)
 def test_bad_build_driver_input(tmp_path, args, message):
     store, cache = tmp_path / "store", tmp_path / "cache"
     res = invoke("build-driver", "--store", str(store), "--cache", str(cache), "--no-smoke-test", *args)
@@ -50,19 +61,32 @@ def test_bad_flavour_is_a_usage_error(tmp_path):
 def test_missing_signing_files(tmp_path):
     key = tmp_path / "key.pem"
     key.write_text("k")
-    res = invoke("build-driver", "--store", str(tmp_path / "s"), "--cache", str(tmp_path / "c"), "--no-smoke-test",
-                 "--sign-key", str(key), "--sign-cert", str(tmp_path / "cert.pem"))
+    res = invoke(
+        "build-driver",
+        "--store",
+        str(tmp_path / "s"),
+        "--cache",
+        str(tmp_path / "c"),
+        "--no-smoke-test",
+        "--sign-key",
+        str(key),
+        "--sign-cert",
+        str(tmp_path / "cert.pem"),
+    )
     assert res.exit_code == 2
-    assert one_error_line(res) == f"error: {tmp_path / 'cert.pem'}: signing key/certificate not found"
+    assert one_error_line(res) == f"error: --sign-cert: {tmp_path / 'cert.pem'} does not exist"
 
 
 def test_podman_missing_is_one_clear_line(tmp_path):
     if runner.which("podman"):
         pytest.skip("podman is installed here")
-    res = invoke("build-driver", "--builder", "podman", "--store", str(tmp_path / "s"), "--cache", str(tmp_path))
+    res = invoke(
+        "build-driver", "--builder", "podman", "--store", str(tmp_path / "s"), "--cache", str(tmp_path)
+    )
     assert res.exit_code == 2
-    assert one_error_line(res) == ("error: --builder podman: podman is not installed (use --builder chroot, "
-                                   "or install podman)")
+    assert one_error_line(res) == (
+        "error: --builder podman: podman is not installed (use --builder chroot, or install podman)"
+    )
 
 
 def test_docker_without_engine_is_one_clear_line(tmp_path):
@@ -78,26 +102,62 @@ def test_docker_without_engine_is_one_clear_line(tmp_path):
 
 
 def test_container_argv(tmp_path):
-    cb = container.ContainerBuild(engine="podman", os_name="debian-12", store=tmp_path / "store",
-                                  cache=tmp_path / "cache", args=("--driver", "535", "--json"))
+    cb = container.ContainerBuild(
+        engine="podman",
+        os_name="debian-12",
+        store=tmp_path / "store",
+        cache=tmp_path / "cache",
+        args=("--driver", "535", "--json"),
+    )
     assert cb.containerfile.is_file()
-    assert container.build_image_argv(cb) == ["podman", "build", "-t", "nodeprep-builder:debian-12", "-f",
-                                              str(cb.containerfile), str(cb.containerfile.parent)]
+    assert container.build_image_argv(cb) == [
+        "podman",
+        "build",
+        "-t",
+        "nodeprep-builder:debian-12",
+        "-f",
+        str(cb.containerfile),
+        str(cb.containerfile.parent),
+    ]
     argv = container.run_argv(cb)
     assert argv[:4] == ["podman", "run", "--rm", "--privileged"]
-    assert f"{(tmp_path / 'store').resolve()}:/store" in argv and f"{(tmp_path / 'cache').resolve()}:/cache" in argv
+    assert (
+        f"{(tmp_path / 'store').resolve()}:/store" in argv
+        and f"{(tmp_path / 'cache').resolve()}:/cache" in argv
+    )
     i = argv.index("nodeprep-builder:debian-12")
-    assert argv[i + 1:] == ["python3", "-m", "nodeprep.cli", "build-driver", "--builder", "chroot", "--store",
-                            "/store", "--cache", "/cache", "--driver", "535", "--json"]
+    assert argv[i + 1 :] == [
+        "python3",
+        "-m",
+        "nodeprep.cli",
+        "build-driver",
+        "--builder",
+        "chroot",
+        "--store",
+        "/store",
+        "--cache",
+        "/cache",
+        "--driver",
+        "535",
+        "--json",
+    ]
 
 
 def _store(tmp_path: Path) -> Path:
     payload = tmp_path / "payload"
     (payload / "modules" / "6.1.0-56-amd64").mkdir(parents=True)
     (payload / "modules" / "6.1.0-56-amd64" / "nvidia.ko").write_bytes(bytes(range(256)) * 64)
-    manifest = artifact.Manifest(kind="kmod", driver_version="535.309.01", arch="amd64", os="debian-12",
-                                 input_digest="f" * 64, inputs={"x.deb": "0" * 64}, flavour="proprietary",
-                                 kernel_release="6.1.0-56-amd64", vermagic="6.1.0-56-amd64 SMP")
+    manifest = artifact.Manifest(
+        kind="kmod",
+        driver_version="535.309.01",
+        arch="amd64",
+        os="debian-12",
+        input_digest="f" * 64,
+        inputs={"x.deb": "0" * 64},
+        flavour="proprietary",
+        kernel_release="6.1.0-56-amd64",
+        vermagic="6.1.0-56-amd64 SMP",
+    )
     store = tmp_path / "store"
     path, manifest = artifact.pack(payload, manifest, tmp_path / "out")
     artifact.LocalStore(store).publish(path, manifest)
@@ -130,4 +190,7 @@ def test_verify_catches_a_flipped_byte_and_strays(tmp_path):
 
 def test_verify_missing_store(tmp_path):
     res = invoke("artifacts", "verify", str(tmp_path / "nope"))
-    assert res.exit_code == 2 and one_error_line(res) == f"error: {tmp_path / 'nope'}: store directory does not exist"
+    assert (
+        res.exit_code == 2
+        and one_error_line(res) == f"error: {tmp_path / 'nope'}: store directory does not exist"
+    )

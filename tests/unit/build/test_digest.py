@@ -10,15 +10,26 @@ from nodeprep import artifact
 from nodeprep.build import buildroot, kbuild
 from nodeprep.build.driver import BuildRequest, Plan, build_params, tree_digest
 
-PLAN = Plan(driver_version="535.309.01", flavour="proprietary", kernel_release="6.1.0-56-amd64",
-            source={"kind": "debian", "package": "nvidia-kernel-source", "version": "535.309.01-0+deb12u1"},
-            debs={}, header_packages=[["linux-headers-6.1.0-56-amd64", "6.1.192-2"]])
-ROOT = buildroot.BuildRoot(path=Path("/nonexistent"), spec=buildroot.SPECS["debian-12"],
-                           packages=("gcc-12:amd64=12.2.0-14+deb12u1", "make:amd64=4.3-4.1"))
+PLAN = Plan(
+    driver_version="535.309.01",
+    flavour="proprietary",
+    kernel_release="6.1.0-56-amd64",
+    source={"kind": "debian", "package": "nvidia-kernel-source", "version": "535.309.01-0+deb12u1"},
+    debs={},
+    header_packages=[["linux-headers-6.1.0-56-amd64", "6.1.192-2"]],
+)
+ROOT = buildroot.BuildRoot(
+    path=Path("/nonexistent"),
+    spec=buildroot.SPECS["debian-12"],
+    packages=("gcc-12:amd64=12.2.0-14+deb12u1", "make:amd64=4.3-4.1"),
+)
 INPUTS = {"nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb": "a" * 64}
 
 
-def digest(req=BuildRequest(), plan=PLAN, root=ROOT, inputs=INPUTS):
+DEFAULT_REQUEST = BuildRequest()
+
+
+def digest(req=DEFAULT_REQUEST, plan=PLAN, root=ROOT, inputs=INPUTS):
     return artifact.input_digest(inputs, build_params(req, plan, root))
 
 
@@ -58,12 +69,17 @@ def test_images_package_list_matches_the_recipe():
 
 
 def test_mmdebstrap_argv():
-    argv = buildroot.mmdebstrap_argv(buildroot.SPECS["debian-12"], Path("/x/root"), "http://m/debian",
-                                     "http://m/debian-security")
+    argv = buildroot.mmdebstrap_argv(
+        buildroot.SPECS["debian-12"], Path("/x/root"), "http://m/debian", "http://m/debian-security"
+    )
     assert argv[:4] == ["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory"]
     assert "--include=gcc-12,make,libc6-dev,binutils,libelf1,libssl3,kmod" in argv
-    assert argv[-4:] == ["/x/root", "deb http://m/debian bookworm main", "deb http://m/debian bookworm-updates main",
-                         "deb http://m/debian-security bookworm-security main"]
+    assert argv[-4:] == [
+        "/x/root",
+        "deb http://m/debian bookworm main",
+        "deb http://m/debian bookworm-updates main",
+        "deb http://m/debian-security bookworm-security main",
+    ]
 
 
 def test_tree_digest(tmp_path):
@@ -89,13 +105,26 @@ def test_compile_progress_counts_cc_lines(tmp_path):
     seen = []
     progress = kbuild.CompileProgress(kbuild.count_objects(tmp_path), lambda d, t: seen.append((d, t)))
     assert progress.total == 3 + 2
-    for line in ["  CC [M]  /build/kernel/nvidia/a.o", "  LD [M]  /build/kernel/nvidia.o",
-                 "  CC [M]  /build/kernel/nvidia/b.o", "warning: CC [M] inside text", "  CC [M]  x", "  CC [M]  y",
-                 "  CC [M]  z", "  CC [M]  overflow"]:
+    for line in [
+        "  CC [M]  /build/kernel/nvidia/a.o",
+        "  LD [M]  /build/kernel/nvidia.o",
+        "  CC [M]  /build/kernel/nvidia/b.o",
+        "warning: CC [M] inside text",
+        "  CC [M]  x",
+        "  CC [M]  y",
+        "  CC [M]  z",
+        "  CC [M]  overflow",
+    ]:
         progress(line)
     assert seen[0] == (1, 5) and seen[-1] == (5, 5) and len(seen) == 6
 
 
 def test_make_argv_uses_fixed_build_dir():
-    assert kbuild.make_argv("6.1.0-56-amd64", 4) == ["make", "-C", "/build/kernel", "-j4", "modules",
-                                                     "KERNEL_UNAME=6.1.0-56-amd64"]
+    assert kbuild.make_argv("6.1.0-56-amd64", 4) == [
+        "make",
+        "-C",
+        "/build/kernel",
+        "-j4",
+        "modules",
+        "KERNEL_UNAME=6.1.0-56-amd64",
+    ]

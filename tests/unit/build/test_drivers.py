@@ -15,29 +15,44 @@ def catalog(recorded_archive):
 
 def test_catalog_has_every_kernel_source_package(recorded_archive):
     cat = catalog(recorded_archive)
-    assert set(cat) == {"nvidia-kernel-source", "nvidia-open-kernel-source", "nvidia-tesla-535-kernel-source",
-                        "nvidia-tesla-kernel-source", "nvidia-tesla-470-kernel-source"}
+    assert set(cat) == {
+        "nvidia-kernel-source",
+        "nvidia-open-kernel-source",
+        "nvidia-tesla-535-kernel-source",
+        "nvidia-tesla-kernel-source",
+        "nvidia-tesla-470-kernel-source",
+    }
 
 
 def test_default_is_newest_proprietary(recorded_archive):
     src = drivers.resolve(catalog(recorded_archive), None, "proprietary")
     assert (src.package, src.debian_version, src.driver_version) == (
-        "nvidia-kernel-source", "535.309.01-0+deb12u1", "535.309.01")
+        "nvidia-kernel-source",
+        "535.309.01-0+deb12u1",
+        "535.309.01",
+    )
     assert src.tarball == "usr/src/nvidia-kernel.tar.xz"
 
 
 def test_open_flavour_uses_open_package(recorded_archive):
     src = drivers.resolve(catalog(recorded_archive), None, "open")
-    assert (src.package, src.driver_version, src.flavour) == ("nvidia-open-kernel-source", "535.261.03", "open")
+    assert (src.package, src.driver_version, src.flavour) == (
+        "nvidia-open-kernel-source",
+        "535.261.03",
+        "open",
+    )
 
 
-@pytest.mark.parametrize("wanted, package, version", [
-    ("535", "nvidia-kernel-source", "535.309.01"),
-    ("535.261.03", "nvidia-kernel-source", "535.261.03"),
-    ("535.216.03", "nvidia-tesla-535-kernel-source", "535.216.03"),
-    ("525", "nvidia-tesla-kernel-source", "525.147.05"),
-    ("470.256.02", "nvidia-tesla-470-kernel-source", "470.256.02"),
-])
+@pytest.mark.parametrize(
+    "wanted, package, version",
+    [
+        ("535", "nvidia-kernel-source", "535.309.01"),
+        ("535.261.03", "nvidia-kernel-source", "535.261.03"),
+        ("535.216.03", "nvidia-tesla-535-kernel-source", "535.216.03"),
+        ("525", "nvidia-tesla-kernel-source", "525.147.05"),
+        ("470.256.02", "nvidia-tesla-470-kernel-source", "470.256.02"),
+    ],
+)
 def test_version_and_branch_mapping(recorded_archive, wanted, package, version):
     src = drivers.resolve(catalog(recorded_archive), wanted, "proprietary")
     assert (src.package, src.driver_version) == (package, version)
@@ -76,10 +91,15 @@ def test_bad_flavour(recorded_archive):
         drivers.resolve(catalog(recorded_archive), None, "closed")
 
 
-@pytest.mark.parametrize("debver, driver", [
-    ("535.309.01-0+deb12u1", "535.309.01"), ("535.216.03-3~deb12u1", "535.216.03"),
-    ("525.147.05-15~deb12u1", "525.147.05"), ("1:470.256.02-1", "470.256.02"),
-])
+@pytest.mark.parametrize(
+    "debver, driver",
+    [
+        ("535.309.01-0+deb12u1", "535.309.01"),
+        ("535.216.03-3~deb12u1", "535.216.03"),
+        ("525.147.05-15~deb12u1", "525.147.05"),
+        ("1:470.256.02-1", "470.256.02"),
+    ],
+)
 def test_debian_version_to_driver(debver, driver):
     assert drivers.debian_version_to_driver(debver) == driver
 

@@ -13,16 +13,20 @@ from nodeprep.errors import InputError
 def test_default_release_is_the_metapackage_target(recorded_archive):
     hdrs = headers.resolve(recorded_archive, None)
     assert hdrs.release == "6.1.0-56-amd64"
-    assert hdrs.packages == (("linux-headers-6.1.0-56-amd64", "6.1.192-2"),
-                             ("linux-headers-6.1.0-56-common", "6.1.192-2"),
-                             ("linux-kbuild-6.1", "6.1.192-2"))
+    assert hdrs.packages == (
+        ("linux-headers-6.1.0-56-amd64", "6.1.192-2"),
+        ("linux-headers-6.1.0-56-common", "6.1.192-2"),
+        ("linux-kbuild-6.1", "6.1.192-2"),
+    )
 
 
 def test_older_release_gets_its_own_common_and_matching_kbuild(recorded_archive):
     hdrs = headers.resolve(recorded_archive, "6.1.0-50-amd64")
-    assert dict(hdrs.packages) == {"linux-headers-6.1.0-50-amd64": "6.1.176-1",
-                                   "linux-headers-6.1.0-50-common": "6.1.176-1",
-                                   "linux-kbuild-6.1": "6.1.176-1"}
+    assert dict(hdrs.packages) == {
+        "linux-headers-6.1.0-50-amd64": "6.1.176-1",
+        "linux-headers-6.1.0-50-common": "6.1.176-1",
+        "linux-kbuild-6.1": "6.1.176-1",
+    }
 
 
 def test_unknown_release_lists_available(recorded_archive):
@@ -43,10 +47,15 @@ def test_available_releases_of_a_flavour(archive_data):
 
 
 def test_parse_depends():
-    deps = headers.parse_depends("linux-headers-6.1.0-56-common (= 6.1.192-2), linux-kbuild-6.1 (>= 6.1.192-2), "
-                                 "linux-compiler-gcc-12-x86 | gcc-12")
-    assert deps == [("linux-headers-6.1.0-56-common", "=", "6.1.192-2"), ("linux-kbuild-6.1", ">=", "6.1.192-2"),
-                    ("linux-compiler-gcc-12-x86", None, None)]
+    deps = headers.parse_depends(
+        "linux-headers-6.1.0-56-common (= 6.1.192-2), linux-kbuild-6.1 (>= 6.1.192-2), "
+        "linux-compiler-gcc-12-x86 | gcc-12"
+    )
+    assert deps == [
+        ("linux-headers-6.1.0-56-common", "=", "6.1.192-2"),
+        ("linux-kbuild-6.1", ">=", "6.1.192-2"),
+        ("linux-compiler-gcc-12-x86", None, None),
+    ]
 
 
 def test_install_into_merged_usr_root_never_writes_through_links(tmp_path):
@@ -62,11 +71,15 @@ def test_install_into_merged_usr_root_never_writes_through_links(tmp_path):
     os.link(cached / "usr" / "src" / "shared.txt", clone / "usr" / "src" / "shared.txt")
     os.symlink("usr/lib", clone / "lib")
     (stage / "lib" / "modules" / "6.1.0-56-amd64").mkdir(parents=True)
-    os.symlink("/usr/src/linux-headers-6.1.0-56-amd64", stage / "lib" / "modules" / "6.1.0-56-amd64" / "build")
+    os.symlink(
+        "/usr/src/linux-headers-6.1.0-56-amd64", stage / "lib" / "modules" / "6.1.0-56-amd64" / "build"
+    )
     (stage / "usr" / "src").mkdir(parents=True)
     (stage / "usr" / "src" / "shared.txt").write_text("from the package")
     headers.install_into(stage, clone)
     assert (clone / "lib").is_symlink() and os.readlink(clone / "lib") == "usr/lib"
-    assert os.readlink(clone / "usr/lib/modules/6.1.0-56-amd64/build") == "/usr/src/linux-headers-6.1.0-56-amd64"
+    assert (
+        os.readlink(clone / "usr/lib/modules/6.1.0-56-amd64/build") == "/usr/src/linux-headers-6.1.0-56-amd64"
+    )
     assert (clone / "usr/src/shared.txt").read_text() == "from the package"
     assert (cached / "usr/src/shared.txt").read_text() == "cached"

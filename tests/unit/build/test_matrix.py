@@ -28,8 +28,16 @@ def test_expand_with_excludes():
     assert matrix.Cell("debian-12", "525", "open", "6.1.0-56-amd64") not in cells
     assert matrix.Cell("debian-12", None, "proprietary", "6.1.0-50-amd64") not in cells
     assert matrix.Cell("debian-12", None, "open", "6.1.0-56-amd64") in cells
-    assert cells[0].args() == ["--os", "debian-12", "--flavour", "proprietary", "--driver", "535.309.01",
-                               "--kernel", "6.1.0-56-amd64"]
+    assert cells[0].args() == [
+        "--os",
+        "debian-12",
+        "--flavour",
+        "proprietary",
+        "--driver",
+        "535.309.01",
+        "--kernel",
+        "6.1.0-56-amd64",
+    ]
 
 
 def test_defaults():
@@ -39,8 +47,9 @@ def test_defaults():
 
 def test_every_problem_is_reported_with_its_field():
     with pytest.raises(ProfileError) as e:
-        matrix.parse("drivers: [abc, 535]\nflavours: [closed]\nkernel: x\nexclude: [{arch: arm64}]\n",
-                      source="m.yaml")
+        matrix.parse(
+            "drivers: [abc, 535]\nflavours: [closed]\nkernel: x\nexclude: [{arch: arm64}]\n", source="m.yaml"
+        )
     assert e.value.problems == [
         "kernel: unknown key (known: drivers, exclude, flavours, kernels, os)",
         "drivers[0]: 'abc' is not a driver version or branch (or 'latest')",

@@ -45,7 +45,13 @@ def test_parse_and_extract_kernel_tree(tmp_path, compression):
         assert hashlib.sha256(f.read()).hexdigest() == header.sha256
     out = runfile.extract_tree(run, "kernel", tmp_path / "out")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
-        "Kbuild", "conftest.sh", "nv-kernel.o_binary", "nv-link.c", "nvidia", "nvidia/nv.c"]
+        "Kbuild",
+        "conftest.sh",
+        "nv-kernel.o_binary",
+        "nv-link.c",
+        "nvidia",
+        "nvidia/nv.c",
+    ]
     assert (out / "nv-kernel.o_binary").read_bytes() == (pkg / "kernel" / "nv-kernel.o_binary").read_bytes()
     assert os.access(out / "conftest.sh", os.X_OK) and not os.access(out / "Kbuild", os.X_OK)
     assert os.readlink(out / "nv-link.c") == "nvidia/nv.c"
@@ -81,20 +87,26 @@ def test_makeself_21_header_style():
     """NVIDIA's installers use makeself 2.1.x: no skip= field, the offset comes from `head -n N`.
     This header is written in that format by hand (field names and layout as in those files)."""
     header = (
-        '#!/bin/sh\n'
-        '# This script was generated using Makeself 2.1.5\n'
+        "#!/bin/sh\n"
+        "# This script was generated using Makeself 2.1.5\n"
         'CRCsum="1234"\nMD5="00000000000000000000000000000000"\nTMPROOT=${TMPDIR:=/tmp}\n\n'
         'label="NVIDIA Accelerated Graphics Driver for Linux-x86_64 535.309.01"\n'
         'script="./nvidia-installer"\nscriptargs=""\ntargetdir="NVIDIA-Linux-x86_64-535.309.01"\n'
         'filesizes="5"\nkeep=y\n\n'
         'MS_Check() {\n    offset=`head -n 18 "$1" | wc -c | tr -d " "`\n}\n'
         'MS_dd "$0" $offset $s | eval "xz -d" | ( cd "$tmpdir"; UnTAR x )\n'
-        'exit 0\n'
+        "exit 0\n"
     )
     assert header.count("\n") == 18
     data = header.encode() + b"\xfd7zXZ"
     h = runfile.parse_header(data)
-    assert (h.offset, h.filesizes, h.compression, h.md5, h.sha256) == (len(header.encode()), (5,), "xz", "", "")
+    assert (h.offset, h.filesizes, h.compression, h.md5, h.sha256) == (
+        len(header.encode()),
+        (5,),
+        "xz",
+        "",
+        "",
+    )
     assert h.targetdir == "NVIDIA-Linux-x86_64-535.309.01"
 
 
@@ -128,11 +140,14 @@ def _tgz(members: list[tuple[str, bytes | None, str | None]]) -> bytes:
     return gzip.compress(buf.getvalue(), mtime=0)
 
 
-@pytest.mark.parametrize("members, problem", [
-    ([("./kernel/../../evil", b"x", None)], "unsafe member"),
-    ([("./kernel/link", None, "../../../etc/passwd")], "leaves the tree"),
-    ([("./kernel/abs", None, "/etc/passwd")], "leaves the tree"),
-])
+@pytest.mark.parametrize(
+    "members, problem",
+    [
+        ([("./kernel/../../evil", b"x", None)], "unsafe member"),
+        ([("./kernel/link", None, "../../../etc/passwd")], "leaves the tree"),
+        ([("./kernel/abs", None, "/etc/passwd")], "leaves the tree"),
+    ],
+)
 def test_unsafe_members_are_refused(tmp_path, members, problem):
     run = make_runfile(_tree(tmp_path / "src"), tmp_path / "x.run", compression="gzip", sha256=False)
     bad = _swap_payload(run, _tgz(members), tmp_path / "bad.run")
@@ -142,7 +157,9 @@ def test_unsafe_members_are_refused(tmp_path, members, problem):
 
 
 def test_runfile_name():
-    assert runfile.runfile_name("http://127.0.0.1:8000/x/NVIDIA-Linux-x86_64-535.309.01.run") == \
-        "NVIDIA-Linux-x86_64-535.309.01.run"
+    assert (
+        runfile.runfile_name("http://127.0.0.1:8000/x/NVIDIA-Linux-x86_64-535.309.01.run")
+        == "NVIDIA-Linux-x86_64-535.309.01.run"
+    )
     with pytest.raises(InputError):
         runfile.runfile_name("http://127.0.0.1:8000/")

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Benchmark: build-driver against a raw `make` of the same modules, plus the cache-hit time.
+
+    python3 bench/build.py [--cache DIR] [--jobs N] [--driver V] [--kernel R]
+
+In one run, on the same extracted inputs (downloads and the build root already cached; a first
+normal build is made if needed, not timed):
+  raw       clone of the build root + headers + sources prepared (not timed), then ONLY
+            `make modules` in the chroot: the compiler's own cost
+  ours      build_driver(..., rebuild=True): clone, extract, compiler check, make, strip, modinfo,
+            pack, publish (the whole forced rebuild)
+  hit       `nodeprep build-driver --json` as a fresh process on unchanged inputs (store hit)
+Goals: ours/raw <= 1.10, hit <= 2 s. Also says whether the forced rebuild produced the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from nodeprep import artifact, runner  # noqa: E402
+from nodeprep.build import buildroot, driver, headers, kbuild  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("NODEPREP_TEST_CACHE", Path.home() / ".cache" / "nodeprep-tests")),
+    )
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--driver", default=None)
+    ap.add_argument("--kernel", default=None)
+    args = ap.parse_args()
+
+    store = Path(tempfile.mkdtemp(prefix="bench-store."))
+    req = driver.BuildRequest(
+        driver=args.driver,
+        kernel=args.kernel,
+        store=store,
+        cache=args.cache,
+        jobs=args.jobs,
+        userspace=False,
+        smoke_test=False,
+    )
+    try:
+        print("setup: first build (reuses the compile cache when this cache has built it before)", flush=True)
+        first = driver.build_driver(req)
+        first_sha = artifact.sha256_file(first.artifact)
+        archive = driver._archive(req)
+        plan, run_path = driver.resolve_plan(req, archive)
+        root = buildroot.ensure(
+            buildroot.spec_for(req.os_name),
+            req.cache,
+            mirror=archive.mirror,
+            security_mirror=archive.security_mirror,
+        )
+
+        print("raw: make modules in a prepared clone of the same build root", flush=True)
+        with buildroot.workspace(root, req.cache / "tmp") as clone:
+            scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
+            for pkg, _ in plan.header_packages:
+                stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
+                runner.run(["dpkg-deb", "-x", plan.debs[pkg], stage])
+                headers.install_into(stage, clone)
+            driver._place_sources(plan, run_path, clone, scratch)
+            t = time.monotonic()
+            runner.run(
+                kbuild.make_argv(plan.kernel_release, args.jobs),
+                root=clone,
+                env=kbuild.REPRODUCIBLE_ENV,
+                timeout=kbuild.MAKE_TIMEOUT,
+                log_path=scratch / "raw.log",
+            )
+            raw = time.monotonic() - t
+
+        print("ours: nodeprep build-driver --rebuild (library call, whole pipeline)", flush=True)
+        t = time.monotonic()
+        forced = driver.build_driver(replace(req, rebuild=True))
+        ours = time.monotonic() - t
+        identical = artifact.sha256_file(forced.artifact) == first_sha
+        same = forced.manifest.files == first.manifest.files
+
+        cmd = [
+            sys.executable,
+            "-m",
+            "nodeprep.cli",
+            "build-driver",
+            "--json",
+            "--no-userspace",
+            "--no-smoke-test",
+            "--store",
+            str(store),
+            "--cache",
+            str(req.cache),
+            "--driver",
+            plan.driver_version,
+            "--kernel",
+            plan.kernel_release,
+        ]
+        hits = []
+        for _ in range(3):
+            t = time.monotonic()
+            res = runner.run(cmd, cwd=REPO, env={"PYTHONPATH": str(REPO)}, timeout=120)
+            hits.append(time.monotonic() - t)
+            assert json.loads(res.stdout)["cached"] is True
+        hit = min(hits)
+
+        print()
+        print(
+            f"driver {plan.driver_version} {plan.flavour} for {plan.kernel_release}, -j{args.jobs}, "
+            f"{os.cpu_count()} CPUs"
+        )
+        print(f"raw make          {raw:8.1f} s")
+        print(f"build-driver      {ours:8.1f} s   (forced rebuild)")
+        verdict = "OK" if ours / raw <= 1.10 else "MISSED"
+        print(f"ratio             {ours / raw:8.3f}     goal <= 1.10  {verdict}")
+        print(
+            f"cache hit         {hit:8.2f} s   (best of {len(hits)}: {', '.join(f'{h:.2f}' for h in hits)}) "
+            f"goal <= 2 s  {'OK' if hit <= 2 else 'MISSED'}"
+        )
+        print(f"rebuild identical modules {'yes' if same else 'NO'}, tarball {'yes' if identical else 'NO'}")
+        return 0
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
