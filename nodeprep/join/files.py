@@ -11,6 +11,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import StateError
+
 log = logging.getLogger(__name__)
 
 
@@ -88,5 +90,18 @@ def apply_changes(changes: list[FileChange]) -> list[FileChange]:
 
 
 def under(root: Path, target: str | os.PathLike[str]) -> Path:
-    """`target` (absolute, as the node sees it) inside `root`."""
-    return Path(root) / Path(os.fspath(target)).relative_to("/")
+    """`target` (absolute, as the node sees it) inside `root`. Refuses (StateError) a path whose
+    existing part leads out of `root` through a symlink (e.g. an image's /var/run -> /run), so
+    nothing is ever read from or written to the host running nodeprep by mistake."""
+    path = Path(root) / Path(os.fspath(target)).relative_to("/")
+    real_root = os.path.realpath(root)
+    probe = path
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    real = os.path.realpath(probe)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise StateError(
+            f"{target}: leads outside --root {root} (through a symlink to {real})",
+            hint="fix the link in the image, or run nodeprep inside it (chroot)",
+        )
+    return path
