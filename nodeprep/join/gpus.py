@@ -57,7 +57,7 @@ def from_nvidia_smi_xml(text: str | bytes, *, source: str = "nvidia-smi") -> Gpu
             raise InputError(f"{source}: GPU {index} has no minor number ({minor_text or 'empty'})")
         gpus.append(GpuDevice(index, int(minor_text), uuid, _bus_key(g.get("id", "")) or None))
     attached = (root.findtext("attached_gpus") or "").strip()
-    warnings = ()
+    warnings: tuple[str, ...] = ()
     if attached.isdigit() and int(attached) != len(gpus):
         warnings = (
             f"{source}: reports {attached} attached GPUs but lists {len(gpus)}; the CDI spec lists "

@@ -225,8 +225,8 @@ def _set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def sort_args(
-    args: Mapping[str, str], minor: tuple[int, int], *, feature_gates: Mapping[str, bool] = ()
-) -> SortedArgs:  # type: ignore[assignment]
+    args: Mapping[str, str], minor: tuple[int, int], *, feature_gates: Mapping[str, bool] | None = None
+) -> SortedArgs:
     """Split kubelet extra args for Kubernetes `minor`: refuse removed and seed-era flags (one
     InputError listing all), move deprecated ones into KubeletConfiguration."""
     problems: list[str] = []
@@ -265,7 +265,8 @@ def sort_args(
             moved.append(flag)
             continue
         flags[flag] = value
-    problems += _gate_problems(dict(feature_gates), minor, "cluster.feature_gates")
+    feature_gates = dict(feature_gates or {})
+    problems += _gate_problems(feature_gates, minor, "cluster.feature_gates")
     if problems:
         raise InputError("; ".join(problems))
     if feature_gates:
