@@ -15,11 +15,9 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import CommandError, InputError
+from ..labels import gpu as facts
 
 log = logging.getLogger(__name__)
-
-NVIDIA_VENDOR = "0x10de"
-GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
 
 
 @dataclass(frozen=True)
@@ -37,13 +35,6 @@ class GpuList:
     warnings: tuple[str, ...] = ()
 
 
-def _bus_key(bus_id: str) -> str:
-    """Normalise "00000000:81:00.0" / "0000:81:00.0" to "0000:81:00.0" (lower case)."""
-    bus_id = bus_id.strip().lower()
-    domain, _, rest = bus_id.partition(":")
-    return f"{int(domain, 16):04x}:{rest}" if rest else bus_id
-
-
 def from_nvidia_smi_xml(text: str | bytes, *, source: str = "nvidia-smi") -> GpuList:
     try:
         root = ET.fromstring(text)
@@ -55,7 +46,7 @@ def from_nvidia_smi_xml(text: str | bytes, *, source: str = "nvidia-smi") -> Gpu
         uuid = (g.findtext("uuid") or "").strip() or None
         if not minor_text.isdigit():
             raise InputError(f"{source}: GPU {index} has no minor number ({minor_text or 'empty'})")
-        gpus.append(GpuDevice(index, int(minor_text), uuid, _bus_key(g.get("id", "")) or None))
+        gpus.append(GpuDevice(index, int(minor_text), uuid, facts.normalise_bus_id(g.get("id", "")) or None))
     attached = (root.findtext("attached_gpus") or "").strip()
     warnings: tuple[str, ...] = ()
     if attached.isdigit() and int(attached) != len(gpus):
@@ -71,7 +62,7 @@ def from_procfs(root: Path) -> GpuList:
     if not base.is_dir():
         return GpuList("none", ())
     gpus = []
-    for i, d in enumerate(sorted(base.iterdir(), key=lambda p: _bus_key(p.name))):
+    for i, d in enumerate(sorted(base.iterdir(), key=lambda p: facts.normalise_bus_id(p.name))):
         info: dict[str, str] = {}
         try:
             for line in (d / "information").read_text().splitlines():
@@ -82,49 +73,39 @@ def from_procfs(root: Path) -> GpuList:
         minor = info.get("Device Minor", "")
         if not minor.isdigit():
             continue
-        gpus.append(GpuDevice(i, int(minor), info.get("GPU UUID") or None, _bus_key(d.name)))
+        gpus.append(GpuDevice(i, int(minor), info.get("GPU UUID") or None, facts.normalise_bus_id(d.name)))
     return GpuList("procfs", tuple(gpus))
 
 
 def from_pci(root: Path) -> GpuList:
-    base = root / "sys/bus/pci/devices"
-    found = []
-    if base.is_dir():
-        for d in sorted(base.iterdir(), key=lambda p: _bus_key(p.name)):
-            try:
-                vendor = (d / "vendor").read_text().strip().lower()
-                cls = (d / "class").read_text().strip().lower()
-            except OSError:
-                continue
-            if vendor == NVIDIA_VENDOR and cls in GPU_CLASSES:
-                found.append(_bus_key(d.name))
-    gpus = tuple(GpuDevice(i, i, None, bus) for i, bus in enumerate(found))
+    """Count only: NVIDIA display/3D controllers in PCI sysfs (nodeprep.labels.gpu.from_sysfs)."""
+    try:
+        found = facts.from_sysfs(root / "sys")
+    except facts.GpuSourceUnavailable:
+        return GpuList("none", ())
+    buses = sorted(g.bus_id for g in found.gpus if g.bus_id)
+    gpus = tuple(GpuDevice(i, i, None, bus) for i, bus in enumerate(buses))
     warning = (
-        (
-            f"GPU list from PCI sysfs ({len(gpus)} GPUs): no UUIDs, and /dev/nvidia<N> minors assumed to "
-            "follow PCI order; rerun once the driver is loaded"
-        )
-        if gpus
-        else ""
+        f"GPU list from PCI sysfs ({len(gpus)} GPUs): no UUIDs, and /dev/nvidia<N> minors assumed to "
+        "follow PCI order; rerun once the driver is loaded"
     )
-    return GpuList("pci", gpus, (warning,) if warning else ())
+    return GpuList("pci", gpus, (warning,) if gpus else ())
 
 
 def discover(root: Path, *, nvidia_smi_xml: Path | None = None) -> GpuList:
     """The GPUs of the node at `root`, from the best source available."""
     if nvidia_smi_xml is not None:
         return from_nvidia_smi_xml(nvidia_smi_xml.read_bytes(), source=str(nvidia_smi_xml))
-    if Path(root).resolve() == Path("/"):
-        tool = runner.which("nvidia-smi") or (
-            "/opt/nvidia/current/bin/nvidia-smi"
-            if Path("/opt/nvidia/current/bin/nvidia-smi").exists()
-            else None
-        )
-        if tool and Path("/sys/module/nvidia").exists():
+    if Path(root).resolve() == Path("/") and facts.driver_loaded(Path("/sys")):
+        tool = facts.find_nvidia_smi(Path("/"))
+        if tool is not None:
             try:
-                env = {"LD_LIBRARY_PATH": "/opt/nvidia/current/lib64"}
-                result = runner.run([tool, "-q", "-x"], timeout=30, env=env)
-                return from_nvidia_smi_xml(result.stdout)
+                env = (
+                    {"LD_LIBRARY_PATH": str(tool.parent.parent / "lib64")}
+                    if "/opt/nvidia/" in str(tool)
+                    else {}
+                )
+                return from_nvidia_smi_xml(runner.run([tool, "-q", "-x"], timeout=30, env=env).stdout)
             except (CommandError, InputError) as e:
                 log.warning("nvidia-smi failed (%s); reading the driver's procfs instead", e)
     procfs = from_procfs(root)
