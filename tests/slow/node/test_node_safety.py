@@ -1,0 +1,210 @@
+"""Hostile artifacts are refused with nothing written outside the staging directory (which is removed),
+and concurrent runs serialize on the node lock (observed with real processes)."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from nodeprep import artifact
+
+from .helpers import V_NEW, V_OLD, NodeStore, cli, popen
+
+pytestmark = pytest.mark.slow
+
+EVIL_VERSION = "535.999.01"
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under root (links not followed) with its size and mode, minus the lock file."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if rel == "var/lib/nodeprep/lock":
+                continue
+            st = p.lstat()
+            out[rel] = (st.st_size, st.st_mode)
+    return out
+
+
+def hostile_tar(dest: Path, evil: tarfile.TarInfo, data: bytes = b"") -> Path:
+    """A userspace artifact whose manifest is valid, with one legitimate file and then `evil`."""
+    good = b"\x7fELF-not-really"
+    manifest = artifact.Manifest(
+        kind="userspace",
+        driver_version=EVIL_VERSION,
+        arch="amd64",
+        os="debian-12",
+        input_digest="x" * 64,
+        inputs={},
+        files={
+            "lib64/libok.so.1": artifact.FileEntry(artifact.sha256_bytes(good), len(good), 0o644),
+            evil.name.rstrip("/"): artifact.FileEntry(artifact.sha256_bytes(data), len(data), 0o644),
+        },
+    )
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as t:
+        for name, payload in (("manifest.json", manifest.to_json()), ("lib64/libok.so.1", good)):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(payload)
+            t.addfile(ti, io.BytesIO(payload))
+        evil.size = len(data) if evil.isreg() else 0
+        t.addfile(evil, io.BytesIO(data) if evil.isreg() else None)
+    dest.write_bytes(zstandard.ZstdCompressor().compress(raw.getvalue()))
+    return dest
+
+
+def member(
+    name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "", mode: int = 0o644, devmajor: int = 0
+) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.type, ti.linkname, ti.mode, ti.devmajor = kind, linkname, mode, devmajor
+    return ti
+
+
+def cases(outside: Path) -> dict[str, tarfile.TarInfo]:
+    return {
+        "absolute": member(str(outside / "absolute")),
+        "dotdot": member("lib64/../../../../../../../../" + str(outside / "dotdot").lstrip("/")),
+        "link-outside": member("lib64/evil", tarfile.SYMTYPE, linkname=str(outside / "link")),
+        "link-dotdot": member("lib64", tarfile.SYMTYPE, linkname="../../../../../../../../tmp"),
+        "hardlink": member("bin/passwd", tarfile.LNKTYPE, linkname="/etc/passwd"),
+        "device": member("bin/mem", tarfile.CHRTYPE, devmajor=1),
+        "fifo": member("bin/fifo", tarfile.FIFOTYPE),
+        "setuid": member("bin/nvidia-modprobe", mode=0o4755),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind", ["absolute", "dotdot", "link-outside", "link-dotdot", "hardlink", "device", "fifo", "setuid"]
+)
+def test_hostile_userspace_artifact_is_refused(
+    kind: str, node_store: NodeStore, rootfs: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = artifact.LocalStore(tmp_path / "store")
+    store.path.mkdir()
+    bad = hostile_tar(
+        tmp_path / f"nvidia-userspace-{EVIL_VERSION}-amd64.tar.zst", cases(outside)[kind], data=b"pwned\n"
+    )
+    kmod_src = node_store.path / f"nvidia-kmod-{V_NEW}-proprietary-{node_store.kernel}.tar.zst"
+    kmod = tmp_path / f"nvidia-kmod-{EVIL_VERSION}-proprietary-{node_store.kernel}.tar.zst"
+    kmod.write_bytes(kmod_src.read_bytes())
+    entries = [
+        artifact.IndexEntry(
+            name=bad.name,
+            kind="userspace",
+            driver_version=EVIL_VERSION,
+            arch="amd64",
+            os="debian-12",
+            sha256=artifact.sha256_file(bad),
+            size=bad.stat().st_size,
+            input_digest="x" * 64,
+        ),
+        artifact.IndexEntry(
+            name=kmod.name,
+            kind="kmod",
+            driver_version=EVIL_VERSION,
+            arch="amd64",
+            os="debian-12",
+            sha256=artifact.sha256_file(kmod),
+            size=kmod.stat().st_size,
+            input_digest="y" * 64,
+            flavour="proprietary",
+            kernel_release=node_store.kernel,
+        ),
+    ]
+    for p in (bad, kmod):
+        os.replace(p, store.path / p.name)
+    (store.path / "index.json").write_bytes(artifact.render_index(entries))
+    before = snapshot(rootfs)
+    r = cli(
+        "install",
+        "--store",
+        str(store.path),
+        "--driver",
+        EVIL_VERSION,
+        "--kernel",
+        node_store.kernel,
+        "--root",
+        str(rootfs),
+    )
+    assert r.returncode == 1, r.stderr
+    assert "unsafe member" in r.stderr and len(r.stderr.strip().splitlines()) <= 3
+    assert list(outside.iterdir()) == []
+    assert not Path("/tmp/pwned").exists()
+    after = snapshot(rootfs)
+    new = sorted(set(after) - set(before))
+    # only the node's own bookkeeping directories may appear; nothing from the artifact, no staging left
+    assert all(p in ("opt/nvidia", "var/lib/nodeprep") for p in new), new
+    assert {k: v for k, v in after.items() if k in before} == before
+
+
+def test_checksum_mismatch_against_the_index(node_store: NodeStore, rootfs: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    entries = []
+    for e in artifact.LocalStore(node_store.path).entries():
+        if e.driver_version != V_NEW:
+            continue
+        (store / e.name).write_bytes((node_store.path / e.name).read_bytes())
+        entries.append(e if e.kind == "kmod" else artifact.IndexEntry(**{**e.__dict__, "sha256": "0" * 64}))
+    (store / "index.json").write_bytes(artifact.render_index(entries))
+    r = cli(
+        "install",
+        "--store",
+        str(store),
+        "--driver",
+        V_NEW,
+        "--kernel",
+        node_store.kernel,
+        "--root",
+        str(rootfs),
+    )
+    assert r.returncode == 2 and "does not match the store index" in r.stderr
+    assert not (rootfs / "opt/nvidia" / V_NEW).exists()
+
+
+def test_concurrent_runs_serialize(node_store: NodeStore, rootfs: Path) -> None:
+    """1) The test holds the node lock itself (a real flock on ROOT/var/lib/nodeprep/lock): an install
+    started meanwhile waits, says so, and changes nothing until the lock is released.
+    2) Two installs started together both succeed; one of them waited for the other."""
+    lock = rootfs / "var/lib/nodeprep/lock"
+    lock.parent.mkdir(parents=True)
+    args = ("--store", str(node_store.path), "--kernel", node_store.kernel, "--root", str(rootfs))
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("4242\n")
+        held.flush()
+        proc = popen("install", "--driver", V_OLD, *args)
+        time.sleep(3)
+        assert proc.poll() is None  # still waiting
+        assert not (rootfs / "opt/nvidia" / V_OLD).exists()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "waiting for another nodeprep run (pid 4242)" in err
+    assert (rootfs / "opt/nvidia" / V_OLD / "manifest.json").is_file()
+
+    a = popen("install", "--driver", V_NEW, "--activate", *args, "--json")
+    b = popen("activate", V_OLD, "--root", str(rootfs), "--json")
+    (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)
+    assert a.returncode == 0 and b.returncode == 0, (err_a, err_b)
+    waited = [e for e in (err_a, err_b) if "waiting for another nodeprep run" in e]
+    assert len(waited) == 1, (err_a, err_b)
+    # whichever ran second decided the active version; the state is consistent either way
+    second = json.loads(out_b if waited[0] is err_b else out_a)
+    active = second["activation"]["version"] if "activation" in second else second["version"]
+    listed = json.loads(cli("list", "--root", str(rootfs), "--json").stdout)
+    assert listed["active"] == active and sorted(listed["installed"]) == sorted([V_NEW, V_OLD])
