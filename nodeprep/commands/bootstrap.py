@@ -156,6 +156,9 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
         if not store or "://" in store and not store.startswith("file://"):
             raise InputError(f"--publish-wheel: driver.store {store!r} is not a local directory")
         nodeprep_wheel = cloudinit.publish_wheel(Path(store.removeprefix("file://")), publish_wheel)
+    if source == "store" and not cloudinit.OS_PACKAGES[os_family]["deps"]:
+        raise InputError(f"--os-family {os_family}: nodeprep's dependencies are not packaged for its python; "
+                         "use --nodeprep-from index")
     if source == "store":
         if not store:
             raise InputError(f"{profile_path}: driver.store is not set (needed for --nodeprep-from store)")

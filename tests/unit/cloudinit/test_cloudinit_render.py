@@ -119,6 +119,14 @@ def test_index_mode_and_rhel_family(tmp_path: Path) -> None:
     assert "/etc/nodeprep/bootstrap-token" not in cloudinit.decoded_files(cfg)
 
 
+def test_rhel_store_mode_is_refused(tmp_path: Path) -> None:
+    fake_wheel(tmp_path / "store")
+    code, out, err = render_cli("--profile", str(profile_file(tmp_path)), "--os-family", "rhel")
+    assert code == 2 and out == ""
+    assert err.strip() == ("error: --os-family rhel: nodeprep's dependencies are not packaged for its "
+                           "python; use --nodeprep-from index")
+
+
 def test_remote_store_needs_the_wheel_for_its_sha256(tmp_path: Path) -> None:
     profile = profile_file(tmp_path, store="https://artifacts.example.com/nvidia")
     code, out, err = render_cli("--profile", str(profile))
