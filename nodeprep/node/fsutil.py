@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..errors import StateError
 from .crash import crash_point
 
 
@@ -49,8 +50,11 @@ def atomic_symlink(link: Path, target: str, *, point: str | None = None) -> bool
             return False
     except (FileNotFoundError, OSError):
         pass
-    if link.exists() and not link.is_symlink() and link.is_dir():
-        raise IsADirectoryError(f"{link} is a directory, not a link nodeprep manages")
+    if link.exists() and not link.is_symlink():
+        raise StateError(
+            f"{link} exists and is not a symlink: not something nodeprep manages",
+            hint="move it away, then run the command again",
+        )
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.with_name(f".current-{link.name}.{os.getpid()}")
     tmp.unlink(missing_ok=True)

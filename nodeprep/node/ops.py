@@ -175,8 +175,10 @@ def _stage_kmod(layout: Layout, kmod_path: Path, kernel: str, dest: Path) -> Man
             raise InputError(f"{kmod_path.name}: no modules/{kernel}/ in the artifact")
         versions = check_modules(src, kernel, kernel_vermagic(layout, kernel))
         if versions.get("nvidia") not in (None, manifest.driver_version):
-            raise InputError(f"{kmod_path.name}: nvidia.ko is version {versions['nvidia']}, "
-                             f"the artifact says {manifest.driver_version}")
+            raise InputError(
+                f"{kmod_path.name}: nvidia.ko is version {versions['nvidia']}, "
+                f"the artifact says {manifest.driver_version}"
+            )
         crash_point("install:kmod-extracted")
         os.replace(tmp / MANIFEST, src / MANIFEST)
         os.rename(src, dest)

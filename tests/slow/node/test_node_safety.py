@@ -208,3 +208,49 @@ def test_concurrent_runs_serialize(node_store: NodeStore, rootfs: Path) -> None:
     active = second["activation"]["version"] if "activation" in second else second["version"]
     listed = json.loads(cli("list", "--root", str(rootfs), "--json").stdout)
     assert listed["active"] == active and sorted(listed["installed"]) == sorted([V_NEW, V_OLD])
+
+
+def test_install_from_http_store(node_store: NodeStore, rootfs: Path) -> None:
+    """The same store served over HTTP by a loopback server this test starts."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(node_store.path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        r = cli(
+            "install",
+            "--store",
+            url,
+            "--driver",
+            V_NEW,
+            "--kernel",
+            node_store.kernel,
+            "--root",
+            str(rootfs),
+            "--activate",
+            "--json",
+        )
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["changed"] is True
+        assert (rootfs / "opt/nvidia" / V_NEW / "lib64" / f"libcuda.so.{V_NEW}").is_file()
+        assert list((rootfs / "var/cache/nodeprep").iterdir()) == []  # downloads dropped after install
+        r = cli(
+            "install",
+            "--store",
+            url + "/missing",
+            "--driver",
+            V_NEW,
+            "--kernel",
+            node_store.kernel,
+            "--root",
+            str(rootfs),
+        )
+        assert r.returncode == 2 and "HTTP 404" in r.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
