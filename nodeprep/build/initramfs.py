@@ -177,7 +177,12 @@ def render_init(plan: InitPlan) -> str:
         "/bin/busybox mount -t sysfs sysfs /sys",
         "/bin/busybox mount -t devtmpfs devtmpfs /dev 2>/dev/null",
         "B=/bin/busybox",
+        "$B mount -t securityfs securityfs /sys/kernel/security 2>/dev/null",
         f'echo "{MARKER}: begin $($B uname -r)"',
+        f'echo "{MARKER}: lockdown $($B cat /sys/kernel/security/lockdown 2>/dev/null || echo unknown)"',
+        # how the kernel came up: Secure Boot state and the certificates it trusts
+        "$B dmesg | $B grep -E 'secureboot: |Loaded X.509 cert' | $B sed -e 's/^\\[[ 0-9.]*\\] *//' |"
+        f' while IFS= read -r l; do echo "{MARKER}: boot $l"; done',
         "$B dmesg -c >/dev/null",
         "report() {",
         "  $B dmesg -c | while IFS= read -r l; do echo \"" + MARKER + ": kmsg $l\"; done",

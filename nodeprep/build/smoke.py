@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import re
 import shutil
 import struct
@@ -278,6 +279,7 @@ class SmokeResult:
     log_excerpt: str  # relevant kernel log lines, timestamps stripped
     modules: dict[str, str] = field(default_factory=dict)  # module -> how it was checked / outcome
     sig_enforce: bool = False
+    secure_boot: bool = False  # booted through OVMF with Secure Boot and the signing cert in db
     duration_s: float = 0.0  # not part of to_dict (artifacts stay byte-identical)
     timings: dict[str, float] = field(default_factory=dict)  # fetch / initramfs / boot seconds (ditto)
 
@@ -291,8 +293,9 @@ class SmokeResult:
             "verdict": self.verdict,
             "reason": self.reason,
             "kernel_release": self.kernel_release,
-            "method": "qemu-tcg",
+            "method": "qemu-tcg-ovmf-secureboot" if self.secure_boot else "qemu-tcg",
             "sig_enforce": self.sig_enforce,
+            "secure_boot": self.secure_boot,
             "modules": dict(sorted(self.modules.items())),
             "log_excerpt": self.log_excerpt,
         }
@@ -330,6 +333,8 @@ class Boot:
     results: dict[str, tuple[int, str]]  # module -> (insmod exit status, insmod message)
     kmsg: dict[str, list[str]]  # module -> kernel messages while it was loaded (no timestamps)
     crash: list[str]  # oops/panic lines (console and kmsg)
+    lockdown: str = ""  # /sys/kernel/security/lockdown, e.g. "none [integrity] confidentiality"
+    boot: list[str] = field(default_factory=list)  # "secureboot: …", "Loaded X.509 cert …" lines
 
 
 def parse_console(lines: Sequence[str]) -> Boot:
@@ -338,6 +343,8 @@ def parse_console(lines: Sequence[str]) -> Boot:
     kmsg: dict[str, list[str]] = {}
     crash: list[str] = []
     current = ""
+    lockdown = ""
+    boot_lines: list[str] = []
     for raw in lines:
         line = _ANSI.sub("", raw).replace("\r", "").rstrip()
         # The marker may follow leftover console output on the same line.
@@ -348,6 +355,10 @@ def parse_console(lines: Sequence[str]) -> Boot:
             started = True
         elif line == f"{initramfs.MARKER}: end":
             finished = True
+        elif line.startswith(f"{initramfs.MARKER}: lockdown "):
+            lockdown = line.split(" ", 2)[2].strip()
+        elif line.startswith(f"{initramfs.MARKER}: boot "):
+            boot_lines.append(_clean(line.split(" ", 2)[2]))
         elif line.startswith(f"{initramfs.MARKER}: insmod "):
             current = line.split()[-1]
             kmsg.setdefault(current, [])
@@ -363,7 +374,7 @@ def parse_console(lines: Sequence[str]) -> Boot:
             text = _clean(line[ts.start():] if ts else line)
             if any(p in text for p in CRASH_PATTERNS):
                 crash.append(text)
-    return Boot(started, finished, results, kmsg, crash)
+    return Boot(started, finished, results, kmsg, crash, lockdown, boot_lines)
 
 
 _KERNEL_REASONS = (
@@ -371,6 +382,8 @@ _KERNEL_REASONS = (
      "unsigned module rejected (module.sig_enforce=1)"),
     (re.compile(r"Loading of module with unavailable key is rejected"),
      "signed with a key the kernel does not trust (module.sig_enforce=1)"),
+    (re.compile(r"Lockdown: .*unsigned module loading is restricted"),
+     "rejected by Secure Boot lockdown (unsigned, or signed with a key the kernel does not trust)"),
     (re.compile(r"Loading of module with unsupported crypto is rejected"),
      "signature uses crypto the kernel does not support"),
     (re.compile(r"Unknown symbol \S+"), None),
@@ -394,13 +407,16 @@ def _kernel_reason(messages: Sequence[str]) -> str | None:
 
 def classify(lines: Sequence[str], *, load: Sequence[str], under_test: Sequence[str],
              probe: str = PROBE_MODULE, timed_out: bool = False, timeout: float = 0,
-             sig_enforce: bool = False) -> tuple[str, str, str, dict[str, str]]:
+             sig_enforce: bool = False, secure_boot: bool = False) -> tuple[str, str, str, dict[str, str]]:
     """(verdict, reason, log excerpt, per-module outcome) from the console of a smoke boot.
 
     `load` is what /init insmods, in order; `under_test` the artifact's modules among them. PASS:
     every module loaded, except `probe` which may fail only with ENODEV (no GPU)."""
     boot = parse_console(lines)
     excerpt_lines: list[str] = []
+    if secure_boot:
+        excerpt_lines += [x for x in boot.boot if "secureboot:" in x or "UEFI" in x or "integrity:" in x]
+        excerpt_lines.append(f"lockdown: {boot.lockdown or 'unknown'}")
     for name in load:
         for msg in boot.kmsg.get(name, []):
             if name in under_test or RELEVANT.search(msg):
@@ -422,6 +438,9 @@ def classify(lines: Sequence[str], *, load: Sequence[str], under_test: Sequence[
         tail = [_clean(x) for x in lines if _clean(x)][-3:]
         why = f"timed out after {timeout:g}s" if timed_out else "did not reach /init"
         return fail(f"kernel {why} before loading modules" + (f": {tail[-1]}" if tail else ""))
+    locked = re.search(r"\[(integrity|confidentiality)\]", boot.lockdown)
+    if secure_boot and not locked:
+        return fail(f"Secure Boot did not lock the kernel down (lockdown: {boot.lockdown or 'unknown'})")
     for name in load:
         if name not in boot.results:
             why = f"timed out after {timeout:g}s" if timed_out else "boot ended"
@@ -453,19 +472,99 @@ def classify(lines: Sequence[str], *, load: Sequence[str], under_test: Sequence[
         reason = f"{len(under_test)} module(s) loaded"
     if any("module verification failed" in m for ms in boot.kmsg.values() for m in ms) and not sig_enforce:
         reason += "; unsigned or untrusted signature accepted (kernel tainted, not enforced)"
+    if secure_boot and locked:
+        reason += f" under UEFI Secure Boot (lockdown: {locked.group(1)})"
+    elif sig_enforce:
+        reason += " with module.sig_enforce=1"
     return "PASS", reason, excerpt, outcome
+
+
+# ---------------------------------------------------------------------------------------------
+# UEFI Secure Boot (OVMF): the kernel's own signer and the operator's certificate in db
+
+
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+SB_OWNER_GUID = "9f3b7b3c-5d8e-4b55-9a59-6e6f64657072"  # "nodeprep" owner of the db entries
+
+
+def pe_signature(image: bytes) -> bytes:
+    """The PKCS#7 (Authenticode) blob of a signed PE image, e.g. Debian's EFI-stub vmlinuz."""
+    try:
+        pe = struct.unpack_from("<I", image, 0x3C)[0]
+        if image[pe:pe + 4] != b"PE\0\0":
+            raise ValueError("no PE header")
+        magic = struct.unpack_from("<H", image, pe + 24)[0]
+        ddir = pe + 24 + (112 if magic == 0x20B else 96)
+        off, size = struct.unpack_from("<II", image, ddir + 4 * 8)  # IMAGE_DIRECTORY_ENTRY_SECURITY
+        if not off or not size:
+            raise ValueError("not signed")
+        length, _, kind = struct.unpack_from("<IHH", image, off)
+        if kind != 2:  # WIN_CERT_TYPE_PKCS_SIGNED_DATA
+            raise ValueError(f"certificate type {kind}")
+        return image[off + 8:off + length]
+    except (struct.error, ValueError) as e:
+        raise ArtifactError(f"kernel image has no usable Authenticode signature ({e})") from None
+
+
+def _virt_fw_vars() -> str:
+    import sys
+
+    tool = Path(sys.executable).parent / "virt-fw-vars"
+    found = str(tool) if tool.exists() else runner.which("virt-fw-vars")
+    if not found:
+        raise NodeprepError("virt-fw-vars not found: the Secure Boot smoke test needs the virt-firmware "
+                            "Python package (scripts/deps/smoke.pip)")
+    return found
+
+
+def secure_boot_vars(kernel: Kernel, trusted_cert: Path, cache: Path) -> Path:
+    """An OVMF variable store with Secure Boot on, a throw-away PK/KEK, and in db: the certificate that
+    signed the kernel image (so OVMF boots it) and `trusted_cert` (the operator's module signing key;
+    the kernel loads db into its platform keyring). Cached by content."""
+    for f in (OVMF_CODE, OVMF_VARS):
+        if not f.is_file():
+            raise NodeprepError(f"{f} is missing: the Secure Boot smoke test needs the ovmf package")
+    if not trusted_cert.is_file():
+        raise InputError(f"--trust-cert: {trusted_cert} does not exist")
+    from ..artifact import sha256_bytes, sha256_file
+
+    key = sha256_bytes(f"{sha256_file(kernel.vmlinuz)} {sha256_file(trusted_cert)} "
+                       f"{sha256_file(OVMF_VARS)}".encode())[:16]
+    dest = cache / "secureboot" / f"vars-{kernel.release}-{key}.fd"
+    if dest.exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        p7 = Path(tmp) / "vmlinuz.p7"
+        p7.write_bytes(pe_signature(kernel.vmlinuz.read_bytes()))
+        signer = Path(tmp) / "kernel-signer.pem"
+        runner.run(["openssl", "pkcs7", "-inform", "DER", "-in", p7, "-print_certs", "-out", signer])
+        out = Path(tmp) / "vars.fd"
+        runner.run([_virt_fw_vars(), "--input", OVMF_VARS, "--output", out,
+                    "--enroll-generate", "nodeprep smoke test", "--no-microsoft",
+                    "--add-db", SB_OWNER_GUID, signer, "--add-db", SB_OWNER_GUID, trusted_cert,
+                    "--secure-boot"])
+        os.replace(out, dest)
+    return dest
 
 
 # ---------------------------------------------------------------------------------------------
 # The boot
 
 
-def qemu_argv(kernel: Kernel, image: Path, *, sig_enforce: bool,
+def qemu_argv(kernel: Kernel, image: Path, *, sig_enforce: bool, uefi_vars: Path | None = None,
               memory_mb: int = QEMU_MEMORY_MB) -> list[str]:
+    """qemu command line; with `uefi_vars` the kernel boots through OVMF with Secure Boot (SMM)."""
     append = "console=ttyS0 panic=-1 oops=panic quiet loglevel=3 rdinit=/init"
     if sig_enforce:
         append += " module.sig_enforce=1"
-    return [QEMU, "-accel", "tcg", "-smp", "1", "-m", str(memory_mb), "-nographic", "-no-reboot",
+    firmware: list[str] = []
+    if uefi_vars is not None:
+        firmware = ["-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
+                    "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                    "-drive", f"if=pflash,format=raw,unit=1,file={uefi_vars}"]
+    return [QEMU, "-accel", "tcg", *firmware, "-smp", "1", "-m", str(memory_mb), "-nographic", "-no-reboot",
             "-nodefaults", "-serial", "stdio", "-nic", "none", "-kernel", str(kernel.vmlinuz),
             "-initrd", str(image), "-append", append]
 
@@ -481,9 +580,15 @@ def _check_busybox(path: Path) -> None:
 
 def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archive, cache: Path,
                        sig_enforce: bool = False, timeout: float = 120,
-                       busybox: Path = BUSYBOX, console_log: Path | None = None) -> SmokeResult:
+                       busybox: Path = BUSYBOX, console_log: Path | None = None,
+                       trusted_cert: Path | None = None) -> SmokeResult:
     """Boot `kernel_release` in qemu and load the modules in `module_dir` (*.ko); see module doc.
-    `console_log` keeps the whole serial console output there."""
+    `console_log` keeps the whole serial console output there. With `trusted_cert` (the public
+    certificate of the key the modules are signed with) the kernel boots under UEFI Secure Boot with
+    that certificate in db, as on a node that enrolled it: the modules must load under lockdown and
+    module.sig_enforce=1."""
+    if trusted_cert is not None:
+        sig_enforce = True
     start = time.monotonic()
     paths = sorted(p for p in module_dir.iterdir() if re.search(r"\.ko(\.(xz|gz|zst))?$", p.name))
     if not paths:
@@ -538,11 +643,17 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
         image = initramfs.build_initramfs(Path(tmp) / "initramfs.cpio", busybox, initramfs.render_init(plan),
                                           sources)
         timings["initramfs"] = time.monotonic() - t0
+        uefi_vars = None
+        if trusted_cert is not None:
+            uefi_vars = Path(tmp) / "vars.fd"
+            shutil.copyfile(secure_boot_vars(kernel, trusted_cert, cache), uefi_vars)
         t0 = time.monotonic()
-        with step(f"booting {kernel_release} in qemu ({', '.join(boot_modules)})", logger=log):
+        how = " under UEFI Secure Boot" if uefi_vars else ""
+        with step(f"booting {kernel_release} in qemu{how} ({', '.join(boot_modules)})", logger=log):
             try:
-                runner.run(qemu_argv(kernel, image, sig_enforce=sig_enforce), timeout=timeout,
-                           on_line=lines.append, log_path=console_log or Path(tmp) / "console.log")
+                runner.run(qemu_argv(kernel, image, sig_enforce=sig_enforce, uefi_vars=uefi_vars),
+                           timeout=timeout, on_line=lines.append,
+                           log_path=console_log or Path(tmp) / "console.log")
             except CommandError as e:
                 if "timed out" not in str(e):
                     raise
@@ -550,7 +661,7 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
         timings["boot"] = time.monotonic() - t0
     verdict, reason, excerpt, outcome = classify(
         lines, load=order, under_test=boot_modules, timed_out=timed_out, timeout=timeout,
-        sig_enforce=sig_enforce)
+        sig_enforce=sig_enforce, secure_boot=trusted_cert is not None)
     outcome = {k: v for k, v in outcome.items() if k in infos} | static_outcome
     if verdict == "PASS" and static_problems:
         verdict = "FAIL"
@@ -565,7 +676,8 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
             verdict = "FAIL"
             reason = f"{mismatch} (the kernel itself accepted the module: the symbol CRCs it checks match)"
     result = SmokeResult(verdict=verdict, reason=reason, kernel_release=kernel_release, log_excerpt=excerpt,
-                         modules=outcome, sig_enforce=sig_enforce, duration_s=time.monotonic() - start,
+                         modules=outcome, sig_enforce=sig_enforce, secure_boot=trusted_cert is not None,
+                         duration_s=time.monotonic() - start,
                          timings=timings)
     log.info("smoke test %s on %s: %s", verdict, kernel_release, reason)
     return result
@@ -635,7 +747,7 @@ def _builtin(kernel: Kernel) -> list[str]:
 
 def smoke_test_artifact(path: Path, *, archive: Archive, cache: Path, kernel_release: str | None = None,
                         force: bool = False, sig_enforce: bool = False, timeout: float = 120,
-                        console_log: Path | None = None) -> SmokeResult:
+                        console_log: Path | None = None, trusted_cert: Path | None = None) -> SmokeResult:
     """Smoke-test a kmod artifact (.tar.zst) on its own kernel, or on `kernel_release` with `force`."""
     if not path.is_file():
         raise InputError(f"{path}: no such artifact")
@@ -651,4 +763,4 @@ def smoke_test_artifact(path: Path, *, archive: Archive, cache: Path, kernel_rel
         if not module_dir.is_dir():
             raise ArtifactError(f"{path}: no modules/{manifest.kernel_release}/ in the artifact")
         return smoke_test_modules(module_dir, release, archive=archive, cache=cache, sig_enforce=sig_enforce,
-                                  timeout=timeout, console_log=console_log)
+                                  timeout=timeout, console_log=console_log, trusted_cert=trusted_cert)

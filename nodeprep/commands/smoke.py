@@ -21,6 +21,9 @@ DEFAULT_CACHE = Path(os.environ.get("NODEPREP_CACHE", "/var/cache/nodeprep"))
 @click.option("--force", is_flag=True, help="Boot --kernel even though the artifact was built for another.")
 @click.option("--sig-enforce", is_flag=True,
               help="Boot with module.sig_enforce=1: unsigned or untrusted-key modules are rejected.")
+@click.option("--trust-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="CERT",
+              help="Boot under UEFI Secure Boot (OVMF) with CERT, the public certificate of the modules' "
+                   "signing key, enrolled in db, as on a node that enrolled it (implies --sig-enforce).")
 @click.option("--timeout", type=click.FloatRange(min=5), default=120, show_default=True,
               help="Seconds the boot may take before the test fails.")
 @click.option("--console-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -28,7 +31,8 @@ DEFAULT_CACHE = Path(os.environ.get("NODEPREP_CACHE", "/var/cache/nodeprep"))
 @click.option("--os", "os_name", default="debian-12", show_default=True, help="Target OS of the artifact.")
 @json_option
 def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: bool, sig_enforce: bool,
-               timeout: float, console_log: Path | None, os_name: str, as_json: bool) -> None:
+               trust_cert: Path | None, timeout: float, console_log: Path | None, os_name: str,
+               as_json: bool) -> None:
     """Boot the artifact's kernel in qemu and load its modules (no GPU needed).
 
     ARTIFACT is a kmod artifact (nvidia-kmod-<driver>-<flavour>-<kernel>.tar.zst). PASS when
@@ -41,13 +45,14 @@ def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: b
     archive = DebianArchive(cache, os_name=os_name)
     result = smoke_test_artifact(artifact, archive=archive, cache=cache, kernel_release=kernel_release,
                                  force=force, sig_enforce=sig_enforce, timeout=timeout,
-                                 console_log=console_log)
+                                 console_log=console_log, trusted_cert=trust_cert)
     if as_json:
         emit_json(result.to_dict() | {"passed": result.passed, "duration_s": round(result.duration_s, 1)})
     else:
         click.echo(f"{result.verdict}: {result.reason}")
         click.echo(f"  kernel {result.kernel_release}, {result.duration_s:.1f}s"
-                   + (", module.sig_enforce=1" if sig_enforce else ""))
+                   + (", UEFI Secure Boot" if result.secure_boot else "")
+                   + (", module.sig_enforce=1" if result.sig_enforce else ""))
         for name, outcome in sorted(result.modules.items()):
             click.echo(f"  {name}: {outcome}")
         if result.log_excerpt:
