@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import StateError
+from ..node.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class FileChange:
 
 def atomic_write(path: Path, content: bytes, mode: int) -> None:
     """Write `content` to `path` via a temporary file in the same directory, fsync and rename.
-    The temporary file is created with `mode` from the start, so a secret is never world-readable."""
+    Unlike nodeprep.node.fsutil.atomic_write (which chmods after writing), the temporary file has
+    `mode` before the first byte is written, so a bootstrap token is never readable by others."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -71,6 +73,7 @@ def atomic_write(path: Path, content: bytes, mode: int) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
