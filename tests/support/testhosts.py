@@ -383,3 +383,34 @@ def ansible_playbook(fl: Fleet, playbook: str | Path, inventory: Path, *, connec
     r = runner.run(argv, check=False, timeout=timeout, cwd=REPO, env=env, inherit_env=True)
     output = r.stdout + r.stderr
     return PlaybookRun(r.returncode, output, parse_recap(r.stdout))
+
+
+# --- an artifact store served to the hosts over HTTP -------------------------------------------
+
+
+@contextlib.contextmanager
+def serve_directory(directory: Path, fl: Fleet) -> Iterator[dict[str, str]]:
+    """Serve `directory` read-only over HTTP on each host's gateway address (the root-namespace end
+    of its veth, nowhere else); yields {host name: base URL}. Stopped on exit."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            log.debug("store: " + format, *args)
+
+    handler = functools.partial(Quiet, directory=os.fspath(directory))
+    servers, urls = [], {}
+    try:
+        for host in fl.hosts:
+            server = http.server.ThreadingHTTPServer((host.gateway, 0), handler)
+            server.daemon_threads = True
+            threading.Thread(target=server.serve_forever, name=f"store-{host.name}", daemon=True).start()
+            servers.append(server)
+            urls[host.name] = f"http://{host.gateway}:{server.server_address[1]}"
+        yield urls
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()

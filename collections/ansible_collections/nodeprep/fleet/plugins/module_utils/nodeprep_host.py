@@ -11,7 +11,7 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
-DEFAULT_NODEPREP_PATH = "/usr/local/lib/nodeprep/nodeprep.pyz"
+DEFAULT_NODEPREP_PATH = "/usr/local/lib/nodeprep/lib"
 
 # Options every node-side module accepts.
 COMMON_ARGUMENT_SPEC = {

@@ -15,7 +15,7 @@ options:
   nodeprep_path:
     description: The nodeprep zipapp on the node.
     type: path
-    default: /usr/local/lib/nodeprep/nodeprep.pyz
+    default: /usr/local/lib/nodeprep/lib
   root:
     description: Root of the node's filesystem.
     type: path
@@ -86,12 +86,12 @@ def argument_spec():
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     p = module.params
-    (node,) = import_nodeprep(module, "nodeprep.node")
+    (doctor_mod,) = import_nodeprep(module, "nodeprep.node.doctor")
     from pathlib import Path
 
     root = Path(p["root"])
     try:
-        report = node.doctor(root, require_cuda=p["require_cuda"] or None, checks=set(p["checks"]) or None)
+        report = doctor_mod.doctor(root, require_cuda=p["require_cuda"] or None, checks=set(p["checks"]) or None)
     except nodeprep_errors(module) as e:
         fail_from(module, e)
     active = report.active

@@ -19,7 +19,7 @@ options:
   nodeprep_path:
     description: The nodeprep zipapp on the node.
     type: path
-    default: /usr/local/lib/nodeprep/nodeprep.pyz
+    default: /usr/local/lib/nodeprep/lib
   root:
     description: Root of the node's filesystem; anything but V(/) installs into an image and never loads modules.
     type: path
@@ -154,13 +154,13 @@ def predict(state, version, kernel, activate):
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     p = module.params
-    node, kmod = import_nodeprep(module, "nodeprep.node", "nodeprep.node.kmod")
+    ops, state_mod, kmod = import_nodeprep(module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.kmod")
     from pathlib import Path
 
     root = Path(p["root"])
     activate = p["state"] == "active"
     try:
-        before = node.load_state(root)
+        before = state_mod.load_state(root)
         kernel = p["kernel"] or (kmod.running_kernel() if root.resolve() == Path("/") else None)
         if module.check_mode:
             after = predict(before, p["version"], kernel, activate)
@@ -169,9 +169,9 @@ def main():
                              previous=before.active, installed=sorted(after["installed"]), loaded=False,
                              reboot_required=False, notes=["check mode: nothing fetched or written"],
                              diff={"before": old, "after": after})
-        result = node.install(root, p["store"], p["version"], kernel=p["kernel"], flavour=p["flavour"],
+        result = ops.install(root, p["store"], p["version"], kernel=p["kernel"], flavour=p["flavour"],
                               arch=p["arch"], activate=activate, load=p["load"], modules=tuple(p["modules"]))
-        after = node.load_state(root)
+        after = state_mod.load_state(root)
     except nodeprep_errors(module) as e:
         fail_from(module, e, version=p["version"])
     activation = result.activation

@@ -16,7 +16,7 @@ options:
   nodeprep_path:
     description: The nodeprep zipapp (or a directory holding the C(nodeprep) package).
     type: path
-    default: /usr/local/lib/nodeprep/nodeprep.pyz
+    default: /usr/local/lib/nodeprep/lib
   root:
     description: Unused; accepted so every nodeprep module takes the same common options.
     type: path

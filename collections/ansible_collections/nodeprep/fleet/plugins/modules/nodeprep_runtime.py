@@ -18,7 +18,7 @@ options:
   nodeprep_path:
     description: The nodeprep zipapp on the node.
     type: path
-    default: /usr/local/lib/nodeprep/nodeprep.pyz
+    default: /usr/local/lib/nodeprep/lib
   root:
     description: Root of the node's filesystem (V(/) or an image directory).
     type: path
