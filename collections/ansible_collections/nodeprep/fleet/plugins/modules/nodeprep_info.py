@@ -14,7 +14,7 @@ description:
 version_added: "0.1.0"
 options:
   nodeprep_path:
-    description: The nodeprep zipapp (or a directory holding the C(nodeprep) package).
+    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
     type: path
     default: /usr/local/lib/nodeprep/lib
   root:

@@ -19,7 +19,7 @@ description:
 version_added: "0.1.0"
 options:
   nodeprep_path:
-    description: The nodeprep zipapp on the node.
+    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
     type: path
     default: /usr/local/lib/nodeprep/lib
   root:
