@@ -11,6 +11,7 @@ that containerd accepts the merged configuration and reports what it will use.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -40,6 +41,8 @@ def test_containerd_starts_with_the_nvidia_runtime(tmp_path: Path) -> None:
     for tool in ("containerd", "ctr", "unshare"):
         if runner.which(tool) is None:
             pytest.skip(f"{tool} is not installed (scripts/deps/join.apt)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a private mount namespace")
     if not Path("/etc/containerd").is_dir():
         pytest.skip("/etc/containerd is needed as a mount point (containerd package)")
     default = runner.run(["containerd", "config", "default"], timeout=60).stdout

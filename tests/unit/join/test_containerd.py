@@ -11,6 +11,7 @@ to the files under test (nothing on the host is touched).
 
 from __future__ import annotations
 
+import os
 import shutil
 import tomllib
 from pathlib import Path
@@ -86,8 +87,8 @@ def _apply(root: Path, runtime: Runtime | None = None, cluster: Cluster | None =
 
 def _dump(root: Path) -> dict:  # type: ignore[type-arg]
     """containerd's own merged view of the config under `root`."""
-    if runner.which("unshare") is None:
-        pytest.skip("unshare is not installed")
+    if runner.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
     script = (
         'mount --bind "$1" /etc/containerd && exec containerd --config /etc/containerd/config.toml '
         "config dump"
