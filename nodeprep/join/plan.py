@@ -120,8 +120,8 @@ class JoinPlan:
             state = "new" if before is None else ("changed" if f.changed else "unchanged")
             out.append(f"# ---- {f.target} (mode {f.mode:04o}, {state}{', secret' if f.secret else ''})")
             after = redact(f.content.decode("utf-8", "replace"), self.token)
-            if before is None:
-                out.append(after.rstrip("\n"))
+            if before is None or (f.secret and before != f.content):
+                out.append(after.rstrip("\n"))  # a secret's old content (an older token) is never shown
             elif before != f.content:
                 old = redact(before.decode("utf-8", "replace"), self.token)
                 out += [

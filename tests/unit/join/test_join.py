@@ -372,3 +372,13 @@ def test_cdi_feature_gate_on_1_28_only(node_root: Path, tmp_path: Path, smi_xml:
     plan = _plan(node_root, profile(tmp_path, kubernetes_version="1.29"), smi_xml)
     patch = yaml.safe_load(next(f for f in plan.files if f.target.endswith("+merge.yaml")).content)
     assert "featureGates" not in patch
+
+
+def test_rotated_token_never_shows_the_old_one(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    prof = profile(tmp_path)
+    assert run_join(join_args(node_root, prof, smi_xml, "--dry-run"))[0] == 0
+    write_token(node_root, 0o600, "newtok.1111222233334444")
+    code, out, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    assert code == 0 and "(mode 0600, changed, secret)" in out
+    for secret in (SECRET, "1111222233334444"):
+        assert secret not in out and secret not in err
