@@ -89,3 +89,21 @@ def test_sig_enforce_rejects_unsigned_and_untrusted_distinctly(
     assert unsigned.to_dict()["sig_enforce"] is True
     # the in-kernel dependencies (signed by Debian) still load under enforcement
     assert "insmod drm: ok" in unsigned.log_excerpt
+
+
+def test_signed_modules_load_under_secure_boot_with_the_cert_enrolled(
+        signed: tuple[Path, dict], signing_key: tuple[Path, Path], kernel_release: str, archive,  # type: ignore
+        test_cache: Path) -> None:
+    """As on a node that enrolled the certificate: OVMF with Secure Boot on, the kernel's own signer and
+    our certificate in db; the kernel locks itself down and must still load the signed nvidia.ko."""
+    _, cert = signing_key
+    result = smoke_test_modules(signed[0], kernel_release, archive=archive, cache=test_cache,
+                                trusted_cert=cert, timeout=240)
+    assert result.verdict == "PASS", result.reason + "\n" + result.log_excerpt
+    assert result.reason.endswith("under UEFI Secure Boot (lockdown: integrity)")
+    lines = result.log_excerpt.splitlines()
+    assert "secureboot: Secure boot enabled" in lines
+    ours = "integrity: Loaded X.509 cert 'nodeprep test module signing key: "
+    assert any(x.startswith(ours) for x in lines)
+    assert "NVRM: No NVIDIA GPU found." in lines
+    assert result.to_dict()["secure_boot"] is True and result.to_dict()["sig_enforce"] is True

@@ -130,3 +130,38 @@ def test_result_to_dict_is_stable(verdict: str) -> None:
     assert list(a.to_dict()["modules"]) == ["a", "b"]
     assert "duration_s" not in a.to_dict()
     assert a.passed is (verdict == "PASS")
+
+
+def test_signed_module_under_secure_boot_passes(data: Path) -> None:
+    verdict, reason, excerpt, outcome = classify(lines(data, "nvidia-535-signed-secure-boot.log"),
+                                                 load=NVIDIA_LOAD, under_test=["nvidia"], sig_enforce=True,
+                                                 secure_boot=True)
+    assert verdict == "PASS"
+    assert reason == ("nvidia loaded up to the GPU probe (NVRM: No NVIDIA GPU found) under UEFI Secure Boot "
+                      "(lockdown: integrity)")
+    got = excerpt.splitlines()
+    assert "secureboot: Secure boot enabled" in got
+    assert ("integrity: Loaded X.509 cert 'nodeprep test module signing key: "
+            "6f0991e1f0017ccaa9404897b7007829c6d65e9e'") in got
+    assert "lockdown: none [integrity] confidentiality" in got
+    assert "module verification failed" not in excerpt  # the signature was verified, no taint for it
+
+
+def test_unsigned_module_under_secure_boot_fails(data: Path) -> None:
+    verdict, reason, _, _ = classify(lines(data, "nvidia-535-unsigned-secure-boot.log"), load=NVIDIA_LOAD,
+                                     under_test=["nvidia"], sig_enforce=True, secure_boot=True)
+    assert verdict == "FAIL"
+    assert reason == ("nvidia (module under test) failed to load: unsigned module rejected "
+                      "(module.sig_enforce=1) (insmod: Key was rejected by service)")
+
+
+def test_secure_boot_mode_requires_lockdown(data: Path) -> None:
+    raw = [x.replace("lockdown none [integrity] confidentiality", "lockdown [none] integrity confidentiality")
+           for x in lines(data, "nvidia-535-signed-secure-boot.log")]
+    verdict, reason, _, _ = classify(raw, load=NVIDIA_LOAD, under_test=["nvidia"], secure_boot=True)
+    assert (verdict, reason) == ("FAIL", "Secure Boot did not lock the kernel down "
+                                         "(lockdown: [none] integrity confidentiality)")
+    # a plain boot (no firmware) never passes for a Secure Boot check either
+    verdict, reason, _, _ = classify(lines(data, "nvidia-535-on-own-kernel.log"), load=NVIDIA_LOAD,
+                                     under_test=["nvidia"], secure_boot=True)
+    assert verdict == "FAIL" and "did not lock the kernel down" in reason
