@@ -43,7 +43,8 @@ def _taints(taints: tuple[Taint, ...]) -> list[dict[str, str]]:
     return [t.to_dict() for t in taints]
 
 
-def _dump(doc: Mapping[str, Any]) -> bytes:
+def dump(doc: Mapping[str, Any]) -> bytes:
+    """YAML in the order the renderers build it (apiVersion and kind first)."""
     return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False).encode()
 
 
@@ -178,7 +179,3 @@ def kubelet_drop_in(cluster: Cluster, labels: Mapping[str, str], args: SortedArg
         "[Service]\nExecStart=\n"
         f"ExecStart={KUBELET_BIN} \\\n    {words}\n"
     )
-
-
-def dump(doc: Mapping[str, Any]) -> bytes:
-    return _dump(doc)
