@@ -382,3 +382,15 @@ def test_rotated_token_never_shows_the_old_one(node_root: Path, tmp_path: Path, 
     assert code == 0 and "(mode 0600, changed, secret)" in out
     for secret in (SECRET, "1111222233334444"):
         assert secret not in out and secret not in err
+
+
+def test_the_annotated_example_joins(node_root: Path, smi_xml: Path) -> None:
+    """examples/node.yaml as shipped (cloud: auto finds no DMI under the temp root: no metadata query)."""
+    example = Path(__file__).resolve().parents[3] / "examples" / "node.yaml"
+    code, js, _ = run_join(join_args(node_root, example, smi_xml, "--dry-run", "--json"))
+    assert code == 0
+    data = json.loads(js)
+    assert data["kubeadm_api"] == "kubeadm.k8s.io/v1beta4"
+    assert data["taints"] == ["dedicated=gpu:NoSchedule", "nvidia.com/gpu=present:NoSchedule"]
+    assert data["moved_flags"] == ["max-pods"]
+    assert data["labels"]["node.kubernetes.io/pool"] == "gpu-a" and data["api_labels"] == {}
