@@ -19,7 +19,8 @@ def _load(path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_expected_roles_exist() -> None:
-    assert {"nodeprep_install", "node_labels"} <= set(ROLE_NAMES)
+    assert set(ROLE_NAMES) >= {"nodeprep_install", "driver_build", "nvidia_driver", "node_labels",
+                               "container_runtime", "kube_join"}
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
@@ -62,6 +63,10 @@ def test_tasks_use_fqcn_and_no_shell_for_library_work(path: Path) -> None:
         assert len(actions) <= 1, f"{path}: {task.get('name')}: {actions}"
         for action in actions:
             assert action.count(".") >= 2, f"{path}: {task.get('name')}: {action} is not fully qualified"
+            if action.split(".")[-1] == "command" and task[action].get("argv", [""])[0] == "kubectl":
+                # cordon/drain/uncordon: cluster API calls from the controller, not node work
+                assert task.get("delegate_to") == "localhost" and "changed_when" in task, task.get("name")
+                continue
             assert action.split(".")[-1] not in ("shell", "command", "raw", "script"), (
                 f"{path}: {task.get('name')}: use a nodeprep.fleet module instead of {action}")
         assert task.get("name"), f"{path}: unnamed task {task}"
