@@ -22,6 +22,7 @@ def make_runfile(
     compression: str = "xz",
     label: str = "NVIDIA Accelerated Graphics Driver for Linux-x86_64 535.309.01",
     sha256: bool = True,
+    level: int | None = None,
 ) -> Path:
     """Pack the directory `tree` like NVIDIA's installers are packed: a makeself archive whose
     startup script is ./nvidia-installer (a stub here: it must never run)."""
@@ -33,6 +34,8 @@ def make_runfile(
     argv = ["makeself", f"--{compression}", "--nox11", "--tar-quietly"]
     if sha256:
         argv.append("--sha256")
+    if level is not None:
+        argv += ["--complevel", str(level)]
     res = runner.run([*argv, tree, dest, label, "./nvidia-installer"], check=False, timeout=600)
     if res.returncode != 0:
         raise RuntimeError(f"makeself failed: {res.stderr or res.stdout}")

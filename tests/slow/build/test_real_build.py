@@ -1,0 +1,190 @@
+"""The real build (proprietary 535 for Debian 12's current kernel, shared through the real_build
+fixture: one full compile per test run on a fresh cache) and what build-driver promises about it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeprep import artifact, runner
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, check: bool = False, timeout: float = 3600):
+    return runner.run(
+        [sys.executable, "-m", "nodeprep.cli", *args],
+        check=check,
+        timeout=timeout,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), **(env or {})},
+    )
+
+
+def test_modules_are_built_for_the_target_kernel(real_build, tmp_path):
+    out = tmp_path / "x"
+    out.mkdir()
+    manifest = artifact.extract(real_build.kmod, out)
+    moddir = out / "modules" / real_build.kernel_release
+    names = sorted(p.name for p in moddir.iterdir())
+    assert {"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko"} <= set(names)
+    for ko in moddir.iterdir():
+        vermagic = runner.run(["modinfo", "-F", "vermagic", ko]).stdout.strip()
+        assert vermagic.startswith(real_build.kernel_release + " "), (ko.name, vermagic)
+        sections = runner.run(["objdump", "-h", ko]).stdout
+        assert ".debug_info" not in sections, f"{ko.name} is not stripped"
+    assert (
+        runner.run(["modinfo", "-F", "version", moddir / "nvidia.ko"]).stdout.strip()
+        == real_build.driver_version
+    )
+    assert manifest.vermagic == runner.run(["modinfo", "-F", "vermagic", moddir / "nvidia.ko"]).stdout.strip()
+    assert manifest.kernel_release == real_build.kernel_release and manifest.flavour == "proprietary"
+    assert manifest.compiler and manifest.compiler.startswith("gcc-12 ")
+    assert manifest.extra["build"]["path"] == "/build/kernel"
+
+
+def test_manifest_hashes_match_files_and_inputs(real_build, tmp_path):
+    out = tmp_path / "x"
+    out.mkdir()
+    manifest = artifact.extract(real_build.kmod, out)  # checks every file's sha256 while extracting
+    for rel, entry in manifest.files.items():
+        assert artifact.sha256_file(out / rel) == entry.sha256
+        assert (out / rel).stat().st_size == entry.size
+    debs = {n: s for n, s in manifest.inputs.items() if n.endswith(".deb")}
+    assert any(n.startswith("nvidia-kernel-source_") for n in debs)
+    assert any(n.startswith(f"linux-headers-{real_build.kernel_release}_") for n in debs)
+    assert any(n.startswith("linux-kbuild-") for n in debs)
+    for name, sha in debs.items():
+        assert artifact.sha256_file(real_build.cache / "debs" / name) == sha
+    index = json.loads((real_build.store / "index.json").read_text())
+    entry = next(e for e in index["artifacts"] if e["name"] == real_build.kmod.name)
+    assert entry["sha256"] == artifact.sha256_file(real_build.kmod)
+    assert entry["input_digest"] == manifest.input_digest == real_build.input_digest
+    assert manifest.extra["build_root"]["packages"] and any(
+        p.startswith("gcc-12:amd64=") for p in manifest.extra["build_root"]["packages"]
+    )
+
+
+def test_second_run_is_a_cache_hit_without_compiling(real_build):
+    """Through the CLI with --json: same inputs -> "cached": true, no compiler started (the build
+    log and the compiled-modules cache stay untouched) and the very same bytes in the store."""
+    before = artifact.sha256_file(real_build.kmod)
+    logs = sorted((real_build.cache / "logs").glob("*.log"))
+    stamps = {p: p.stat().st_mtime_ns for p in logs}
+    builds = sorted(p.name for p in (real_build.cache / "kmod-builds").iterdir())
+    res = cli(
+        "build-driver",
+        "--json",
+        "--driver",
+        real_build.driver_version,
+        "--flavour",
+        real_build.flavour,
+        "--kernel",
+        real_build.kernel_release,
+        "--store",
+        str(real_build.store),
+        "--cache",
+        str(real_build.cache),
+        "--no-smoke-test",
+        check=True,
+        timeout=600,
+    )
+    summary = json.loads(res.stdout)
+    assert summary["cached"] is True and summary["compiled"] is False and summary["log"] is None
+    assert summary["name"] == real_build.kmod.name and summary["input_digest"] == real_build.input_digest
+    assert summary["sha256"] == before == artifact.sha256_file(real_build.kmod)
+    assert {p: p.stat().st_mtime_ns for p in logs} == stamps
+    assert sorted(p.name for p in (real_build.cache / "kmod-builds").iterdir()) == builds
+    assert "Compiling" not in res.stderr
+
+
+def test_artifacts_verify_catches_one_flipped_byte(real_build, tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(real_build.store, store, ignore=shutil.ignore_patterns(".lock", ".*.tmp"))
+    res = cli("artifacts", "verify", str(store))
+    assert res.returncode == 0, res.stdout + res.stderr
+    listing = cli("artifacts", "list", str(store), "--json", check=True)
+    assert real_build.kmod.name in {e["name"] for e in json.loads(listing.stdout)}
+    victim = store / real_build.kmod.name
+    with open(victim, "r+b") as f:
+        f.seek(victim.stat().st_size // 3)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0x40]))
+    res = cli("artifacts", "verify", str(store))
+    assert res.returncode == 1
+    lines = res.stdout.strip().splitlines()
+    assert lines and all(line.startswith(victim.name + ":") for line in lines), lines
+    assert any("does not match index.json" in line for line in lines)
+
+
+def test_unknown_driver_and_kernel_against_the_real_archive(real_build, tmp_path):
+    res = cli(
+        "build-driver",
+        "--driver",
+        "999.99.99",
+        "--store",
+        str(tmp_path / "s"),
+        "--cache",
+        str(real_build.cache),
+        "--no-smoke-test",
+    )
+    assert res.returncode == 2
+    line = res.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --driver: driver 999.99.99 (proprietary) is not served")
+    assert real_build.driver_version in line and "open: " in line
+    res = cli(
+        "build-driver",
+        "--kernel",
+        "6.1.0-999-amd64",
+        "--store",
+        str(tmp_path / "s"),
+        "--cache",
+        str(real_build.cache),
+        "--no-smoke-test",
+    )
+    assert res.returncode == 2
+    line = res.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --kernel: no headers for kernel '6.1.0-999-amd64'")
+    assert real_build.kernel_release in line
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").glob("*.tar.zst"))
+
+
+def test_build_matrix_builds_cells_in_parallel(real_build, tmp_path):
+    """`build-matrix --build -j 2`: the real build's cell is a cache hit in a copy of the store, a cell
+    with an unknown kernel fails on its own; index.json stays consistent; exit 1 for the failure."""
+    store = tmp_path / "store"
+    shutil.copytree(real_build.store, store, ignore=shutil.ignore_patterns(".lock"))
+    f = tmp_path / "matrix.yaml"
+    f.write_text(
+        f"os: {real_build.os_name}\ndrivers: [{real_build.driver_version}]\n"
+        f"kernels: [{real_build.kernel_release}, 6.1.0-999-amd64]\nflavours: [proprietary]\n"
+    )
+    res = cli(
+        "build-matrix",
+        str(f),
+        "--build",
+        "-j",
+        "2",
+        "--store",
+        str(store),
+        "--cache",
+        str(real_build.cache),
+        "--no-smoke-test",
+        "--json",
+    )
+    assert res.returncode == 1, res.stderr[-2000:]
+    data = json.loads(res.stdout)
+    assert data["failed"] == 1
+    ok = next(r for r in data["results"] if r["ok"])
+    bad = next(r for r in data["results"] if not r["ok"])
+    assert ok["cached"] is True and ok["name"] == real_build.kmod.name
+    assert bad["cell"]["kernel"] == "6.1.0-999-amd64" and bad["error"].startswith("--kernel: no headers")
+    assert cli("artifacts", "verify", str(store)).returncode == 0
