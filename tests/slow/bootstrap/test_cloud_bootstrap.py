@@ -267,6 +267,8 @@ def test_installer_refuses_a_wheel_with_the_wrong_sha256(test_cache: Path, wheel
         nodeprep("cloud-init", "--profile", profile, "--nodeprep-wheel", wheel, "--out", user_data,
                  check=True)
         cfg = apply_user_data(user_data, root, tmp_path / "applied.json")["config"]
+        bad_args = runner.run(["chroot", root, cloudinit.INSTALLER_PATH, "python3", "bogus"], check=False)
+        assert bad_args.returncode == 2 and bad_args.stderr.startswith("usage: install-nodeprep")
         with pytest.raises(CommandError) as e:
             runner.run(["chroot", root, *cfg["runcmd"][0]], timeout=300, env={"no_proxy": "127.0.0.1"})
         assert "sha256 mismatch" in e.value.tail

@@ -301,3 +301,13 @@ def test_output_is_deterministic(tmp_path: Path, token_file: Path) -> None:
     a = render_cli("--profile", str(profile), "--token-file", str(token_file))[1]
     b = render_cli("--profile", str(profile), "--token-file", str(token_file))[1]
     assert a == b and a
+
+
+def test_installer_is_valid_posix_sh(tmp_path: Path) -> None:
+    """The installer runs under /bin/sh on the node: dash must parse it (it runs for real in
+    tests/slow/bootstrap, inside a chroot)."""
+    script = tmp_path / "install-nodeprep"
+    script.write_text(cloudinit.INSTALLER)
+    sh = runner.which("dash") or "sh"
+    assert runner.run([sh, "-n", script]).returncode == 0
+    assert "shell=True" not in cloudinit.INSTALLER
