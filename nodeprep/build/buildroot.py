@@ -140,6 +140,7 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
                 "mmdebstrap not found: install it (scripts/deps/build.apt lists what building needs)"
             )
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=base))
+        os.chmod(tmp, 0o755)
         try:
             log.info(
                 "Creating the %s build root with mmdebstrap (once per recipe; cached in %s)",

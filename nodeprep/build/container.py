@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import runner
 from ..errors import InputError
@@ -28,6 +29,7 @@ class ContainerBuild:
     cache: Path
     args: tuple[str, ...]  # build-driver arguments other than --store/--cache/--builder
     repo: Path = REPO
+    mounts: tuple[tuple[Path, str], ...] = ()  # (host path, container path), read-only
 
     @property
     def image(self) -> str:
@@ -64,6 +66,7 @@ def run_argv(cb: ContainerBuild) -> list[str]:
         f"{cb.store.resolve()}:/store",
         "-v",
         f"{cb.cache.resolve()}:/cache",
+        *[a for host, inside in cb.mounts for a in ("-v", f"{host.resolve()}:{inside}:ro")],
         "-w",
         "/src",
         "-e",
@@ -81,6 +84,54 @@ def run_argv(cb: ContainerBuild) -> list[str]:
         "/cache",
         *cb.args,
     ]
+
+
+def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBuild:
+    """The container run of BuildRequest `req`: the same options, paths mapped into the container
+    (store -> /store, cache -> /cache, runfile/keys mounted read-only under /inputs)."""
+    args: list[str] = ["--os", req.os_name, "--flavour", req.flavour, "--arch", req.arch]
+    mounts: list[tuple[Path, str]] = []
+
+    def mount(path: Path | str, name: str) -> str:
+        inside = f"/inputs/{name}/{Path(path).name}"
+        mounts.append((Path(path), inside))
+        return inside
+
+    if req.driver:
+        args += ["--driver", req.driver]
+    if req.kernel:
+        args += ["--kernel", req.kernel]
+    if req.runfile:
+        local = req.runfile if "://" not in req.runfile else None
+        args += [
+            "--runfile",
+            mount(local, "runfile") if local else req.runfile,
+            "--sha256",
+            req.runfile_sha256 or "",
+        ]
+    if req.jobs:
+        args += ["--jobs", str(req.jobs)]
+    for flag, on in (
+        ("--rebuild", req.rebuild),
+        ("--allow-cc-mismatch", req.allow_cc_mismatch),
+        ("--no-userspace", not req.userspace),
+        ("--json", as_json),
+    ):
+        if on:
+            args.append(flag)
+    if req.sign_key and req.sign_cert:
+        key = str(req.sign_key) if str(req.sign_key).startswith("pkcs11:") else mount(req.sign_key, "key")
+        args += ["--sign-key", key, "--sign-cert", mount(req.sign_cert, "cert"), "--sign-hash", req.sign_hash]
+    if req.smoke_test is not None:
+        args.append("--smoke-test" if req.smoke_test else "--no-smoke-test")
+    return ContainerBuild(
+        engine=engine,
+        os_name=req.os_name,
+        store=Path(req.store),
+        cache=Path(req.cache),
+        args=tuple(args),
+        mounts=tuple(mounts),
+    )
 
 
 def check_engine(engine: str) -> str:

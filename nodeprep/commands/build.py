@@ -176,16 +176,6 @@ def build_driver_cmd(
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
-    if builder != "chroot":
-        args = [a for a in sys.argv[1:] if a != "build-driver"]
-        cb = container.ContainerBuild(
-            engine=builder,
-            os_name=os_name,
-            store=store,
-            cache=cache,
-            args=tuple(_strip_options(args, ("--builder", "--store", "--cache"))),
-        )
-        click.get_current_context().exit(container.run_in_container(cb))
     req = BuildRequest(
         driver=driver,
         flavour=flavour,
@@ -205,6 +195,9 @@ def build_driver_cmd(
         sign_hash=sign_hash,
         smoke_test=smoke_test,
     )
+    if builder != "chroot":
+        cb = container.for_request(builder, req, as_json=as_json)
+        click.get_current_context().exit(container.run_in_container(cb))
     _sigterm_as_interrupt()
     progress = _Progress() if log.interactive() and not as_json else None
     try:
@@ -222,21 +215,6 @@ def build_driver_cmd(
         click.echo(f"{result.userspace}", err=True)
     for note in result.notes:
         click.echo(f"  note: {note}", err=True)
-
-
-def _strip_options(args: list[str], names: tuple[str, ...]) -> list[str]:
-    out, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a in names:
-            skip = True
-            continue
-        if any(a.startswith(n + "=") for n in names):
-            continue
-        out.append(a)
-    return out
 
 
 @click.command("build-matrix")

@@ -188,3 +188,29 @@ def test_build_matrix_builds_cells_in_parallel(real_build, tmp_path):
     assert ok["cached"] is True and ok["name"] == real_build.kmod.name
     assert bad["cell"]["kernel"] == "6.1.0-999-amd64" and bad["error"].startswith("--kernel: no headers")
     assert cli("artifacts", "verify", str(store)).returncode == 0
+
+
+def test_unreachable_archive_is_one_line(tmp_path):
+    """A Debian mirror that does not answer (a closed loopback port): exit 1 with one line naming
+    it, nothing written to the store, no temporary directory left."""
+    cache, store = tmp_path / "cache", tmp_path / "store"
+    res = cli(
+        "build-driver",
+        "--store",
+        str(store),
+        "--cache",
+        str(cache),
+        "--no-smoke-test",
+        env={
+            "NODEPREP_DEBIAN_MIRROR": "http://127.0.0.1:9/debian",
+            "NODEPREP_DEBIAN_SECURITY_MIRROR": "http://127.0.0.1:9/debian-security",
+        },
+        timeout=600,
+    )
+    assert res.returncode == 1
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(err) == 1 and err[0].startswith(
+        "error: Debian archive http://127.0.0.1:9/debian unreachable"
+    ), res.stderr
+    assert not store.exists()
+    assert not (cache / "tmp").exists() or not list((cache / "tmp").iterdir())

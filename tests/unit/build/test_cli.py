@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from nodeprep import artifact, runner
 from nodeprep.build import container
+from nodeprep.build.driver import BuildRequest
 from nodeprep.cli import main
 
 
@@ -102,13 +103,21 @@ def test_docker_without_engine_is_one_clear_line(tmp_path):
 
 
 def test_container_argv(tmp_path):
-    cb = container.ContainerBuild(
-        engine="podman",
-        os_name="debian-12",
+    run = tmp_path / "NVIDIA-Linux-x86_64-535.309.01.run"
+    req = BuildRequest(
+        driver="535",
+        kernel="6.1.0-56-amd64",
         store=tmp_path / "store",
         cache=tmp_path / "cache",
-        args=("--driver", "535", "--json"),
+        runfile=str(run),
+        runfile_sha256="ab" * 32,
+        jobs=4,
+        sign_key=tmp_path / "k.pem",
+        sign_cert=tmp_path / "c.pem",
+        smoke_test=False,
+        userspace=False,
     )
+    cb = container.for_request("podman", req, as_json=True)
     assert cb.containerfile.is_file()
     assert container.build_image_argv(cb) == [
         "podman",
@@ -125,6 +134,8 @@ def test_container_argv(tmp_path):
         f"{(tmp_path / 'store').resolve()}:/store" in argv
         and f"{(tmp_path / 'cache').resolve()}:/cache" in argv
     )
+    assert f"{run.resolve()}:/inputs/runfile/{run.name}:ro" in argv
+    assert f"{(tmp_path / 'k.pem').resolve()}:/inputs/key/k.pem:ro" in argv
     i = argv.index("nodeprep-builder:debian-12")
     assert argv[i + 1 :] == [
         "python3",
@@ -137,10 +148,37 @@ def test_container_argv(tmp_path):
         "/store",
         "--cache",
         "/cache",
+        "--os",
+        "debian-12",
+        "--flavour",
+        "proprietary",
+        "--arch",
+        "amd64",
         "--driver",
         "535",
+        "--kernel",
+        "6.1.0-56-amd64",
+        "--runfile",
+        f"/inputs/runfile/{run.name}",
+        "--sha256",
+        "ab" * 32,
+        "--jobs",
+        "4",
+        "--no-userspace",
         "--json",
+        "--sign-key",
+        "/inputs/key/k.pem",
+        "--sign-cert",
+        "/inputs/cert/c.pem",
+        "--sign-hash",
+        "sha256",
+        "--no-smoke-test",
     ]
+    # Every option the container gets is one build-driver accepts.
+    from nodeprep.commands.build import build_driver_cmd
+
+    known = {o for p in build_driver_cmd.params for o in (*p.opts, *p.secondary_opts)}
+    assert {a for a in argv[i + 4 :] if a.startswith("--")} <= known
 
 
 def _store(tmp_path: Path) -> Path:
