@@ -35,6 +35,8 @@ PROFILE_PATH = "/etc/nodeprep/node.yaml"
 CA_HASHES_PATH = "/etc/nodeprep/ca-cert-hashes"
 DEFAULT_TOKEN_PATH = "/etc/nodeprep/bootstrap-token"
 INSTALLER_PATH = "/usr/local/lib/nodeprep/install-nodeprep"
+UNIT_NAME = "nodeprep-bootstrap.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 NODEPREP_BIN = "/usr/local/bin/nodeprep"
 TOOLS_DIR = "tools"  # wheels published in the artifact store: <store>/tools/nodeprep-<ver>-py3-none-any.whl
 GZIP_MIN = 256  # write_files contents shorter than this stay plain
@@ -123,6 +125,29 @@ else
 fi
 "$prefix/venv/bin/nodeprep" --version >&2
 ln -sfn "$prefix/venv/bin/nodeprep" /usr/local/bin/nodeprep
+"""
+
+
+# Reruns bootstrap at every boot until it has succeeded once (a rerun after success does nothing):
+# runcmd runs only at the first boot, so a bring-up interrupted by a store outage or a reboot
+# resumes here. Bad input (exit 2) is not retried. Static text.
+UNIT = """[Unit]
+Description=nodeprep bootstrap (driver, labels, container runtime, join); resumes after a failure
+After=network-online.target
+Wants=network-online.target
+ConditionPathExists=/usr/local/bin/nodeprep
+ConditionPathExists=/etc/nodeprep/node.yaml
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/bin/nodeprep bootstrap --profile /etc/nodeprep/node.yaml
+Restart=on-failure
+RestartSec=30
+RestartPreventExitStatus=2
+
+[Install]
+WantedBy=multi-user.target
 """
 
 
@@ -279,6 +304,7 @@ def cloud_config(spec: UserDataSpec) -> dict[str, Any]:
         files.append({"path": CA_HASHES_PATH, "content": "".join(h + "\n" for h in spec.ca_cert_hashes),
                       "owner": "root:root", "permissions": "0644"})
     files.append({"path": INSTALLER_PATH, "content": INSTALLER, "owner": "root:root", "permissions": "0755"})
+    files.append({"path": UNIT_PATH, "content": UNIT, "owner": "root:root", "permissions": "0644"})
     pkgs = OS_PACKAGES[spec.os_family]
     packages = list(pkgs["base"]) + (list(pkgs["deps"]) if spec.source.mode == "store" else [])
     return {
@@ -288,6 +314,7 @@ def cloud_config(spec: UserDataSpec) -> dict[str, Any]:
         "runcmd": [
             [INSTALLER_PATH, OS_PYTHON[spec.os_family], *spec.source.installer_args()],
             [NODEPREP_BIN, "bootstrap", "--profile", PROFILE_PATH],
+            ["systemctl", "enable", UNIT_NAME],
         ],
     }
 

@@ -151,7 +151,8 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
         applied = apply_user_data(user_data, root, tmp_path / "applied.json")
         cfg, script = applied["config"], applied["runcmd_script"]
         assert TOKEN not in script
-        install_cmd, bootstrap_cmd = cfg["runcmd"]
+        install_cmd, bootstrap_cmd, enable_cmd = cfg["runcmd"]
+        assert enable_cmd == ["systemctl", "enable", cloudinit.UNIT_NAME]  # no systemd here: not run
         assert bootstrap_cmd == [cloudinit.NODEPREP_BIN, "bootstrap", "--profile", cloudinit.PROFILE_PATH]
         node_token = root / "etc/nodeprep/bootstrap-token"
         assert node_token.read_text() == TOKEN + "\n" and node_token.stat().st_mode & 0o777 == 0o600

@@ -98,7 +98,11 @@ def test_plain_cloud_config_is_valid_and_complete(tmp_path: Path, token_file: Pa
     assert cfg["runcmd"] == [
         [cloudinit.INSTALLER_PATH, "python3", "store", f"{store}/tools/{wheel.name}", sha256_file(wheel)],
         ["/usr/local/bin/nodeprep", "bootstrap", "--profile", "/etc/nodeprep/node.yaml"],
+        ["systemctl", "enable", "nodeprep-bootstrap.service"],
     ]
+    unit = files["/etc/systemd/system/nodeprep-bootstrap.service"]["content"]
+    assert "ExecStart=/usr/local/bin/nodeprep bootstrap --profile /etc/nodeprep/node.yaml\n" in unit
+    assert "RestartPreventExitStatus=2\n" in unit and TOKEN not in unit
     # store mode installs the wheel without dependencies: the distribution provides them
     assert {"python3-venv", "python3-click", "python3-yaml", "python3-zstandard"} <= set(cfg["packages"])
     # the token is a file, never an argument
@@ -311,3 +315,20 @@ def test_installer_is_valid_posix_sh(tmp_path: Path) -> None:
     sh = runner.which("dash") or "sh"
     assert runner.run([sh, "-n", script]).returncode == 0
     assert "shell=True" not in cloudinit.INSTALLER
+
+
+def test_bootstrap_unit_verifies(tmp_path: Path) -> None:
+    """systemd's own parser accepts the unit (ExecStart pointed at an existing binary, since nodeprep
+    is not installed on this machine; everything else as written onto the node)."""
+    tool = runner.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = tmp_path / cloudinit.UNIT_NAME
+    text = cloudinit.UNIT.replace(cloudinit.NODEPREP_BIN, "/bin/true")
+    assert text != cloudinit.UNIT
+    unit.write_text(text)
+    result = runner.run([tool, "verify", unit], check=False)
+    assert result.returncode == 0, result.stderr
+    unit.write_text(text.replace("ExecStart=/bin/true", "ExecStart=relative/true"))
+    bad = runner.run([tool, "verify", unit], check=False)
+    assert bad.returncode != 0 and "absolute path" in bad.stderr
