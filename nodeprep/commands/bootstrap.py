@@ -106,6 +106,8 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
     The token is written as a file (mode 0600), never into runcmd. Output stays under --limit bytes:
     write_files contents are gzip+base64'd, then the whole user-data gzipped, when needed.
     """
+    if as_json and out is None:
+        raise InputError("--json prints a summary only: pass --out FILE for the user-data")
     spec = build_spec(profile_path, token_file=token_file, ca_hashes=ca_hashes, source=source,
                       nodeprep_wheel=nodeprep_wheel, nodeprep_requirement=nodeprep_requirement,
                       os_family=os_family, parts=parts, publish_wheel=publish_wheel)
@@ -113,7 +115,7 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
     if out is not None:
         out.write_bytes(user_data.data)
         out.chmod(0o600 if spec.token else 0o644)
-    elif not as_json:
+    else:
         sys.stdout.buffer.write(user_data.data)
         sys.stdout.flush()
     summary = {"format": user_data.format, "size": user_data.size, "limit": user_data.limit,

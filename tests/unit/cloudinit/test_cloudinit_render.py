@@ -212,8 +212,14 @@ def test_large_profile_switches_to_gz_b64_files(tmp_path: Path) -> None:
     profile = profile_file(tmp_path, extra=_labels(600, random_values=False))
     assert profile.stat().st_size > cloudinit.AWS_USER_DATA_LIMIT
     out = tmp_path / "user-data"
-    code, _, err = render_cli("--profile", str(profile), "--out", str(out), "--json")
+    code, stdout, err = render_cli("--profile", str(profile), "--out", str(out), "--json")
     assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["format"] == "cloud-config+gz+b64" and summary["size"] == out.stat().st_size
+    assert summary["token"] is False and summary["nodeprep_from"] == "store"
+    code, stdout, err = render_cli("--profile", str(profile), "--json")
+    assert code == 2 and stdout == ""
+    assert err.strip() == "error: --json prints a summary only: pass --out FILE for the user-data"
     assert "Valid cloud-config" in schema_check(out)
     assert out.stat().st_size <= cloudinit.AWS_USER_DATA_LIMIT
     cfg = yaml.safe_load(out.read_text())
