@@ -389,7 +389,6 @@ _KERNEL_REASONS = (
     (re.compile(r"Unknown symbol \S+"), None),
     (re.compile(r"disagrees about version of symbol \S+"), None),
     (re.compile(r"version magic '.*' should be '.*'"), None),
-    (re.compile(r"module verification failed.*"), None),
 )
 
 
@@ -450,11 +449,12 @@ def classify(lines: Sequence[str], *, load: Sequence[str], under_test: Sequence[
         if rc == 0:
             outcome[name] = "loaded"
             continue
-        if name == probe and ENODEV_TEXT in out:
-            gpu = any(NO_GPU_TEXT in m for m in messages)
-            outcome[name] = "probe: no GPU (ENODEV)" if gpu else "ENODEV"
+        if name == probe and ENODEV_TEXT in out and any(NO_GPU_TEXT in m for m in messages):
+            outcome[name] = "probe: no GPU (ENODEV)"
             continue
         kernel_says = _kernel_reason(messages)
+        if name == probe and ENODEV_TEXT in out and not kernel_says:
+            kernel_says = f"ENODEV without reaching the GPU probe (no \"NVRM: {NO_GPU_TEXT}\")"
         what = "module under test" if name in under_test else "in-kernel dependency"
         reason = f"{name} ({what}) failed to load: {kernel_says or out or f'insmod exit {rc}'}"
         if kernel_says and out:
@@ -463,11 +463,8 @@ def classify(lines: Sequence[str], *, load: Sequence[str], under_test: Sequence[
         return fail(reason)
     if not boot.finished and timed_out:
         return fail(f"timed out after {timeout:g}s after loading modules")
-    probe_outcome = outcome.get(probe, "")
-    if probe_outcome.startswith("probe"):
+    if outcome.get(probe, "").startswith("probe"):
         reason = f"{probe} loaded up to the GPU probe (NVRM: {NO_GPU_TEXT})"
-    elif probe_outcome == "ENODEV":
-        reason = f"{probe} loaded up to the device probe (ENODEV)"
     else:
         reason = f"{len(under_test)} module(s) loaded"
     if any("module verification failed" in m for ms in boot.kmsg.values() for m in ms) and not sig_enforce:

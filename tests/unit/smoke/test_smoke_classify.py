@@ -165,3 +165,14 @@ def test_secure_boot_mode_requires_lockdown(data: Path) -> None:
     verdict, reason, _, _ = classify(lines(data, "nvidia-535-on-own-kernel.log"), load=NVIDIA_LOAD,
                                      under_test=["nvidia"], secure_boot=True)
     assert verdict == "FAIL" and "did not lock the kernel down" in reason
+
+
+def test_enodev_without_the_gpu_probe_fails(data: Path) -> None:
+    """A module that returns -ENODEV from init without NVIDIA's probe message (e.g. it never got to
+    pci_register_driver) is not the expected no-GPU outcome."""
+    raw = [x for x in lines(data, "nvidia-535-on-own-kernel.log") if "NVRM" not in x]
+    verdict, reason, _, outcome = classify(raw, load=NVIDIA_LOAD, under_test=["nvidia"])
+    assert verdict == "FAIL"
+    assert reason == ('nvidia (module under test) failed to load: ENODEV without reaching the GPU probe '
+                      '(no "NVRM: No NVIDIA GPU found") (insmod: No such device)')
+    assert outcome["nvidia"] == "FAIL"
