@@ -23,6 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from nodeprep import runner
 
 log = logging.getLogger(__name__)
@@ -64,14 +66,19 @@ def rootfs_tarball(cache: Path, extra_packages: Sequence[str] = ()) -> Path:
     part = out.with_suffix(".part.tar")
     mirror = _mirror()
     argv = [
-        "mmdebstrap", "--variant=minbase", "--mode=root", "--format=tar",
+        "mmdebstrap",
+        "--variant=minbase",
+        "--mode=root",
+        "--format=tar",
         f"--include={','.join(packages)}",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         # host keys are made per run, never baked into the cached image
         '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
-        SUITE, os.fspath(part), f"deb {mirror} {SUITE} main",
+        SUITE,
+        os.fspath(part),
+        f"deb {mirror} {SUITE} main",
         f"deb {mirror} {SUITE}-updates main",
     ]
     log.info("building test rootfs %s", out.name)
@@ -131,7 +138,7 @@ def _free_subnets(count: int) -> list[int]:
     used = _used_subnets()
     free = [n for n in range(10, 250) if n not in used]
     start = secrets.randbelow(max(1, len(free) - count))
-    return free[start:start + count]
+    return free[start : start + count]
 
 
 def _mounts_under(path: Path) -> list[str]:
@@ -196,7 +203,9 @@ def _setup_host(host: TestHost, tarball: Path, client_pub: str) -> str:
     runner.run(["tar", "-xpf", tarball, "-C", root, "--numeric-owner"], timeout=600)
     runner.run(["mount", "-t", "proc", "proc", root / "proc"])
     (root / "dev/pts").mkdir(exist_ok=True)
-    runner.run(["mount", "-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=620", "devpts", root / "dev/pts"])
+    runner.run(
+        ["mount", "-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=620", "devpts", root / "dev/pts"]
+    )
     ptmx = root / "dev/ptmx"
     if ptmx.exists() or ptmx.is_symlink():
         ptmx.unlink()
@@ -243,9 +252,21 @@ def teardown_host(host: TestHost) -> None:
 
 def _wait_for_ssh(fleet: Fleet, host: TestHost, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    argv = ["ssh", "-i", fleet.key, "-o", f"UserKnownHostsFile={fleet.known_hosts}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3",
-            f"root@{host.address}", "true"]
+    argv = [
+        "ssh",
+        "-i",
+        fleet.key,
+        "-o",
+        f"UserKnownHostsFile={fleet.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=3",
+        f"root@{host.address}",
+        "true",
+    ]
     while True:
         r = runner.run(argv, check=False, timeout=15)
         if r.returncode == 0:
@@ -256,8 +277,14 @@ def _wait_for_ssh(fleet: Fleet, host: TestHost, timeout: float = 30) -> None:
 
 
 @contextlib.contextmanager
-def fleet(cache: Path, workdir: Path, count: int, *, names: Sequence[str] | None = None,
-          extra_packages: Sequence[str] = ()) -> Iterator[Fleet]:
+def fleet(
+    cache: Path,
+    workdir: Path,
+    count: int,
+    *,
+    names: Sequence[str] | None = None,
+    extra_packages: Sequence[str] = (),
+) -> Iterator[Fleet]:
     """Start `count` SSH test hosts under `workdir`; tear them all down on exit, failure included."""
     tarball = rootfs_tarball(cache, extra_packages)
     run_id = secrets.token_hex(2)
@@ -302,14 +329,24 @@ def fleet(cache: Path, workdir: Path, count: int, *, names: Sequence[str] | None
             raise RuntimeError("test host teardown: " + "; ".join(errors))
 
 
-def inventory_yaml(fl: Fleet, *, groups: dict[str, Sequence[str]] | None = None,
-                   host_vars: dict[str, dict[str, object]] | None = None,
-                   group_vars: dict[str, object] | None = None) -> dict[str, object]:
+def inventory_yaml(
+    fl: Fleet,
+    *,
+    groups: dict[str, Sequence[str]] | None = None,
+    host_vars: dict[str, dict[str, object]] | None = None,
+    group_vars: dict[str, object] | None = None,
+) -> dict[str, object]:
     """An Ansible inventory (as a dict, dump it with yaml) addressing the hosts of `fl`."""
-    hosts = {h.name: {"ansible_host": h.address, "ansible_user": "root",
-                      "ansible_ssh_private_key_file": os.fspath(fl.key),
-                      "ansible_python_interpreter": "/usr/bin/python3",
-                      **(host_vars or {}).get(h.name, {})} for h in fl.hosts}
+    hosts = {
+        h.name: {
+            "ansible_host": h.address,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": os.fspath(fl.key),
+            "ansible_python_interpreter": "/usr/bin/python3",
+            **(host_vars or {}).get(h.name, {}),
+        }
+        for h in fl.hosts
+    }
     children = {g: {"hosts": {n: {} for n in members}} for g, members in (groups or {}).items()}
     return {"all": {"hosts": hosts, "children": children, "vars": dict(group_vars or {})}}
 
@@ -328,7 +365,7 @@ def parse_recap(output: str) -> dict[str, dict[str, int]]:
         start = max(i for i, line in enumerate(lines) if line.startswith("PLAY RECAP"))
     except ValueError:
         return recap
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if " : " not in line:
             if recap:
                 break
@@ -350,15 +387,22 @@ class PlaybookRun:
         found, task = [], ""
         for line in self.output.splitlines():
             if line.startswith("TASK ["):
-                task = line[6:line.rfind("]")]
+                task = line[6 : line.rfind("]")]
             elif line.startswith("changed: ["):
-                found.append(f"{line[9:line.index(']')]}] => {task}")
+                found.append(f"{line[9 : line.index(']')]}] => {task}")
         return found
 
 
-def ansible_playbook(fl: Fleet, playbook: str | Path, inventory: Path, *, connection: str = "ssh",
-                     extra_vars: dict[str, object] | None = None, args: Sequence[str] = (),
-                     timeout: float = 1500) -> PlaybookRun:
+def ansible_playbook(
+    fl: Fleet,
+    playbook: str | Path,
+    inventory: Path,
+    *,
+    connection: str = "ssh",
+    extra_vars: dict[str, object] | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 1500,
+) -> PlaybookRun:
     """Run ansible-playbook (this interpreter's ansible-core) from the repository root."""
     import json
     import sys
@@ -366,8 +410,17 @@ def ansible_playbook(fl: Fleet, playbook: str | Path, inventory: Path, *, connec
     cp_dir = fl.workdir / "cp"
     cp_dir.mkdir(exist_ok=True)
     argv: list[str | os.PathLike[str]] = [
-        sys.executable, "-m", "ansible.cli.playbook", "-i", inventory, "-c", connection,
-        "-e", json.dumps(extra_vars or {}), *args, REPO / playbook,
+        sys.executable,
+        "-m",
+        "ansible.cli.playbook",
+        "-i",
+        inventory,
+        "-c",
+        connection,
+        "-e",
+        json.dumps(extra_vars or {}),
+        *args,
+        REPO / playbook,
     ]
     env = {
         "HOME": os.fspath(fl.home),  # paramiko reads ~/.ssh/known_hosts from here
@@ -414,3 +467,73 @@ def serve_directory(directory: Path, fl: Fleet) -> Iterator[dict[str, str]]:
         for server in servers:
             server.shutdown()
             server.server_close()
+
+
+# --- site.yml against test hosts (shared by tests/slow/fleet and bench/fleet.py) ----------------
+# Stand-ins: GPU facts from a recorded nvidia-smi capture; the driver stack in an image root on each
+# host (the hosts run the CI machine's kernel, which has no kmod artifact); kube_join in dry-run mode.
+
+IMAGE_ROOT = "/srv/nodeprep-root"
+GPU_CAPTURE = "a100-sxm4-80gb-mig_535.54.03.xml"
+CA_PIN = "sha256:" + "5f" * 32
+TOKEN = "abcdef.0123456789abcdef"
+
+
+def prepare_host(host: TestHost) -> None:
+    image = host.root / IMAGE_ROOT.lstrip("/")
+    (image / "etc").mkdir(parents=True)
+    shutil.copy(host.root / "etc/ld.so.conf", image / "etc/ld.so.conf")
+    shutil.copy(host.root / "usr/lib/os-release", image / "etc/os-release")
+    shutil.copy(REPO.parent / "shared/fixtures/nvidia-smi" / GPU_CAPTURE, host.root / "root/gpu.xml")
+
+
+def fleet_vars(workdir: Path, source: Path, version: str, kernel: str) -> dict[str, object]:
+    """Group variables for site.yml / upgrade-driver.yml against the test hosts."""
+    profile = {
+        "driver": {
+            "version": "{{ nvidia_driver_version }}",
+            "store": "{{ nvidia_driver_store }}",
+            "kernel": kernel,
+        },
+        "labels": {"cloud": "none", "extra": {"example.com/pool": "fleet-test"}},
+        "cluster": {
+            "api_server": "10.231.0.1:6443",
+            "ca_cert_hashes": [CA_PIN],
+            "kubernetes_version": "1.31",
+            "node_name": "{{ inventory_hostname }}",
+            "gpu_taint": True,
+        },
+        "runtime": {"cdi": True, "nvidia_runtime": True},
+    }
+    return {
+        "nodeprep_install_source_dir": str(source),
+        "nodeprep_install_controller_dir": str(workdir / "controller"),
+        "nodeprep_install_root": IMAGE_ROOT,
+        "nodeprep_install_profile": profile,
+        "nvidia_driver_version": version,
+        "nvidia_driver_root": IMAGE_ROOT,
+        "nvidia_driver_kernel_release": kernel,
+        "nvidia_driver_doctor_checks": ["state", "ldcache"],  # no GPU, no loaded module here
+        "node_labels_root": IMAGE_ROOT,
+        "node_labels_kernel": kernel,
+        "node_labels_cloud": "none",  # never ask a metadata service from a test
+        "node_labels_nvidia_smi_xml": "/root/gpu.xml",
+        "node_labels_extra": {"example.com/pool": "fleet-test"},
+        "container_runtime_root": IMAGE_ROOT,
+        "container_runtime_nvidia_smi_xml": "/root/gpu.xml",
+        "kube_join_root": IMAGE_ROOT,
+        "kube_join_dry_run": True,
+        "kube_join_token": TOKEN,
+        "kube_join_nvidia_smi_xml": "/root/gpu.xml",
+        "kube_join_skip_preflight": True,  # no kubeadm/kubelet/containerd service on the test hosts
+    }
+
+
+def write_inventory(
+    fl: Fleet, path: Path, group_vars: dict[str, object], host_vars: dict[str, dict[str, object]]
+) -> Path:
+    inv = inventory_yaml(
+        fl, groups={"gpu_nodes": [h.name for h in fl.hosts]}, host_vars=host_vars, group_vars=group_vars
+    )
+    path.write_text(yaml.safe_dump(inv, sort_keys=True))
+    return path

@@ -19,15 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.support import testhosts
 
 REPO = testhosts.REPO
-IMAGE_ROOT = "/srv/nodeprep-root"
-GPU_CAPTURE = "a100-sxm4-80gb-mig_535.54.03.xml"
-CA_PIN = "sha256:" + "5f" * 32
-TOKEN = "abcdef.0123456789abcdef"
+IMAGE_ROOT, CA_PIN, TOKEN = testhosts.IMAGE_ROOT, testhosts.CA_PIN, testhosts.TOKEN
+fleet_vars, prepare_host, write_inventory = (
+    testhosts.fleet_vars,
+    testhosts.prepare_host,
+    testhosts.write_inventory,
+)
 
 
 def _require_tools() -> None:
@@ -98,53 +99,3 @@ def fleet3(test_cache: Path, tmp_path: Path) -> Iterator[testhosts.Fleet]:
         for host in fl.hosts:
             prepare_host(host)
         yield fl
-
-
-def prepare_host(host: testhosts.TestHost) -> None:
-    image = host.root / IMAGE_ROOT.lstrip("/")
-    (image / "etc").mkdir(parents=True)
-    shutil.copy(host.root / "etc/ld.so.conf", image / "etc/ld.so.conf")
-    shutil.copy(host.root / "usr/lib/os-release", image / "etc/os-release")
-    shutil.copy(testhosts.REPO.parent / "shared/fixtures/nvidia-smi" / GPU_CAPTURE, host.root / "root/gpu.xml")
-
-
-def fleet_vars(workdir: Path, source: Path, version: str, kernel: str) -> dict[str, object]:
-    """Group variables for site.yml / upgrade-driver.yml against the test hosts."""
-    profile = {
-        "driver": {"version": "{{ nvidia_driver_version }}", "store": "{{ nvidia_driver_store }}",
-                   "kernel": kernel},
-        "labels": {"cloud": "none", "extra": {"example.com/pool": "fleet-test"}},
-        "cluster": {"api_server": "10.231.0.1:6443", "ca_cert_hashes": [CA_PIN], "kubernetes_version": "1.31",
-                    "node_name": "{{ inventory_hostname }}", "gpu_taint": True},
-        "runtime": {"cdi": True, "nvidia_runtime": True},
-    }
-    return {
-        "nodeprep_install_source_dir": str(source),
-        "nodeprep_install_controller_dir": str(workdir / "controller"),
-        "nodeprep_install_root": IMAGE_ROOT,
-        "nodeprep_install_profile": profile,
-        "nvidia_driver_version": version,
-        "nvidia_driver_root": IMAGE_ROOT,
-        "nvidia_driver_kernel_release": kernel,
-        "nvidia_driver_doctor_checks": ["state", "ldcache"],  # no GPU, no loaded module here
-        "node_labels_root": IMAGE_ROOT,
-        "node_labels_kernel": kernel,
-        "node_labels_cloud": "none",  # never ask a metadata service from a test
-        "node_labels_nvidia_smi_xml": "/root/gpu.xml",
-        "node_labels_extra": {"example.com/pool": "fleet-test"},
-        "container_runtime_root": IMAGE_ROOT,
-        "container_runtime_nvidia_smi_xml": "/root/gpu.xml",
-        "kube_join_root": IMAGE_ROOT,
-        "kube_join_dry_run": True,
-        "kube_join_token": TOKEN,
-        "kube_join_nvidia_smi_xml": "/root/gpu.xml",
-        "kube_join_skip_preflight": True,  # no kubeadm/kubelet/containerd service on the test hosts
-    }
-
-
-def write_inventory(fl: testhosts.Fleet, path: Path, group_vars: dict[str, object],
-                    host_vars: dict[str, dict[str, object]]) -> Path:
-    inv = testhosts.inventory_yaml(fl, groups={"gpu_nodes": [h.name for h in fl.hosts]},
-                                   host_vars=host_vars, group_vars=group_vars)
-    path.write_text(yaml.safe_dump(inv, sort_keys=True))
-    return path

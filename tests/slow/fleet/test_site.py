@@ -51,9 +51,13 @@ def assert_host_prepared(host: testhosts.TestHost, version: str, kernel: str) ->
     state = yaml.safe_load((image / "var/lib/nodeprep/state.json").read_text())
     assert state["active"] == version
     # labels for NFD (GPU facts from the recorded capture, driver from the image root)
-    nfd = dict(line.split("=", 1) for line in
-               (image / "etc/kubernetes/node-feature-discovery/features.d/nodeprep").read_text().splitlines()
-               if line and not line.startswith("#"))
+    nfd = dict(
+        line.split("=", 1)
+        for line in (image / "etc/kubernetes/node-feature-discovery/features.d/nodeprep")
+        .read_text()
+        .splitlines()
+        if line and not line.startswith("#")
+    )
     assert nfd["nvidia.com/gpu.product"].startswith("NVIDIA-A100-SXM4-80GB"), nfd
     assert nfd["nodeprep.dev/driver-version"] == version
     assert nfd["example.com/pool"] == "fleet-test"
@@ -71,7 +75,9 @@ def assert_host_prepared(host: testhosts.TestHost, version: str, kernel: str) ->
     join = next(d for d in docs if d and d.get("kind") == "JoinConfiguration")
     assert join["apiVersion"] == "kubeadm.k8s.io/v1beta4"
     assert join["nodeRegistration"]["name"] == host.name
-    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in join["nodeRegistration"]["taints"]
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in join["nodeRegistration"][
+        "taints"
+    ]
     assert CA_PIN in join["discovery"]["bootstrapToken"]["caCertHashes"]
     token_file = image / "etc/nodeprep/bootstrap-token"
     assert token_file.read_text().strip() == TOKEN and token_file.stat().st_mode & 0o777 == 0o600
@@ -79,13 +85,17 @@ def assert_host_prepared(host: testhosts.TestHost, version: str, kernel: str) ->
 
 
 @pytest.mark.parametrize("connection", ["ssh", "paramiko"])
-def test_site_converges_then_reports_no_change(connection: str, fleet3: testhosts.Fleet, site_store: Store,
-                                               source_snapshot: Path, tmp_path: Path) -> None:
+def test_site_converges_then_reports_no_change(
+    connection: str, fleet3: testhosts.Fleet, site_store: Store, source_snapshot: Path, tmp_path: Path
+) -> None:
     version, kernel = site_store.versions[0], site_store.kernel
     with testhosts.serve_directory(site_store.path, fleet3) as urls:
         inventory = write_inventory(
-            fleet3, tmp_path / "inventory.yml", fleet_vars(tmp_path, source_snapshot, version, kernel),
-            {h.name: {"nvidia_driver_store": urls[h.name]} for h in fleet3.hosts})
+            fleet3,
+            tmp_path / "inventory.yml",
+            fleet_vars(tmp_path, source_snapshot, version, kernel),
+            {h.name: {"nvidia_driver_store": urls[h.name]} for h in fleet3.hosts},
+        )
         first = testhosts.ansible_playbook(fleet3, "playbooks/site.yml", inventory, connection=connection)
         assert first.returncode == 0, first.output[-6000:]
         assert sorted(first.recap) == ["node1", "node2", "node3"]
@@ -99,5 +109,6 @@ def test_site_converges_then_reports_no_change(connection: str, fleet3: testhost
         second = testhosts.ansible_playbook(fleet3, "playbooks/site.yml", inventory, connection=connection)
         assert second.returncode == 0, second.output[-6000:]
         assert {n: c["changed"] for n, c in second.recap.items()} == {"node1": 0, "node2": 0, "node3": 0}, (
-            second.changed_tasks())
+            second.changed_tasks()
+        )
         assert all(c["failed"] == 0 for c in second.recap.values())

@@ -34,11 +34,14 @@ def _corrupt_copy(good: Path, bad: Path, victim: str) -> None:
                     data[i] ^= 0xFF
                 (bad / item.name).write_bytes(bytes(data))
             else:
-                os.link(item, bad / item.name) if item.stat().st_dev == bad.stat().st_dev else shutil.copy(item, bad)
+                os.link(item, bad / item.name) if item.stat().st_dev == bad.stat().st_dev else shutil.copy(
+                    item, bad
+                )
 
 
-def test_failed_batch_stops_the_rollout(fleet3: testhosts.Fleet, upgrade_store: Store, source_snapshot: Path,
-                                        tmp_path: Path) -> None:
+def test_failed_batch_stops_the_rollout(
+    fleet3: testhosts.Fleet, upgrade_store: Store, source_snapshot: Path, tmp_path: Path
+) -> None:
     old, new = upgrade_store.versions
     kernel = upgrade_store.kernel
     served = tmp_path / "served"
@@ -47,8 +50,10 @@ def test_failed_batch_stops_the_rollout(fleet3: testhosts.Fleet, upgrade_store: 
     _corrupt_copy(upgrade_store.path, served / "bad", f"nvidia-userspace-{new}-amd64.tar.zst")
     node1, node2, node3 = fleet3.hosts
     with testhosts.serve_directory(served, fleet3) as urls:
-        host_vars = {h.name: {"nvidia_driver_store": urls[h.name] + ("/bad" if h is node2 else "/good")}
-                     for h in fleet3.hosts}
+        host_vars = {
+            h.name: {"nvidia_driver_store": urls[h.name] + ("/bad" if h is node2 else "/good")}
+            for h in fleet3.hosts
+        }
         group_vars = fleet_vars(tmp_path, source_snapshot, old, kernel)
         inventory = write_inventory(fleet3, tmp_path / "inventory.yml", group_vars, host_vars)
 
@@ -56,8 +61,9 @@ def test_failed_batch_stops_the_rollout(fleet3: testhosts.Fleet, upgrade_store: 
         assert first.returncode == 0, first.output[-6000:]
         assert all(_state(h)["active"] == old for h in fleet3.hosts)
 
-        upgrade = testhosts.ansible_playbook(fleet3, "playbooks/upgrade-driver.yml", inventory,
-                                             extra_vars={"nvidia_driver_version": new})
+        upgrade = testhosts.ansible_playbook(
+            fleet3, "playbooks/upgrade-driver.yml", inventory, extra_vars={"nvidia_driver_version": new}
+        )
     assert upgrade.returncode != 0, upgrade.output[-6000:]
     assert "does not match" in upgrade.output or "sha256" in upgrade.output, upgrade.output[-4000:]
     recap = upgrade.recap

@@ -26,14 +26,19 @@ def _tool(name: str) -> str:
 
 def test_ansible_lint_production_profile() -> None:
     lint = _tool("ansible-lint")
-    r = runner.run([lint, "--profile", "production", "--nocolor", *TARGETS], check=False, cwd=REPO,
-                   timeout=600, inherit_env=True, env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+    r = runner.run(
+        [lint, "--profile", "production", "--nocolor", *TARGETS],
+        check=False,
+        cwd=REPO,
+        timeout=600,
+        inherit_env=True,
+        env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "Profile 'production' was required, and it passed" in r.stdout + r.stderr
 
 
 def test_yamllint_strict() -> None:
     lint = _tool("yamllint")
-    r = runner.run([lint, "--strict", "-c", REPO / ".yamllint", *TARGETS],
-                   check=False, cwd=REPO, timeout=300)
+    r = runner.run([lint, "--strict", "-c", REPO / ".yamllint", *TARGETS], check=False, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:]

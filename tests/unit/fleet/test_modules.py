@@ -68,7 +68,13 @@ def test_zipapp_vendors_extra_packages(collection_on_path: Path, tmp_path: Path)
     data, _ = _load("nodeprep_zipapp").build(str(REPO), [str(vendor)], "/usr/bin/python3")
     app = tmp_path / "app.pyz"
     app.write_bytes(data)
-    r = runner.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import tinydep; "
-                    "print(tinydep.VALUE)", app])
+    r = runner.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); import tinydep; print(tinydep.VALUE)",
+            app,
+        ]
+    )
     assert r.stdout.strip() == "42"
     assert not [n for n in zipfile.ZipFile(app).namelist() if ".dist-info" in n]

@@ -18,14 +18,30 @@ node1                      : ok=10   changed=4    unreachable=0    failed=0    s
 node2                      : ok=7    changed=3    unreachable=1    failed=1    skipped=2    rescued=0    ignored=0   
 
 [WARNING]: Could not match supplied host pattern, ignoring: build_hosts
-"""  # noqa: W291
+"""  # noqa: E501, W291
 
 
 def test_parse_recap_reads_every_host() -> None:
     recap = parse_recap(RECORDED)
     assert recap == {
-        "node1": {"ok": 10, "changed": 4, "unreachable": 0, "failed": 0, "skipped": 2, "rescued": 0, "ignored": 0},
-        "node2": {"ok": 7, "changed": 3, "unreachable": 1, "failed": 1, "skipped": 2, "rescued": 0, "ignored": 0},
+        "node1": {
+            "ok": 10,
+            "changed": 4,
+            "unreachable": 0,
+            "failed": 0,
+            "skipped": 2,
+            "rescued": 0,
+            "ignored": 0,
+        },
+        "node2": {
+            "ok": 7,
+            "changed": 3,
+            "unreachable": 1,
+            "failed": 1,
+            "skipped": 2,
+            "rescued": 0,
+            "ignored": 0,
+        },
     }
 
 

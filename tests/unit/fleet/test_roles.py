@@ -11,7 +11,9 @@ import yaml
 from .conftest import REPO, ROLES
 
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "tasks/main.yml").is_file())
-ALL_TASK_FILES = sorted([*ROLES.glob("*/tasks/*.yml"), *ROLES.glob("*/handlers/*.yml"), *REPO.glob("playbooks/*.yml")])
+ALL_TASK_FILES = sorted(
+    [*ROLES.glob("*/tasks/*.yml"), *ROLES.glob("*/handlers/*.yml"), *REPO.glob("playbooks/*.yml")]
+)
 
 
 def _load(path: Path):  # type: ignore[no-untyped-def]
@@ -19,8 +21,14 @@ def _load(path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_expected_roles_exist() -> None:
-    assert set(ROLE_NAMES) >= {"nodeprep_install", "driver_build", "nvidia_driver", "node_labels",
-                               "container_runtime", "kube_join"}
+    assert set(ROLE_NAMES) >= {
+        "nodeprep_install",
+        "driver_build",
+        "nvidia_driver",
+        "node_labels",
+        "container_runtime",
+        "kube_join",
+    }
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
@@ -39,7 +47,9 @@ def test_every_default_has_a_comment(role: str) -> None:
     lines = (ROLES / role / "defaults/main.yml").read_text().splitlines()
     for i, line in enumerate(lines):
         if line and not line.startswith((" ", "#", "-")) and ":" in line:
-            assert i > 0 and lines[i - 1].startswith("#"), f"{role}: {line.split(':')[0]} has no comment above it"
+            assert i > 0 and lines[i - 1].startswith("#"), (
+                f"{role}: {line.split(':')[0]} has no comment above it"
+            )
 
 
 def _tasks(data):  # type: ignore[no-untyped-def]
@@ -52,10 +62,38 @@ def _tasks(data):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("path", ALL_TASK_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_tasks_use_fqcn_and_no_shell_for_library_work(path: Path) -> None:
-    known = {"name", "when", "register", "tags", "notify", "listen", "delegate_to", "run_once",
-             "check_mode", "changed_when", "failed_when", "loop", "loop_control", "vars", "become",
-             "block", "rescue", "always", "no_log", "environment", "ignore_errors", "until", "retries",
-             "delay", "any_errors_fatal", "throttle", "args", "diff", "timeout", "delegate_facts"}
+    known = {
+        "name",
+        "when",
+        "register",
+        "tags",
+        "notify",
+        "listen",
+        "delegate_to",
+        "run_once",
+        "check_mode",
+        "changed_when",
+        "failed_when",
+        "loop",
+        "loop_control",
+        "vars",
+        "become",
+        "block",
+        "rescue",
+        "always",
+        "no_log",
+        "environment",
+        "ignore_errors",
+        "until",
+        "retries",
+        "delay",
+        "any_errors_fatal",
+        "throttle",
+        "args",
+        "diff",
+        "timeout",
+        "delegate_facts",
+    }
     for task in _tasks(_load(path)):
         if "hosts" in task or "import_playbook" in task:
             continue
@@ -68,5 +106,6 @@ def test_tasks_use_fqcn_and_no_shell_for_library_work(path: Path) -> None:
                 assert task.get("delegate_to") == "localhost" and "changed_when" in task, task.get("name")
                 continue
             assert action.split(".")[-1] not in ("shell", "command", "raw", "script"), (
-                f"{path}: {task.get('name')}: use a nodeprep.fleet module instead of {action}")
+                f"{path}: {task.get('name')}: use a nodeprep.fleet module instead of {action}"
+            )
         assert task.get("name"), f"{path}: unnamed task {task}"

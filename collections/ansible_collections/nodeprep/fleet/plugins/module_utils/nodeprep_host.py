@@ -37,7 +37,7 @@ def import_nodeprep(module, *names):
             msg=missing_required_lib(
                 "nodeprep (" + (e.name or str(e)) + ")",
                 reason="the nodeprep_install role puts it on the node; its dependencies come from the "
-                       "OS packages listed in nodeprep_install_packages",
+                "OS packages listed in nodeprep_install_packages",
             ),
             exception=traceback.format_exc(),
         )

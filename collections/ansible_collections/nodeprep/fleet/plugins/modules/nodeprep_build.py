@@ -56,7 +56,9 @@ options:
     type: bool
     default: true
   smoke_test:
-    description: Boot the target kernel in qemu and load the modules before publishing; default on when available.
+    description:
+      - Boot the target kernel in qemu and load the modules before publishing.
+      - Default on when the smoke test is available.
     type: bool
   jobs:
     description: Parallel compile jobs; default the number of CPUs.
@@ -87,7 +89,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 build:
-  description: The library's build result (artifact, name, sha256, cached, compiled, input_digest, manifest fields).
+  description: >-
+    The library's build result (artifact, name, sha256, cached, compiled, input_digest and the
+    manifest fields).
   returned: success
   type: dict
 cached:
@@ -132,15 +136,24 @@ def main():
     if module.check_mode:
         listed = False
         if p["driver"] and p["kernel"] and Path(p["store"], "index.json").is_file():
-            name = artifact.artifact_name("kmod", p["driver"], arch=p["arch"], flavour=p["flavour"],
-                                          kernel_release=p["kernel"])
+            name = artifact.artifact_name(
+                "kmod", p["driver"], arch=p["arch"], flavour=p["flavour"], kernel_release=p["kernel"]
+            )
             listed = artifact.LocalStore(Path(p["store"])).lookup(name) is not None
         module.exit_json(changed=not listed or p["rebuild"], cached=listed)
     try:
         req = driver_mod.BuildRequest(
-            driver=p["driver"] or None, flavour=p["flavour"], os_name=p["os_name"], kernel=p["kernel"] or None,
-            arch=p["arch"], store=Path(p["store"]), cache=Path(p["cache"]), jobs=p["jobs"],
-            rebuild=p["rebuild"], userspace=p["userspace"], smoke_test=p["smoke_test"],
+            driver=p["driver"] or None,
+            flavour=p["flavour"],
+            os_name=p["os_name"],
+            kernel=p["kernel"] or None,
+            arch=p["arch"],
+            store=Path(p["store"]),
+            cache=Path(p["cache"]),
+            jobs=p["jobs"],
+            rebuild=p["rebuild"],
+            userspace=p["userspace"],
+            smoke_test=p["smoke_test"],
         )
         result = driver_mod.build_driver(req)
     except nodeprep_errors(module) as e:

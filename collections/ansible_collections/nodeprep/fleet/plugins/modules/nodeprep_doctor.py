@@ -91,7 +91,9 @@ def main():
 
     root = Path(p["root"])
     try:
-        report = doctor_mod.doctor(root, require_cuda=p["require_cuda"] or None, checks=set(p["checks"]) or None)
+        report = doctor_mod.doctor(
+            root, require_cuda=p["require_cuda"] or None, checks=set(p["checks"]) or None
+        )
     except nodeprep_errors(module) as e:
         fail_from(module, e)
     active = report.active

@@ -21,7 +21,9 @@ options:
     type: path
     default: /usr/local/lib/nodeprep/lib
   root:
-    description: Root of the node's filesystem; anything but V(/) installs into an image and never loads modules.
+    description:
+      - Root of the node's filesystem.
+      - Anything but V(/) installs into an image and never loads modules.
     type: path
     default: /
   version:
@@ -38,7 +40,9 @@ options:
     choices: [present, active]
     default: active
   kernel:
-    description: Kernel release to install modules for (default the running kernel; required when O(root) is not V(/)).
+    description:
+      - Kernel release to install modules for; default the running kernel.
+      - Required when O(root) is not V(/).
     type: str
   flavour:
     description: Kernel module flavour; default whichever the store has for the version and kernel.
@@ -141,7 +145,10 @@ def argument_spec():
 
 
 def snapshot(state):
-    return {"active": state.active, "installed": {v: sorted(i.kernels) for v, i in sorted(state.installed.items())}}
+    return {
+        "active": state.active,
+        "installed": {v: sorted(i.kernels) for v, i in sorted(state.installed.items())},
+    }
 
 
 def predict(state, version, kernel, activate):
@@ -154,7 +161,9 @@ def predict(state, version, kernel, activate):
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     p = module.params
-    ops, state_mod, kmod = import_nodeprep(module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.kmod")
+    ops, state_mod, kmod = import_nodeprep(
+        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.kmod"
+    )
     from pathlib import Path
 
     root = Path(p["root"])
@@ -165,12 +174,29 @@ def main():
         if module.check_mode:
             after = predict(before, p["version"], kernel, activate)
             old = snapshot(before)
-            module.exit_json(changed=after != old, version=p["version"], kernel=kernel, active=after["active"],
-                             previous=before.active, installed=sorted(after["installed"]), loaded=False,
-                             reboot_required=False, notes=["check mode: nothing fetched or written"],
-                             diff={"before": old, "after": after})
-        result = ops.install(root, p["store"], p["version"], kernel=p["kernel"], flavour=p["flavour"],
-                              arch=p["arch"], activate=activate, load=p["load"], modules=tuple(p["modules"]))
+            module.exit_json(
+                changed=after != old,
+                version=p["version"],
+                kernel=kernel,
+                active=after["active"],
+                previous=before.active,
+                installed=sorted(after["installed"]),
+                loaded=False,
+                reboot_required=False,
+                notes=["check mode: nothing fetched or written"],
+                diff={"before": old, "after": after},
+            )
+        result = ops.install(
+            root,
+            p["store"],
+            p["version"],
+            kernel=p["kernel"],
+            flavour=p["flavour"],
+            arch=p["arch"],
+            activate=activate,
+            load=p["load"],
+            modules=tuple(p["modules"]),
+        )
         after = state_mod.load_state(root)
     except nodeprep_errors(module) as e:
         fail_from(module, e, version=p["version"])

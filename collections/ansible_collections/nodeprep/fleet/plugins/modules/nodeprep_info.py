@@ -79,8 +79,9 @@ def main():
         versions[name] = str(getattr(mod, "__version__", getattr(mod, "VERSION", "?")))
     nodeprep = importlib.import_module("nodeprep")
     if missing:
-        module.fail_json(msg="nodeprep dependencies missing on the node: " + ", ".join(missing),
-                         dependencies=versions)
+        module.fail_json(
+            msg="nodeprep dependencies missing on the node: " + ", ".join(missing), dependencies=versions
+        )
     module.exit_json(changed=False, version=getattr(nodeprep, "__version__", "?"), dependencies=versions)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: nodeprep_join
-short_description: Join a GPU node to Kubernetes with nodeprep (kubeadm JoinConfiguration or kubelet bootstrap)
+short_description: Join a GPU node to Kubernetes with nodeprep (kubeadm or kubelet bootstrap)
 description:
   - Reads the node profile's C(cluster) section and calls C(nodeprep.join.plan_join) then
     C(apply_join) - JoinConfiguration (v1beta3 below 1.31, v1beta4 from 1.31) or a bootstrap

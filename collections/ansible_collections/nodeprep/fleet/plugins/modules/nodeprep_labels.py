@@ -154,8 +154,14 @@ def main():
         changed |= file_changed
         if file_changed:
             diffs.append(diff)
-    out = {"changed": changed, "labels": result.labels, "kubelet_labels": mine, "api_labels": api,
-           "sources": result.sources, "warnings_seen": result.warnings}
+    out = {
+        "changed": changed,
+        "labels": result.labels,
+        "kubelet_labels": mine,
+        "api_labels": api,
+        "sources": result.sources,
+        "warnings_seen": result.warnings,
+    }
     if module._diff:
         out["diff"] = diffs
     module.exit_json(**out)

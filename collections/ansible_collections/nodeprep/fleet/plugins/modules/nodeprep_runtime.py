@@ -92,8 +92,9 @@ def main():
 
     try:
         profile = load_profile(module, profile_mod, p["root"], p["profile"])
-        options = plan_mod.JoinOptions(root=Path(p["root"]),
-                                       nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None)
+        options = plan_mod.JoinOptions(
+            root=Path(p["root"]), nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None
+        )
         plan = plan_mod.plan_runtime(profile, options)
         files = [f.summary() for f in plan.files]
         diffs = change_diffs(plan.files)
