@@ -66,7 +66,7 @@ modules:
 TINY_C = """\
 #include <linux/module.h>
 #include <linux/init.h>
-static int __init nv_init(void) { return 0; }
+static int __init nv_init(void) { return INIT_RESULT; }
 static void __exit nv_exit(void) { }
 module_init(nv_init);
 module_exit(nv_exit);
@@ -77,7 +77,7 @@ MODULE_VERSION("%s");
 
 
 def tiny_runfile(
-    root: Path, version: str = "535.309.01", *, broken: bool = False, slow: bool = False
+    root: Path, version: str = "535.309.01", *, broken: bool = False, slow: bool = False, init: int = 0
 ) -> Path:
     pkg = root / f"NVIDIA-Linux-x86_64-{version}"
     kernel = pkg / "kernel"
@@ -85,7 +85,9 @@ def tiny_runfile(
     (kernel / "Makefile").write_text(TINY_MAKEFILE.replace("$(SLOW)", "sleep 60" if slow else "true"))
     (kernel / "Kbuild").write_text("obj-m := nvidia.o\nnvidia-y := nvidia/nv.o\n")
     (kernel / "nvidia" / "nv.c").write_text(
-        TINY_C % (version, "int broken(void) { return nope; }" if broken else "")
+        (TINY_C % (version, "int broken(void) { return nope; }" if broken else "")).replace(
+            "INIT_RESULT", str(init)
+        )
     )
     return make_runfile(pkg, root / f"NVIDIA-Linux-x86_64-{version}.run", compression="gzip")
 
@@ -150,7 +152,9 @@ def test_tiny_runfile_compiles_strips_and_publishes(real_build, http_dir, tmp_pa
     run = tiny_runfile(www, "999.01.01")
     sha = artifact.sha256_file(run)
     store = tmp_path / "store"
-    res = cli(*build_args(real_build, store, f"{base}/{run.name}", sha, "--json"))
+    res = cli(
+        *build_args(real_build, store, f"{base}/{run.name}", sha, "--json", "--rebuild")
+    )  # compile even if an earlier run cached it
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout)
     assert summary["compiled"] is True and summary["modules"] == ["nvidia.ko"]
@@ -179,7 +183,9 @@ def test_progress_on_a_terminal(real_build, http_dir, tmp_path):
     www, base = http_dir
     run = tiny_runfile(www, "999.01.02")
     argv = cli_argv(
-        *build_args(real_build, tmp_path / "store", f"{base}/{run.name}", artifact.sha256_file(run))
+        *build_args(
+            real_build, tmp_path / "store", f"{base}/{run.name}", artifact.sha256_file(run), "--rebuild"
+        )
     )
     import shlex
 
@@ -311,3 +317,42 @@ def test_tiny_module_signed_with_a_generated_key(real_build, http_dir, tmp_path)
     ko = out / "modules" / real_build.kernel_release / "nvidia.ko"
     assert ko.read_bytes().endswith(b"~Module signature appended~\n")
     assert runner.run(["modinfo", "-F", "signer", ko]).stdout.strip() == "nodeprep build test"
+
+
+def test_smoke_test_gates_publishing(real_build, http_dir, tmp_path):
+    """--smoke-test boots the target kernel in qemu (nodeprep.build.smoke) after sign/strip and
+    before pack: a module whose init fails (-ENODEV) is not published; one that loads is, with the
+    verdict in its manifest."""
+    if not runner.which("qemu-system-x86_64"):
+        pytest.fail("qemu-system-x86_64 is not installed (the smoke test's scripts/deps list it)")
+    www, base = http_dir
+    store = tmp_path / "store"
+    (www / "bad").mkdir()
+    bad = tiny_runfile(www / "bad", "999.01.07", init=-19)
+    res = cli(
+        *[
+            a
+            for a in build_args(real_build, store, f"{base}/bad/{bad.name}", artifact.sha256_file(bad))
+            if a != "--no-smoke-test"
+        ],
+        "--smoke-test",
+    )
+    assert res.returncode == 1, res.stderr[-2000:]
+    err = next(ln for ln in res.stderr.splitlines() if ln.startswith("error: "))
+    assert err.startswith(f"error: smoke test failed on {real_build.kernel_release}: ")
+    assert err.endswith("not publishing (--no-smoke-test skips it)")
+    assert not list(store.glob("nvidia-kmod-999.01.07-*"))
+    good = tiny_runfile(www, "999.01.08")
+    res = cli(
+        *[
+            a
+            for a in build_args(real_build, store, f"{base}/{good.name}", artifact.sha256_file(good))
+            if a != "--no-smoke-test"
+        ],
+        "--smoke-test",
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout)
+    assert summary["smoke_test"] == "PASS"
+    assert artifact.read_manifest(store / summary["name"]).extra["smoke_test"]["verdict"] == "PASS"
