@@ -201,11 +201,39 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def private_dir(parent: Path, kind: str) -> Path:
+    """A new directory `<kind>.<pid>.<random>` under `parent` (see sweep_stale)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{kind}.{os.getpid()}.", dir=parent))
+
+
+def sweep_stale(parent: Path) -> list[Path]:
+    """Remove directories under `parent` left by processes that no longer exist (a build killed
+    with SIGKILL or a power loss cannot clean up after itself); returns what was removed."""
+    removed = []
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        parts = entry.name.split(".")
+        if len(parts) < 3 or not parts[1].isdigit() or int(parts[1]) == os.getpid():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        log.info("Removing %s left by an interrupted build", entry)
+        remove_tree(entry)
+        removed.append(entry)
+    return removed
+
+
 @contextlib.contextmanager
 def workspace(root: BuildRoot, parent: Path) -> Iterator[Path]:
     """A private hard-link clone of `root` under `parent`; removed (and unmounted) on exit."""
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="build.", dir=parent))
+    tmp = private_dir(parent, "build")
     try:
         clone = tmp / "root"
         runner.run(["cp", "-al", root.path, clone], timeout=600)

@@ -386,7 +386,7 @@ def compile_in_root(
                 f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path)
             )
         kbuild.strip_modules(clone, [p.name for p in built])
-        staging = Path(tempfile.mkdtemp(prefix=f".{compile_key[:12]}.", dir=tmp_parent))
+        staging = buildroot.private_dir(tmp_parent, "modules")
         try:
             for p in built:
                 shutil.copyfile(p, staging / p.name)
@@ -477,6 +477,7 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
         raise InputError("--smoke-test: the smoke test hook (nodeprep.build.smoke) is not installed")
     req = replace(req, smoke_test=smoke_on)
 
+    buildroot.sweep_stale(req.cache / "tmp")
     plan, run_path = resolve_plan(req, archive, progress)
     root = buildroot.ensure(
         spec,
@@ -516,7 +517,7 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
     modules_dir, info = compile_in_root(req, plan, run_path, root, log_path=log_path, progress=progress)
     tmp_parent = req.cache / "tmp"
     tmp_parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="pack.", dir=tmp_parent))
+    work = buildroot.private_dir(tmp_parent, "pack")
     try:
         payload = work / "payload"
         mod_dir = payload / "modules" / plan.kernel_release
@@ -608,7 +609,7 @@ class _headers_tree:
         self.req, self.plan, self.root = req, plan, root
 
     def __enter__(self) -> Path:
-        self.tmp = Path(tempfile.mkdtemp(prefix="headers.", dir=self.req.cache / "tmp"))
+        self.tmp = buildroot.private_dir(self.req.cache / "tmp", "headers")
         for deb in [self.plan.debs[p] for p, _ in self.plan.header_packages]:
             runner.run(["dpkg-deb", "-x", deb, self.tmp])
         return self.tmp / "usr" / "src" / f"linux-headers-{self.plan.kernel_release}"

@@ -128,3 +128,18 @@ def test_make_argv_uses_fixed_build_dir():
         "modules",
         "KERNEL_UNAME=6.1.0-56-amd64",
     ]
+
+
+def test_sweep_removes_only_dirs_of_dead_processes(tmp_path):
+    import subprocess  # noqa: PLC0415 - a real, finished process id
+
+    proc = subprocess.Popen(["true"])  # noqa: S603,S607
+    proc.wait()
+    mine = buildroot.private_dir(tmp_path, "build")
+    (tmp_path / f"build.{proc.pid}.abc").mkdir()
+    (tmp_path / f"pack.{proc.pid}.x" / "payload").mkdir(parents=True)
+    (tmp_path / "build.1.init").mkdir()  # pid 1 is alive
+    (tmp_path / "unrelated").mkdir()
+    removed = buildroot.sweep_stale(tmp_path)
+    assert sorted(p.name for p in removed) == [f"build.{proc.pid}.abc", f"pack.{proc.pid}.x"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["build.1.init", "unrelated", mine.name])
