@@ -44,8 +44,7 @@ def http_dir(tmp_path):
     """Serve tmp_path/www on 127.0.0.1 (ephemeral port); yields (directory, base URL)."""
     www = tmp_path / "www"
     www.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
-    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
+    handler = functools.partial(_QuietHandler, directory=str(www))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -356,3 +355,8 @@ def test_smoke_test_gates_publishing(real_build, http_dir, tmp_path):
     summary = json.loads(res.stdout)
     assert summary["smoke_test"] == "PASS"
     assert artifact.read_manifest(store / summary["name"]).extra["smoke_test"]["verdict"] == "PASS"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass

@@ -3,6 +3,7 @@ on a real store written by nodeprep.artifact; container argv for --builder podma
 
 from __future__ import annotations
 
+import http.server
 import json
 from pathlib import Path
 
@@ -232,3 +233,31 @@ def test_verify_missing_store(tmp_path):
         res.exit_code == 2
         and one_error_line(res) == f"error: {tmp_path / 'nope'}: store directory does not exist"
     )
+
+
+def test_artifacts_list_over_http(tmp_path):
+    """A store served over HTTP (a loopback server this test starts) lists like a directory."""
+    import functools
+    import threading
+
+    store = _store(tmp_path)
+    handler = functools.partial(_QuietHandler, directory=str(store))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        res = invoke("artifacts", "list", url)
+        assert res.exit_code == 0, res.output
+        assert res.stdout.startswith(
+            "nvidia-kmod-535.309.01-proprietary-6.1.0-56-amd64.tar.zst  kmod 535.309.01 "
+        )
+        res = invoke("artifacts", "list", url + "missing/")
+        assert res.exit_code == 2 and "not found (HTTP 404)" in one_error_line(res)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
