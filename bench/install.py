@@ -126,15 +126,19 @@ def main() -> int:
             )
         second.publish(km, kmm)
 
+        first = artifact.LocalStore(work / "store1")  # the real kmod + its user space
+        first.publish(real.kmod, artifact.read_manifest(real.kmod))
+        if real.userspace is not None:
+            first.publish(real.userspace, artifact.read_manifest(real.userspace))
+        else:
+            us1, us1m = build_userspace(archive, real.driver_version, node_cache / "artifacts")
+            first.publish(us1, us1m)
+
         root = work / "root"
         root.mkdir()
         with tarfile.open(rootfs_tar) as t:
             t.extractall(root, filter="fully_trusted")
-        sizes = sum(
-            e.size
-            for e in artifact.LocalStore(real.store).entries()
-            if e.driver_version == real.driver_version and e.kind in ("kmod", "userspace")
-        )
+        sizes = sum(e.size for e in first.entries())
 
         print(
             f"install: {real.driver_version} ({sizes / 1e6:.0f} MB of artifacts) into a fresh root",
@@ -143,7 +147,7 @@ def main() -> int:
         install_s = cli(
             "install",
             "--store",
-            str(real.store),
+            str(first.path),
             "--driver",
             real.driver_version,
             "--kernel",

@@ -20,6 +20,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(top: Path) -> None:
+    """fsync every regular file and directory under `top` (before the rename that publishes it, so a
+    power loss after an activation cannot leave the new root with empty files)."""
+    for dirpath, _dirnames, filenames in os.walk(top):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
 def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, point: str | None = None) -> bool:
     """Write `data` to `path` atomically; returns False (and writes nothing) when unchanged."""
     raw = data.encode() if isinstance(data, str) else data

@@ -25,7 +25,7 @@ from ..log import step
 from . import system
 from .crash import crash_point
 from .devices import load_modules
-from .fsutil import atomic_symlink, clean_temporaries, fsync_dir
+from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
 from .kmod import (
     DEFAULT_LOAD,
     check_modules,
@@ -294,6 +294,7 @@ def _install_version(
         crash_point("install:kmod-staged")
         if (staging / "lib64").is_dir():
             system.ldconfig_links(staging / "lib64")
+        fsync_tree(staging)
         crash_point("install:ldconfig-n")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -314,6 +315,7 @@ def _add_kmod(layout: Layout, src: Store, kmod_entry: IndexEntry, version: str, 
     except BaseException:
         shutil.rmtree(tmpdest, ignore_errors=True)
         raise
+    fsync_tree(tmpdest)
     crash_point("install:kmod-staged")
     os.rename(tmpdest, mods / kernel)
     fsync_dir(mods)
