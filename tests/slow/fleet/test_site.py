@@ -112,3 +112,15 @@ def test_site_converges_then_reports_no_change(
             second.changed_tasks()
         )
         assert all(c["failed"] == 0 for c in second.recap.values())
+        print(f"first run ({connection}):", first.recap, f"\nsecond run ({connection}):", second.recap)
+
+        if connection == "ssh":  # check mode on a converged fleet: nothing would change
+            check = testhosts.ansible_playbook(
+                fleet3, "playbooks/site.yml", inventory, connection=connection, args=["--check", "--diff"]
+            )
+            assert check.returncode == 0, check.output[-6000:]
+            assert {n: c["changed"] for n, c in check.recap.items()} == {
+                "node1": 0,
+                "node2": 0,
+                "node3": 0,
+            }, check.changed_tasks()

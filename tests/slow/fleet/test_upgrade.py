@@ -65,6 +65,7 @@ def test_failed_batch_stops_the_rollout(
             fleet3, "playbooks/upgrade-driver.yml", inventory, extra_vars={"nvidia_driver_version": new}
         )
     assert upgrade.returncode != 0, upgrade.output[-6000:]
+    print("install run:", first.recap, "\nupgrade run:", upgrade.recap)
     assert "does not match" in upgrade.output or "sha256" in upgrade.output, upgrade.output[-4000:]
     recap = upgrade.recap
     assert recap["node1"]["failed"] == 0 and recap["node1"]["changed"] > 0, recap
