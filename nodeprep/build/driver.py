@@ -447,11 +447,9 @@ def _userspace(
     return store.path / name
 
 
-def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive: Any = None) -> BuildResult:
-    """Build (or find in the store) the kmod artifact of `req`, then the user-space artifact."""
-    start = time.monotonic()
-    store = LocalStore(req.store)
-    spec = buildroot.spec_for(req.os_name)
+def validate_request(req: BuildRequest) -> None:
+    """Refuse bad input before anything is downloaded or written (InputError, exit 2)."""
+    buildroot.spec_for(req.os_name)
     if req.flavour not in drivers.FLAVOURS:
         raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
     if req.driver is not None and not drivers.DRIVER_RE.match(req.driver):
@@ -462,7 +460,6 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
         raise InputError("--runfile needs --sha256 (the installer's published sha256)")
     if req.runfile_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", req.runfile_sha256):
         raise InputError(f"--sha256: {req.runfile_sha256!r} is not a sha256 hex digest (64 hex digits)")
-    archive = archive or _archive(req)
     if req.sign_key or req.sign_cert:
         if not (req.sign_key and req.sign_cert):
             raise InputError("--sign-key and --sign-cert go together")
@@ -471,6 +468,15 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
                 raise InputError(f"{what}: {p} does not exist")
         if req.sign_hash not in ("sha256", "sha384", "sha512"):
             raise InputError(f"--sign-hash: {req.sign_hash!r} is not one of sha256, sha384, sha512")
+
+
+def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive: Any = None) -> BuildResult:
+    """Build (or find in the store) the kmod artifact of `req`, then the user-space artifact."""
+    start = time.monotonic()
+    store = LocalStore(req.store)
+    spec = buildroot.spec_for(req.os_name)
+    validate_request(req)
+    archive = archive or _archive(req)
     smoke_mod = _hook("smoke")
     smoke_on = req.smoke_test if req.smoke_test is not None else smoke_mod is not None
     if smoke_on and smoke_mod is None:
@@ -527,7 +533,8 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
             os.chmod(mod_dir / ko, 0o644)
         vermagic = kbuild.modinfo(mod_dir / "nvidia.ko", "vermagic")
         extra: dict[str, Any] = {
-            "source": plan.source | ({"sha256": inputs[run_path.name]} if run_path else {}),
+            "source": {k: v for k, v in plan.source.items() if k != "url"}
+            | ({"sha256": inputs[run_path.name]} if run_path else {}),
             "kernel_headers": {p: v for p, v in plan.header_packages},
             "build_root": {
                 "os": req.os_name,

@@ -172,7 +172,7 @@ def build_driver_cmd(
     kernel, into ./artifacts. Same inputs -> no compile, the same bytes (`"cached": true`).
     """
     from ..build import container
-    from ..build.driver import BuildRequest, build_driver
+    from ..build.driver import BuildRequest, build_driver, validate_request
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
@@ -195,6 +195,7 @@ def build_driver_cmd(
         sign_hash=sign_hash,
         smoke_test=smoke_test,
     )
+    validate_request(req)
     if builder != "chroot":
         cb = container.for_request(builder, req, as_json=as_json)
         click.get_current_context().exit(container.run_in_container(cb))
