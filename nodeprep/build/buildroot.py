@@ -18,12 +18,13 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import runner
-from ..artifact import canonical_json, sha256_bytes
+from ..artifact import canonical_json, sha256_bytes, sha256_file
 from ..errors import CommandError, InputError, NetworkError
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,44 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
         return _load(final, spec)
 
 
+def with_headers(root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
+    """`root` plus the kernel header packages `debs`, as a cached hard-link layer beside it
+    (`<root dir>+headers-<key>`, key = the .debs' sha256), so a build only adds its sources."""
+    from .headers import install_into
+
+    key = sha256_bytes(
+        canonical_json(
+            {
+                "base": root.path.parent.name,
+                "packages": list(root.packages),
+                "debs": sorted(sha256_file(d) for d in debs),
+            }
+        )
+    )[:16]
+    base = cache / "buildroots"
+    final = base / f"{root.path.parent.name}+headers-{key}"
+    with _flock(base / f".{final.name}.lock"):
+        if (final / ".complete").is_file():
+            return replace(root, path=final / "root")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=base))
+        try:
+            os.chmod(tmp, 0o755)
+            runner.run(["cp", "-al", root.path, tmp / "root"], timeout=600)
+            for deb in debs:
+                stage = Path(tempfile.mkdtemp(prefix="stage.", dir=tmp))
+                runner.run(["dpkg-deb", "-x", deb, stage])
+                install_into(stage, tmp / "root")  # replaces links, never writes through them
+                shutil.rmtree(stage)
+            (tmp / ".complete").write_text("\n".join(sorted(d.name for d in debs)) + "\n")
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return replace(root, path=final / "root")
+
+
 def _load(final: Path, spec: BuildRootSpec) -> BuildRoot:
     pkgs = tuple(line for line in (final / "packages.txt").read_text().splitlines() if line)
     return BuildRoot(path=final / "root", spec=spec, packages=pkgs)
@@ -231,12 +270,29 @@ def sweep_stale(parent: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def workspace(root: BuildRoot, parent: Path) -> Iterator[Path]:
-    """A private hard-link clone of `root` under `parent`; removed (and unmounted) on exit."""
+def workspace(
+    root: BuildRoot, parent: Path, *, cleanup: list[threading.Thread] | None = None
+) -> Iterator[Path]:
+    """A private hard-link clone of `root` under `parent`; removed (and unmounted) on exit.
+
+    With `cleanup`, a successful block's clone is unmounted, renamed and deleted by a thread
+    appended there (the caller joins it before returning), so deleting the build's object files
+    overlaps packing; after an error it is removed before the exception propagates."""
     tmp = private_dir(parent, "build")
+    ok = False
     try:
         clone = tmp / "root"
         runner.run(["cp", "-al", root.path, clone], timeout=600)
         yield clone
+        ok = True
     finally:
-        remove_tree(tmp)
+        if ok and cleanup is not None:
+            for point in _mounts_under(tmp):
+                runner.run(["umount", "-l", point], check=False)
+            trash = tmp.with_name("trash." + tmp.name.split(".", 1)[1])
+            os.rename(tmp, trash)
+            thread = threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True})
+            thread.start()
+            cleanup.append(thread)
+        else:
+            remove_tree(tmp)

@@ -12,6 +12,7 @@ Everything temporary lives under `<cache>/tmp` and is removed (and unmounted) on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -21,8 +22,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,7 @@ class BuildResult:
     log_path: Path | None = None
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step (not in the manifest)
 
     def to_dict(self) -> dict[str, Any]:
         m = self.manifest
@@ -109,6 +112,7 @@ class BuildResult:
             "smoke_test": m.extra.get("smoke_test", {}).get("verdict") if m.extra.get("smoke_test") else None,
             "signed": bool(m.extra.get("signing")),
             "duration_s": round(self.duration_s, 2),
+            "timings": self.timings,
             "notes": self.notes,
         }
 
@@ -127,6 +131,15 @@ class Plan:
     source: dict[str, str]  # {"kind": "debian", "package", "version"} or {"kind": "runfile", "url", "name"}
     debs: dict[str, str]  # role ("source", "headers", ...) -> .deb path
     header_packages: list[list[str]]
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], key: str, text: str | None = None) -> Iterator[None]:
+    """Record how long the block took under `key` (and log it as a step when `text`)."""
+    t = time.monotonic()
+    with step(text) if text else contextlib.nullcontext():
+        yield
+    timings[key] = round(timings.get(key, 0.0) + time.monotonic() - t, 2)
 
 
 def _hook(name: str) -> Any | None:
@@ -314,94 +327,124 @@ def compile_in_root(
     *,
     log_path: Path,
     progress: Progress | None,
+    timings: dict[str, float] | None = None,
+    cleanup: list[threading.Thread] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Compile + strip in a clone of the build root. Returns (dir with stripped .ko, build info).
 
     The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild)."""
+    timings = timings if timings is not None else {}
+    with _timed(timings, "headers_layer"):
+        layered = buildroot.with_headers(
+            root, [Path(plan.debs[p]) for p, _ in plan.header_packages], req.cache
+        )
+    t = time.monotonic()
+    with buildroot.workspace(layered, req.cache / "tmp", cleanup=cleanup) as clone:
+        timings["clone"] = round(time.monotonic() - t, 2)
+        result = _compile_in_clone(
+            req, plan, run_path, root, clone, log_path=log_path, progress=progress, timings=timings
+        )
+        t = time.monotonic()
+    timings["cleanup"] = round(time.monotonic() - t, 2)
+    return result
+
+
+def _compile_in_clone(
+    req: BuildRequest,
+    plan: Plan,
+    run_path: Path | None,
+    root: buildroot.BuildRoot,
+    clone: Path,
+    *,
+    log_path: Path,
+    progress: Progress | None,
+    timings: dict[str, float],
+) -> tuple[Path, dict[str, Any]]:
     tmp_parent = req.cache / "tmp"
-    with buildroot.workspace(root, tmp_parent) as clone:
-        scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
-        with step("Preparing kernel headers and driver sources in the build root"):
-            for deb in [plan.debs[p] for p, _ in plan.header_packages]:
-                stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
-                runner.run(["dpkg-deb", "-x", deb, stage])
-                headers.install_into(stage, clone)
-            tree = _place_sources(plan, run_path, clone, scratch)
-            shutil.rmtree(scratch, ignore_errors=True)
-        headers_dir = clone / "usr" / "src" / f"linux-headers-{plan.kernel_release}"
-        kernel_cc = cc.read_kernel_compiler(headers_dir)
-        build_cc = cc.Compiler(
-            kbuild.root_compiler_version(clone, kernel_cc.program) or f"{kernel_cc.program} (missing)"
+    scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
+    with _timed(timings, "prepare", "Placing the driver sources in the build root"):
+        tree = _place_sources(plan, run_path, clone, scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
+    headers_dir = clone / "usr" / "src" / f"linux-headers-{plan.kernel_release}"
+    kernel_cc = cc.read_kernel_compiler(headers_dir)
+    build_cc = cc.Compiler(
+        kbuild.root_compiler_version(clone, kernel_cc.program) or f"{kernel_cc.program} (missing)"
+    )
+    problem = cc.mismatch(kernel_cc, build_cc)
+    info: dict[str, Any] = {"compiler": kernel_cc.text, "build_compiler": build_cc.text}
+    if problem and not req.allow_cc_mismatch:
+        raise InputError(
+            f"compiler mismatch: {problem}",
+            hint="use the build root of the kernel's OS, or --allow-cc-mismatch to build anyway",
         )
-        problem = cc.mismatch(kernel_cc, build_cc)
-        info: dict[str, Any] = {"compiler": kernel_cc.text, "build_compiler": build_cc.text}
-        if problem and not req.allow_cc_mismatch:
-            raise InputError(
-                f"compiler mismatch: {problem}",
-                hint="use the build root of the kernel's OS, or --allow-cc-mismatch to build anyway",
-            )
-        if problem:
-            log.warning("warning: %s (--allow-cc-mismatch)", problem)
-            info["cc_mismatch"] = problem
-        compile_key = sha256_bytes(
-            canonical_json(
-                {
-                    "format": BUILD_FORMAT,
-                    "tree": tree_digest(tree),
-                    "flavour": plan.flavour,
-                    "headers": {
-                        Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p]))
-                        for p, _ in plan.header_packages
-                    },
-                    "build_root": list(root.packages),
-                    "kernel_release": plan.kernel_release,
-                }
-            )
+    if problem:
+        log.warning("warning: %s (--allow-cc-mismatch)", problem)
+        info["cc_mismatch"] = problem
+    with _timed(timings, "tree_digest"):
+        tree_sha = tree_digest(tree)
+    compile_key = sha256_bytes(
+        canonical_json(
+            {
+                "format": BUILD_FORMAT,
+                "tree": tree_sha,
+                "flavour": plan.flavour,
+                "headers": {
+                    Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p])) for p, _ in plan.header_packages
+                },
+                "build_root": list(root.packages),
+                "kernel_release": plan.kernel_release,
+            }
         )
-        info["compile_key"] = compile_key
-        kept = req.cache / "kmod-builds" / compile_key
-        if not req.rebuild and (kept / "modules.json").is_file():
-            log.info("Reusing modules compiled earlier from an identical source tree (%s…)", compile_key[:12])
-            info["compiled"] = False
-            return kept, info
-        jobs = req.jobs or os.cpu_count() or 1
-        counter = kbuild.CompileProgress(
-            kbuild.count_objects(tree), (lambda d, t: progress("compile", d, t)) if progress else None
-        )
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with step(f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release} (-j{jobs})"):
-            try:
-                built = kbuild.compile_modules(
-                    clone, plan.kernel_release, jobs=jobs, log_path=log_path, on_line=counter
-                )
-            except CommandError as e:
-                if e.returncode == 127 or "timed out" in str(e):
-                    raise BuildError(f"compiling the modules failed: {e.message}") from None
-                raise BuildError(
-                    f"compiling the modules failed (make exit {e.returncode}); full log: {log_path}",
-                    hint=_error_lines(log_path),
-                ) from None
-        if "nvidia.ko" not in {p.name for p in built}:
-            raise BuildError(
-                f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path)
-            )
-        kbuild.strip_modules(clone, [p.name for p in built])
-        staging = buildroot.private_dir(tmp_parent, "modules")
-        try:
-            for p in built:
-                shutil.copyfile(p, staging / p.name)
-                os.chmod(staging / p.name, 0o644)
-            (staging / "modules.json").write_text(
-                json.dumps({"modules": [p.name for p in built], "compiler": kernel_cc.text}, sort_keys=True)
-            )
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            if kept.exists():
-                shutil.rmtree(kept)
-            os.replace(staging, kept)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        info["compiled"] = True
+    )
+    info["compile_key"] = compile_key
+    kept = req.cache / "kmod-builds" / compile_key
+    if not req.rebuild and (kept / "modules.json").is_file():
+        log.info("Reusing modules compiled earlier from an identical source tree (%s…)", compile_key[:12])
+        info["compiled"] = False
         return kept, info
+    jobs = req.jobs or os.cpu_count() or 1
+    counter = kbuild.CompileProgress(
+        kbuild.count_objects(tree), (lambda d, t: progress("compile", d, t)) if progress else None
+    )
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with _timed(
+        timings,
+        "make",
+        f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release} (-j{jobs})",
+    ):
+        try:
+            built = kbuild.compile_modules(
+                clone, plan.kernel_release, jobs=jobs, log_path=log_path, on_line=counter
+            )
+        except CommandError as e:
+            if e.returncode == 127 or "timed out" in str(e):
+                raise BuildError(f"compiling the modules failed: {e.message}") from None
+            raise BuildError(
+                f"compiling the modules failed (make exit {e.returncode}); full log: {log_path}",
+                hint=_error_lines(log_path),
+            ) from None
+    if "nvidia.ko" not in {p.name for p in built}:
+        raise BuildError(
+            f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path)
+        )
+    with _timed(timings, "strip"):
+        kbuild.strip_modules(clone, [p.name for p in built])
+    staging = buildroot.private_dir(tmp_parent, "modules")
+    try:
+        for p in built:
+            shutil.copyfile(p, staging / p.name)
+            os.chmod(staging / p.name, 0o644)
+        (staging / "modules.json").write_text(
+            json.dumps({"modules": [p.name for p in built], "compiler": kernel_cc.text}, sort_keys=True)
+        )
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        if kept.exists():
+            shutil.rmtree(kept)
+        os.replace(staging, kept)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    info["compiled"] = True
+    return kept, info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,7 +563,55 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
             notes=notes,
         )
 
-    modules_dir, info = compile_in_root(req, plan, run_path, root, log_path=log_path, progress=progress)
+    timings: dict[str, float] = {"resolve": round(time.monotonic() - start, 2)}
+    cleanup: list[threading.Thread] = []  # the workspace is deleted while we pack
+    try:
+        return _build_and_publish(
+            req,
+            plan,
+            run_path,
+            root,
+            archive,
+            store,
+            inputs,
+            digest,
+            name,
+            log_path=log_path,
+            progress=progress,
+            timings=timings,
+            cleanup=cleanup,
+            start=start,
+            smoke_mod=smoke_mod,
+        )
+    finally:
+        with _timed(timings, "cleanup_wait"):
+            for thread in cleanup:
+                thread.join()
+
+
+def _build_and_publish(
+    req: BuildRequest,
+    plan: Plan,
+    run_path: Path | None,
+    root: buildroot.BuildRoot,
+    archive: Any,
+    store: LocalStore,
+    inputs: dict[str, str],
+    digest: str,
+    name: str,
+    *,
+    log_path: Path,
+    progress: Progress | None,
+    timings: dict[str, float],
+    cleanup: list[threading.Thread],
+    start: float,
+    smoke_mod: Any,
+) -> BuildResult:
+    smoke_on = bool(req.smoke_test)
+    notes: list[str] = []
+    modules_dir, info = compile_in_root(
+        req, plan, run_path, root, log_path=log_path, progress=progress, timings=timings, cleanup=cleanup
+    )
     tmp_parent = req.cache / "tmp"
     tmp_parent.mkdir(parents=True, exist_ok=True)
     work = buildroot.private_dir(tmp_parent, "pack")
@@ -554,12 +645,12 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
             signing = _hook("signing")
             if signing is None:
                 raise InputError("--sign-key: the signing hook (nodeprep.build.signing) is not installed")
-            with step("Signing the modules"), _headers_tree(req, plan, root) as hdir:
+            with _timed(timings, "sign", "Signing the modules"), _headers_tree(req, plan, root) as hdir:
                 extra["signing"] = signing.sign_modules(
                     mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert), req.sign_hash
                 )
         if smoke_on and smoke_mod is not None:
-            with step(f"Smoke-testing the modules on {plan.kernel_release}"):
+            with _timed(timings, "smoke_test", f"Smoke-testing the modules on {plan.kernel_release}"):
                 result = smoke_mod.smoke_test_modules(
                     mod_dir,
                     plan.kernel_release,
@@ -589,8 +680,9 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
             extra=extra,
             nodeprep_version=__version__,
         )
-        with step(f"Packing {name}"):
+        with _timed(timings, "pack", f"Packing {name}"):
             path, manifest = pack(payload, manifest, work / "out")
+        with _timed(timings, "publish"):
             store.publish(path, manifest)
     finally:
         buildroot.remove_tree(work)
@@ -605,6 +697,7 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
         log_path=log_path if info.get("compiled") else None,
         duration_s=time.monotonic() - start,
         notes=notes,
+        timings=timings,
     )
 
 
