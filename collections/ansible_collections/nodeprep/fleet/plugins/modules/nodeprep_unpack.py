@@ -22,6 +22,14 @@ options:
     description: Directory to unpack into (replaced as a whole).
     type: path
     required: true
+  wrapper:
+    description: Also write this shell wrapper (mode 0755) that runs the unpacked CLI; empty for none.
+    type: str
+    default: ""
+  interpreter:
+    description: Python interpreter the wrapper runs.
+    type: str
+    default: /usr/bin/python3
 attributes:
   check_mode:
     support: full
@@ -52,12 +60,24 @@ import shutil
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import write_if_changed
 
 STAMP = ".zipapp-sha256"
 
 
 def argument_spec():
-    return {"src": {"type": "path", "required": True}, "dest": {"type": "path", "required": True}}
+    return {
+        "src": {"type": "path", "required": True},
+        "dest": {"type": "path", "required": True},
+        "wrapper": {"type": "str", "default": ""},
+        "interpreter": {"type": "str", "default": "/usr/bin/python3"},
+    }
+
+
+def wrapper_text(interpreter, dest):
+    return (
+        f'#!/bin/sh\n# Written by Ansible (nodeprep.fleet.nodeprep_unpack).\nexec {interpreter} {dest} "$@"\n'
+    )
 
 
 def read_stamp(dest):
@@ -102,9 +122,15 @@ def main():
             unpack(src, dest, digest)
         except (OSError, ValueError, zipfile.BadZipFile) as e:
             module.fail_json(msg=f"cannot unpack {src} into {dest}: {e}")
+    diffs = [{"before": {"sha256": before}, "after": {"sha256": digest}}]
+    if module.params["wrapper"]:
+        text = wrapper_text(module.params["interpreter"], dest)
+        wrapper_changed, diff = write_if_changed(module, module.params["wrapper"], text, 0o755)
+        changed |= wrapper_changed
+        diffs.append(diff)
     out = {"changed": changed, "sha256": digest}
     if module._diff:
-        out["diff"] = {"before": {"sha256": before}, "after": {"sha256": digest}}
+        out["diff"] = diffs
     module.exit_json(**out)
 
 
