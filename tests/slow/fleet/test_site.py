@@ -96,6 +96,20 @@ def test_site_converges_then_reports_no_change(
             fleet_vars(tmp_path, source_snapshot, version, kernel),
             {h.name: {"nvidia_driver_store": urls[h.name]} for h in fleet3.hosts},
         )
+        if connection == "ssh":  # check mode on fresh hosts: everything would change, nothing is written
+            dry = testhosts.ansible_playbook(
+                fleet3, "playbooks/site.yml", inventory, connection=connection, args=["--check"]
+            )
+            assert dry.returncode == 0, dry.output[-6000:]
+            assert all(dry.recap[h.name]["changed"] > 0 for h in fleet3.hosts), dry.recap
+            for host in fleet3.hosts:
+                assert not (host.root / "usr/local/lib/nodeprep").exists()
+                assert sorted(p.name for p in (host.root / IMAGE_ROOT.lstrip("/")).iterdir()) == ["etc"]
+                assert sorted(p.name for p in (host.root / IMAGE_ROOT.lstrip("/") / "etc").iterdir()) == [
+                    "ld.so.conf",
+                    "os-release",
+                ]
+
         first = testhosts.ansible_playbook(fleet3, "playbooks/site.yml", inventory, connection=connection)
         assert first.returncode == 0, first.output[-6000:]
         assert sorted(first.recap) == ["node1", "node2", "node3"]

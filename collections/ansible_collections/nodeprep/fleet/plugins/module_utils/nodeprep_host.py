@@ -24,7 +24,8 @@ def import_nodeprep(module, *names):
     """Import nodeprep submodules (from the zipapp at nodeprep_path, or an installed package).
 
     Fails the module with missing_required_lib when the library (or one of its dependencies) is
-    missing, so the message names what to install instead of showing a bare traceback.
+    missing, so the message names what to install instead of showing a bare traceback. In check
+    mode a node without the library yet (nodeprep_install did not really run) reports changed.
     """
     path = module.params.get("nodeprep_path")
     if path and path not in sys.path:
@@ -33,6 +34,13 @@ def import_nodeprep(module, *names):
         importlib.import_module("nodeprep")
         return [importlib.import_module(name) for name in names]
     except ImportError as e:
+        if module.check_mode:
+            # a fresh node in a check-mode run: nodeprep_install would have put the library here
+            module.exit_json(
+                changed=True,
+                msg=f"nodeprep is not importable from {path} yet ({e}); "
+                "in check mode everything this module manages would change",
+            )
         module.fail_json(
             msg=missing_required_lib(
                 "nodeprep (" + (e.name or str(e)) + ")",
