@@ -4,12 +4,15 @@ Thin: parse options, call nodeprep.build.driver / matrix / the store, render."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 import signal
 import sys
 import tarfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +66,16 @@ class _Progress:
             self.last = ""
 
 
+_TERMINATED = False
+
+
 def _sigterm_as_interrupt() -> None:
     """SIGTERM unwinds like Ctrl-C, so temporary directories are removed on the way out."""
     if threading.current_thread() is threading.main_thread():
 
         def handler(signum: int, frame: Any) -> None:
+            global _TERMINATED
+            _TERMINATED = True
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, handler)
@@ -252,36 +260,45 @@ def build_matrix_cmd(
 
     Without --build, prints `{"include": [cells]}` (one build-driver invocation per cell)."""
     from ..build import matrix
-    from ..build.driver import BuildRequest, build_driver
+    from ..build.driver import BuildRequest
 
     cells = matrix.load(file)
     if not do_build:
         emit_json({"include": [c.to_dict() for c in cells]})
         return
     _sigterm_as_interrupt()
-    cpus = os.cpu_count() or 1
-    per_cell = max(1, cpus // jobs)
-
-    def one(cell: matrix.Cell) -> dict[str, Any]:
-        req = BuildRequest(
-            driver=cell.driver,
-            flavour=cell.flavour,
-            os_name=cell.os,
-            kernel=cell.kernel,
-            store=store,
-            cache=cache,
-            jobs=per_cell,
-            rebuild=rebuild,
-            userspace=userspace,
-            smoke_test=smoke_test,
+    per_cell = max(1, (os.cpu_count() or 1) // jobs)
+    work = [
+        (
+            cell.to_dict(),
+            BuildRequest(
+                driver=cell.driver,
+                flavour=cell.flavour,
+                os_name=cell.os,
+                kernel=cell.kernel,
+                store=store,
+                cache=cache,
+                jobs=per_cell,
+                rebuild=rebuild,
+                userspace=userspace,
+                smoke_test=smoke_test,
+            ),
         )
-        try:
-            return {"cell": cell.to_dict(), "ok": True, **build_driver(req).to_dict()}
-        except NodeprepError as e:
-            return {"cell": cell.to_dict(), "ok": False, "error": str(e)}
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(one, cells))
+        for cell in cells
+    ]
+    # One process per running cell: a terminal's Ctrl-C reaches them all (same process group) and
+    # each unwinds like build-driver does (compiler killed, workspace removed, nothing published).
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
+    try:
+        results = list(pool.map(_matrix_cell, work))
+    except (KeyboardInterrupt, BrokenProcessPool):
+        if _TERMINATED:  # SIGTERM went to us only: pass it on (workers unwind on SIGTERM too)
+            for pid in list(getattr(pool, "_processes", {}) or {}):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise KeyboardInterrupt from None
+    pool.shutdown(wait=True)
     failed = [r for r in results if not r["ok"]]
     if as_json:
         emit_json({"results": results, "failed": len(failed)})
@@ -296,6 +313,17 @@ def build_matrix_cmd(
             )
     if failed:
         click.get_current_context().exit(1)
+
+
+def _matrix_cell(item: tuple[dict[str, Any], Any]) -> dict[str, Any]:
+    """One build-matrix cell, in a worker process."""
+    from ..build.driver import build_driver
+
+    cell, req = item
+    try:
+        return {"cell": cell, "ok": True, **build_driver(req).to_dict()}
+    except NodeprepError as e:
+        return {"cell": cell, "ok": False, "error": str(e)}
 
 
 @click.group("artifacts")

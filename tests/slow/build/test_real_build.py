@@ -214,3 +214,50 @@ def test_unreachable_archive_is_one_line(tmp_path):
     ), res.stderr
     assert not store.exists()
     assert not (cache / "tmp").exists() or not list((cache / "tmp").iterdir())
+
+
+def test_build_matrix_sigterm_stops_every_cell(real_build, tmp_path):
+    """SIGTERM to `build-matrix --build` while a cell compiles: the worker's compiler is killed, its
+    workspace removed, nothing published, exit 130 (costs the first seconds of one compile)."""
+    import signal
+    import subprocess  # noqa: PLC0415 - the test sends a real signal mid-build
+
+    store = tmp_path / "store"
+    f = tmp_path / "matrix.yaml"
+    f.write_text(f"drivers: [{real_build.driver_version}]\nkernels: [{real_build.kernel_release}]\n")
+    argv = [
+        sys.executable,
+        "-m",
+        "nodeprep.cli",
+        "build-matrix",
+        str(f),
+        "--build",
+        "--rebuild",
+        "--no-userspace",
+        "--no-smoke-test",
+        "--store",
+        str(store),
+        "--cache",
+        str(real_build.cache),
+    ]
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("==> Compiling"):
+            break
+    import time
+
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=180) == 130, rest
+    assert "error: interrupted" in rest
+    assert not (real_build.cache / "tmp").exists() or not list((real_build.cache / "tmp").iterdir())
+    assert not store.exists() or not list(store.glob("*.tar.zst"))
