@@ -96,7 +96,7 @@ def install_cmd(
         click.echo(f"{what} {result.version} for kernel {result.kernel}", err=True)
     else:
         click.echo(f"unchanged: {result.version} for kernel {result.kernel} is already installed", err=True)
-    _print_notes(result.notes)
+    _print_notes(tuple(n for n in result.notes if not n.endswith("is already installed")))
     if result.activation:
         _print_activation(result.activation)
 
