@@ -255,6 +255,13 @@ def check_member(member: tarfile.TarInfo) -> None:
 def extract(path: Path, dest: Path) -> Manifest:
     """Extract artifact `path` into the existing directory `dest`, checking every member first and
     every file's sha256 against the manifest. Raises before writing an unsafe member."""
+    try:
+        return _extract(path, dest)
+    except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
+        raise ArtifactError(f"{path}: corrupt archive data ({e})") from None
+
+
+def _extract(path: Path, dest: Path) -> Manifest:
     manifest: Manifest | None = None
     seen: set[str] = set()
     dest = dest.resolve()
@@ -344,6 +351,9 @@ def verify(path: Path) -> list[str]:
                                 f"({entry.sha256[:16]}…)")
     except ArtifactError as e:
         problems.append(str(e))
+        return problems
+    except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
+        problems.append(f"corrupt archive data ({e})")
         return problems
     if manifest is None:
         return problems or ["empty artifact"]

@@ -656,7 +656,9 @@ def _build_and_publish(
                     plan.kernel_release,
                     archive=archive,
                     cache=req.cache,
-                    sig_enforce=bool(req.sign_key),
+                    # Signed modules boot under UEFI Secure Boot with the signing certificate
+                    # enrolled, as on a node that enrolled it: they must load under lockdown.
+                    trusted_cert=Path(req.sign_cert) if req.sign_key and req.sign_cert else None,
                 )
             extra["smoke_test"] = result.to_dict()
             if not result.passed:

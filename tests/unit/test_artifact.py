@@ -141,3 +141,14 @@ def test_input_digest_depends_on_every_input() -> None:
     assert base == artifact.input_digest({"b": "2", "a": "1"}, {"flavour": "open"})
     assert base != artifact.input_digest({"a": "1", "b": "3"}, {"flavour": "open"})
     assert base != artifact.input_digest({"a": "1", "b": "2"}, {"flavour": "proprietary"})
+
+
+def test_corrupt_compressed_data_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    path, _ = artifact.pack(_payload(tmp_path), _manifest(), tmp_path / "store")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the zstd frame: the decoder fails mid-member
+    path.write_bytes(bytes(data))
+    problems = artifact.verify(path)
+    assert problems and any("corrupt" in p or "sha256" in p or "not a valid" in p for p in problems)
+    with pytest.raises(ArtifactError):
+        artifact.extract(path, _fresh(tmp_path / "x"))
