@@ -29,8 +29,8 @@ import yaml
 from ..artifact import MANIFEST, Manifest
 from ..errors import StateError
 from ..profile import Driver, Runtime
-from .files import FileChange, under
-from .gpus import GpuList
+from .files import FileChange, atomic_write, under
+from .gpus import GpuDevice, GpuList
 
 log = logging.getLogger(__name__)
 
@@ -199,3 +199,56 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList) -> lis
         return []
     target = spec_target(runtime)
     return [FileChange(under(root, target), target, render_spec(build_spec(root, driver, gpus)), 0o644)]
+
+
+SPEC_HEADER = b"# Written by nodeprep"
+SPEC_LOCATIONS = ("/etc/cdi", "/var/run/cdi")
+
+
+def _devices_from_spec(spec: dict[str, Any]) -> GpuList:
+    """The GPU list a nodeprep spec was written for (index and UUID entries name the same node)."""
+    by_node: dict[str, dict[str, Any]] = {}
+    for dev in spec.get("devices", []):
+        name = str(dev.get("name"))
+        nodes = dev.get("containerEdits", {}).get("deviceNodes", [])
+        if name == "all" or len(nodes) != 1:
+            continue
+        entry = by_node.setdefault(nodes[0]["path"], {})
+        entry["index" if name.isdigit() else "uuid"] = int(name) if name.isdigit() else name
+    found = []
+    for path, entry in by_node.items():
+        minor = path.removeprefix("/dev/nvidia")
+        if "index" in entry and minor.isdigit():
+            found.append(GpuDevice(index=entry["index"], minor=int(minor), uuid=entry.get("uuid")))
+    source = spec.get("annotations", {}).get("nodeprep.dev/gpu-source", "cdi-spec")
+    return GpuList(source=source, gpus=tuple(sorted(found, key=lambda g: g.index)))
+
+
+def refresh_after_activation(root: Path, version: str) -> list[str]:
+    """Rewrite the CDI specs nodeprep wrote so their mounts name the newly active `version`.
+
+    The spec mounts files of one versioned root (/opt/nvidia/<version>), so every switch of
+    /opt/nvidia/current must rewrite it; its GPU list and device nodes are kept. Specs not written
+    by nodeprep are left alone. Returns the node paths rewritten.
+    """
+    rewritten = []
+    for spec_dir in SPEC_LOCATIONS:
+        target = f"{spec_dir}/{SPEC_NAME}"
+        path = under(root, target)
+        try:
+            raw = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not raw.startswith(SPEC_HEADER):
+            continue
+        old = yaml.safe_load(raw)
+        nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
+        modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (
+            ("nvidia-modeset",) if "/dev/nvidia-modeset" in nodes else ())
+        spec = build_spec(root, Driver(version=version, modules=modules), _devices_from_spec(old),
+                          version=version)
+        change = FileChange(path, target, render_spec(spec), 0o644)
+        if change.changed:
+            atomic_write(path, change.content, change.mode)
+            rewritten.append(target)
+    return rewritten

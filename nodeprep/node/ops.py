@@ -411,6 +411,11 @@ def _activate(
     for rel in sorted(set(target.kernels) | set(stale)):
         system.depmod(layout, rel)
     crash_point("activate:depmod")
+    from ..join.cdi import refresh_after_activation  # join imports node: import at use
+
+    for spec in refresh_after_activation(layout.root, version):
+        changed = True
+        notes.append(f"{spec} now mounts {version}")
     loaded = False
     if not load:
         notes.append("module loading skipped (--no-load)")

@@ -192,3 +192,38 @@ def test_gpus_from_pci_sysfs_warn(tmp_path: Path) -> None:
     found = gpus.discover(tmp_path)
     assert found.source == "pci" and found.gpus == (gpus.GpuDevice(0, 0, None, "0000:17:00.0"),)
     assert "minors assumed to follow PCI order" in found.warnings[0]
+
+
+def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_path: Path) -> None:
+    """`nodeprep activate` (the real node code) switches /opt/nvidia/current; the CDI spec nodeprep
+    wrote must follow, or containers would get the old version's libraries."""
+    from nodeprep.node import ops
+
+    from .conftest import install_driver
+
+    old = _spec(node_root, "dual-rtx-a5000_590.44.01.xml")
+    new_version = "535.216.03"
+    install_driver(node_root, tmp_path / "work2", new_version)
+    (node_root / "opt/nvidia/current").unlink()
+    (node_root / "opt/nvidia/current").symlink_to(VERSION)
+    foreign = node_root / "var/run/cdi/nvidia.yaml"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")  # not ours: untouched
+
+    result = ops.activate(node_root, new_version, load=False)
+    assert result.changed and "/etc/cdi/nvidia.yaml now mounts 535.216.03" in result.notes
+    spec = yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
+    jsonschema.Draft7Validator(SCHEMA).validate(spec)
+    hosts = [m["hostPath"] for m in spec["containerEdits"]["mounts"]]
+    assert hosts and all(h.startswith(f"/opt/nvidia/{new_version}/") for h in hosts)
+    assert any(h.endswith(f"libcuda.so.{new_version}") for h in hosts)
+    assert spec["devices"] == old["devices"]
+    assert spec["containerEdits"]["deviceNodes"] == old["containerEdits"]["deviceNodes"]
+    assert spec["annotations"]["nodeprep.dev/driver-version"] == new_version
+    assert foreign.read_text().startswith("cdiVersion: 0.5.0\nkind")
+    assert cdi.refresh_after_activation(node_root, new_version) == []  # idempotent
+
+    ops.rollback(node_root, load=False)
+    hosts = [m["hostPath"] for m in yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
+             ["containerEdits"]["mounts"]]
+    assert all(h.startswith(f"/opt/nvidia/{VERSION}/") for h in hosts)
