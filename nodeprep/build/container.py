@@ -1,9 +1,16 @@
 """`--builder podman|docker`: run the same build-driver inside the target OS's container image.
 
-The image comes from images/<os>/Containerfile (built once, tagged `nodeprep-builder:<os>`); the
-repository is mounted read-only at /src, the store and cache read-write at /store and /cache, and
-the container runs `nodeprep build-driver --builder chroot ...` with the same arguments. Only the
-argv is built here; `run_in_container` checks that the engine exists and answers first.
+The image comes from images/<os>/Containerfile; the repository is mounted read-only at /src, the
+store and cache read-write at /store and /cache, and the container runs `nodeprep build-driver` with
+the same arguments:
+
+- debian-12: image `nodeprep-builder:debian-12`, and `--builder chroot` inside (the same mmdebstrap
+  build root as on a host);
+- other OSes (ubuntu-22.04, ubuntu-24.04, rhel-9): the image installs the exact kernel's headers and
+  compiler, so it is built per kernel (`--build-arg KERNEL_RELEASE=<kernel>`, tag
+  `nodeprep-builder:<os>-<kernel>`; `--kernel` is required) and runs `--builder host` inside.
+
+Only the argv is built here; `run_in_container` checks that the engine exists and answers first.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from .. import runner
 from ..errors import InputError
 
 ENGINES = ("podman", "docker")
+CHROOT_IN_CONTAINER = ("debian-12",)  # OSes whose image runs the chroot builder inside
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -30,9 +38,16 @@ class ContainerBuild:
     args: tuple[str, ...]  # build-driver arguments other than --store/--cache/--builder
     repo: Path = REPO
     mounts: tuple[tuple[Path, str], ...] = ()  # (host path, container path), read-only
+    kernel: str | None = None  # required for the per-kernel images (other OSes than debian-12)
+
+    @property
+    def inner_builder(self) -> str:
+        return "chroot" if self.os_name in CHROOT_IN_CONTAINER else "host"
 
     @property
     def image(self) -> str:
+        if self.inner_builder == "host":
+            return f"nodeprep-builder:{self.os_name}-{self.kernel}"
         return f"nodeprep-builder:{self.os_name}"
 
     @property
@@ -41,9 +56,11 @@ class ContainerBuild:
 
 
 def build_image_argv(cb: ContainerBuild) -> list[str]:
+    build_args = ["--build-arg", f"KERNEL_RELEASE={cb.kernel}"] if cb.inner_builder == "host" else []
     return [
         cb.engine,
         "build",
+        *build_args,
         "-t",
         cb.image,
         "-f",
@@ -53,7 +70,7 @@ def build_image_argv(cb: ContainerBuild) -> list[str]:
 
 
 def run_argv(cb: ContainerBuild) -> list[str]:
-    # --privileged: the build inside uses chroot and mmdebstrap's root mode, like on a host.
+    # --privileged: the chroot build inside uses chroot and mmdebstrap's root mode, like on a host.
     return [
         cb.engine,
         "run",
@@ -77,7 +94,7 @@ def run_argv(cb: ContainerBuild) -> list[str]:
         "nodeprep.cli",
         "build-driver",
         "--builder",
-        "chroot",
+        cb.inner_builder,
         "--store",
         "/store",
         "--cache",
@@ -89,6 +106,11 @@ def run_argv(cb: ContainerBuild) -> list[str]:
 def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBuild:
     """The container run of BuildRequest `req`: the same options, paths mapped into the container
     (store -> /store, cache -> /cache, runfile/keys mounted read-only under /inputs)."""
+    if req.os_name not in CHROOT_IN_CONTAINER and not req.kernel:
+        raise InputError(
+            f"--builder {engine} --os {req.os_name}: --kernel RELEASE is required "
+            "(the image installs that kernel's headers)"
+        )
     args: list[str] = ["--os", req.os_name, "--flavour", req.flavour, "--arch", req.arch]
     mounts: list[tuple[Path, str]] = []
 
@@ -131,6 +153,7 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
         cache=Path(req.cache),
         args=tuple(args),
         mounts=tuple(mounts),
+        kernel=req.kernel,
     )
 
 

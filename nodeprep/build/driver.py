@@ -43,13 +43,14 @@ from ..artifact import (
 from ..errors import CommandError, InputError, NodeprepError
 from ..log import step
 from ..sources import drivers, runfile
-from . import buildroot, cc, headers, kbuild
+from . import buildroot, cc, headers, hostbuild, kbuild
 
 log = logging.getLogger(__name__)
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
 Progress = Callable[[str, int, "int | None"], None]  # (phase, done, total)
-BUILDERS = ("chroot", "podman", "docker")
+BUILDERS = ("chroot", "host", "podman", "docker")
+AnyRoot = buildroot.BuildRoot | hostbuild.HostRoot
 
 
 class BuildError(NodeprepError):
@@ -75,6 +76,8 @@ class BuildRequest:
     sign_cert: Path | None = None
     sign_hash: str = "sha256"
     smoke_test: bool | None = None  # None: on when the smoke hook exists
+    builder: str = "chroot"  # "chroot" (mmdebstrap build root) or "host" (this system's headers)
+    headers_dir: Path | None = None  # --builder host: the headers tree (default: discovered)
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,22 @@ def _hook(name: str) -> Any | None:
 def _archive(req: BuildRequest) -> Any:
     from ..sources.debian import DebianArchive
 
-    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch)
+    # Host builds for other OSes still take Debian's driver sources / user space from Debian 12.
+    os_name = req.os_name if req.os_name in buildroot.SPECS else "debian-12"
+    return DebianArchive(req.cache, os_name=os_name, arch=req.arch)
+
+
+class _LazyArchive:
+    """The Debian archive, created on first use: a host build from a runfile never needs apt."""
+
+    def __init__(self, req: BuildRequest) -> None:
+        self._req = req
+        self._real: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._real is None:
+            self._real = _archive(self._req)
+        return getattr(self._real, name)
 
 
 def _lists_fingerprint(archive: Any) -> str | None:
@@ -194,36 +212,13 @@ def resolve_plan(
         )
     )
     memo = req.cache / "plans" / f"{memo_key}.json"
-    run_path: Path | None = None
-    if req.runfile:
-        if not req.runfile_sha256:
-            raise InputError("--runfile needs --sha256 (the installer's published sha256)")
-        with step(f"Fetching {runfile.runfile_name(req.runfile)}"):
-            run_path = runfile.fetch(
-                req.runfile,
-                req.runfile_sha256,
-                req.cache,
-                progress=(lambda d, t: progress("download", d, t)) if progress else None,
-            )
+    run_path = _fetch_runfile(req, progress)
     if _lists_fingerprint(archive) and memo.is_file():
         plan = Plan(**json.loads(memo.read_text()))
         if all(Path(p).is_file() for p in plan.debs.values()):
             return plan, run_path
     debs: dict[str, str] = {}
-    if run_path is not None:
-        header = runfile.read_header(run_path)
-        version = _runfile_version(run_path.name, header)
-        if version is None:
-            raise InputError(
-                f"{run_path.name}: cannot tell the driver version (name it NVIDIA-Linux-<arch>-<version>.run)"
-            )
-        if req.driver and req.driver != version:
-            raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
-        source = {"kind": "runfile", "url": req.runfile or "", "name": run_path.name}
-    else:
-        chosen = drivers.resolve(drivers.load_catalog(archive), req.driver, req.flavour)
-        version = chosen.driver_version
-        source = {"kind": "debian", "package": chosen.package, "version": chosen.debian_version}
+    version, source = _driver_source(req, archive, run_path)
     hdrs = headers.resolve(archive, req.kernel, arch=req.arch)
     if run_path is None:
         debs["source"] = str(archive.download(source["package"], source["version"]))
@@ -245,7 +240,62 @@ def resolve_plan(
     return plan, run_path
 
 
-def build_params(req: BuildRequest, plan: Plan, root: buildroot.BuildRoot) -> dict[str, Any]:
+def _fetch_runfile(req: BuildRequest, progress: Progress | None) -> Path | None:
+    if not req.runfile:
+        return None
+    if not req.runfile_sha256:
+        raise InputError("--runfile needs --sha256 (the installer's published sha256)")
+    with step(f"Fetching {runfile.runfile_name(req.runfile)}"):
+        return runfile.fetch(
+            req.runfile,
+            req.runfile_sha256,
+            req.cache,
+            progress=(lambda d, t: progress("download", d, t)) if progress else None,
+        )
+
+
+def _driver_source(req: BuildRequest, archive: Any, run_path: Path | None) -> tuple[str, dict[str, str]]:
+    """(driver version, source description) from the runfile or Debian's catalogue."""
+    if run_path is not None:
+        header = runfile.read_header(run_path)
+        version = _runfile_version(run_path.name, header)
+        if version is None:
+            raise InputError(
+                f"{run_path.name}: cannot tell the driver version (name it NVIDIA-Linux-<arch>-<version>.run)"
+            )
+        if req.driver and req.driver != version:
+            raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
+        return version, {"kind": "runfile", "url": req.runfile or "", "name": run_path.name}
+    chosen = drivers.resolve(drivers.load_catalog(archive), req.driver, req.flavour)
+    return chosen.driver_version, {
+        "kind": "debian",
+        "package": chosen.package,
+        "version": chosen.debian_version,
+    }
+
+
+def resolve_host_plan(
+    req: BuildRequest, archive: Any, release: str, progress: Progress | None = None
+) -> tuple[Plan, Path | None]:
+    """`--builder host`: the headers are the system's (no packages); only the driver sources are
+    resolved (the runfile, or Debian's kernel-source package, whose .deb is the one input file)."""
+    run_path = _fetch_runfile(req, progress)
+    if run_path is None:
+        archive.update()
+    version, source = _driver_source(req, archive, run_path)
+    debs = {} if run_path is not None else {"source": str(archive.download(source["package"], source["version"]))}
+    plan = Plan(
+        driver_version=version,
+        flavour=req.flavour,
+        kernel_release=release,
+        source=source,
+        debs=debs,
+        header_packages=[],
+    )
+    return plan, run_path
+
+
+def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]:
     """Everything besides the input files that decides the artifact's bytes."""
     return {
         "build_format": BUILD_FORMAT,
@@ -323,17 +373,28 @@ def compile_in_root(
     req: BuildRequest,
     plan: Plan,
     run_path: Path | None,
-    root: buildroot.BuildRoot,
+    root: AnyRoot,
     *,
     log_path: Path,
     progress: Progress | None,
     timings: dict[str, float] | None = None,
     cleanup: list[threading.Thread] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Compile + strip in a clone of the build root. Returns (dir with stripped .ko, build info).
+    """Compile + strip in a clone of the build root (host: in a private work directory on this
+    system). Returns (dir with stripped .ko, build info).
 
     The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild)."""
     timings = timings if timings is not None else {}
+    if isinstance(root, hostbuild.HostRoot):
+        work = buildroot.private_dir(req.cache / "tmp", "build")
+        try:
+            return _compile_in_clone(
+                req, plan, run_path, root, work, log_path=log_path, progress=progress, timings=timings
+            )
+        finally:
+            t = time.monotonic()
+            buildroot.remove_tree(work)
+            timings["cleanup"] = round(time.monotonic() - t, 2)
     with _timed(timings, "headers_layer"):
         layered = buildroot.with_headers(
             root, [Path(plan.debs[p]) for p, _ in plan.header_packages], req.cache
@@ -353,7 +414,7 @@ def _compile_in_clone(
     req: BuildRequest,
     plan: Plan,
     run_path: Path | None,
-    root: buildroot.BuildRoot,
+    root: AnyRoot,
     clone: Path,
     *,
     log_path: Path,
@@ -365,11 +426,21 @@ def _compile_in_clone(
     with _timed(timings, "prepare", "Placing the driver sources in the build root"):
         tree = _place_sources(plan, run_path, clone, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
-    headers_dir = clone / "usr" / "src" / f"linux-headers-{plan.kernel_release}"
-    kernel_cc = cc.read_kernel_compiler(headers_dir)
-    build_cc = cc.Compiler(
-        kbuild.root_compiler_version(clone, kernel_cc.program) or f"{kernel_cc.program} (missing)"
-    )
+    host = root if isinstance(root, hostbuild.HostRoot) else None
+    if host is not None:
+        headers_dir = host.headers_dir
+        kernel_cc = cc.read_kernel_compiler(headers_dir)
+        build_cc = cc.Compiler(host.compiler)
+        headers_key: dict[str, str] = {"host-headers": host.headers_sha256}
+    else:
+        headers_dir = clone / "usr" / "src" / f"linux-headers-{plan.kernel_release}"
+        kernel_cc = cc.read_kernel_compiler(headers_dir)
+        build_cc = cc.Compiler(
+            kbuild.root_compiler_version(clone, kernel_cc.program) or f"{kernel_cc.program} (missing)"
+        )
+        headers_key = {
+            Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p])) for p, _ in plan.header_packages
+        }
     problem = cc.mismatch(kernel_cc, build_cc)
     info: dict[str, Any] = {"compiler": kernel_cc.text, "build_compiler": build_cc.text}
     if problem and not req.allow_cc_mismatch:
@@ -388,9 +459,7 @@ def _compile_in_clone(
                 "format": BUILD_FORMAT,
                 "tree": tree_sha,
                 "flavour": plan.flavour,
-                "headers": {
-                    Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p])) for p, _ in plan.header_packages
-                },
+                "headers": headers_key,
                 "build_root": list(root.packages),
                 "kernel_release": plan.kernel_release,
             }
@@ -414,7 +483,13 @@ def _compile_in_clone(
     ):
         try:
             built = kbuild.compile_modules(
-                clone, plan.kernel_release, jobs=jobs, log_path=log_path, on_line=counter
+                None if host else clone,
+                plan.kernel_release,
+                jobs=jobs,
+                log_path=log_path,
+                on_line=counter,
+                tree=str(tree) if host else kbuild.BUILD_DIR,
+                extra=hostbuild.make_vars(host, tree) if host else (),
             )
         except CommandError as e:
             if e.returncode == 127 or "timed out" in str(e):
@@ -428,7 +503,10 @@ def _compile_in_clone(
             f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path)
         )
     with _timed(timings, "strip"):
-        kbuild.strip_modules(clone, [p.name for p in built])
+        if host:
+            kbuild.strip_modules(None, [p.name for p in built], tree=str(tree))
+        else:
+            kbuild.strip_modules(clone, [p.name for p in built])
     staging = buildroot.private_dir(tmp_parent, "modules")
     try:
         for p in built:
@@ -477,12 +555,17 @@ def _userspace(
     if userspace is None or not hasattr(userspace, "build_userspace"):
         notes.append("user-space artifact skipped: nodeprep.build.userspace is not available")
         return None
+    # User space is distribution-independent: host builds for any OS take it from Debian's archive
+    # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
+    soft: tuple[type[Exception], ...] = (
+        (NodeprepError,) if req.builder == "host" and req.os_name not in buildroot.SPECS else (InputError,)
+    )
     with step(f"Building the user-space artifact for {driver_version}"):
         try:
             path, manifest = userspace.build_userspace(
                 archive, driver_version, req.cache / "userspace", arch=req.arch
             )
-        except InputError as e:
+        except soft as e:
             notes.append(f"user-space artifact skipped: {e}")
             log.warning("warning: user-space artifact skipped: %s", e)
             return None
@@ -492,7 +575,15 @@ def _userspace(
 
 def validate_request(req: BuildRequest) -> None:
     """Refuse bad input before anything is downloaded or written (InputError, exit 2)."""
-    buildroot.spec_for(req.os_name)
+    if req.builder == "host":
+        if req.os_name not in hostbuild.HOST_OSES:
+            raise InputError(f"--os: {req.os_name!r} is not one of {', '.join(hostbuild.HOST_OSES)}")
+        if req.smoke_test and req.os_name not in buildroot.SPECS:
+            raise InputError(f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)")
+    else:
+        buildroot.spec_for(req.os_name)
+        if req.headers_dir is not None:
+            raise InputError("--headers-dir is only used with --builder host")
     if req.flavour not in drivers.FLAVOURS:
         raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
     if req.driver is not None and not drivers.DRIVER_RE.match(req.driver):
@@ -517,23 +608,30 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
     """Build (or find in the store) the kmod artifact of `req`, then the user-space artifact."""
     start = time.monotonic()
     store = LocalStore(req.store)
-    spec = buildroot.spec_for(req.os_name)
     validate_request(req)
-    archive = archive or _archive(req)
+    host = req.builder == "host"
+    archive = archive or (_LazyArchive(req) if host else _archive(req))
     smoke_mod = _hook("smoke")
-    smoke_on = req.smoke_test if req.smoke_test is not None else smoke_mod is not None
+    # The smoke test boots Debian's kernel: off by default for host builds for other OSes.
+    smoke_default = smoke_mod is not None and req.os_name in buildroot.SPECS
+    smoke_on = req.smoke_test if req.smoke_test is not None else smoke_default
     if smoke_on and smoke_mod is None:
         raise InputError("--smoke-test: the smoke test hook (nodeprep.build.smoke) is not installed")
     req = replace(req, smoke_test=smoke_on)
 
     buildroot.sweep_stale(req.cache / "tmp")
-    plan, run_path = resolve_plan(req, archive, progress)
-    root = buildroot.ensure(
-        spec,
-        req.cache,
-        mirror=getattr(archive, "mirror", "") or "http://deb.debian.org/debian",
-        security_mirror=getattr(archive, "security_mirror", None),
-    )
+    root: AnyRoot
+    if host:
+        root, release = hostbuild.host_root(req.os_name, req.kernel, req.headers_dir)
+        plan, run_path = resolve_host_plan(req, archive, release, progress)
+    else:
+        plan, run_path = resolve_plan(req, archive, progress)
+        root = buildroot.ensure(
+            buildroot.spec_for(req.os_name),
+            req.cache,
+            mirror=getattr(archive, "mirror", "") or "http://deb.debian.org/debian",
+            security_mirror=getattr(archive, "security_mirror", None),
+        )
     inputs = {Path(p).name: sha256_file(Path(p)) for p in plan.debs.values()}
     if run_path is not None:
         inputs[run_path.name] = sha256_file(run_path)
@@ -593,7 +691,7 @@ def _build_and_publish(
     req: BuildRequest,
     plan: Plan,
     run_path: Path | None,
-    root: buildroot.BuildRoot,
+    root: AnyRoot,
     archive: Any,
     store: LocalStore,
     inputs: dict[str, str],
@@ -626,7 +724,11 @@ def _build_and_publish(
         extra: dict[str, Any] = {
             "source": {k: v for k, v in plan.source.items() if k != "url"}
             | ({"sha256": inputs[run_path.name]} if run_path else {}),
-            "kernel_headers": {p: v for p, v in plan.header_packages},
+            "kernel_headers": (
+                {"dir": str(root.headers_dir), "sha256": root.headers_sha256}
+                if isinstance(root, hostbuild.HostRoot)
+                else {p: v for p, v in plan.header_packages}
+            ),
             "build_root": {
                 "os": req.os_name,
                 "key": root.spec.key,
@@ -707,14 +809,18 @@ class _headers_tree:
     """Context manager: the arch-specific headers of `plan` extracted in a temporary root
     (the signing hook needs scripts/sign-file and the kernel's certs there)."""
 
-    def __init__(self, req: BuildRequest, plan: Plan, root: buildroot.BuildRoot) -> None:
+    def __init__(self, req: BuildRequest, plan: Plan, root: AnyRoot) -> None:
         self.req, self.plan, self.root = req, plan, root
+        self.tmp: Path | None = None
 
     def __enter__(self) -> Path:
+        if isinstance(self.root, hostbuild.HostRoot):
+            return self.root.headers_dir  # the system's own headers (scripts/sign-file, certs)
         self.tmp = buildroot.private_dir(self.req.cache / "tmp", "headers")
         for deb in [self.plan.debs[p] for p, _ in self.plan.header_packages]:
             runner.run(["dpkg-deb", "-x", deb, self.tmp])
         return self.tmp / "usr" / "src" / f"linux-headers-{self.plan.kernel_release}"
 
     def __exit__(self, *exc: object) -> None:
-        buildroot.remove_tree(self.tmp)
+        if self.tmp is not None:
+            buildroot.remove_tree(self.tmp)

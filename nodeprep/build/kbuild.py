@@ -55,11 +55,23 @@ class CompileProgress:
                 self.report(self.done, self.total)
 
 
-def make_argv(kernel_release: str, jobs: int, modules: tuple[str, ...] | None = None) -> list[str]:
-    argv = ["make", "-C", BUILD_DIR, f"-j{jobs}", "modules", f"KERNEL_UNAME={kernel_release}"]
+def make_argv(
+    kernel_release: str,
+    jobs: int,
+    modules: tuple[str, ...] | None = None,
+    *,
+    tree: str = BUILD_DIR,
+    extra: tuple[str, ...] | list[str] = (),
+) -> list[str]:
+    argv = ["make", "-C", tree, f"-j{jobs}", "modules", f"KERNEL_UNAME={kernel_release}", *extra]
     if modules:
         argv.append("NV_KERNEL_MODULES=" + " ".join(modules))
     return argv
+
+
+def tree_path(root: Path | None, tree: str = BUILD_DIR) -> Path:
+    """Where `tree` (a path inside build root `root`; None: the running system) is seen from here."""
+    return root / tree.lstrip("/") if root is not None else Path(tree)
 
 
 def compile_modules(
@@ -69,24 +81,27 @@ def compile_modules(
     jobs: int,
     log_path: Path,
     on_line: Callable[[str], None] | None = None,
+    tree: str = BUILD_DIR,
+    extra: tuple[str, ...] | list[str] = (),
 ) -> list[Path]:
-    """Run kbuild in `root` (chroot); returns the built .ko files (paths outside the root)."""
+    """Run kbuild in `root` (chroot; None: on this system, `--builder host`) on the module tree
+    at `tree`; returns the built .ko files (paths as seen from here)."""
     runner.run(
-        make_argv(kernel_release, jobs),
+        make_argv(kernel_release, jobs, tree=tree, extra=extra),
         root=root,
         env=REPRODUCIBLE_ENV,
         timeout=MAKE_TIMEOUT,
         on_line=on_line,
         log_path=log_path,
     )
-    tree = root / BUILD_DIR.lstrip("/")
-    return [tree / f"{m}.ko" for m in MODULES if (tree / f"{m}.ko").is_file()]
+    out = tree_path(root, tree)
+    return [out / f"{m}.ko" for m in MODULES if (out / f"{m}.ko").is_file()]
 
 
-def strip_modules(root: Path, names: list[str]) -> None:
-    """`strip --strip-debug` the modules BUILD_DIR/<name> with the build root's binutils."""
+def strip_modules(root: Path | None, names: list[str], tree: str = BUILD_DIR) -> None:
+    """`strip --strip-debug` the modules <tree>/<name> with the build root's (or host's) binutils."""
     if names:
-        runner.run(["strip", "--strip-debug", *[f"{BUILD_DIR}/{n}" for n in names]], root=root, timeout=600)
+        runner.run(["strip", "--strip-debug", *[f"{tree}/{n}" for n in names]], root=root, timeout=600)
 
 
 def modinfo(path: Path, field: str) -> str:

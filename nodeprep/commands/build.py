@@ -129,10 +129,18 @@ def _sigterm_as_interrupt() -> None:
 )
 @click.option(
     "--builder",
-    type=click.Choice(["chroot", "podman", "docker"]),
+    type=click.Choice(["chroot", "host", "podman", "docker"]),
     default="chroot",
     show_default=True,
-    help="chroot: mmdebstrap build root on this host; podman/docker: the same inside images/<os>/.",
+    help="chroot: mmdebstrap build root (debian-12); host: this system's installed kernel headers and "
+    "gcc; podman/docker: inside images/<os>/ (chroot for debian-12, host for the others).",
+)
+@click.option(
+    "--headers-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="--builder host: the kernel headers tree (default: /lib/modules/<kernel>/build, "
+    "/usr/src/linux-headers-<kernel>, /usr/src/kernels/<kernel>).",
 )
 @click.option(
     "--sign-key",
@@ -168,6 +176,7 @@ def build_driver_cmd(
     allow_cc_mismatch: bool,
     userspace: bool,
     builder: str,
+    headers_dir: Path | None,
     sign_key: Path | None,
     sign_cert: Path | None,
     sign_hash: str,
@@ -184,6 +193,10 @@ def build_driver_cmd(
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
+    if headers_dir is not None and builder != "host":
+        raise InputError("--headers-dir is only used with --builder host")
+    in_container = builder in container.ENGINES
+    inner = "chroot" if in_container and os_name in container.CHROOT_IN_CONTAINER else builder
     req = BuildRequest(
         driver=driver,
         flavour=flavour,
@@ -202,9 +215,11 @@ def build_driver_cmd(
         sign_cert=sign_cert,
         sign_hash=sign_hash,
         smoke_test=smoke_test,
+        builder="host" if inner in container.ENGINES else inner,
+        headers_dir=headers_dir,
     )
     validate_request(req)
-    if builder != "chroot":
+    if in_container:
         cb = container.for_request(builder, req, as_json=as_json)
         click.get_current_context().exit(container.run_in_container(cb))
     _sigterm_as_interrupt()
