@@ -27,6 +27,7 @@ import yaml
 from . import __version__
 from .artifact import sha256_file
 from .errors import InputError
+from .join.token import parse_token
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ MERGE_HOW: list[dict[str, Any]] = [
 ]
 MERGE_TYPE_HEADER = "list(append)+dict(no_replace,recurse_list)+str()"
 
-TOKEN_RE = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 CA_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SAFE_ARG_RE = re.compile(r"^[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%<>=-]+$")
 
@@ -198,12 +198,10 @@ class UserData:
 def read_token(path: Path) -> str:
     """The bootstrap token from `path` (one line `abcdef.0123456789abcdef`); never logged."""
     try:
-        token = path.read_text().strip()
+        text = path.read_text()
     except OSError as e:
         raise InputError(f"{path}: cannot read bootstrap token ({e.strerror})") from None
-    if not TOKEN_RE.match(token):
-        raise InputError(f"{path}: not a bootstrap token (expected [a-z0-9]{{6}}.[a-z0-9]{{16}})")
-    return token
+    return parse_token(text, source=str(path)).value
 
 
 def check_ca_hashes(hashes: Sequence[str]) -> tuple[str, ...]:
