@@ -283,7 +283,11 @@ def resolve_host_plan(
     if run_path is None:
         archive.update()
     version, source = _driver_source(req, archive, run_path)
-    debs = {} if run_path is not None else {"source": str(archive.download(source["package"], source["version"]))}
+    debs = (
+        {}
+        if run_path is not None
+        else {"source": str(archive.download(source["package"], source["version"]))}
+    )
     plan = Plan(
         driver_version=version,
         flavour=req.flavour,
@@ -579,7 +583,9 @@ def validate_request(req: BuildRequest) -> None:
         if req.os_name not in hostbuild.HOST_OSES:
             raise InputError(f"--os: {req.os_name!r} is not one of {', '.join(hostbuild.HOST_OSES)}")
         if req.smoke_test and req.os_name not in buildroot.SPECS:
-            raise InputError(f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)")
+            raise InputError(
+                f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)"
+            )
     else:
         buildroot.spec_for(req.os_name)
         if req.headers_dir is not None:

@@ -53,7 +53,9 @@ def find_headers_dir(kernel: str | None, headers_dir: Path | None = None, root: 
         if (d / ".config").is_file() and (d / "Makefile").is_file():
             return d
     if headers_dir is not None:
-        raise InputError(f"--headers-dir: {headers_dir} is not a kernel headers tree (no .config or Makefile)")
+        raise InputError(
+            f"--headers-dir: {headers_dir} is not a kernel headers tree (no .config or Makefile)"
+        )
     raise InputError(
         f"--kernel: no headers for {kernel} on this system (tried {', '.join(map(str, tried))}); "
         "install them or pass --headers-dir"
@@ -69,7 +71,10 @@ def headers_release(headers_dir: Path) -> str | None:
 
 def headers_digest(headers_dir: Path, compiler_text: str) -> str:
     """sha256 over the files that identify a headers tree, and the compiler's version line."""
-    files = {name: sha256_file(headers_dir / name) if (headers_dir / name).is_file() else None for name in DIGEST_FILES}
+    files = {
+        name: sha256_file(headers_dir / name) if (headers_dir / name).is_file() else None
+        for name in DIGEST_FILES
+    }
     return sha256_bytes(canonical_json({"files": files, "compiler": compiler_text}))
 
 

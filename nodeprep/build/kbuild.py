@@ -75,7 +75,7 @@ def tree_path(root: Path | None, tree: str = BUILD_DIR) -> Path:
 
 
 def compile_modules(
-    root: Path,
+    root: Path | None,
     kernel_release: str,
     *,
     jobs: int,

@@ -61,9 +61,8 @@ def tiny_runfile(dest_dir: Path, version: str) -> Path:
 @pytest.fixture
 def system(test_cache: Path, tmp_path: Path):
     """A Debian 12 system with one kernel's headers installed; yields (root, kernel release)."""
-    from tests.support.testhosts import debian_rootfs
-
     from nodeprep.sources.debian import DebianArchive
+    from tests.support.testhosts import debian_rootfs
 
     archive = DebianArchive(test_cache, os_name="debian-12")
     archive.update()
@@ -94,9 +93,20 @@ def system(test_cache: Path, tmp_path: Path):
 def build(root: Path, *args: str) -> dict:
     res = runner.run(
         [
-            "python3", "-m", "nodeprep.cli", "build-driver", "--builder", "host",
-            "--store", "/work/store", "--cache", "/work/cache",
-            "--no-userspace", "--no-smoke-test", "--json", *args,
+            "python3",
+            "-m",
+            "nodeprep.cli",
+            "build-driver",
+            "--builder",
+            "host",
+            "--store",
+            "/work/store",
+            "--cache",
+            "/work/cache",
+            "--no-userspace",
+            "--no-smoke-test",
+            "--json",
+            *args,
         ],
         root=root,
         env={"PYTHONPATH": "/src"},
@@ -153,9 +163,24 @@ def test_host_build_refuses_a_missing_headers_tree(system):
     root, release = system
     res = runner.run(
         [
-            "python3", "-m", "nodeprep.cli", "build-driver", "--builder", "host", "--os", "ubuntu-24.04",
-            "--kernel", "6.8.0-45-generic", "--runfile", "/nonexistent.run", "--sha256", "0" * 64,
-            "--store", "/work/store", "--cache", "/work/cache",
+            "python3",
+            "-m",
+            "nodeprep.cli",
+            "build-driver",
+            "--builder",
+            "host",
+            "--os",
+            "ubuntu-24.04",
+            "--kernel",
+            "6.8.0-45-generic",
+            "--runfile",
+            "/nonexistent.run",
+            "--sha256",
+            "0" * 64,
+            "--store",
+            "/work/store",
+            "--cache",
+            "/work/cache",
         ],
         root=root,
         env={"PYTHONPATH": "/src"},

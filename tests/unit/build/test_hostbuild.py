@@ -57,7 +57,9 @@ def test_discovery_order(tmp_path):
 def test_discovery_errors_name_what_was_tried(tmp_path):
     with pytest.raises(InputError) as e:
         hostbuild.find_headers_dir("5.14.0-427.13.1.el9_4.x86_64", root=tmp_path)
-    assert str(e.value).startswith("--kernel: no headers for 5.14.0-427.13.1.el9_4.x86_64 on this system (tried ")
+    assert str(e.value).startswith(
+        "--kernel: no headers for 5.14.0-427.13.1.el9_4.x86_64 on this system (tried "
+    )
     assert f"{tmp_path}/usr/src/kernels/5.14.0-427.13.1.el9_4.x86_64" in str(e.value)
     with pytest.raises(InputError, match=r"^--headers-dir: .* is not a kernel headers tree"):
         hostbuild.find_headers_dir(None, tmp_path)
@@ -79,7 +81,9 @@ def test_release_comes_from_utsrelease_and_must_match_kernel(tmp_path):
 def test_source_dir_follows_debians_split_headers(tmp_path):
     common = headers_tree(tmp_path / "usr/src/linux-headers-6.1.0-56-common", "x")
     arch = headers_tree(
-        tmp_path / "usr/src/linux-headers-6.1.0-56-amd64", "6.1.0-56-amd64", makefile=f"include {common}/Makefile\n"
+        tmp_path / "usr/src/linux-headers-6.1.0-56-amd64",
+        "6.1.0-56-amd64",
+        makefile=f"include {common}/Makefile\n",
     )
     assert hostbuild.source_dir(arch) == common
     lm = tmp_path / "lib/modules/6.1.0-56-amd64"
@@ -214,7 +218,8 @@ def invoke(*args: str):
         ),
         (
             ["--builder", "docker", "--os", "rhel-9"],
-            "error: --builder docker --os rhel-9: --kernel RELEASE is required (the image installs that kernel's headers)",
+            "error: --builder docker --os rhel-9: --kernel RELEASE is required "
+            "(the image installs that kernel's headers)",
         ),
         (["--headers-dir", "/usr/src"], "error: --headers-dir is only used with --builder host"),
         (
