@@ -15,6 +15,8 @@ from ..errors import InputError
 
 CC_TEXT_RE = re.compile(r'^CONFIG_CC_VERSION_TEXT="(?P<text>[^"]*)"\s*$', re.M)
 VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?)\s*$")
+AFTER_PARENS_RE = re.compile(r"\)\s+(\d+\.\d+(?:\.\d+)?)\b")
+AFTER_WORD_RE = re.compile(r"\bversion\s+(\d+\.\d+(?:\.\d+)?)\b")
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Compiler:
     @property
     def family(self) -> str:
         prog = self.program.rsplit("/", 1)[-1]
-        if "clang" in prog:
+        if "clang" in prog or "clang" in self.text.split()[1:2]:  # "Debian clang version 14.0.6"
             return "clang"
         if "gcc" in prog or prog in ("cc", "c89", "c99"):
             return "gcc"
@@ -36,7 +38,10 @@ class Compiler:
 
     @property
     def version(self) -> str:
-        m = VERSION_RE.search(self.text)
+        """Upstream version: after the packager's parentheses (gcc: "gcc (GCC) 11.4.1 20231218
+        (Red Hat 11.4.1-3)"), else at the end ("… 12.2.0"), else after "version" (clang)."""
+        m = (AFTER_PARENS_RE.search(self.text) or VERSION_RE.search(self.text)
+             or AFTER_WORD_RE.search(self.text))
         return m[1] if m else ""
 
     @property

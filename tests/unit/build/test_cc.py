@@ -55,3 +55,20 @@ def test_match_and_mismatch():
     assert why and "12.2.0" in why and "11.4.0" in why
     assert cc.mismatch(kernel, cc.Compiler("Debian clang version 14.0.6")) is not None
     assert cc.mismatch(kernel, cc.Compiler("gcc-12 (missing)")) is not None
+
+
+@pytest.mark.parametrize("text,family,version", [
+    ("gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0", "gcc", "12.2.0"),
+    ("gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0", "gcc", "11.4.0"),
+    ("x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0", "gcc", "13.2.0"),
+    ("gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3)", "gcc", "11.4.1"),
+    ("Debian clang version 14.0.6", "clang", "14.0.6"),
+    ("clang version 16.0.6 (Fedora 16.0.6-3.fc38)", "clang", "16.0.6"),
+])
+def test_compiler_version_of_real_banners(text: str, family: str, version: str) -> None:
+    """CONFIG_CC_VERSION_TEXT values as Debian, Ubuntu, RHEL and Fedora kernels record them."""
+    c = cc.Compiler(text)
+    assert (c.family, c.version) == (family, version)
+    rhel = cc.Compiler("gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3)")
+    assert cc.mismatch(rhel, cc.Compiler("gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3)")) is None
+    assert cc.mismatch(rhel, cc.Compiler("gcc (GCC) 11.5.0 20240719 (Red Hat 11.5.0-2)")) is not None
