@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,10 @@ from .conftest import REPO
 CAPTURE = REPO.parent / "shared/fixtures/nvidia-smi/a100-sxm4-80gb-mig_535.54.03.xml"
 
 
-def module(name: str, args: dict[str, object], *, check: bool = False) -> tuple[str, dict[str, object]]:
-    """Run nodeprep.fleet.<name> on localhost; (status word, result)."""
+def module(
+    name: str, args: dict[str, object], *, check: bool = False, common: bool = True
+) -> tuple[str, dict[str, object]]:
+    """Run nodeprep.fleet.<name> on localhost; (status word, result). `common`: add nodeprep_path."""
     pytest.importorskip("ansible")
     argv = [
         sys.executable,
@@ -36,7 +39,7 @@ def module(name: str, args: dict[str, object], *, check: bool = False) -> tuple[
         "-m",
         f"nodeprep.fleet.{name}",
         "-a",
-        json.dumps({"nodeprep_path": str(REPO), **args}),
+        json.dumps({"nodeprep_path": str(REPO), **args} if common else args),
         "-o",
         "--diff",
     ]
@@ -105,3 +108,75 @@ def test_doctor_module_fails_with_the_problems(tmp_path: Path) -> None:
     status, result = module("nodeprep_doctor", {"root": str(tmp_path), "checks": ["state"]})
     assert status == "FAILED!" and str(result["msg"]).startswith("doctor: state:")
     assert result["changed"] is False
+
+
+def test_info_probe_reports_current_only_for_this_install(tmp_path: Path) -> None:
+    """The nodeprep_install probe: `current` only when the zipapp, the tree unpacked from it and the
+    wrapper match the sha256 and the library imports; `profile_current` only for the written profile."""
+    import hashlib
+
+    app = tmp_path / "node/usr/local/lib/nodeprep/nodeprep.pyz"
+    app.parent.mkdir(parents=True)
+    with zipfile.ZipFile(app, "w") as zf:  # a real zipapp of this checkout's package, as the role builds it
+        for path in sorted((REPO / "nodeprep").rglob("*.py")):
+            zf.write(path, path.relative_to(REPO).as_posix())
+    app.chmod(0o755)
+    digest = hashlib.sha256(app.read_bytes()).hexdigest()
+    lib, wrapper = app.parent / "lib", tmp_path / "node/usr/local/bin/nodeprep"
+    unpack = {"src": str(app), "dest": str(lib), "wrapper": str(wrapper), "interpreter": sys.executable}
+    probe = {
+        "nodeprep_path": str(lib),
+        "root": str(tmp_path / "node"),
+        "sha256": digest,
+        "zipapp": str(app),
+        "wrapper": str(wrapper),
+        "interpreter": sys.executable,
+        "profile": PROFILE,
+    }
+    status, result = module("nodeprep_info", probe)
+    assert status == "FAILED!" and result["current"] is False and result["installed_sha256"] is None
+    assert module("nodeprep_unpack", unpack, common=False)[0] == "CHANGED"
+    status, result = module("nodeprep_info", probe)
+    assert status == "SUCCESS" and result["changed"] is False
+    assert result["current"] is True and result["installed_sha256"] == digest
+    assert result["profile_current"] is False  # no profile written yet
+    assert module("nodeprep_profile", {"root": probe["root"], "content": PROFILE})[0] == "CHANGED"
+    assert module("nodeprep_info", probe)[1]["profile_current"] is True
+    other = {**PROFILE, "labels": {"cloud": "none", "extra": {"example.com/pool": "b"}}}
+    assert module("nodeprep_info", {**probe, "profile": other})[1]["profile_current"] is False
+    assert module("nodeprep_info", {**probe, "sha256": "0" * 64})[1]["current"] is False
+    wrapper.write_text(wrapper.read_text() + "# edited\n")
+    assert module("nodeprep_info", probe)[1]["current"] is False
+    assert module("nodeprep_unpack", unpack, common=False)[0] == "CHANGED"  # the role then rewrites it
+    app.chmod(0o644)
+    assert module("nodeprep_info", probe)[1]["current"] is False
+
+
+def test_join_module_writes_the_token_it_is_given(tmp_path: Path) -> None:
+    """nodeprep_join with `token` writes the token file (0600) before it plans, in the same call;
+    check mode writes nothing; the token never shows in the result. No driver is installed in this
+    root, so the plan itself then fails for that (the full join with a token runs in
+    tests/slow/fleet/test_site.py)."""
+    token = "abcdef.0123456789abcdef"
+    profile = {
+        **PROFILE,
+        "cluster": {
+            "api_server": "10.231.0.1:6443",
+            "ca_cert_hashes": ["sha256:" + "5f" * 32],
+            "kubernetes_version": "1.31",
+            "node_name": "node1",
+        },
+    }
+    assert module("nodeprep_profile", {"root": str(tmp_path), "content": profile})[0] == "CHANGED"
+    args = {"root": str(tmp_path), "token": token, "dry_run": True, "nvidia_smi_xml": str(CAPTURE)}
+    token_file = tmp_path / "etc/nodeprep/bootstrap-token"
+    status, result = module("nodeprep_join", args, check=True)
+    assert status == "FAILED!" and "bootstrap-token does not exist" in str(result["msg"])
+    assert not token_file.exists() and token not in json.dumps(result)
+    status, result = module("nodeprep_join", args)
+    assert status == "FAILED!" and result["error_type"] == "StateError", result  # no driver here
+    assert token not in json.dumps(result)
+    assert token_file.read_text() == token + "\n" and token_file.stat().st_mode & 0o777 == 0o600
+    token_file.chmod(0o644)
+    module("nodeprep_join", args)
+    assert token_file.stat().st_mode & 0o777 == 0o600

@@ -52,6 +52,45 @@ def import_nodeprep(module, *names):
     return []  # not reached
 
 
+# The stamp nodeprep_unpack leaves in the unpacked tree: the sha256 of the zipapp it came from.
+ZIPAPP_STAMP = ".zipapp-sha256"
+
+PROFILE_HEADER = (
+    "# nodeprep node profile, written by Ansible (role nodeprep_install). See examples/node.yaml.\n"
+)
+
+
+def wrapper_text(interpreter, dest):
+    """The shell wrapper that puts the unpacked CLI on PATH."""
+    return (
+        f'#!/bin/sh\n# Written by Ansible (nodeprep.fleet.nodeprep_unpack).\nexec {interpreter} {dest} "$@"\n'
+    )
+
+
+def profile_text(content):
+    """The node profile file nodeprep_profile writes for `content` (a dict)."""
+    import yaml
+
+    return PROFILE_HEADER + yaml.safe_dump(content, sort_keys=True, default_flow_style=False)
+
+
+def read_stamp(dest):
+    """sha256 of the zipapp `dest` was unpacked from, or None."""
+    try:
+        with open(os.path.join(dest, ZIPAPP_STAMP), encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def file_is(path, content, mode):
+    """True when `path` holds exactly `content` (text) with permission bits `mode`."""
+    try:
+        return read_text(path) == content and (os.stat(path).st_mode & 0o7777) == mode
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def fail_from(module, exc, **result):
     """Report a library error as a module failure: one line, the hint and the exit code kept apart."""
     details = {"error_type": type(exc).__name__}
@@ -99,7 +138,8 @@ def write_if_changed(module, path, content, mode=0o644):
     if changed and not module.check_mode:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(module.tmpdir, os.path.basename(path))
-        with open(tmp, "w", encoding="utf-8") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # never readable by others
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(content)
         os.chmod(tmp, mode)
         module.atomic_move(tmp, path)

@@ -12,8 +12,10 @@ description:
     C(apply_join) - JoinConfiguration (v1beta3 below 1.31, v1beta4 from 1.31) or a bootstrap
     kubeconfig with KubeletConfiguration and a systemd drop-in, labels and taints at registration,
     the containerd drop-in and the CDI spec; then C(kubeadm join) or a kubelet restart.
-  - The bootstrap token is read on the node from the profile's C(token_file) (mode 0600); it is never
-    a module argument, never in argv, and masked in every result and diff.
+  - The bootstrap token is read on the node from the profile's C(token_file) (mode 0600). With
+    O(token) the module first writes it there (0600, atomically, only when it differs), so the
+    token file and the join cost one round trip; the token is a no_log argument, never in argv,
+    and masked in every result and diff.
   - With O(dry_run) the files are written but no command runs. Check mode only plans.
   - A node whose kubelet.conf exists is not joined again.
 version_added: "0.1.0"
@@ -45,6 +47,14 @@ options:
   nvidia_smi_xml:
     description: Read GPU facts (labels, CDI) from this C(nvidia-smi -q -x) capture.
     type: path
+  token:
+    description: Bootstrap token to write to O(token_file) (mode 0600) first; empty when the file is there.
+    type: str
+    default: ""
+  token_file:
+    description: Where O(token) goes (as the node sees it, under O(root)); the profile's C(token_file).
+    type: str
+    default: /etc/nodeprep/bootstrap-token
 attributes:
   check_mode:
     support: full
@@ -78,6 +88,8 @@ commands:
   elements: list
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
@@ -86,6 +98,8 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host impor
     import_nodeprep,
     load_profile,
     nodeprep_errors,
+    under_root,
+    write_if_changed,
 )
 
 
@@ -97,8 +111,24 @@ def argument_spec():
         insecure_skip_ca_verification={"type": "bool", "default": False},
         skip_preflight={"type": "bool", "default": False},
         nvidia_smi_xml={"type": "path"},
+        token={"type": "str", "default": "", "no_log": True},
+        token_file={"type": "str", "default": "/etc/nodeprep/bootstrap-token"},
     )
     return spec
+
+
+def write_token(module, p):
+    """Write O(token) to O(token_file) under O(root) (0600) when it differs; (changed, masked diffs)."""
+    if not p["token"]:
+        return False, []
+    path = under_root(p["root"], p["token_file"])
+    existed = os.path.exists(path)
+    changed, _ = write_if_changed(module, path, p["token"].strip() + "\n", 0o600)
+    if not changed:
+        return False, []
+    before = "(secret content not shown)\n" if existed else ""
+    after = "(secret content not shown, sha256 changed)\n" if existed else "(secret)\n"
+    return True, [{"before_header": path, "after_header": path, "before": before, "after": after}]
 
 
 def main():
@@ -106,6 +136,8 @@ def main():
     p = module.params
     plan_mod, profile_mod = import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
     from pathlib import Path
+
+    token_changed, token_diffs = write_token(module, p)
 
     try:
         profile = load_profile(module, profile_mod, p["root"], p["profile"])
@@ -118,11 +150,12 @@ def main():
         plan = plan_mod.plan_join(profile, options)
         summary = plan.to_dict()
         diffs = change_diffs(plan.files)
-        changed = any(f.changed for f in plan.files) or (not p["dry_run"] and plan.changed)
+        diffs = token_diffs + diffs
+        changed = token_changed or any(f.changed for f in plan.files) or (not p["dry_run"] and plan.changed)
         commands = []
         if not module.check_mode:
             result = plan_mod.apply_join(plan, run=not p["dry_run"])
-            changed = result["changed"]
+            changed = token_changed or result["changed"]
             commands = result["ran"]
     except nodeprep_errors(module) as e:
         fail_from(module, e)

@@ -61,18 +61,16 @@ profile:
   type: dict
 """
 
-import yaml
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     fail_from,
     import_nodeprep,
     nodeprep_errors,
+    profile_text,
     under_root,
     write_if_changed,
 )
-
-HEADER = "# nodeprep node profile, written by Ansible (role nodeprep_install). See examples/node.yaml.\n"
 
 
 def argument_spec():
@@ -92,7 +90,7 @@ def main():
         profile = profile_mod.parse_profile(p["content"], source=p["path"])
     except nodeprep_errors(module) as e:
         fail_from(module, e, path=p["path"])
-    text = HEADER + yaml.safe_dump(p["content"], sort_keys=True, default_flow_style=False)
+    text = profile_text(p["content"])
     changed, diff = write_if_changed(module, under_root(p["root"], p["path"]), text, 0o644)
     out = {"changed": changed, "path": p["path"], "profile": profile.to_dict()}
     if module._diff:

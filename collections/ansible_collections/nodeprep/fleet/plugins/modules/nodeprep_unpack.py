@@ -60,9 +60,12 @@ import shutil
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import write_if_changed
-
-STAMP = ".zipapp-sha256"
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
+    ZIPAPP_STAMP,
+    read_stamp,
+    wrapper_text,
+    write_if_changed,
+)
 
 
 def argument_spec():
@@ -72,20 +75,6 @@ def argument_spec():
         "wrapper": {"type": "str", "default": ""},
         "interpreter": {"type": "str", "default": "/usr/bin/python3"},
     }
-
-
-def wrapper_text(interpreter, dest):
-    return (
-        f'#!/bin/sh\n# Written by Ansible (nodeprep.fleet.nodeprep_unpack).\nexec {interpreter} {dest} "$@"\n'
-    )
-
-
-def read_stamp(dest):
-    try:
-        with open(os.path.join(dest, STAMP), encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def unpack(src, dest, digest):
@@ -99,7 +88,7 @@ def unpack(src, dest, digest):
             if not target.startswith(os.path.realpath(staging) + os.sep):
                 raise ValueError(f"{src}: unsafe member {name!r}")
         zf.extractall(staging)
-    with open(os.path.join(staging, STAMP), "w", encoding="ascii") as f:
+    with open(os.path.join(staging, ZIPAPP_STAMP), "w", encoding="ascii") as f:
         f.write(digest + "\n")
     if os.path.isdir(dest):
         os.rename(dest, old)
