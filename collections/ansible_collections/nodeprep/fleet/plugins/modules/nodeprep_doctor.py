@@ -67,6 +67,7 @@ active:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
+    doctor_problems,
     fail_from,
     import_nodeprep,
     nodeprep_errors,
@@ -89,19 +90,12 @@ def main():
     (doctor_mod,) = import_nodeprep(module, "nodeprep.node.doctor")
     from pathlib import Path
 
-    root = Path(p["root"])
     try:
-        report = doctor_mod.doctor(
-            root, require_cuda=p["require_cuda"] or None, checks=set(p["checks"]) or None
+        problems, checks, active = doctor_problems(
+            doctor_mod, Path(p["root"]), p["checks"], p["require_cuda"], p["expect_version"]
         )
     except nodeprep_errors(module) as e:
         fail_from(module, e)
-    active = report.active
-    data = report.to_dict()
-    checks = data.get("checks", [])
-    problems = [f"{c.name}: {c.message}" for c in report.problems()]
-    if p["expect_version"] and active != p["expect_version"]:
-        problems.append(f"active driver is {active or 'none'}, expected {p['expect_version']}")
     if problems:
         module.fail_json(msg="doctor: " + "; ".join(problems), ok=False, checks=checks, active=active)
     module.exit_json(changed=False, ok=True, checks=checks, active=active)

@@ -63,6 +63,21 @@ options:
     type: list
     elements: str
     default: [nvidia, nvidia-uvm, nvidia-modeset, nvidia-drm]
+  doctor:
+    description:
+      - When this call changes nothing, also run C(nodeprep doctor) in the same round trip and fail
+        like C(nodeprep_doctor) on any problem (RV(doctor) is then returned). A call that changes the
+        driver leaves the gate to a C(nodeprep_doctor) task after the handlers load the modules.
+    type: bool
+    default: false
+  doctor_checks:
+    description: Doctor checks to run with O(doctor); empty for all.
+    type: list
+    elements: str
+    default: []
+  require_cuda:
+    description: CUDA version the driver must support, checked with O(doctor).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -116,11 +131,16 @@ notes:
   returned: always
   type: list
   elements: str
+doctor:
+  description: The doctor gate run in this call (C(ok), C(checks)).
+  returned: when O(doctor) is set and nothing changed
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
+    doctor_problems,
     fail_from,
     import_nodeprep,
     nodeprep_errors,
@@ -140,6 +160,9 @@ def argument_spec():
         arch={"type": "str", "default": "amd64"},
         load={"type": "bool", "default": False},
         modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
+        doctor={"type": "bool", "default": False},
+        doctor_checks={"type": "list", "elements": "str", "default": []},
+        require_cuda={"type": "str"},
     )
     return spec
 
@@ -216,6 +239,17 @@ def main():
     }
     if module._diff:
         out["diff"] = {"before": snapshot(before), "after": snapshot(after)}
+    if p["doctor"] and not result.changed:
+        (doctor_mod,) = import_nodeprep(module, "nodeprep.node.doctor")
+        try:
+            problems, checks, _ = doctor_problems(
+                doctor_mod, root, p["doctor_checks"], p["require_cuda"], p["version"] if activate else None
+            )
+        except nodeprep_errors(module) as e:
+            fail_from(module, e, version=p["version"])
+        out["doctor"] = {"ok": not problems, "checks": checks}
+        if problems:
+            module.fail_json(msg="doctor: " + "; ".join(problems), **out)
     module.exit_json(**out)
 
 
