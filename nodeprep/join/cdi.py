@@ -202,7 +202,7 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList) -> lis
 
 
 SPEC_HEADER = b"# Written by nodeprep"
-SPEC_LOCATIONS = ("/etc/cdi", "/var/run/cdi")
+SPEC_LOCATIONS = ("/etc/cdi", "/run/cdi")  # /var/run is a link to /run (absolute in images)
 
 
 def _devices_from_spec(spec: dict[str, Any]) -> GpuList:
@@ -234,11 +234,14 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
     rewritten = []
     for spec_dir in SPEC_LOCATIONS:
         target = f"{spec_dir}/{SPEC_NAME}"
-        path = under(root, target)
         try:
-            raw = path.read_bytes()
+            raw = under(root, target).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             continue
+        except StateError as e:  # the location leaves --root through a link: not ours to touch
+            log.info("not refreshing %s: %s", target, e)
+            continue
+        path = under(root, target)
         if not raw.startswith(SPEC_HEADER):
             continue
         old = yaml.safe_load(raw)

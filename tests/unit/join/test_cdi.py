@@ -206,7 +206,9 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     install_driver(node_root, tmp_path / "work2", new_version)
     (node_root / "opt/nvidia/current").unlink()
     (node_root / "opt/nvidia/current").symlink_to(VERSION)
-    foreign = node_root / "var/run/cdi/nvidia.yaml"
+    (node_root / "var").mkdir()
+    (node_root / "var/run").symlink_to("/run")  # as in a real Debian image: absolute, out of --root
+    foreign = node_root / "run/cdi/nvidia.yaml"
     foreign.parent.mkdir(parents=True)
     foreign.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")  # not ours: untouched
 
