@@ -153,6 +153,10 @@ def import_problems(path):
         importlib.import_module("nodeprep.cli")
     except ImportError as e:
         return {}, [e.name or "nodeprep"], f"nodeprep is not importable from {path}: {e}"
+    found = os.path.realpath(importlib.import_module("nodeprep").__file__)
+    if path and not found.startswith(os.path.realpath(path).rstrip(os.sep) + os.sep):
+        # another copy (a system package, a virtualenv) must not pass for the install at `path`
+        return {}, ["nodeprep"], f"nodeprep is not installed at {path} (the one importable is {found})"
     versions, missing = {}, []
     for name in DEPENDENCIES:
         try:
