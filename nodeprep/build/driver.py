@@ -635,7 +635,7 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
         root = buildroot.ensure(
             buildroot.spec_for(req.os_name),
             req.cache,
-            mirror=getattr(archive, "mirror", "") or "http://deb.debian.org/debian",
+            mirror=archive.mirror,
             security_mirror=getattr(archive, "security_mirror", None),
         )
     inputs = {Path(p).name: sha256_file(Path(p)) for p in plan.debs.values()}

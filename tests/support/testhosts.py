@@ -52,7 +52,10 @@ def _mirror() -> str:
     from nodeprep.sources.debian import host_mirrors
 
     archive, _ = host_mirrors()
-    return os.environ.get("NODEPREP_DEBIAN_MIRROR") or archive or "http://deb.debian.org/debian"
+    mirror = os.environ.get("NODEPREP_DEBIAN_MIRROR") or archive
+    if not mirror:
+        raise RuntimeError("no Debian mirror: set NODEPREP_DEBIAN_MIRROR (the host's apt sources name none)")
+    return mirror
 
 
 def rootfs_tarball(cache: Path, extra_packages: Sequence[str] = ()) -> Path:
