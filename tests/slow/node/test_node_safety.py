@@ -182,7 +182,8 @@ def test_checksum_mismatch_against_the_index(node_store: NodeStore, rootfs: Path
 def test_concurrent_runs_serialize(node_store: NodeStore, rootfs: Path) -> None:
     """1) The test holds the node lock itself (a real flock on ROOT/var/lib/nodeprep/lock): an install
     started meanwhile waits, says so, and changes nothing until the lock is released.
-    2) Two installs started together both succeed; one of them waited for the other."""
+    2) An install and an activation started while the lock is held both wait; once it is released
+    they run one after the other (never together) and both succeed with a consistent state."""
     lock = rootfs / "var/lib/nodeprep/lock"
     lock.parent.mkdir(parents=True)
     args = ("--store", str(node_store.path), "--kernel", node_store.kernel, "--root", str(rootfs))
@@ -200,15 +201,28 @@ def test_concurrent_runs_serialize(node_store: NodeStore, rootfs: Path) -> None:
     assert "waiting for another nodeprep run (pid 4242)" in err
     assert (rootfs / "opt/nvidia" / V_OLD / "manifest.json").is_file()
 
-    a = popen("install", "--driver", V_NEW, "--activate", *args, "--json")
-    b = popen("activate", V_OLD, "--root", str(rootfs), "--json")
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        a = popen("install", "--driver", V_NEW, "--activate", *args, "--json")
+        b = popen("activate", V_OLD, "--root", str(rootfs), "--json")
+        early = {}
+        for name, p in (("a", a), ("b", b)):  # each blocks on the held lock and says so first
+            lines = []
+            while not any("waiting for another nodeprep run" in line for line in lines):
+                line = p.stderr.readline()
+                assert line, (name, lines)  # exited without waiting
+                lines.append(line)
+            early[name] = "".join(lines)
+        assert not (rootfs / "opt/nvidia" / V_NEW).exists()  # nothing ran while the lock was held
+        fcntl.flock(held, fcntl.LOCK_UN)
     (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)
-    assert a.returncode == 0 and b.returncode == 0, (err_a, err_b)
-    waited = [e for e in (err_a, err_b) if "waiting for another nodeprep run" in e]
-    assert len(waited) == 1, (err_a, err_b)
-    # whichever ran second decided the active version; the state is consistent either way
-    second = json.loads(out_b if waited[0] is err_b else out_a)
-    active = second["activation"]["version"] if "activation" in second else second["version"]
+    assert a.returncode == 0 and b.returncode == 0, (early, err_a, err_b)
+    # they ran one after the other: the later one's "was" names what the earlier one activated
+    res_a, res_b = json.loads(out_a), json.loads(out_b)
+    act_a = res_a.get("activation", res_a)
+    first, second = (act_a, res_b) if res_b.get("previous") == act_a.get("version") else (res_b, act_a)
+    assert second["previous"] == first["version"], (res_a, res_b)
+    active = second["version"]  # whichever ran second decided the active version
     listed = json.loads(cli("list", "--root", str(rootfs), "--json").stdout)
     assert listed["active"] == active and sorted(listed["installed"]) == sorted([V_NEW, V_OLD])
 
