@@ -235,13 +235,13 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
     for spec_dir in SPEC_LOCATIONS:
         target = f"{spec_dir}/{SPEC_NAME}"
         try:
-            raw = under(root, target).read_bytes()
+            path = under(root, target)
+            raw = path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             continue
         except StateError as e:  # the location leaves --root through a link: not ours to touch
             log.info("not refreshing %s: %s", target, e)
             continue
-        path = under(root, target)
         if not raw.startswith(SPEC_HEADER):
             continue
         old = yaml.safe_load(raw)
