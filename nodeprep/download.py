@@ -16,8 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import requests
-
 from .errors import ChecksumError, InputError, NetworkError
 
 log = logging.getLogger(__name__)
@@ -48,6 +46,8 @@ def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3) -> bytes:
             return path.read_bytes()
         except FileNotFoundError:
             raise InputError(f"{path}: not found") from None
+    import requests  # imported on first network use: it costs ~50 ms, local stores never need it
+
     last: Exception | None = None
     for attempt in range(retries):
         try:
@@ -98,6 +98,8 @@ def download(
 
 
 def _http_download(url: str, part: Path, *, timeout: float, retries: int, progress: Progress | None) -> None:
+    import requests
+
     last: Exception | None = None
     for attempt in range(retries):
         have = part.stat().st_size if part.exists() else 0

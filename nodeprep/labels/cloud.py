@@ -13,8 +13,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import requests
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,8 @@ class _Client:
         self.base = base
         self.deadline = deadline
         self.per_request = per_request
+        import requests  # only when a metadata service is asked: a ~50 ms import
+
         self.session = requests.Session()
         self.session.trust_env = False  # no proxies, no .netrc: metadata is link-local
 
@@ -137,6 +141,8 @@ def query_aws(c: _Client) -> CloudFacts:
         r.raise_for_status()  # otherwise: IMDSv1-only endpoint, go on without a token
     itype = c.text("/latest/meta-data/instance-type", headers)
     zone = c.text("/latest/meta-data/placement/availability-zone", headers)
+    import requests
+
     try:
         region = c.text("/latest/meta-data/placement/region", headers)
     except requests.HTTPError:

@@ -13,8 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import requests
-
 from ..errors import InputError
 from . import cloud as cloudmod
 from . import gpu as gpumod
@@ -152,6 +150,8 @@ def _cloud_facts(opts: LabelOptions, dmi: dict[str, str], deadline: float,
             budget + 0.05)
         if done and error is None and facts is not None:
             return facts
+        import requests  # loaded by the metadata client already
+
         if not done or isinstance(error, (requests.Timeout, TimeoutError)):
             why = f"no answer within {budget:.2g}s"
         elif isinstance(error, requests.ConnectionError):
