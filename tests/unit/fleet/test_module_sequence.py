@@ -21,7 +21,12 @@ CAPTURE = REPO.parent / "shared/fixtures/nvidia-smi/a100-sxm4-80gb-mig_535.54.03
 
 
 def module(
-    name: str, args: dict[str, object], *, check: bool = False, common: bool = True
+    name: str,
+    args: dict[str, object],
+    *,
+    check: bool = False,
+    common: bool = True,
+    env: dict[str, str] | None = None,
 ) -> tuple[str, dict[str, object]]:
     """Run nodeprep.fleet.<name> on localhost; (status word, result). `common`: add nodeprep_path."""
     pytest.importorskip("ansible")
@@ -51,7 +56,7 @@ def module(
         cwd=REPO,
         timeout=120,
         inherit_env=True,
-        env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", **(env or {})},
     )
     line = next(x for x in r.stdout.splitlines() if x.startswith("localhost |"))
     status, _, payload = line[len("localhost | ") :].partition(" => ")
@@ -150,6 +155,27 @@ def test_info_probe_reports_current_only_for_this_install(tmp_path: Path) -> Non
     assert module("nodeprep_unpack", unpack, common=False)[0] == "CHANGED"  # the role then rewrites it
     app.chmod(0o644)
     assert module("nodeprep_info", probe)[1]["current"] is False
+
+
+def test_info_probe_finds_a_missing_dependency(tmp_path: Path) -> None:
+    """The probe only looks dependencies up (no import), yet a dependency that is not installed
+    makes it fail and name it, like the full check does. The package is hidden from the module's
+    interpreter by a sitecustomize that blocks its import (sys.modules entry None)."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['tomli_w'] = None\n")
+    env = {"PYTHONPATH": str(hide)}
+    probe = {"sha256": "0" * 64}
+    status, result = module("nodeprep_info", probe, env=env)
+    assert status == "FAILED!" and result["missing"] == ["tomli_w"] and result["current"] is False
+    status, result = module("nodeprep_info", {}, env=env)  # the full import check
+    assert status == "FAILED!" and result["missing"] == ["tomli_w"]
+    status, result = module("nodeprep_info", {})
+    assert status == "SUCCESS" and set(result["dependencies"]) == {
+        "click", "yaml", "jinja2", "requests", "zstandard", "jsonschema", "tomli_w"
+    }
+    assert all(v and v != "?" for v in result["dependencies"].values())
+    assert "dependencies" not in module("nodeprep_info", probe)[1]
 
 
 def test_join_module_writes_the_token_it_is_given(tmp_path: Path) -> None:

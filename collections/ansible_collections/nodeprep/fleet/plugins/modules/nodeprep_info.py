@@ -11,11 +11,14 @@ description:
   - Imports nodeprep (from the zipapp the C(nodeprep_install) role installed) and each of its
     Python dependencies, and reports their versions. Fails, naming what is missing, when any
     of them cannot be imported. Never changes anything.
-  - With O(sha256) it also reports, in one round trip, whether the install is already current
-    (C(current)) - the zipapp at O(zipapp), the tree unpacked from it and the O(wrapper) are
-    exactly what C(copy) and C(nodeprep_unpack) would leave - and with O(profile) whether the
+  - With O(sha256) it is a probe instead: it reports, in one round trip, whether the install is
+    already current (C(current)) - the zipapp at O(zipapp), the tree unpacked from it and the
+    O(wrapper) are exactly what C(copy) and C(nodeprep_unpack) would leave, the C(nodeprep)
+    package there imports and every dependency is installed - and with O(profile) whether the
     profile file already holds what C(nodeprep_profile) would write (C(profile_current)), so the
-    role can skip those tasks on a node where nothing would change.
+    role can skip those tasks on a node where nothing would change. The probe only looks the
+    dependencies up (it does not import them or the whole CLI, which costs a few hundred ms on
+    every run); the full import check runs when the role (re)installs.
 version_added: "0.1.0"
 options:
   nodeprep_path:
@@ -82,7 +85,7 @@ version:
   sample: 0.1.0
 dependencies:
   description: Version of each Python dependency as imported on the node.
-  returned: success
+  returned: success, without O(sha256)
   type: dict
   sample: {"yaml": "6.0", "zstandard": "0.20.0"}
 installed_sha256:
@@ -113,7 +116,17 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host impor
     wrapper_text,
 )
 
-DEPENDENCIES = ("click", "yaml", "jinja2", "requests", "zstandard", "jsonschema", "tomli_w")
+# import name -> distribution name (versions come from the installed metadata: some packages,
+# e.g. jsonschema, deprecate a __version__ attribute)
+DEPENDENCIES = {
+    "click": "click",
+    "yaml": "PyYAML",
+    "jinja2": "Jinja2",
+    "requests": "requests",
+    "zstandard": "zstandard",
+    "jsonschema": "jsonschema",
+    "tomli_w": "tomli_w",
+}
 
 
 def argument_spec():
@@ -145,12 +158,28 @@ def files_current(module, p):
     return installed, True
 
 
-def import_problems(path):
-    """(versions, missing names, error) after importing nodeprep and its dependencies from `path`."""
+def dependency_version(name, module):
+    """Version of an imported dependency: its distribution metadata, else its __version__."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(DEPENDENCIES[name])
+    except importlib.metadata.PackageNotFoundError:  # vendored without metadata
+        return str(getattr(module, "__version__", getattr(module, "VERSION", "?")))
+
+
+def import_problems(path, deep=True):
+    """(versions, missing names, error) for nodeprep and its dependencies at `path`.
+
+    deep: import the whole CLI and every dependency and report versions; otherwise import only
+    the nodeprep package and look the dependencies up (a missing one is found, nothing runs).
+    """
+    import importlib.util
+
     if path and path not in sys.path:
         sys.path.insert(0, path)
     try:
-        importlib.import_module("nodeprep.cli")
+        importlib.import_module("nodeprep.cli" if deep else "nodeprep")
     except ImportError as e:
         return {}, [e.name or "nodeprep"], f"nodeprep is not importable from {path}: {e}"
     found = os.path.realpath(importlib.import_module("nodeprep").__file__)
@@ -159,12 +188,16 @@ def import_problems(path):
         return {}, ["nodeprep"], f"nodeprep is not installed at {path} (the one importable is {found})"
     versions, missing = {}, []
     for name in DEPENDENCIES:
+        if not deep:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+            continue
         try:
             mod = importlib.import_module(name)
         except ImportError:
             missing.append(name)
             continue
-        versions[name] = str(getattr(mod, "__version__", getattr(mod, "VERSION", "?")))
+        versions[name] = dependency_version(name, mod)
     if missing:
         return versions, missing, "nodeprep dependencies missing on the node: " + ", ".join(missing)
     return versions, [], None
@@ -188,7 +221,7 @@ def main():
     current = None
     if p["sha256"]:
         out["installed_sha256"], current = files_current(module, p)
-    versions, missing, error = import_problems(p["nodeprep_path"])
+    versions, missing, error = import_problems(p["nodeprep_path"], deep=not p["sha256"])
     if current is not None:
         out["current"] = current and error is None
     if p["profile"]:
@@ -196,7 +229,9 @@ def main():
     if error:
         module.fail_json(msg=error, dependencies=versions, missing=missing, **out)
     nodeprep = importlib.import_module("nodeprep")
-    module.exit_json(version=getattr(nodeprep, "__version__", "?"), dependencies=versions, **out)
+    if not p["sha256"]:
+        out["dependencies"] = versions
+    module.exit_json(version=getattr(nodeprep, "__version__", "?"), **out)
 
 
 if __name__ == "__main__":
