@@ -186,12 +186,24 @@ def spec_target(runtime: Runtime) -> str:
     return f"{spec_dir}/{SPEC_NAME}"
 
 
-def render_spec(spec: dict[str, Any]) -> bytes:
-    problems = spec_problems(spec)
-    if problems:  # a bug in build_spec, not bad input
-        raise StateError("generated CDI spec is invalid: " + "; ".join(problems))
+def render_spec(spec: dict[str, Any], *, on_disk: bytes | None = None) -> bytes:
+    """The spec file's bytes, checked against the CDI schema unless they are exactly `on_disk` (the
+    file already there, checked when it was written): every spec that gets written is checked,
+    and a re-run that changes nothing does not load the schema validator."""
     header = "# Written by nodeprep from the active driver root; rewritten on every join/activation.\n"
-    return (header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)).encode()
+    content = (header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)).encode()
+    if content != on_disk:
+        problems = spec_problems(spec)
+        if problems:  # a bug in build_spec, not bad input
+            raise StateError("generated CDI spec is invalid: " + "; ".join(problems))
+    return content
+
+
+def _read_if_file(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
 
 
 def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList) -> list[FileChange]:
@@ -199,7 +211,9 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList) -> lis
     if not runtime.cdi:
         return []
     target = spec_target(runtime)
-    return [FileChange(under(root, target), target, render_spec(build_spec(root, driver, gpus)), 0o644)]
+    path = under(root, target)
+    content = render_spec(build_spec(root, driver, gpus), on_disk=_read_if_file(path))
+    return [FileChange(path, target, content, 0o644)]
 
 
 SPEC_HEADER = b"# Written by nodeprep"
@@ -251,7 +265,7 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
             ("nvidia-modeset",) if "/dev/nvidia-modeset" in nodes else ())
         spec = build_spec(root, Driver(version=version, modules=modules), _devices_from_spec(old),
                           version=version)
-        change = FileChange(path, target, render_spec(spec), 0o644)
+        change = FileChange(path, target, render_spec(spec, on_disk=raw), 0o644)
         if change.changed:
             atomic_write(path, change.content, change.mode)
             rewritten.append(target)

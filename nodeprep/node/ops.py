@@ -126,6 +126,26 @@ def clean_leftovers(layout: Layout) -> list[Path]:
     return removed
 
 
+def _has_kernel(state: State, version: str, kernel: str) -> bool:
+    have = state.installed.get(version)
+    return have is not None and kernel in have.kernels
+
+
+def _pick(
+    src: Store, version: str, kernel: str, arch: str, flavour: str | None
+) -> tuple[IndexEntry, IndexEntry]:
+    """(user-space entry, kmod entry) of `version` for `kernel` from the store's index."""
+    entries = src.entries()
+    us_entry = find(entries, "userspace", version, arch=arch)
+    if us_entry is None:
+        have = sorted({e.driver_version for e in entries if e.kind == "userspace"}, key=version_key)
+        raise InputError(
+            f"--driver: no user-space artifact for {version} ({arch}) in the store "
+            f"(available: {', '.join(have) or 'none'})"
+        )
+    return us_entry, _pick_kmod(entries, version, kernel, flavour)
+
+
 def _pick_kmod(entries: list[IndexEntry], version: str, kernel: str, flavour: str | None) -> IndexEntry:
     kmods = [
         e
@@ -204,15 +224,11 @@ def install(
     check_version(version)
     rel = target_kernel(layout, kernel)
     src = Store(store)
-    entries = src.entries()  # read before taking the lock: bad input fails fast, nothing changed
-    us_entry = find(entries, "userspace", version, arch=arch)
-    if us_entry is None:
-        have = sorted({e.driver_version for e in entries if e.kind == "userspace"}, key=version_key)
-        raise InputError(
-            f"--driver: no user-space artifact for {version} ({arch}) in the store "
-            f"(available: {', '.join(have) or 'none'})"
-        )
-    kmod_entry = _pick_kmod(entries, version, rel, flavour)
+    # The store is read before taking the lock (bad input fails fast, nothing changed), and only
+    # when something is missing: a version installed for this kernel needs nothing from it, so a
+    # re-run does not depend on the store being reachable (nor pay for asking it).
+    picked = None if _has_kernel(load_state(layout.root), version, rel) else _pick(
+        src, version, rel, arch, flavour)
     notes: list[str] = []
     with locked(layout):
         crash_point("install:locked")
@@ -220,23 +236,27 @@ def install(
         state = load_state(layout.root)
         have = state.installed.get(version)
         installed_us = installed_kmod = False
+        if not _has_kernel(state, version, rel) and picked is None:  # removed since the first look
+            picked = _pick(src, version, rel, arch, flavour)
         if have is None:
+            assert picked is not None
             with step(f"Installing NVIDIA driver {version} for kernel {rel}"):
-                _install_version(layout, src, us_entry, kmod_entry, version, rel)
+                _install_version(layout, src, picked[0], picked[1], version, rel)
             installed_us = installed_kmod = True
         else:
-            if have.input_digest != us_entry.input_digest:
+            if picked is not None and have.input_digest != picked[0].input_digest:
                 notes.append(
                     f"{version} is installed from another build (input digest "
-                    f"{have.input_digest[:12]}…, store has {us_entry.input_digest[:12]}…); "
+                    f"{have.input_digest[:12]}…, store has {picked[0].input_digest[:12]}…); "
                     f"remove it first to replace it"
                 )
             if rel not in have.kernels:
+                assert picked is not None
                 with step(f"Adding the kmod of {version} for kernel {rel}"):
-                    _add_kmod(layout, src, kmod_entry, version, rel)
+                    _add_kmod(layout, src, picked[1], version, rel)
                 installed_kmod = True
             else:
-                notes.append(f"{version} for kernel {rel} is already installed")
+                notes.append(f"{version} for kernel {rel} is already installed (the store was not read)")
         crash_point("install:unpacked")
         fw_link = system.link_firmware(layout, version)
         crash_point("install:firmware-linked")

@@ -60,6 +60,15 @@ def test_install_activate_rollback_in_debian_rootfs(node_store: NodeStore, rootf
 
     again = install(node_store, rootfs, V_NEW)
     assert again["changed"] is False and "already installed" in " ".join(again["notes"])
+    # an installed version needs nothing from the store: a re-run works with the store gone, while
+    # adding a kernel (something to fetch) still needs it
+    gone = rootfs.parent / "no-such-store"
+    r = cli("install", "--store", str(gone), "--driver", V_NEW, "--kernel", node_store.kernel,
+            "--root", str(rootfs), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["changed"] is False, r.stderr
+    r = cli("install", "--store", str(gone), "--driver", V_NEW, "--kernel", "6.1.0-99-amd64",
+            "--root", str(rootfs))
+    assert r.returncode == 2 and str(gone) in r.stderr and "Traceback" not in r.stderr
 
     r = cli("activate", V_NEW, "--root", str(rootfs))
     assert r.returncode == 0, r.stderr

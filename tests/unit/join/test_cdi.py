@@ -144,6 +144,19 @@ def test_schema_catches_bad_specs(node_root: Path, mutate, where: str) -> None: 
     assert problems and any(p.startswith(where) for p in problems), problems
 
 
+def test_render_refuses_an_invalid_spec_it_would_write(node_root: Path) -> None:
+    """Every spec that would be written is schema-checked (a re-run whose bytes equal the file
+    already there skips the check: that file was checked when it was written)."""
+    good = _spec(node_root, "a10g_515.105.01.xml")
+    written = cdi.render_spec(good)
+    assert cdi.render_spec(good, on_disk=written) == written
+    bad = _spec(node_root, "a10g_515.105.01.xml")
+    bad.update(devices=[])
+    for on_disk in (None, written):
+        with pytest.raises(StateError, match="generated CDI spec is invalid: devices"):
+            cdi.render_spec(bad, on_disk=on_disk)
+
+
 def test_no_active_driver(tmp_path: Path) -> None:
     gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes())
     with pytest.raises(StateError, match="/opt/nvidia/current does not exist"):
