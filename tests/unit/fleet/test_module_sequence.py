@@ -206,3 +206,28 @@ def test_join_module_writes_the_token_it_is_given(tmp_path: Path) -> None:
     token_file.chmod(0o644)
     module("nodeprep_join", args)
     assert token_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_zipapp_action_builds_on_the_controller(tmp_path: Path) -> None:
+    """nodeprep_zipapp is an action plugin (run here through ad-hoc Ansible for real): check mode
+    reports the sha256 it would write and writes nothing; a run writes the zipapp (0755, that sha256) atomically; a re-run is unchanged; a bad
+    src fails with one line naming it and leaves dest alone."""
+    import hashlib
+
+    dest = tmp_path / "controller/nodeprep.pyz"
+    args = {"src": str(REPO), "dest": str(dest)}
+    status, result = module("nodeprep_zipapp", args, check=True, common=False)
+    assert status == "CHANGED" and not dest.exists()
+    want = result["sha256"]
+    status, result = module("nodeprep_zipapp", args, common=False)
+    assert status == "CHANGED" and result["sha256"] == want and result["dest"] == str(dest)
+    assert hashlib.sha256(dest.read_bytes()).hexdigest() == want
+    assert dest.stat().st_mode & 0o777 == 0o755
+    assert [p.name for p in dest.parent.iterdir()] == ["nodeprep.pyz"]  # no temporary left
+    assert module("nodeprep_zipapp", args, common=False)[0] == "SUCCESS"
+    assert module("nodeprep_zipapp", args, check=True, common=False)[0] == "SUCCESS"
+    status, result = module("nodeprep_zipapp", {**args, "src": str(tmp_path)}, common=False)
+    assert status == "FAILED!" and result["msg"] == (
+        f"src: {tmp_path} has no nodeprep/__init__.py (expected a nodeprep source checkout)"
+    )
+    assert hashlib.sha256(dest.read_bytes()).hexdigest() == want

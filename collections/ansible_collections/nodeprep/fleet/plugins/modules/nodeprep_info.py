@@ -11,7 +11,7 @@ description:
   - Imports nodeprep (from the zipapp the C(nodeprep_install) role installed) and each of its
     Python dependencies, and reports their versions. Fails, naming what is missing, when any
     of them cannot be imported. Never changes anything.
-  - With O(sha256) it is a probe instead: it reports, in one round trip, whether the install is
+  - With O(sha256) it is a probe instead and reports, in one round trip, whether the install is
     already current (C(current)) - the zipapp at O(zipapp), the tree unpacked from it and the
     O(wrapper) are exactly what C(copy) and C(nodeprep_unpack) would leave, the C(nodeprep)
     package there imports and every dependency is installed - and with O(profile) whether the
