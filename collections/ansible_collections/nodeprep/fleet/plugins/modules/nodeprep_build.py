@@ -100,65 +100,15 @@ cached:
   type: bool
 """
 
+# The task runs through the nodeprep_build action plugin, which sends the collection's one node-side
+# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
+# module runs the same code when called directly.
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    fail_from,
-    import_nodeprep,
-    nodeprep_errors,
-)
-
-
-def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
-        driver={"type": "str"},
-        flavour={"type": "str", "choices": ["proprietary", "open"], "default": "proprietary"},
-        os_name={"type": "str", "default": "debian-12"},
-        kernel={"type": "str"},
-        arch={"type": "str", "default": "amd64"},
-        store={"type": "path", "required": True},
-        cache={"type": "path", "default": "/var/cache/nodeprep"},
-        userspace={"type": "bool", "default": True},
-        smoke_test={"type": "bool"},
-        jobs={"type": "int"},
-        rebuild={"type": "bool", "default": False},
-    )
-    return spec
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_build import argument_spec, run
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    driver_mod, artifact = import_nodeprep(module, "nodeprep.build.driver", "nodeprep.artifact")
-    from pathlib import Path
-
-    if module.check_mode:
-        listed = False
-        if p["driver"] and p["kernel"] and Path(p["store"], "index.json").is_file():
-            name = artifact.artifact_name(
-                "kmod", p["driver"], arch=p["arch"], flavour=p["flavour"], kernel_release=p["kernel"]
-            )
-            listed = artifact.LocalStore(Path(p["store"])).lookup(name) is not None
-        module.exit_json(changed=not listed or p["rebuild"], cached=listed)
-    try:
-        req = driver_mod.BuildRequest(
-            driver=p["driver"] or None,
-            flavour=p["flavour"],
-            os_name=p["os_name"],
-            kernel=p["kernel"] or None,
-            arch=p["arch"],
-            store=Path(p["store"]),
-            cache=Path(p["cache"]),
-            jobs=p["jobs"],
-            rebuild=p["rebuild"],
-            userspace=p["userspace"],
-            smoke_test=p["smoke_test"],
-        )
-        result = driver_mod.build_driver(req)
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
-    module.exit_json(changed=not result.cached, cached=result.cached, build=result.to_dict())
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

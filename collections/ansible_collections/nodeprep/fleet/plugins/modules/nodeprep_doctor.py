@@ -64,41 +64,15 @@ active:
   type: str
 """
 
+# The task runs through the nodeprep_doctor action plugin, which sends the collection's one node-side
+# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
+# module runs the same code when called directly.
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    doctor_problems,
-    fail_from,
-    import_nodeprep,
-    nodeprep_errors,
-)
-
-
-def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
-        checks={"type": "list", "elements": "str", "default": []},
-        require_cuda={"type": "str"},
-        expect_version={"type": "str"},
-    )
-    return spec
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_doctor import argument_spec, run
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    (doctor_mod,) = import_nodeprep(module, "nodeprep.node.doctor")
-    from pathlib import Path
-
-    try:
-        problems, checks, active = doctor_problems(
-            doctor_mod, Path(p["root"]), p["checks"], p["require_cuda"], p["expect_version"]
-        )
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
-    if problems:
-        module.fail_json(msg="doctor: " + "; ".join(problems), ok=False, checks=checks, active=active)
-    module.exit_json(changed=False, ok=True, checks=checks, active=active)
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

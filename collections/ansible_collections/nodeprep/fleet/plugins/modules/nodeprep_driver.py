@@ -137,120 +137,15 @@ doctor:
   type: dict
 """
 
+# The task runs through the nodeprep_driver action plugin, which sends the collection's one node-side
+# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
+# module runs the same code when called directly.
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    doctor_problems,
-    fail_from,
-    import_nodeprep,
-    nodeprep_errors,
-)
-
-DEFAULT_MODULES = ["nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm"]
-
-
-def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
-        version={"type": "str", "required": True},
-        store={"type": "str", "required": True},
-        state={"type": "str", "choices": ["present", "active"], "default": "active"},
-        kernel={"type": "str"},
-        flavour={"type": "str", "choices": ["proprietary", "open"]},
-        arch={"type": "str", "default": "amd64"},
-        load={"type": "bool", "default": False},
-        modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
-        doctor={"type": "bool", "default": False},
-        doctor_checks={"type": "list", "elements": "str", "default": []},
-        require_cuda={"type": "str"},
-    )
-    return spec
-
-
-def snapshot(state):
-    return {
-        "active": state.active,
-        "installed": {v: sorted(i.kernels) for v, i in sorted(state.installed.items())},
-    }
-
-
-def predict(state, version, kernel, activate):
-    """The state check mode reports: what install (+ activate) would leave behind."""
-    installed = {v: sorted(i.kernels) for v, i in sorted(state.installed.items())}
-    installed[version] = sorted(set(installed.get(version, [])) | ({kernel} if kernel else set()))
-    return {"active": version if activate else state.active, "installed": installed}
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_driver import argument_spec, run
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    ops, state_mod, kmod = import_nodeprep(
-        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.kmod"
-    )
-    from pathlib import Path
-
-    root = Path(p["root"])
-    activate = p["state"] == "active"
-    try:
-        before = state_mod.load_state(root)
-        kernel = p["kernel"] or (kmod.running_kernel() if root.resolve() == Path("/") else None)
-        if module.check_mode:
-            after = predict(before, p["version"], kernel, activate)
-            old = snapshot(before)
-            module.exit_json(
-                changed=after != old,
-                version=p["version"],
-                kernel=kernel,
-                active=after["active"],
-                previous=before.active,
-                installed=sorted(after["installed"]),
-                loaded=False,
-                reboot_required=False,
-                notes=["check mode: nothing fetched or written"],
-                diff={"before": old, "after": after},
-            )
-        result = ops.install(
-            root,
-            p["store"],
-            p["version"],
-            kernel=p["kernel"],
-            flavour=p["flavour"],
-            arch=p["arch"],
-            activate=activate,
-            load=p["load"],
-            modules=tuple(p["modules"]),
-        )
-        after = state_mod.load_state(root)
-    except nodeprep_errors(module) as e:
-        fail_from(module, e, version=p["version"])
-    activation = result.activation
-    loaded = bool(activation and activation.loaded)
-    notes = list(result.notes) + (list(activation.notes) if activation else [])
-    out = {
-        "changed": result.changed,
-        "version": result.version,
-        "kernel": result.kernel,
-        "active": after.active,
-        "previous": before.active,
-        "installed": sorted(after.installed),
-        "loaded": loaded,
-        "reboot_required": bool(activate and p["load"] and root.resolve() == Path("/") and not loaded),
-        "notes": notes,
-    }
-    if module._diff:
-        out["diff"] = {"before": snapshot(before), "after": snapshot(after)}
-    if p["doctor"] and not result.changed:
-        (doctor_mod,) = import_nodeprep(module, "nodeprep.node.doctor")
-        try:
-            problems, checks, _ = doctor_problems(
-                doctor_mod, root, p["doctor_checks"], p["require_cuda"], p["version"] if activate else None
-            )
-        except nodeprep_errors(module) as e:
-            fail_from(module, e, version=p["version"])
-        out["doctor"] = {"ok": not problems, "checks": checks}
-        if problems:
-            module.fail_json(msg="doctor: " + "; ".join(problems), **out)
-    module.exit_json(**out)
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

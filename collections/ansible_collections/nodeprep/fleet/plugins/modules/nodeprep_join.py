@@ -88,81 +88,15 @@ commands:
   elements: list
 """
 
-import os
-
+# The task runs through the nodeprep_join action plugin, which sends the collection's one node-side
+# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
+# module runs the same code when called directly.
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    change_diffs,
-    fail_from,
-    import_nodeprep,
-    load_profile,
-    nodeprep_errors,
-    under_root,
-    write_if_changed,
-)
-
-
-def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
-        profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
-        dry_run={"type": "bool", "default": False},
-        insecure_skip_ca_verification={"type": "bool", "default": False},
-        skip_preflight={"type": "bool", "default": False},
-        nvidia_smi_xml={"type": "path"},
-        token={"type": "str", "default": "", "no_log": True},
-        token_file={"type": "str", "default": "/etc/nodeprep/bootstrap-token"},
-    )
-    return spec
-
-
-def write_token(module, p):
-    """Write O(token) to O(token_file) under O(root) (0600) when it differs; (changed, masked diffs)."""
-    if not p["token"]:
-        return False, []
-    path = under_root(p["root"], p["token_file"])
-    existed = os.path.exists(path)
-    changed, _ = write_if_changed(module, path, p["token"].strip() + "\n", 0o600)
-    if not changed:
-        return False, []
-    before = "(secret content not shown)\n" if existed else ""
-    after = "(secret content not shown, sha256 changed)\n" if existed else "(secret)\n"
-    return True, [{"before_header": path, "after_header": path, "before": before, "after": after}]
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_join import argument_spec, run
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    plan_mod, profile_mod = import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
-    from pathlib import Path
-
-    token_changed, token_diffs = write_token(module, p)
-
-    try:
-        profile = load_profile(module, profile_mod, p["root"], p["profile"])
-        options = plan_mod.JoinOptions(
-            root=Path(p["root"]),
-            insecure_skip_ca_verification=p["insecure_skip_ca_verification"],
-            skip_preflight=p["skip_preflight"],
-            nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
-        )
-        plan = plan_mod.plan_join(profile, options)
-        summary = plan.to_dict()
-        diffs = change_diffs(plan.files)
-        diffs = token_diffs + diffs
-        changed = token_changed or any(f.changed for f in plan.files) or (not p["dry_run"] and plan.changed)
-        commands = []
-        if not module.check_mode:
-            result = plan_mod.apply_join(plan, run=not p["dry_run"])
-            changed = token_changed or result["changed"]
-            commands = result["ran"]
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
-    out = {"changed": changed, "plan": summary, "already_joined": plan.already_joined, "commands": commands}
-    if module._diff:
-        out["diff"] = diffs
-    module.exit_json(**out)
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

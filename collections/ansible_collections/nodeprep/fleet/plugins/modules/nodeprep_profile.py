@@ -61,41 +61,15 @@ profile:
   type: dict
 """
 
+# The task runs through the nodeprep_profile action plugin, which sends the collection's one node-side
+# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
+# module runs the same code when called directly.
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    fail_from,
-    import_nodeprep,
-    nodeprep_errors,
-    profile_text,
-    under_root,
-    write_if_changed,
-)
-
-
-def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
-        content={"type": "dict", "required": True},
-        path={"type": "str", "default": "/etc/nodeprep/node.yaml"},
-    )
-    return spec
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_profile import argument_spec, run
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    (profile_mod,) = import_nodeprep(module, "nodeprep.profile")
-    try:
-        profile = profile_mod.parse_profile(p["content"], source=p["path"])
-    except nodeprep_errors(module) as e:
-        fail_from(module, e, path=p["path"])
-    text = profile_text(p["content"])
-    changed, diff = write_if_changed(module, under_root(p["root"], p["path"]), text, 0o644)
-    out = {"changed": changed, "path": p["path"], "profile": profile.to_dict()}
-    if module._diff:
-        out["diff"] = diff
-    module.exit_json(**out)
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

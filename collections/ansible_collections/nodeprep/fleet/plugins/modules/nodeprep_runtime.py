@@ -64,52 +64,15 @@ warnings_seen:
   elements: str
 """
 
+# The task runs through the nodeprep_runtime action plugin, which sends the collection's one node-side
+# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
+# module runs the same code when called directly.
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    change_diffs,
-    fail_from,
-    import_nodeprep,
-    load_profile,
-    nodeprep_errors,
-)
-
-
-def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
-        profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
-        nvidia_smi_xml={"type": "path"},
-    )
-    return spec
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_runtime import argument_spec, run
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    plan_mod, profile_mod = import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
-    from pathlib import Path
-
-    try:
-        profile = load_profile(module, profile_mod, p["root"], p["profile"])
-        options = plan_mod.JoinOptions(
-            root=Path(p["root"]), nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None
-        )
-        plan = plan_mod.plan_runtime(profile, options)
-        files = [f.summary() for f in plan.files]
-        diffs = change_diffs(plan.files)
-        commands = [list(a.argv) for a in plan.actions if not a.deferred]
-        changed = plan.changed
-        if not module.check_mode:
-            result = plan_mod.apply_runtime(plan)
-            changed = result["changed"]
-            commands = result["ran"]
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
-    out = {"changed": changed, "files": files, "commands": commands, "warnings_seen": list(plan.warnings)}
-    if module._diff:
-        out["diff"] = diffs
-    module.exit_json(**out)
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -55,72 +55,15 @@ sha256:
   type: str
 """
 
-import os
-import shutil
-import zipfile
-
+# The task runs through the nodeprep_unpack action plugin, which sends the collection's one node-side
+# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
+# module runs the same code when called directly.
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    ZIPAPP_STAMP,
-    read_stamp,
-    wrapper_text,
-    write_if_changed,
-)
-
-
-def argument_spec():
-    return {
-        "src": {"type": "path", "required": True},
-        "dest": {"type": "path", "required": True},
-        "wrapper": {"type": "str", "default": ""},
-        "interpreter": {"type": "str", "default": "/usr/bin/python3"},
-    }
-
-
-def unpack(src, dest, digest):
-    parent = os.path.dirname(dest.rstrip("/")) or "/"
-    staging = os.path.join(parent, f".{os.path.basename(dest)}.new-{os.getpid()}")
-    old = os.path.join(parent, f".{os.path.basename(dest)}.old-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    with zipfile.ZipFile(src) as zf:
-        for name in zf.namelist():
-            target = os.path.realpath(os.path.join(staging, name))
-            if not target.startswith(os.path.realpath(staging) + os.sep):
-                raise ValueError(f"{src}: unsafe member {name!r}")
-        zf.extractall(staging)
-    with open(os.path.join(staging, ZIPAPP_STAMP), "w", encoding="ascii") as f:
-        f.write(digest + "\n")
-    if os.path.isdir(dest):
-        os.rename(dest, old)
-    os.rename(staging, dest)
-    shutil.rmtree(old, ignore_errors=True)
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_unpack import argument_spec, run
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    src, dest = module.params["src"], module.params["dest"]
-    if not os.path.isfile(src):
-        if module.check_mode:
-            module.exit_json(changed=True, sha256=None, msg=f"{src} is not there yet")
-        module.fail_json(msg=f"src: {src} does not exist")
-    digest = module.sha256(src)
-    before = read_stamp(dest)
-    changed = before != digest
-    if changed and not module.check_mode:
-        try:
-            unpack(src, dest, digest)
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
-            module.fail_json(msg=f"cannot unpack {src} into {dest}: {e}")
-    diffs = [{"before": {"sha256": before}, "after": {"sha256": digest}}]
-    if module.params["wrapper"]:
-        text = wrapper_text(module.params["interpreter"], dest)
-        wrapper_changed, diff = write_if_changed(module, module.params["wrapper"], text, 0o755)
-        changed |= wrapper_changed
-        diffs.append(diff)
-    out = {"changed": changed, "sha256": digest}
-    if module._diff:
-        out["diff"] = diffs
-    module.exit_json(**out)
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+# Copyright: nodeprep maintainers
+# Apache-2.0
+"""What nodeprep.fleet.nodeprep_info does on the node (its documentation is in
+plugins/modules/nodeprep_info.py). Shared by that module and the nodeprep_node dispatcher."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
+    COMMON_ARGUMENT_SPEC,
+    file_is,
+    profile_text,
+    read_stamp,
+    under_root,
+    wrapper_text,
+)
+
+# import name -> distribution name (versions come from the installed metadata: some packages,
+# e.g. jsonschema, deprecate a __version__ attribute)
+DEPENDENCIES = {
+    "click": "click",
+    "yaml": "PyYAML",
+    "jinja2": "Jinja2",
+    "requests": "requests",
+    "zstandard": "zstandard",
+    "jsonschema": "jsonschema",
+    "tomli_w": "tomli_w",
+}
+
+
+def argument_spec():
+    spec = dict(COMMON_ARGUMENT_SPEC)
+    spec.update(
+        sha256={"type": "str", "default": ""},
+        zipapp={"type": "str", "default": ""},
+        wrapper={"type": "str", "default": ""},
+        interpreter={"type": "str", "default": "/usr/bin/python3"},
+        profile={"type": "dict", "default": {}},
+        profile_path={"type": "str", "default": "/etc/nodeprep/node.yaml"},
+    )
+    return spec
+
+
+def files_current(module, p):
+    """(installed sha256, whether the zipapp, its unpacked tree and the wrapper match p["sha256"])."""
+    installed = read_stamp(p["nodeprep_path"])
+    if installed != p["sha256"]:
+        return installed, False
+    if p["zipapp"]:
+        try:
+            if (os.stat(p["zipapp"]).st_mode & 0o7777) != 0o755 or module.sha256(p["zipapp"]) != p["sha256"]:
+                return installed, False
+        except OSError:
+            return installed, False
+    if p["wrapper"] and not file_is(p["wrapper"], wrapper_text(p["interpreter"], p["nodeprep_path"]), 0o755):
+        return installed, False
+    return installed, True
+
+
+def dependency_version(name, module):
+    """Version of an imported dependency: its distribution metadata, else its __version__."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(DEPENDENCIES[name])
+    except importlib.metadata.PackageNotFoundError:  # vendored without metadata
+        return str(getattr(module, "__version__", getattr(module, "VERSION", "?")))
+
+
+def import_problems(path, deep=True):
+    """(versions, missing names, error) for nodeprep and its dependencies at `path`.
+
+    deep: import the whole CLI and every dependency and report versions; otherwise import only
+    the nodeprep package and look the dependencies up (a missing one is found, nothing runs).
+    """
+    import importlib.util
+
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        importlib.import_module("nodeprep.cli" if deep else "nodeprep")
+    except ImportError as e:
+        return {}, [e.name or "nodeprep"], f"nodeprep is not importable from {path}: {e}"
+    found = os.path.realpath(importlib.import_module("nodeprep").__file__)
+    if path and not found.startswith(os.path.realpath(path).rstrip(os.sep) + os.sep):
+        # another copy (a system package, a virtualenv) must not pass for the install at `path`
+        return {}, ["nodeprep"], f"nodeprep is not installed at {path} (the one importable is {found})"
+    versions, missing = {}, []
+    for name in DEPENDENCIES:
+        if not deep:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+            continue
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+            continue
+        versions[name] = dependency_version(name, mod)
+    if missing:
+        return versions, missing, "nodeprep dependencies missing on the node: " + ", ".join(missing)
+    return versions, [], None
+
+
+def profile_current(p):
+    """The profile validates and the file already holds what nodeprep_profile would write."""
+    profile_mod = importlib.import_module("nodeprep.profile")
+    errors = importlib.import_module("nodeprep.errors")
+    try:
+        profile_mod.parse_profile(p["profile"], source=p["profile_path"])
+    except errors.NodeprepError:
+        return False  # nodeprep_profile runs and reports every problem
+    return file_is(under_root(p["root"], p["profile_path"]), profile_text(p["profile"]), 0o644)
+
+
+def run(module):
+    """The nodeprep_info task on a validated AnsibleModule (see modules/nodeprep_info.py)."""
+    p = module.params
+    out = {"changed": False}
+    current = None
+    if p["sha256"]:
+        out["installed_sha256"], current = files_current(module, p)
+    versions, missing, error = import_problems(p["nodeprep_path"], deep=not p["sha256"])
+    if current is not None:
+        out["current"] = current and error is None
+    if p["profile"]:
+        out["profile_current"] = error is None and profile_current(p)
+    if error:
+        module.fail_json(msg=error, dependencies=versions, missing=missing, **out)
+    nodeprep = importlib.import_module("nodeprep")
+    if not p["sha256"]:
+        out["dependencies"] = versions
+    module.exit_json(version=getattr(nodeprep, "__version__", "?"), **out)
+

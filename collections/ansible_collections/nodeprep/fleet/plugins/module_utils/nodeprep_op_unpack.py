@@ -1,0 +1,73 @@
+# Copyright: nodeprep maintainers
+# Apache-2.0
+"""What nodeprep.fleet.nodeprep_unpack does on the node (its documentation is in
+plugins/modules/nodeprep_unpack.py). Shared by that module and the nodeprep_node dispatcher."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
+    ZIPAPP_STAMP,
+    read_stamp,
+    wrapper_text,
+    write_if_changed,
+)
+
+
+def argument_spec():
+    return {
+        "src": {"type": "path", "required": True},
+        "dest": {"type": "path", "required": True},
+        "wrapper": {"type": "str", "default": ""},
+        "interpreter": {"type": "str", "default": "/usr/bin/python3"},
+    }
+
+
+def unpack(src, dest, digest):
+    parent = os.path.dirname(dest.rstrip("/")) or "/"
+    staging = os.path.join(parent, f".{os.path.basename(dest)}.new-{os.getpid()}")
+    old = os.path.join(parent, f".{os.path.basename(dest)}.old-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    with zipfile.ZipFile(src) as zf:
+        for name in zf.namelist():
+            target = os.path.realpath(os.path.join(staging, name))
+            if not target.startswith(os.path.realpath(staging) + os.sep):
+                raise ValueError(f"{src}: unsafe member {name!r}")
+        zf.extractall(staging)
+    with open(os.path.join(staging, ZIPAPP_STAMP), "w", encoding="ascii") as f:
+        f.write(digest + "\n")
+    if os.path.isdir(dest):
+        os.rename(dest, old)
+    os.rename(staging, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def run(module):
+    """The nodeprep_unpack task on a validated AnsibleModule (see modules/nodeprep_unpack.py)."""
+    src, dest = module.params["src"], module.params["dest"]
+    if not os.path.isfile(src):
+        if module.check_mode:
+            module.exit_json(changed=True, sha256=None, msg=f"{src} is not there yet")
+        module.fail_json(msg=f"src: {src} does not exist")
+    digest = module.sha256(src)
+    before = read_stamp(dest)
+    changed = before != digest
+    if changed and not module.check_mode:
+        try:
+            unpack(src, dest, digest)
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            module.fail_json(msg=f"cannot unpack {src} into {dest}: {e}")
+    diffs = [{"before": {"sha256": before}, "after": {"sha256": digest}}]
+    if module.params["wrapper"]:
+        text = wrapper_text(module.params["interpreter"], dest)
+        wrapper_changed, diff = write_if_changed(module, module.params["wrapper"], text, 0o755)
+        changed |= wrapper_changed
+        diffs.append(diff)
+    out = {"changed": changed, "sha256": digest}
+    if module._diff:
+        out["diff"] = diffs
+    module.exit_json(**out)
+
