@@ -210,8 +210,9 @@ def test_join_module_writes_the_token_it_is_given(tmp_path: Path) -> None:
 
 def test_zipapp_action_builds_on_the_controller(tmp_path: Path) -> None:
     """nodeprep_zipapp is an action plugin (run here through ad-hoc Ansible for real): check mode
-    reports the sha256 it would write and writes nothing; a run writes the zipapp (0755, that sha256) atomically; a re-run is unchanged; a bad
-    src fails with one line naming it and leaves dest alone."""
+    reports the sha256 it would write and writes nothing; a run writes the zipapp (0755, that
+    sha256) atomically; a re-run is unchanged; a bad src fails with one line naming it and leaves
+    dest alone."""
     import hashlib
 
     dest = tmp_path / "controller/nodeprep.pyz"

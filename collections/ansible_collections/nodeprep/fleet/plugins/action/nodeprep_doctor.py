@@ -1,6 +1,6 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
-"""nodeprep_doctor runs on the node as nodeprep_node with nodeprep_operation=doctor (one module payload per run)."""
+"""nodeprep_doctor runs on the node as nodeprep_node, operation doctor: one module payload per run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
-"""nodeprep_info runs on the node as nodeprep_node with nodeprep_operation=info (one module payload per run)."""
+"""nodeprep_info runs on the node as nodeprep_node, operation info: one module payload per run."""
 
 from __future__ import annotations
 

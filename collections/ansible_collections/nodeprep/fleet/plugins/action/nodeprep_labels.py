@@ -1,6 +1,6 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
-"""nodeprep_labels runs on the node as nodeprep_node with nodeprep_operation=labels (one module payload per run)."""
+"""nodeprep_labels runs on the node as nodeprep_node, operation labels: one module payload per run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
-"""nodeprep_profile runs on the node as nodeprep_node with nodeprep_operation=profile (one module payload per run)."""
+"""nodeprep_profile runs on the node as nodeprep_node, operation profile: one module payload per run."""
 
 from __future__ import annotations
 
