@@ -146,7 +146,8 @@ def main() -> int:
         t0 = time.perf_counter()
         db = pciids.nvidia_devices()
         cold = time.perf_counter() - t0
-        print(f"pci.ids ({pciids.find_pci_ids()}): {len(db)} NVIDIA devices parsed in {cold * 1000:.1f} ms (cold)")
+        print(f"pci.ids ({pciids.find_pci_ids()}): {len(db)} NVIDIA devices parsed in "
+              f"{cold * 1000:.1f} ms (cold)")
         pciids._load.cache_clear()
         first, _, _ = timed(LabelOptions(**base, dmi_root=bare), 1)
         ok &= report("local facts, PCI sysfs (first run: pci.ids parsed)", first, 0.100)
@@ -161,7 +162,8 @@ def main() -> int:
         srv = aws_stub()
         aws_dmi = dmi(t / "aws", sys_vendor="Amazon EC2", product_name="p5.48xlarge")
         eps = Endpoints(aws=f"http://127.0.0.1:{srv.server_address[1]}", gce=dead.gce, azure=dead.azure)
-        times, labels, warnings = timed(LabelOptions(**{**base, "endpoints": eps}, dmi_root=aws_dmi), args.runs)
+        times, labels, warnings = timed(LabelOptions(**{**base, "endpoints": eps}, dmi_root=aws_dmi),
+                                        args.runs)
         ok &= report("AWS metadata answering (loopback stub)", times, 0.100)
         assert labels["topology.kubernetes.io/zone"] == "us-east-1a" and not warnings, (labels, warnings)
         srv.shutdown()

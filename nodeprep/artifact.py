@@ -13,6 +13,7 @@ no user/group names, modes normalised to 0755/0644 (directories 0755), zstd at a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -77,7 +78,8 @@ class Manifest:
     arch: str
     os: str
     input_digest: str
-    inputs: dict[str, str]  # input name (e.g. "nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb") -> sha256
+    # input name (e.g. "nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb") -> sha256
+    inputs: dict[str, str]
     flavour: str | None = None  # kmod only: proprietary | open
     kernel_release: str | None = None  # kmod only
     vermagic: str | None = None  # kmod only
@@ -294,7 +296,7 @@ def _extract(path: Path, dest: Path) -> Manifest:
             f = tar.extractfile(member)
             assert f is not None
             with open(target, "wb") as out:
-                for chunk in iter(lambda: f.read(CHUNK), b""):
+                for chunk in iter(functools.partial(f.read, CHUNK), b""):
                     h.update(chunk)
                     out.write(chunk)
             os.chmod(target, entry.mode)
@@ -306,7 +308,8 @@ def _extract(path: Path, dest: Path) -> Manifest:
         raise ArtifactError(f"{path}: empty artifact")
     missing = sorted(set(manifest.files) - seen)
     if missing:
-        raise ArtifactError(f"{path}: manifest lists files missing from the archive: {', '.join(missing[:5])}")
+        raise ArtifactError(f"{path}: manifest lists files missing from the archive: "
+                            f"{', '.join(missing[:5])}")
     return manifest
 
 
@@ -344,7 +347,7 @@ def verify(path: Path) -> list[str]:
             f = tar.extractfile(member)
             assert f is not None
             h = hashlib.sha256()
-            for chunk in iter(lambda: f.read(CHUNK), b""):
+            for chunk in iter(functools.partial(f.read, CHUNK), b""):
                 h.update(chunk)
             if h.hexdigest() != entry.sha256:
                 problems.append(f"{name}: sha256 {h.hexdigest()[:16]}… does not match the manifest "
@@ -400,7 +403,8 @@ def parse_index(raw: bytes | str, *, source: str) -> list[IndexEntry]:
 
 def render_index(entries: Iterable[IndexEntry]) -> bytes:
     items = sorted((asdict(e) for e in entries), key=lambda e: e["name"])
-    return json.dumps({"format": FORMAT_VERSION, "artifacts": items}, sort_keys=True, indent=2).encode() + b"\n"
+    return json.dumps({"format": FORMAT_VERSION, "artifacts": items},
+                      sort_keys=True, indent=2).encode() + b"\n"
 
 
 def find(entries: Iterable[IndexEntry], kind: Kind, driver_version: str, *, flavour: str | None = None,

@@ -92,7 +92,8 @@ def run(
     except FileNotFoundError:
         raise CommandError(args, 127, message=f"{args[0]} not found") from None
     try:
-        stdout, stderr = proc.communicate(input.encode() if isinstance(input, str) else input, timeout=timeout)
+        stdout, stderr = proc.communicate(input.encode() if isinstance(input, str) else input,
+                                          timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         stdout, stderr = proc.communicate()
@@ -158,7 +159,8 @@ def _run_streaming(
         if logf:
             logf.close()
     out = "\n".join(tail)
-    if timeout is not None and rc in (-signal.SIGKILL, 128 + signal.SIGKILL) and timer and not timer.is_alive():
+    if (timeout is not None and rc in (-signal.SIGKILL, 128 + signal.SIGKILL)
+            and timer and not timer.is_alive()):
         raise CommandError(args, rc, tail=_tail(out), log_path=str(log_path) if log_path else None,
                            message=f"{args[0]} timed out after {timeout:g}s")
     if check and rc != 0:

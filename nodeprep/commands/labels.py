@@ -34,14 +34,16 @@ def _write_atomic(path: Path, text: str) -> None:
 
 @click.command("labels")
 @click.option("--format", "fmt", type=click.Choice(output.FORMATS), default="json", show_default=True,
-              help="kubelet: the --node-labels value (self-settable labels only); nfd: an NFD features.d file.")
+              help="kubelet: the --node-labels value (self-settable labels only); "
+                   "nfd: an NFD features.d file.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to FILE (atomically) instead of stdout.")
 @click.option("--label", "extra_labels", multiple=True, metavar="KEY=VALUE",
               help="Extra label (repeatable); wins over the profile's labels.extra.")
 @click.option("--cloud", type=click.Choice(CLOUD_CHOICES), default=None,
-              help="Which metadata service to ask (default: the profile's labels.cloud, else auto = from DMI).")
+              help="Which metadata service to ask "
+                   "(default: the profile's labels.cloud, else auto = from DMI).")
 @click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES), default="none", show_default=True)
 @click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
               show_default=True, help="Stands for /sys (PCI devices, the nvidia module).")

@@ -279,7 +279,8 @@ def gpu_labels(facts: Facts, mig_strategy: str, warnings: list[str]) -> dict[str
     return labels
 
 
-def _mig_labels(gpus: tuple[gpumod.Gpu, ...], model: str, strategy: str, warnings: list[str]) -> dict[str, str]:
+def _mig_labels(gpus: tuple[gpumod.Gpu, ...], model: str, strategy: str,
+                warnings: list[str]) -> dict[str, str]:
     migs = [m for x in gpus if x.mig_enabled for m in x.mig_devices]
     if not any(x.mig_enabled for x in gpus):
         return {}

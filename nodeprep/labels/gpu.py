@@ -84,7 +84,8 @@ def arch_family(major: int, minor: int) -> str:
             10: "blackwell", 12: "blackwell", 13: "rubin"}.get(major, "undefined")
 
 
-def compute_from_pci(device_id: str | None, architecture: str | None, pci_ids: Path | None) -> tuple[int, int] | None:
+def compute_from_pci(device_id: str | None, architecture: str | None,
+                     pci_ids: Path | None) -> tuple[int, int] | None:
     """Compute capability from the chip named in pci.ids, else from an architecture that has only one."""
     if device_id:
         name = pciids.nvidia_devices(pci_ids).get(device_id.lower())
@@ -292,7 +293,8 @@ def parse_nvidia_smi_xml(text: str | bytes, *, sysfs_root: Path | None = None,
         notes.append(f"nvidia-smi reports {attached} attached GPUs but lists {len(gpus)}; "
                      f"labels count the {len(gpus)} listed")
     cuda = _text(root, "cuda_version")
-    return GpuFacts("nvidia-smi", tuple(gpus), _text(root, "driver_version"), _version_pair(cuda), tuple(notes))
+    return GpuFacts("nvidia-smi", tuple(gpus), _text(root, "driver_version"), _version_pair(cuda),
+                    tuple(notes))
 
 
 def _xml_mig_attributes(m: ET.Element) -> dict[str, int]:

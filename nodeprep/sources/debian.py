@@ -232,7 +232,8 @@ class DebianArchive:
             raise InputError(f"{spec}: not served by the Debian archive"
                              + (f" (available: {', '.join(versions)})" if versions else ""),
                              hint=e.tail or None) from None
-        m = re.search(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})", out, re.M)
+        m = re.search(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})",
+                      out, re.M)
         if not m:
             raise NetworkError(f"{spec}: apt gave no download location")
         self.debs.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,8 @@ def test_pack_is_byte_identical_and_normalised(tmp_path: Path) -> None:
     assert m.files["lib64/libcuda.so.1"].target == "libcuda.so.535.309.01"
     assert m.files["lib64/libcuda.so.535.309.01"].sha256 == artifact.sha256_file(
         payload / "lib64" / "libcuda.so.535.309.01")
-    with zstandard.ZstdDecompressor().stream_reader(open(a, "rb")) as zr, tarfile.open(fileobj=zr, mode="r|") as t:
+    with (zstandard.ZstdDecompressor().stream_reader(open(a, "rb")) as zr,
+          tarfile.open(fileobj=zr, mode="r|") as t):
         members = [(ti.name, ti.uid, ti.gid, ti.mtime, ti.uname) for ti in t]
     assert members[0][0] == "manifest.json"
     assert all(uid == 0 and gid == 0 and mtime == 0 and uname == "" for _, uid, gid, mtime, uname in members)

@@ -37,7 +37,8 @@ def node_object(labels: dict[str, str], managed: list[str] | None = None, rv: st
 
 
 def apiserver(fail_first: int | None = None, labels: dict[str, str] | None = None,
-              managed: list[str] | None = None) -> Callable[[Server, Recorded], tuple[int, dict[str, str], str]]:
+              managed: list[str] | None = None,
+              ) -> Callable[[Server, Recorded], tuple[int, dict[str, str], str]]:
     def handle(srv: Server, req: Recorded) -> tuple[int, dict[str, str], str]:
         if req.headers.get("authorization") != f"Bearer {TOKEN}":
             return 401, {}, json.dumps({"kind": "Status", "message": "Unauthorized"})
@@ -52,7 +53,8 @@ def apiserver(fail_first: int | None = None, labels: dict[str, str] | None = Non
                 return 415, {}, json.dumps({"message": "unsupported media type"})
             srv.state["patches"] = srv.state.get("patches", 0) + 1
             if fail_first and srv.state["patches"] == 1:
-                return fail_first, {}, json.dumps({"kind": "Status", "message": "the object has been modified"})
+                return fail_first, {}, json.dumps(
+                    {"kind": "Status", "message": "the object has been modified"})
             return 200, {"Content-Type": "application/json"}, json.dumps(node_object({}))
         return 405, {}, ""
 
@@ -159,7 +161,7 @@ def _certs(tmp_path: Path) -> dict[str, bytes]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
 
     def name(cn: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
@@ -177,7 +179,8 @@ def _certs(tmp_path: Path) -> dict[str, bytes]:
     out = {"ca": ca.public_bytes(serialization.Encoding.PEM)}
     for who, san in (("server", True), ("client", False)):
         key = ec.generate_private_key(ec.SECP256R1())
-        b = (x509.CertificateBuilder().subject_name(name("kubernetes-admin" if who == "client" else "apiserver"))
+        b = (x509.CertificateBuilder()
+             .subject_name(name("kubernetes-admin" if who == "client" else "apiserver"))
              .issuer_name(ca.subject).public_key(key.public_key()).serial_number(2 if san else 3)
              .not_valid_before(now).not_valid_after(now + datetime.timedelta(hours=1)))
         if san:
@@ -229,7 +232,8 @@ def test_tls_ca_and_client_certificate(tmp_path: Path) -> None:
         path = tmp_path / "kubelet.conf"
         path.write_text(yaml.safe_dump({
             "clusters": [{"name": "c", "cluster": {"server": url, "certificate-authority-data": b64["ca"]}}],
-            "users": [{"name": "u", "user": {"client-certificate": "client.pem", "client-key": "client-key.pem"}}],
+            "users": [{"name": "u",
+                       "user": {"client-certificate": "client.pem", "client-key": "client-key.pem"}}],
             "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"}))
         result = apply_labels(load_kubeconfig(path), NODE, WANTED)
         assert result.changed and seen == ["kubernetes-admin", "kubernetes-admin"]

@@ -32,7 +32,8 @@ def run(args: list[str]) -> tuple[int, str, str]:
 
 
 def test_json_and_yaml_parse_back(base_args: list[str]) -> None:
-    code, out, _ = run([*base_args, "--label", "example.com/team=ml", "--label", "node-role.kubernetes.io/gpu="])
+    code, out, _ = run([*base_args, "--label", "example.com/team=ml",
+                        "--label", "node-role.kubernetes.io/gpu="])
     assert code == 0
     data = json.loads(out)
     labels = data["labels"]
@@ -60,7 +61,8 @@ def test_kubelet_format(base_args: list[str]) -> None:
 def test_kubelet_format_refuses_node_role(base_args: list[str]) -> None:
     code, out, err = run([*base_args, "--format", "kubelet", "--label", "node-role.kubernetes.io/worker="])
     assert code == 2 and out == ""
-    assert err.startswith("error: labels not allowed in kubelet --node-labels: node-role.kubernetes.io/worker")
+    assert err.startswith("error: labels not allowed in kubelet --node-labels: "
+                          "node-role.kubernetes.io/worker")
     assert "admin client" in err
 
 

@@ -115,16 +115,19 @@ def test_aws_get_without_token_is_refused_by_the_stand_in(http_server: Callable[
     assert s.get(srv.url + "/latest/meta-data/instance-type", timeout=5).status_code == 401
 
 
-def test_gce(http_server: Callable[..., Server], tmp_path: Path, options: Callable[..., LabelOptions]) -> None:
+def test_gce(http_server: Callable[..., Server], tmp_path: Path,
+             options: Callable[..., LabelOptions]) -> None:
     srv = http_server(gce_handler)
     dmi = write_dmi(tmp_path / "gce", **GCE_DMI)
     result = node_labels(options(dmi_root=dmi, endpoints=endpoints(gce=srv.url)))
     assert (result.labels["node.kubernetes.io/instance-type"], result.labels["topology.kubernetes.io/zone"],
-            result.labels["topology.kubernetes.io/region"]) == ("a2-highgpu-1g", "us-central1-a", "us-central1")
+            result.labels["topology.kubernetes.io/region"]) == (
+        "a2-highgpu-1g", "us-central1-a", "us-central1")
     assert all(r.headers["metadata-flavor"] == "Google" for r in srv.requests) and len(srv.requests) == 2
 
 
-def test_azure(http_server: Callable[..., Server], tmp_path: Path, options: Callable[..., LabelOptions]) -> None:
+def test_azure(http_server: Callable[..., Server], tmp_path: Path,
+               options: Callable[..., LabelOptions]) -> None:
     srv = http_server(azure_handler)
     dmi = write_dmi(tmp_path / "az", **AZURE_DMI)
     result = node_labels(options(dmi_root=dmi, endpoints=endpoints(azure=srv.url)))

@@ -57,7 +57,8 @@ EXPECTED: dict[str, dict[str, str]] = {
     # pci_device_id is masked (000000DE) in this capture: family from <product_architecture> only.
     "a10g_515.105.01.xml": {
         **COMMON, **versions("515.105.01", "11.7"),
-        "nvidia.com/gpu.product": "NVIDIA-A10G", "nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "23028",
+        "nvidia.com/gpu.product": "NVIDIA-A10G", "nvidia.com/gpu.count": "1",
+        "nvidia.com/gpu.memory": "23028",
         "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.family": "ampere", "nvidia.com/mig.capable": "false",
     },
     "dual-rtx-a5000_590.44.01.xml": {

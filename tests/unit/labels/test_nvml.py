@@ -39,7 +39,8 @@ def fake_pynvml(mig_profiles: list[str]) -> types.ModuleType:
         return f
 
     def name(h: object) -> str:
-        return "NVIDIA A100-SXM4-80GB" if h is gpu else f"NVIDIA A100-SXM4-80GB MIG {mig_profiles[migs.index(h)]}"
+        return ("NVIDIA A100-SXM4-80GB" if h is gpu
+                else f"NVIDIA A100-SXM4-80GB MIG {mig_profiles[migs.index(h)]}")
 
     m.NVMLError = NVMLError  # type: ignore[attr-defined]
     m.NVML_DEVICE_MIG_ENABLE = 1  # type: ignore[attr-defined]
@@ -85,7 +86,8 @@ def test_nvml_full_gpu_labels(nvml_sysfs: Path, monkeypatch: pytest.MonkeyPatch,
     result = node_labels(options(cloud="none", use_nvml=True))
     labels = result.labels
     assert result.sources["gpu"] == "nvml"
-    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"]) == (
+    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.count"],
+            labels["nvidia.com/gpu.memory"]) == (
         "NVIDIA-A100-SXM4-80GB", "1", "81920")
     assert (labels["nvidia.com/gpu.compute.major"], labels["nvidia.com/gpu.compute.minor"]) == ("8", "0")
     assert labels["nvidia.com/gpu.mode"] == "compute"  # class read from sysfs by NVML's bus id
@@ -131,4 +133,5 @@ def test_nvml_init_failure_falls_back(nvml_sysfs: Path, monkeypatch: pytest.Monk
     fake.nvmlInit = boom  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     result = node_labels(options(cloud="none", use_nvml=True))
-    assert result.sources["gpu"] == "pci" and result.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert (result.sources["gpu"] == "pci"
+            and result.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB")

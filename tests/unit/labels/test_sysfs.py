@@ -47,7 +47,8 @@ def test_pci_ids_names_from_the_real_database(pci_db: dict[str, str]) -> None:
 
 
 def test_parse_vendor_block_only() -> None:
-    text = ("# comment\n10de  NVIDIA Corporation\n\t2330  GH100 [H100 SXM5 80GB]\n\t\t10de 16c1  H100 SXM5 80GB\n"
+    text = ("# comment\n10de  NVIDIA Corporation\n\t2330  GH100 [H100 SXM5 80GB]\n"
+            "\t\t10de 16c1  H100 SXM5 80GB\n"
             "# a comment inside\n\t1eb8  TU104GL [Tesla T4]\n10df  Emulex Corporation\n\t0101  LP101\n"
             "C 03  Display controller\n\t02  3D controller\n")
     assert pciids.parse_vendor(text) == {"2330": "GH100 [H100 SXM5 80GB]", "1eb8": "TU104GL [Tesla T4]"}
@@ -109,7 +110,8 @@ def test_a100_and_graphics_mode(empty_sysfs: Path, options: Callable[..., LabelO
     result = node_labels(options(cloud="none"))
     assert result.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
     assert result.labels["nvidia.com/gpu.mode"] == "graphics"
-    assert (result.labels["nvidia.com/gpu.compute.major"], result.labels["nvidia.com/gpu.compute.minor"]) == ("8", "0")
+    assert (result.labels["nvidia.com/gpu.compute.major"],
+            result.labels["nvidia.com/gpu.compute.minor"]) == ("8", "0")
 
 
 def test_mixed_models_label_the_most_common_and_warn(empty_sysfs: Path,
