@@ -256,18 +256,13 @@ def test_install_from_http_store(node_store: NodeStore, rootfs: Path) -> None:
         assert json.loads(r.stdout)["changed"] is True
         assert (rootfs / "opt/nvidia" / V_NEW / "lib64" / f"libcuda.so.{V_NEW}").is_file()
         assert list((rootfs / "var/cache/nodeprep").iterdir()) == []  # downloads dropped after install
-        r = cli(
-            "install",
-            "--store",
-            url + "/missing",
-            "--driver",
-            V_NEW,
-            "--kernel",
-            node_store.kernel,
-            "--root",
-            str(rootfs),
-        )
-        assert r.returncode == 2 and "HTTP 404" in r.stderr
+        gone = url + "/missing"
+        args = ("--kernel", node_store.kernel, "--root", str(rootfs))
+        r = cli("install", "--store", gone, "--driver", V_OLD, *args)  # needs the store: fails cleanly
+        assert r.returncode == 2 and "HTTP 404" in r.stderr and "Traceback" not in r.stderr
+        assert not (rootfs / "opt/nvidia" / V_OLD).exists()
+        r = cli("install", "--store", gone, "--driver", V_NEW, *args, "--json")  # installed: not read
+        assert r.returncode == 0 and json.loads(r.stdout)["changed"] is False, r.stderr
     finally:
         server.shutdown()
         server.server_close()
