@@ -42,6 +42,8 @@ class JoinOptions:
     skip_preflight: bool = False
     nvidia_smi_xml: Path | None = None  # GPU facts from a capture (offline image builds, tests)
     labels: Mapping[str, str] | None = None  # precomputed labels; default: nodeprep.labels.node_labels
+    # a token not (yet) in cluster.token_file: a check-mode plan uses the one it would write there
+    token: BootstrapToken | None = None
 
     @property
     def live(self) -> bool:
@@ -286,7 +288,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
             f"cluster.ca_cert_file: {cluster.ca_cert_file} does not exist",
             hint="copy the cluster CA certificate there, or pass --insecure-skip-ca-verification",
         )
-    token = read_token_file(under(root, cluster.token_file), shown_as=cluster.token_file)
+    token = options.token or read_token_file(under(root, cluster.token_file), shown_as=cluster.token_file)
     instead = {
         "node-labels": "labels.extra",
         "register-with-taints": "cluster.taints / cluster.gpu_taint",

@@ -180,7 +180,8 @@ def test_info_probe_finds_a_missing_dependency(tmp_path: Path) -> None:
 
 def test_join_module_writes_the_token_it_is_given(tmp_path: Path) -> None:
     """nodeprep_join with `token` writes the token file (0600) before it plans, in the same call;
-    check mode writes nothing; the token never shows in the result. No driver is installed in this
+    check mode writes nothing and plans with the token it would write; a malformed token is refused
+    before anything is written; the token never shows in the result. No driver is installed in this
     root, so the plan itself then fails for that (the full join with a token runs in
     tests/slow/fleet/test_site.py)."""
     token = "abcdef.0123456789abcdef"
@@ -196,9 +197,18 @@ def test_join_module_writes_the_token_it_is_given(tmp_path: Path) -> None:
     assert module("nodeprep_profile", {"root": str(tmp_path), "content": profile})[0] == "CHANGED"
     args = {"root": str(tmp_path), "token": token, "dry_run": True, "nvidia_smi_xml": str(CAPTURE)}
     token_file = tmp_path / "etc/nodeprep/bootstrap-token"
+    # check mode plans with the token it would write (no file yet): it gets as far as the driver
     status, result = module("nodeprep_join", args, check=True)
-    assert status == "FAILED!" and "bootstrap-token does not exist" in str(result["msg"])
+    assert status == "FAILED!" and result["error_type"] == "StateError", result
+    assert "bootstrap-token" not in str(result["msg"])
     assert not token_file.exists() and token not in json.dumps(result)
+    # a malformed token fails first, names the option, and is written nowhere
+    for check in (True, False):
+        bad = "abcdef.0123456789ABCDEF"
+        status, result = module("nodeprep_join", {**args, "token": bad}, check=check)
+        assert status == "FAILED!" and result["exit_code"] == 2, result
+        assert str(result["msg"]).startswith("token: not a bootstrap token")
+        assert not token_file.exists() and bad not in json.dumps(result)
     status, result = module("nodeprep_join", args)
     assert status == "FAILED!" and result["error_type"] == "StateError", result  # no driver here
     assert token not in json.dumps(result)

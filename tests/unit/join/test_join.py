@@ -394,3 +394,21 @@ def test_the_annotated_example_joins(node_root: Path, smi_xml: Path) -> None:
     assert data["taints"] == ["dedicated=gpu:NoSchedule", "nvidia.com/gpu=present:NoSchedule"]
     assert data["moved_flags"] == ["max-pods"]
     assert data["labels"]["node.kubernetes.io/pool"] == "gpu-a" and data["api_labels"] == {}
+
+
+def test_token_given_in_memory_is_planned_without_a_file(
+    node_root: Path, tmp_path: Path, smi_xml: Path
+) -> None:
+    """JoinOptions.token (what Ansible's check mode has before it writes the file): the plan uses it,
+    and the token file is neither needed nor written by planning."""
+    from nodeprep.join.token import parse_token
+
+    token_file = node_root / "etc/nodeprep/bootstrap-token"
+    token_file.unlink()
+    other = "zz0000.0123456789abcdef"
+    plan = _plan(node_root, profile(tmp_path), smi_xml, token=parse_token(other, source="token"))
+    (join_cfg,) = [f for f in plan.files if f.target == "/etc/nodeprep/kubeadm-join.yaml"]
+    assert yaml.safe_load(join_cfg.content)["discovery"]["bootstrapToken"]["token"] == other
+    assert join_cfg.secret and not token_file.exists()
+    options = JoinOptions(token=parse_token(other, source="t"))
+    assert other not in repr(plan) and other.split(".")[1] not in repr(options)

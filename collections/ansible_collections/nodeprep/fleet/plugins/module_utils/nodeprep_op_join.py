@@ -50,9 +50,16 @@ def write_token(module, p):
 def run(module):
     """The nodeprep_join task on a validated AnsibleModule (see modules/nodeprep_join.py)."""
     p = module.params
-    plan_mod, profile_mod = import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
+    plan_mod, profile_mod, token_mod = import_nodeprep(
+        module, "nodeprep.join.plan", "nodeprep.profile", "nodeprep.join.token"
+    )
     from pathlib import Path
 
+    try:
+        # validated before anything is written; in check mode the plan uses it instead of the file
+        token = token_mod.parse_token(p["token"], source="token") if p["token"] else None
+    except nodeprep_errors(module) as e:
+        fail_from(module, e)
     token_changed, token_diffs = write_token(module, p)
 
     try:
@@ -62,6 +69,7 @@ def run(module):
             insecure_skip_ca_verification=p["insecure_skip_ca_verification"],
             skip_preflight=p["skip_preflight"],
             nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
+            token=token if module.check_mode else None,
         )
         plan = plan_mod.plan_join(profile, options)
         summary = plan.to_dict()
