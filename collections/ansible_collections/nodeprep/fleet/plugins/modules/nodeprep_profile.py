@@ -61,9 +61,7 @@ profile:
   type: dict
 """
 
-# The task runs through the nodeprep_profile action plugin, which sends the collection's one node-side
-# module (nodeprep_node) so that Ansible builds a single module payload per run for all roles; this
-# module runs the same code when called directly.
+# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_profile import argument_spec, run
 
