@@ -12,8 +12,9 @@ Each plan holds FileChange objects (`target`, `content`, `mode`, `changed`, `sec
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .files import FileChange
@@ -29,27 +30,15 @@ if TYPE_CHECKING:
         plan_runtime,
     )
 
-# Loaded on first use (PEP 562): driver activation imports nodeprep.join.cdi on every run and must
-# not pay for the whole planner (containerd, kubeadm, token handling).
-_EXPORTS = {
+# Driver activation imports nodeprep.join.cdi on every run; it must not pay for the planner.
+__getattr__ = lazy_exports(__name__, {
     "FileChange": "files",
-    "Action": "plan",
-    "JoinOptions": "plan",
-    "JoinPlan": "plan",
-    "RuntimePlan": "plan",
-    "apply_join": "plan",
-    "apply_runtime": "plan",
-    "join": "plan",
-    "plan_join": "plan",
-    "plan_runtime": "plan",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-
+    **dict.fromkeys(
+        ["Action", "JoinOptions", "JoinPlan", "RuntimePlan", "apply_join", "apply_runtime", "join",
+         "plan_join", "plan_runtime"],
+        "plan",
+    ),
+})
 
 __all__ = [
     "Action",

@@ -9,17 +9,25 @@ Public API (used by `nodeprep labels`, join and bootstrap):
     apply_labels(load_kubeconfig(path), node, labels) -> ApplyResult
 """
 
-from .core import PREFIX, LabelOptions, LabelResult, build_labels, gather_facts, node_labels
-from .validate import (
-    check_kubelet_labels,
-    check_labels,
-    kubelet_flag_value,
-    parse_label_arg,
-    sanitise,
-    self_settable,
-    split_for_kubelet,
-    validate_label,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .apply import apply_labels, load_kubeconfig
+    from .core import PREFIX, LabelOptions, LabelResult, build_labels, gather_facts, node_labels
+    from .validate import (
+        check_kubelet_labels,
+        check_labels,
+        kubelet_flag_value,
+        parse_label_arg,
+        sanitise,
+        self_settable,
+        split_for_kubelet,
+        validate_label,
+    )
 
 __all__ = [
     "PREFIX", "LabelOptions", "LabelResult", "build_labels", "gather_facts", "node_labels",
@@ -27,10 +35,16 @@ __all__ = [
     "self_settable", "split_for_kubelet", "validate_label", "apply_labels", "load_kubeconfig",
 ]
 
-
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
-    if name in ("apply_labels", "load_kubeconfig"):
-        from . import apply
-
-        return getattr(apply, name)
-    raise AttributeError(name)
+# nodeprep.labels.gpu alone (join's GPU list) must not load the metadata client or the API client.
+__getattr__ = lazy_exports(__name__, {
+    **dict.fromkeys(
+        ["PREFIX", "LabelOptions", "LabelResult", "build_labels", "gather_facts", "node_labels"], "core"
+    ),
+    **dict.fromkeys(
+        ["check_kubelet_labels", "check_labels", "kubelet_flag_value", "parse_label_arg", "sanitise",
+         "self_settable", "split_for_kubelet", "validate_label"],
+        "validate",
+    ),
+    "apply_labels": "apply",
+    "load_kubeconfig": "apply",
+})

@@ -8,8 +8,25 @@ device nodes, systemd unit, doctor. Library API (used by the CLI, bootstrap and 
     nodeprep.node.doctor.doctor(root, require_cuda=None, checks=None) -> DoctorReport(ok, checks, to_dict())
 """
 
-from .ops import ActivateResult, InstallResult, RemoveResult, activate, install, remove, rollback
-from .state import State, load_state
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .ops import ActivateResult, InstallResult, RemoveResult, activate, install, remove, rollback
+    from .state import State, load_state
+
+# Importing one submodule (e.g. nodeprep.node.fsutil from join) must not load the operations.
+__getattr__ = lazy_exports(__name__, {
+    **dict.fromkeys(
+        ["ActivateResult", "InstallResult", "RemoveResult", "activate", "install", "remove", "rollback"],
+        "ops",
+    ),
+    "State": "state",
+    "load_state": "state",
+})
 
 __all__ = [
     "ActivateResult",
