@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..sysfs import read_attr
+
 if TYPE_CHECKING:
     import requests
 
@@ -68,14 +70,14 @@ class CloudFacts:
     source: str = "none"  # metadata | dmi | none
 
 
-def read_dmi(dmi_root: Path) -> dict[str, str]:
-    """The DMI fields nodeprep looks at (missing or unreadable ones are left out)."""
+def read_dmi(dmi_root: Path, problems: list[str] | None = None) -> dict[str, str]:
+    """The DMI fields nodeprep looks at. Missing ones are left out; unsafe (FIFO, symlink, huge) or
+    undecodable ones too, with one line each in `problems` (nodeprep.sysfs)."""
     out = {}
     for name in DMI_FIELDS:
-        try:
-            out[name] = (dmi_root / name).read_text(errors="replace").strip()
-        except OSError:
-            continue
+        text = read_attr(dmi_root / name, problems)
+        if text is not None:
+            out[name] = text.strip()
     return out
 
 

@@ -174,8 +174,12 @@ def gather_facts(opts: LabelOptions) -> tuple[Facts, list[str]]:
     warnings: list[str] = []
     start = time.monotonic()
     deadline = start + opts.total_timeout
-    dmi = cloudmod.read_dmi(opts.dmi_dir)
-    system = system_facts(opts.root, opts.kernel)
+    dmi_problems: list[str] = []
+    dmi = cloudmod.read_dmi(opts.dmi_dir, dmi_problems)
+    warnings.extend(f"dmi: {p}" for p in dmi_problems)
+    host_problems: list[str] = []
+    system = system_facts(opts.root, opts.kernel, host_problems)
+    warnings.extend(f"host: {p}" for p in host_problems)
     cloud_warnings: list[str] = []
     box: dict[str, Any] = {}
 
