@@ -423,8 +423,9 @@ def _label_pair(key: str, value: Any) -> list[str]:
 def _label_value(value: Any) -> tuple[Any, Problems]:
     """A label value: a string. Numbers and booleans are refused, not coerced (quote them)."""
     if isinstance(value, bool | int | float):
-        return value, [f"{_show(value)} must be a quoted string (YAML read it as a "
-                       f"{_type_name(value)}; labels are strings: put it in quotes)"]
+        kind = _type_name(value)
+        return value, [f"{_show(value)} must be a quoted string (YAML read it as "
+                       f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}; labels are strings: put it in quotes)"]
     if not isinstance(value, str):
         return value, [f"expected a string, got {_type_name(value)}"]
     return value, []
