@@ -16,7 +16,7 @@ import reprlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from . import labelrules
@@ -306,7 +306,7 @@ def _modules(value: Any) -> tuple[Any, Problems]:
 
 
 def _abs_path(value: str) -> str | None:
-    return None if PurePosixPath(value).is_absolute() else f"{_show(value)} must be an absolute path"
+    return None if value.startswith("/") else f"{_show(value)} must be an absolute path"
 
 
 def _store(value: str) -> str | None:

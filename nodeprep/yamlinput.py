@@ -21,7 +21,6 @@ from __future__ import annotations
 import codecs
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -201,12 +200,20 @@ else:  # pragma: no cover
             Resolver.__init__(self)
 
 
-@dataclass(frozen=True)
 class Document:
-    """Parsed YAML plus the line (1-based) of every mapping key and list item, by path."""
+    """Parsed YAML plus the line (1-based) of every mapping key and list item, by path (worked out
+    from the node tree only when a line is asked for: a valid file never pays for it)."""
 
-    data: Any
-    lines: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    def __init__(self, data: Any, root: Node | None = None) -> None:
+        self.data = data
+        self._root = root
+        self._lines: dict[tuple[Any, ...], int] | None = None
+
+    @property
+    def lines(self) -> dict[tuple[Any, ...], int]:
+        if self._lines is None:
+            self._lines = _record_lines(self._root)
+        return self._lines
 
     def line(self, *path: Any) -> int | None:
         """Line of `path`, or of its longest known prefix."""
@@ -255,7 +262,6 @@ def parse_yaml(text: str, *, source: str, error: type[InputFileError] = InputFil
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
-        lines = _record_lines(node)
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
         raise error([_yaml_problem(e)], source=source) from None
@@ -263,7 +269,7 @@ def parse_yaml(text: str, *, source: str, error: type[InputFileError] = InputFil
         raise error([f"nested deeper than {MAX_DEPTH} levels"], source=source) from None
     finally:
         loader.dispose()
-    return Document(data, lines)
+    return Document(data, node)
 
 
 def load_yaml(path: Path, *, limit: int = MAX_BYTES, source: str | None = None,
