@@ -239,7 +239,7 @@ def _str(
 def _enum(*choices: str) -> Parser:
     def parse(value: Any) -> tuple[Any, Problems]:
         if value not in choices:
-            hint = difflib.get_close_matches(str(value), choices, n=1)
+            hint = difflib.get_close_matches(value[:80], choices, n=1) if isinstance(value, str) else []
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             return value, [f"{_show(value)} is not one of {', '.join(choices)}{extra}"]
         return value, []
