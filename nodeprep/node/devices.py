@@ -91,6 +91,6 @@ def load_modules(modules: tuple[str, ...] = DEFAULT_LOAD, *, root: Path = Path("
         raise StateError("load-modules only runs on the live system (--root /)")
     for name in modules:
         runner.run(["modprobe", name], timeout=120)
-    majors = parse_proc_devices(Path("/proc/devices").read_text())
+    majors = parse_proc_devices(read_attr(Path("/proc/devices"), errors="replace") or "")
     nodes = device_nodes(majors, parse_gpu_minors(Path("/proc/driver/nvidia/gpus")), modules)
     return make_nodes(root, nodes)
