@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 from yaml.composer import Composer, ComposerError
 from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, ScalarEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
@@ -130,30 +131,41 @@ class _LimitedComposer(Composer):
         self._weights: dict[int, int] = {}
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            anchor = event.anchor
-            if anchor in self.anchors:
-                self._count(self._weights.get(id(self.anchors[anchor]), 1), event.start_mark)
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        # Composer.compose_node with the limits (and without the path-resolver hooks, which
+        # SafeLoader does not use): one event peeked, one type test, counters inline.
         event = self.peek_event()
+        if isinstance(event, AliasEvent):
+            self.get_event()
+            node: Node | None = self.anchors.get(event.anchor)
+            if node is None:
+                raise ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+            self._expanded += self._weights.get(id(node), 1)
+            if self._expanded > MAX_NODES:
+                raise ComposerError(None, None, f"expands to more than {MAX_NODES} nodes (aliases)",
+                                    event.start_mark)
+            return node
+        anchor = event.anchor
+        if anchor is not None and anchor in self.anchors:
+            raise ComposerError(f"found duplicate anchor {anchor!r}; first occurrence",
+                                self.anchors[anchor].start_mark, "second occurrence", event.start_mark)
         self._depth += 1
         if self._depth > MAX_DEPTH:
             raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark)
-        self._count(1, event.start_mark)
-        before = self._expanded
-        try:
-            node = super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-        if event.anchor is not None:
-            self._weights[id(node)] = self._expanded - before
-        return node  # type: ignore[no-any-return]
-
-    def _count(self, n: int, mark: Any) -> None:
-        self._expanded += n
+        self._expanded += 1
         if self._expanded > MAX_NODES:
-            raise ComposerError(None, None, f"expands to more than {MAX_NODES} nodes (aliases)", mark)
+            raise ComposerError(None, None, f"expands to more than {MAX_NODES} nodes (aliases)",
+                                event.start_mark)
+        before = self._expanded
+        if isinstance(event, ScalarEvent):
+            node = self.compose_scalar_node(anchor)
+        elif isinstance(event, SequenceStartEvent):
+            node = self.compose_sequence_node(anchor)
+        else:
+            node = self.compose_mapping_node(anchor)
+        self._depth -= 1
+        if anchor is not None:
+            self._weights[id(node)] = self._expanded - before
+        return node
 
     def compose_mapping_node(self, anchor: str | None) -> MappingNode:
         node: MappingNode = super().compose_mapping_node(anchor)
