@@ -194,7 +194,8 @@ def _hostile_tree(tmp_path: Path) -> tuple[Path, Path, Path]:
     (sys_root / "module" / "nvidia" / "version").write_bytes(random.Random(14).randbytes(200) + b"\xff")
     dmi = write_dmi(tmp_path / "dmi", sys_vendor="Dell Inc.")
     os.mkfifo(dmi / "product_name")  # nothing ever writes to it: a blocking open would wait forever
-    os.symlink("/etc/hostname", dmi / "bios_version")
+    (tmp_path / "elsewhere").write_text("1.0\n")
+    os.symlink(tmp_path / "elsewhere", dmi / "bios_version")
     (dmi / "board_asset_tag").write_bytes(b"x" * (1 << 20))
     return root, sys_root, dmi
 
