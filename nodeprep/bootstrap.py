@@ -23,8 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from .artifact import canonical_json, sha256_bytes
 from .errors import InputError, NodeprepError, StateError
 
@@ -119,9 +117,11 @@ class Report:
 
 def profile_digest(raw: bytes) -> str:
     """Digest of a profile's content: YAML parsed and canonicalised, so comments and layout don't count."""
+    from .yamlinput import decode_text, parse_yaml
+
     try:
-        data: Any = yaml.safe_load(raw)
-    except yaml.YAMLError:
+        data: Any = parse_yaml(decode_text(raw, source="profile"), source="profile").data
+    except InputError:
         data = raw.decode("utf-8", "replace")
     return sha256_bytes(canonical_json(data))
 
@@ -270,16 +270,14 @@ def bootstrap(
     on_outcome: Callable[[Outcome], None] | None = None,
 ) -> Report:
     """Bring up the node described by `profile_path` (a file on this machine) under `root`."""
-    from .profile import load_profile
+    from .profile import parse_profile, read_profile
 
-    try:
-        raw = profile_path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{profile_path}: cannot read profile ({e.strerror})") from None
-    profile = load_profile(profile_path)
+    _, document = read_profile(profile_path)  # bounded, strict: the reader of every command
+    profile = parse_profile(document.data, str(profile_path), document)
     if steps is None:
         steps = default_steps()
-    return run_steps(root, profile, profile_path, profile_digest(raw), steps, options=options,
+    digest = sha256_bytes(canonical_json(document.data))  # == profile_digest(raw) for a valid file
+    return run_steps(root, profile, profile_path, digest, steps, options=options,
                      restart=restart, on_outcome=on_outcome)
 
 

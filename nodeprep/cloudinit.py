@@ -27,7 +27,8 @@ import yaml
 from . import __version__
 from .artifact import sha256_file
 from .errors import InputError
-from .join.token import parse_token
+from .join.token import read_token_file
+from .yamlinput import decode_text, parse_yaml, read_input_bytes
 
 log = logging.getLogger(__name__)
 
@@ -196,12 +197,9 @@ class UserData:
 
 
 def read_token(path: Path) -> str:
-    """The bootstrap token from `path` (one line `abcdef.0123456789abcdef`); never logged."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read bootstrap token ({e.strerror})") from None
-    return parse_token(text, source=str(path)).value
+    """The bootstrap token from `path` (one line `abcdef.0123456789abcdef`); never logged. The same
+    check as `join` (nodeprep.join.token.read_token_file): a regular file, not group/other-readable."""
+    return read_token_file(path, field="--token-file").value
 
 
 def check_ca_hashes(hashes: Sequence[str]) -> tuple[str, ...]:
@@ -269,18 +267,13 @@ def publish_wheel(store: Path, wheel: Path) -> Path:
 
 def parse_part(path: Path) -> tuple[str, str]:
     """An operator's extra part: a `#cloud-config` or a `#!` script."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"--part {path}: {e.strerror}") from None
+    source = f"--part {path}"
+    text = decode_text(read_input_bytes(path, source=source), source=source)
     first = text.split("\n", 1)[0].strip()
     if first != "#cloud-config" and not first.startswith("#!"):
         raise InputError(f"--part {path}: first line must be '#cloud-config' or a '#!' interpreter line")
     if first == "#cloud-config":
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise InputError(f"--part {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        data = parse_yaml(text, source=source).data
         if data is not None and not isinstance(data, dict):
             raise InputError(f"--part {path}: a cloud-config must be a mapping")
     return path.name, text

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from .errors import ChecksumError, InputError, NetworkError
+from .urls import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3) -> bytes:
         try:
             resp = requests.get(url, timeout=timeout)
             if resp.status_code == 404:
-                raise InputError(f"{url}: not found (HTTP 404)")
+                raise InputError(f"{redact_url(url)}: not found (HTTP 404)")
             if resp.status_code >= 500:
                 raise requests.HTTPError(f"HTTP {resp.status_code}")
             resp.raise_for_status()
@@ -61,7 +62,7 @@ def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3) -> bytes:
         except (requests.ConnectionError, requests.Timeout, requests.HTTPError) as e:
             last = e
             time.sleep(min(2**attempt * 0.5, 5))
-    raise NetworkError(f"{url}: unreachable after {retries} tries ({last})")
+    raise NetworkError(redact_url(f"{url}: unreachable after {retries} tries ({last})"))
 
 
 def download(
@@ -92,7 +93,7 @@ def download(
     actual = _sha256(part)
     if actual != sha256:
         part.unlink(missing_ok=True)
-        raise ChecksumError(f"{url}: sha256 {actual} does not match the expected {sha256}")
+        raise ChecksumError(f"{redact_url(url)}: sha256 {actual} does not match the expected {sha256}")
     os.replace(part, dest)
     return dest
 
@@ -109,7 +110,7 @@ def _http_download(url: str, part: Path, *, timeout: float, retries: int, progre
                 if resp.status_code == 416:  # already complete
                     return
                 if resp.status_code == 404:
-                    raise InputError(f"{url}: not found (HTTP 404)")
+                    raise InputError(f"{redact_url(url)}: not found (HTTP 404)")
                 if resp.status_code >= 400:
                     raise requests.HTTPError(f"HTTP {resp.status_code}")
                 if have and resp.status_code != 206:
@@ -129,9 +130,9 @@ def _http_download(url: str, part: Path, *, timeout: float, retries: int, progre
         except (requests.ConnectionError, requests.Timeout, requests.HTTPError,
                 requests.exceptions.ChunkedEncodingError) as e:
             last = e
-            log.info("download of %s interrupted (%s); retrying", url, e)
+            log.info("download of %s interrupted (%s); retrying", redact_url(url), redact_url(str(e)))
             time.sleep(min(2**attempt * 0.5, 5))
-    raise NetworkError(f"{url}: download failed after {retries} tries ({last})")
+    raise NetworkError(redact_url(f"{url}: download failed after {retries} tries ({last})"))
 
 
 def _sha256(path: Path) -> str:

@@ -27,13 +27,17 @@ class InputError(NodeprepError):
     exit_code = 2
 
 
-class ProfileError(InputError):
-    """The node profile has one or more invalid fields; `problems` holds one line per field."""
+class InputFileError(InputError):
+    """A file the user gave is malformed; `problems` holds one line per problem, `source` the file."""
 
     def __init__(self, problems: list[str], *, source: str = "profile", hint: str | None = None) -> None:
         self.problems = list(problems)
         self.source = source
         super().__init__(f"{source}: " + "; ".join(self.problems), hint=hint)
+
+
+class ProfileError(InputFileError):
+    """The node profile has one or more invalid fields; `problems` holds one line per field."""
 
 
 class ChecksumError(InputError):

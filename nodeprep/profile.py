@@ -12,14 +12,17 @@ import difflib
 import ipaddress
 import json
 import re
+import reprlib
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-import yaml
-
+from . import labelrules
 from .errors import ProfileError
+from .urls import has_userinfo, redact_url
+from .yamlinput import Document, load_yaml
 
 DEFAULT_PATH = Path("/etc/nodeprep/node.yaml")
 SCHEMA_PATH = Path(__file__).parent / "data" / "profile.schema.json"
@@ -33,6 +36,7 @@ FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 OLDEST_KUBERNETES = (1, 27)
+MAX_PROBLEMS = 20  # listed in one error line; the rest are counted
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,8 +156,35 @@ def _to_plain(value: Any) -> Any:
 # Field table: one row per field. `parse(value) -> (parsed, problems)`; problems are messages
 # without the path (the parser prefixes `section.key: `).
 
+class Problem(str):
+    """A problem message that remembers where below its field it was found (`at`: map keys and
+    list indexes), so the parser can name the line."""
+
+    at: tuple[Any, ...] = ()
+
+    @classmethod
+    def under(cls, step: Any, text: str, inner: str) -> Problem:
+        p = cls(text)
+        p.at = (step, *getattr(inner, "at", ()))
+        return p
+
+
 Problems = list[str]
 Parser = Callable[[Any], tuple[Any, Problems]]
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxtuple = 2, 4, 4, 4
+
+
+def _name(key: Any) -> str:
+    """A mapping key as written when it is a short printable string, else a bounded repr."""
+    return key if isinstance(key, str) and len(key) <= 80 and key.isprintable() else _show(key)
+
+
+def _show(value: Any) -> str:
+    """A bounded repr for messages (values may be huge or alias-shared structures); URLs redacted."""
+    return redact_url(_REPR.repr(value))
 
 
 @dataclass(frozen=True)
@@ -193,11 +224,11 @@ def _str(
         if value is None and nullable:
             return None, []
         if isinstance(value, int | float) and not isinstance(value, bool) and pattern is not None:
-            return value, [f"{value!r} must be a quoted string (YAML read it as a number)"]
+            return value, [f"{_show(value)} must be a quoted string (YAML read it as a number)"]
         if not isinstance(value, str):
             return value, [f"expected a string, got {_type_name(value)}"]
         if pattern is not None and not pattern.match(value):
-            return value, [f"{value!r} {expected}"]
+            return value, [f"{_show(value)} {expected}"]
         if check is not None and (problem := check(value)):
             return value, [problem]
         return value, []
@@ -208,9 +239,9 @@ def _str(
 def _enum(*choices: str) -> Parser:
     def parse(value: Any) -> tuple[Any, Problems]:
         if value not in choices:
-            hint = difflib.get_close_matches(str(value), choices, n=1)
+            hint = difflib.get_close_matches(value[:80], choices, n=1) if isinstance(value, str) else []
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-            return value, [f"{value!r} is not one of {', '.join(choices)}{extra}"]
+            return value, [f"{_show(value)} is not one of {', '.join(choices)}{extra}"]
         return value, []
 
     return parse
@@ -218,7 +249,7 @@ def _enum(*choices: str) -> Parser:
 
 def _bool(value: Any) -> tuple[Any, Problems]:
     if not isinstance(value, bool):
-        return value, [f"expected true or false, got {value!r}"]
+        return value, [f"expected true or false, got {_show(value)}"]
     return value, []
 
 
@@ -230,7 +261,7 @@ def _list(item: Parser) -> Parser:
         for i, v in enumerate(value):
             parsed, errs = item(v)
             out.append(parsed)
-            problems += [f"[{i}]: {e}" for e in errs]
+            problems += [Problem.under(i, f"[{i}]: {e}", e) for e in errs]
         return tuple(out), problems
 
     return parse
@@ -249,14 +280,14 @@ def _map(
         out, problems = {}, []
         for k, v in value.items():
             if not isinstance(k, str):
-                problems.append(f"key {k!r} must be a string")
+                problems.append(Problem.under(k, f"key {_show(k)} must be a string", ""))
                 continue
             if key_check is not None and (problem := key_check(k)):
-                problems.append(problem)
+                problems.append(Problem.under(k, problem, ""))
             parsed, errs = value_parser(v)
-            problems += [f"{k!r}: {e}" for e in errs]
+            problems += [Problem.under(k, f"{_show(k)}: {e}", e) for e in errs]
             if not errs and pair_check is not None:
-                problems += pair_check(k, parsed)
+                problems += [Problem.under(k, e, "") for e in pair_check(k, parsed)]
             out[k] = parsed
         return out, problems
 
@@ -268,36 +299,39 @@ def _modules(value: Any) -> tuple[Any, Problems]:
     if not problems:
         if "nvidia" not in parsed:
             problems.append("must include 'nvidia' (the other modules depend on it)")
-        dupes = sorted({m for m in parsed if parsed.count(m) > 1})
+        dupes = sorted(m for m, n in Counter(parsed).items() if n > 1)
         if dupes:
             problems.append(f"lists {', '.join(dupes)} more than once")
     return parsed, problems
 
 
 def _abs_path(value: str) -> str | None:
-    return None if PurePosixPath(value).is_absolute() else f"{value!r} must be an absolute path"
+    return None if value.startswith("/") else f"{_show(value)} must be an absolute path"
 
 
 def _store(value: str) -> str | None:
+    if has_userinfo(value):
+        return (f"{_show(value)}: credentials in the URL are refused (they would end up in logs and "
+                "output); give them in a credentials file (docs/profile.md)")
     if value.startswith(("http://", "https://", "file://")) or value.startswith("/"):
         return None
-    return f"{value!r} must be an absolute directory or an http(s):// or file:// URL"
+    return f"{_show(value)} must be an absolute directory or an http(s):// or file:// URL"
 
 
 def _api_server(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
-        return f"{value!r} must be host:port (e.g. 10.0.0.10:6443)"
+        return f"{_show(value)} must be host:port (e.g. 10.0.0.10:6443)"
     if not port.isdigit() or not 0 < int(port) < 65536:
-        return f"{value!r}: port {port!r} is not a number between 1 and 65535"
+        return f"{_show(value)}: port {_show(port)} is not a number between 1 and 65535"
     if host.startswith("[") and host.endswith("]"):
         try:
             ipaddress.IPv6Address(host[1:-1])
         except ValueError:
-            return f"{value!r}: {host!r} is not an IPv6 address"
+            return f"{_show(value)}: {_show(host)} is not an IPv6 address"
         return None
     if not (DNS1123_SUBDOMAIN_RE.match(host.lower()) and len(host) <= 253):
-        return f"{value!r}: {host!r} is not a host name or IP address (IPv6 goes in brackets)"
+        return f"{_show(value)}: {_show(host)} is not a host name or IP address (IPv6 goes in brackets)"
     return None
 
 
@@ -306,7 +340,7 @@ def _k8s_version(value: str) -> str | None:
     assert m
     if (int(m.group(1)), int(m.group(2))) < OLDEST_KUBERNETES:
         return (
-            f"{value!r} is older than the oldest supported Kubernetes "
+            f"{_show(value)} is older than the oldest supported Kubernetes "
             f"{OLDEST_KUBERNETES[0]}.{OLDEST_KUBERNETES[1]}"
         )
     return None
@@ -314,7 +348,7 @@ def _k8s_version(value: str) -> str | None:
 
 def _node_name(value: str) -> str | None:
     if len(value) > 253 or not DNS1123_SUBDOMAIN_RE.match(value):
-        return f"{value!r} is not a valid node name (lower-case DNS subdomain, e.g. gpu-node-1)"
+        return f"{_show(value)} is not a valid node name (lower-case DNS subdomain, e.g. gpu-node-1)"
     return None
 
 
@@ -323,7 +357,7 @@ def _taint(value: Any) -> tuple[Any, Problems]:
     if isinstance(value, str):
         body, sep, effect = value.rpartition(":")
         if not sep:
-            return value, [f"{value!r} must be key=value:Effect or key:Effect"]
+            return value, [f"{_show(value)} must be key=value:Effect or key:Effect"]
         key, _, tval = body.partition("=")
         data: dict[str, Any] = {"key": key, "value": tval, "effect": effect}
     elif isinstance(value, dict):
@@ -345,37 +379,63 @@ def _taint(value: Any) -> tuple[Any, Problems]:
     else:
         problems += _label_key_problems(data["key"])
     if not isinstance(data["value"], str):
-        problems.append(f"taint value {data['value']!r} must be a string")
+        problems.append(f"taint value {_show(data['value'])} must be a string")
     elif data["value"]:
         problems += _label_value_problems(data["key"], data["value"])
     if data["effect"] not in TAINT_EFFECTS:
-        problems.append(f"taint effect {data['effect']!r} is not one of {', '.join(TAINT_EFFECTS)}")
+        problems.append(f"taint effect {_show(data['effect'])} is not one of {', '.join(TAINT_EFFECTS)}")
     if problems:
         return value, problems
     return Taint(key=data["key"], value=data["value"], effect=data["effect"]), []
 
 
-def _label_key_problems(key: str) -> list[str]:
-    from .labels import validate as labels_validate
+def _taints(value: Any) -> tuple[Any, Problems]:
+    """The taint list; the same key and effect twice is refused (the API server rejects the Node)."""
+    parsed, problems = _list(_taint)(value)
+    if problems:
+        return parsed, problems
+    first: dict[tuple[str, str], int] = {}
+    for i, t in enumerate(parsed):
+        j = first.setdefault((t.key, t.effect), i)
+        if j != i:
+            problems.append(Problem.under(i, f"[{i}]: {t.key}:{t.effect} is already set by [{j}] "
+                                             "(one taint per key and effect)", ""))
+    return parsed, problems
 
-    return labels_validate.validate_key(key)
+
+def _label_key_problems(key: str) -> list[str]:
+    return labelrules.validate_key(key)
 
 
 def _label_value_problems(key: str, value: str) -> list[str]:
-    from .labels import validate as labels_validate
-
-    return labels_validate.validate_value(key, value)
+    return labelrules.validate_value(key, value)
 
 
 def _label_pair(key: str, value: Any) -> list[str]:
-    return _label_key_problems(key) + _label_value_problems(key, value)
+    """A `labels.extra` entry: valid syntax, and one a kubelet may register with (join passes these
+    as --node-labels / kubeletExtraArgs; NodeRestriction refuses the others)."""
+    problems = _label_key_problems(key) + _label_value_problems(key, value)
+    if not problems and (why := labelrules.why_not_self_settable(key)):
+        problems.append(f"cannot be set by the kubelet at registration: {why}")
+    return problems
+
+
+def _label_value(value: Any) -> tuple[Any, Problems]:
+    """A label value: a string. Numbers and booleans are refused, not coerced (quote them)."""
+    if isinstance(value, bool | int | float):
+        kind = _type_name(value)
+        return value, [f"{_show(value)} must be a quoted string (YAML read it as "
+                       f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}; labels are strings: put it in quotes)"]
+    if not isinstance(value, str):
+        return value, [f"expected a string, got {_type_name(value)}"]
+    return value, []
 
 
 def _flag_name(name: str) -> str | None:
     if name.startswith("-"):
-        return f"{name!r}: write flag names without leading dashes (e.g. max-pods)"
+        return f"{_show(name)}: write flag names without leading dashes (e.g. max-pods)"
     if not FLAG_NAME_RE.match(name):
-        return f"{name!r} is not a kubelet flag name (lower-case letters, digits and '-')"
+        return f"{_show(name)} is not a kubelet flag name (lower-case letters, digits and '-')"
     return None
 
 
@@ -383,7 +443,7 @@ def _feature_gate(name: str) -> str | None:
     return (
         None
         if re.match(r"^[A-Z][A-Za-z0-9]*$", name)
-        else f"{name!r} is not a feature gate name (e.g. DevicePluginCDIDevices)"
+        else f"{_show(name)} is not a feature gate name (e.g. DevicePluginCDIDevices)"
     )
 
 
@@ -464,7 +524,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "labels",
         "extra",
-        _map(_scalar_str, pair_check=_label_pair),
+        _map(_label_value, pair_check=_label_pair),
         _STR_MAP,
         "Extra node labels (key: value), validated against Kubernetes label syntax",
     ),
@@ -535,7 +595,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "cluster",
         "taints",
-        _list(_taint),
+        _taints,
         {"type": "array", "items": _TAINT_SCHEMA},
         "Taints set at registration (the only time a node may set its own taints)",
     ),
@@ -639,16 +699,24 @@ def _check_invariants(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return problems
 
 
-def parse_profile(data: Any, source: str = "profile") -> Profile:
-    """Build a Profile from parsed YAML/JSON data; raise ProfileError listing every problem."""
+def parse_profile(data: Any, source: str = "profile", document: Document | None = None) -> Profile:
+    """Build a Profile from parsed YAML/JSON data; raise ProfileError listing every problem (with
+    its line when `document` is the parsed file)."""
     problems: list[str] = []
+
+    def at(*path: Any) -> str:
+        line = document.line(*path) if document is not None else None
+        return f" (line {line})" if line else ""
+
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ProfileError([f"top level must be a mapping, got {_type_name(data)}"], source=source)
     for key in data:
         if key not in SECTIONS:
-            problems.append(f"{key}: unknown section{_did_you_mean(str(key), list(SECTIONS))}")
+            problems.append(
+                f"{_name(key)}: unknown section{_did_you_mean(str(key)[:80], list(SECTIONS))}{at(key)}"
+            )
     parsed: dict[str, dict[str, Any]] = {}
     for name in SECTIONS:
         raw = data.get(name)
@@ -657,13 +725,15 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
                 problems.append(f"{name}: required section is missing")
             continue
         if not isinstance(raw, dict):
-            problems.append(f"{name}: expected a mapping, got {_type_name(raw)}")
+            problems.append(f"{name}: expected a mapping, got {_type_name(raw)}{at(name)}")
             continue
         table = [f for f in FIELDS if f.section == name]
         known = [f.key for f in table]
         for key in raw:
             if key not in known:
-                problems.append(f"{name}.{key}: unknown key{_did_you_mean(str(key), known)}")
+                problems.append(
+                    f"{name}.{_name(key)}: unknown key{_did_you_mean(str(key)[:80], known)}{at(name, key)}"
+                )
         values: dict[str, Any] = {}
         for f in table:
             if f.key not in raw:
@@ -671,11 +741,17 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
                     problems.append(f"{f.path}: required")
                 continue
             value, errs = f.parse(raw[f.key])
-            problems += [f"{f.path}: {e}" if not e.startswith("[") else f"{f.path}{e}" for e in errs]
+            for e in errs[: MAX_PROBLEMS + 1]:
+                where = at(name, f.key, *getattr(e, "at", ()))
+                problems.append(f"{f.path}: {e}{where}" if not e.startswith("[") else f"{f.path}{e}{where}")
+            if len(errs) > MAX_PROBLEMS + 1:
+                problems.append(f"{f.path}: {len(errs) - MAX_PROBLEMS - 1} more problems")
             values[f.key] = value
         parsed[name] = values
     problems += _check_invariants(parsed)
     if problems:
+        if len(problems) > MAX_PROBLEMS:
+            problems = [*problems[:MAX_PROBLEMS], f"and {len(problems) - MAX_PROBLEMS} more problems"]
         raise ProfileError(
             problems, source=source, hint="see examples/node.yaml and docs/profile.md for every field"
         )
@@ -683,28 +759,21 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
     return Profile(source=source, **built)
 
 
+def read_profile(path: Path) -> tuple[str, Document]:
+    """The profile file's text and parsed YAML (size, encoding, nesting, duplicate keys checked:
+    nodeprep.yamlinput); ProfileError naming the file otherwise."""
+    try:
+        return load_yaml(Path(path), error=ProfileError)
+    except ProfileError as e:
+        if e.problems == ["file not found"]:
+            e.hint = f"write one (see examples/node.yaml) or pass --profile; default {DEFAULT_PATH}"
+        raise
+
+
 def load_profile(path: Path) -> Profile:
     """Read and validate the profile at `path` (ProfileError naming the file on any problem)."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(
-            ["file not found"],
-            source=source,
-            hint=f"write one (see examples/node.yaml) or pass --profile; default {DEFAULT_PATH}",
-        ) from None
-    except OSError as e:
-        raise ProfileError([f"cannot read ({e.strerror})"], source=source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise ProfileError(
-            [f"{where}not valid YAML ({getattr(e, 'problem', None) or e})"], source=source
-        ) from None
-    return parse_profile(data, source)
+    _, document = read_profile(path)
+    return parse_profile(document.data, str(path), document)
 
 
 def profile_path(root: Path, profile: Path | None) -> Path:

@@ -66,7 +66,7 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
 
 
 @click.command("cloud-init")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
               required=True, help="Node profile to write onto the node as /etc/nodeprep/node.yaml.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the user-data here (default: stdout).")
@@ -132,17 +132,17 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
                nodeprep_wheel: Path | None, nodeprep_requirement: str | None, os_family: str,
                parts: tuple[Path, ...], publish_wheel: Path | None) -> cloudinit.UserDataSpec:
     """Validate the inputs and assemble what the user-data is made of."""
-    from ..profile import load_profile
+    from ..profile import parse_profile, read_profile
 
-    profile = load_profile(profile_path)
-    text = profile_path.read_text()
+    text, document = read_profile(profile_path)  # the same reader and checks as join/profile check
+    profile = parse_profile(document.data, str(profile_path), document)
     hashes = cloudinit.check_ca_hashes(ca_hashes)
     if hashes:
         if profile.cluster is None:
             raise InputError(f"--ca-cert-hash: {profile_path} has no cluster section to join")
         merged = tuple(dict.fromkeys([*profile.cluster.ca_cert_hashes, *hashes]))
         if merged != tuple(profile.cluster.ca_cert_hashes):
-            data = yaml.safe_load(text)
+            data = document.data
             data["cluster"]["ca_cert_hashes"] = list(merged)
             text = yaml.safe_dump(data, sort_keys=False)
         hashes = merged

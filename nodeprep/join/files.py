@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import StateError
+from ..errors import InputError, StateError
 from ..node.fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -92,10 +92,11 @@ def apply_changes(changes: list[FileChange]) -> list[FileChange]:
     return written
 
 
-def under(root: Path, target: str | os.PathLike[str]) -> Path:
-    """`target` (absolute, as the node sees it) inside `root`. Refuses (StateError) a path whose
-    existing part leads out of `root` through a symlink (e.g. an image's /var/run -> /run), so
-    nothing is ever read from or written to the host running nodeprep by mistake."""
+def under(root: Path, target: str | os.PathLike[str], *, input_field: str | None = None) -> Path:
+    """`target` (absolute, as the node sees it) inside `root`. Refuses a path whose existing part
+    leads out of `root` through a symlink (e.g. an image's /var/run -> /run), so nothing is ever read
+    from or written to the host running nodeprep by mistake: StateError, or InputError (exit 2)
+    naming `input_field` when the path is an input the user gave (the token file)."""
     path = Path(root) / Path(os.fspath(target)).relative_to("/")
     real_root = os.path.realpath(root)
     probe = path
@@ -103,6 +104,11 @@ def under(root: Path, target: str | os.PathLike[str]) -> Path:
         probe = probe.parent
     real = os.path.realpath(probe)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        if input_field is not None:
+            raise InputError(
+                f"{input_field}: {target} leads outside --root {root} (through a symlink to {real})",
+                hint="fix the link in the image, or run nodeprep inside it (chroot)",
+            )
         raise StateError(
             f"{target}: leads outside --root {root} (through a symlink to {real})",
             hint="fix the link in the image, or run nodeprep inside it (chroot)",

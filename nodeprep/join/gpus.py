@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import runner
 from ..errors import CommandError, InputError
 from ..labels import gpu as facts
+from ..sysfs import read_attr
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,12 @@ def from_procfs(root: Path) -> GpuList:
     gpus = []
     for i, d in enumerate(sorted(base.iterdir(), key=lambda p: facts.normalise_bus_id(p.name))):
         info: dict[str, str] = {}
-        try:
-            for line in (d / "information").read_text().splitlines():
-                k, _, v = line.partition(":")
-                info[k.strip()] = v.strip()
-        except OSError:
+        text = read_attr(d / "information", errors="replace")
+        if text is None:
             continue
+        for line in text.splitlines():
+            k, _, v = line.partition(":")
+            info[k.strip()] = v.strip()
         minor = info.get("Device Minor", "")
         if not minor.isdigit():
             continue

@@ -228,21 +228,12 @@ def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], lis
     return dict(result.labels), list(result.warnings)
 
 
-def _split_labels(
-    labels: dict[str, str], requested: Mapping[str, str]
-) -> tuple[dict[str, str], dict[str, str]]:
+def _split_labels(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    # labels.extra holds only labels a kubelet may register with: the profile's own validation
+    # refuses the others (nodeprep.profile._label_pair), for every command that reads a profile.
     from ..labels import split_for_kubelet
-    from ..labels.validate import why_not_self_settable
 
-    mine, api = split_for_kubelet(labels)
-    refused = [why for key in requested if key in api and (why := why_not_self_settable(key))]
-    if refused:
-        raise InputError(
-            "labels.extra: cannot be set by the kubelet at registration: " + "; ".join(refused),
-            hint="remove them from the profile's labels.extra, or apply them after the join with "
-            "an admin client (nodeprep labels --apply)",
-        )
-    return mine, api
+    return split_for_kubelet(labels)
 
 
 def _preflight(profile: Profile, options: JoinOptions) -> list[str]:
@@ -288,7 +279,9 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
             f"cluster.ca_cert_file: {cluster.ca_cert_file} does not exist",
             hint="copy the cluster CA certificate there, or pass --insecure-skip-ca-verification",
         )
-    token = options.token or read_token_file(under(root, cluster.token_file), shown_as=cluster.token_file)
+    token = options.token or read_token_file(
+        under(root, cluster.token_file, input_field="cluster.token_file"), shown_as=cluster.token_file
+    )
     instead = {
         "node-labels": "labels.extra",
         "register-with-taints": "cluster.taints / cluster.gpu_taint",
@@ -320,7 +313,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
 
     labels, label_warnings = _labels(profile, options)
     warnings += label_warnings
-    mine, api = _split_labels(labels, profile.labels.extra)
+    mine, api = _split_labels(labels)
     if api:
         warnings.append(
             "not set at registration (need an API write, e.g. nodeprep labels --apply): "

@@ -17,6 +17,7 @@ from ..errors import InputError
 
 TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
 MASK = "<redacted>"
+MAX_TOKEN_FILE = 4096
 
 
 @dataclass(frozen=True)
@@ -52,28 +53,38 @@ def parse_token(text: str, *, source: str) -> BootstrapToken:
     return BootstrapToken(m.group(1), m.group(2))
 
 
-def read_token_file(path: Path, *, shown_as: str | None = None) -> BootstrapToken:
-    """Read and validate the token file at `path` (host path). `shown_as` is the path named in
-    errors (the node's view, without --root)."""
+def read_token_file(
+    path: Path, *, shown_as: str | None = None, field: str = "cluster.token_file"
+) -> BootstrapToken:
+    """Read and validate the token file at `path` (host path): the one check every command that
+    takes a token file applies (`join`, `bootstrap`, `cloud-init --token-file`). `shown_as` is the
+    path named in errors (the node's view, without --root); `field` the setting or flag named."""
     name = shown_as or str(path)
     try:
-        st = os.stat(path, follow_symlinks=True)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError:
         raise InputError(
-            f"cluster.token_file: {name} does not exist",
+            f"{field}: {name} does not exist",
             hint="write the token there with mode 0600 (install -m 0600 /dev/stdin FILE)",
         ) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"cluster.token_file: {name} is not a regular file")
-    if st.st_mode & 0o077:
-        raise InputError(
-            f"cluster.token_file: {name} has mode {stat.S_IMODE(st.st_mode):04o}; the bootstrap "
-            "token must not be readable by group or others",
-            hint=f"chmod 0600 {name}",
-        )
-    return parse_token(
-        path.read_text(encoding="utf-8", errors="replace"), source=f"cluster.token_file: {name}"
-    )
+    except OSError as e:
+        raise InputError(f"{field}: {name}: cannot read ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{field}: {name} is not a regular file")
+        if st.st_mode & 0o077:
+            raise InputError(
+                f"{field}: {name} has mode {stat.S_IMODE(st.st_mode):04o}; the bootstrap "
+                "token must not be readable by group or others",
+                hint=f"chmod 0600 {name}",
+            )
+        raw = os.read(fd, MAX_TOKEN_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_TOKEN_FILE:
+        raise InputError(f"{field}: {name} is larger than {MAX_TOKEN_FILE} bytes (not a bootstrap token)")
+    return parse_token(raw.decode("utf-8", errors="replace"), source=f"{field}: {name}")
 
 
 def redact(text: str, token: BootstrapToken | None) -> str:

@@ -23,7 +23,6 @@ from typing import Any
 from urllib.parse import quote
 
 import requests
-import yaml
 
 from ..errors import InputError, NetworkError, NodeprepError
 from .core import PREFIX
@@ -60,12 +59,10 @@ def _named(items: Any, name: str | None, what: str, path: Path) -> dict[str, Any
 
 def load_kubeconfig(path: Path, context: str | None = None) -> KubeConfig:
     """Server, CA and credentials of `context` (default: current-context) in a kubeconfig file."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read kubeconfig ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    from ..yamlinput import load_yaml
+
+    _, document = load_yaml(path)  # the strict, bounded reader of every user YAML file
+    data = document.data
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a kubeconfig (expected a mapping)")
     ctx_name = context or data.get("current-context")

@@ -1,22 +1,27 @@
 """Machine type and location: DMI decides which cloud to ask, then that cloud's metadata service.
 
 A metadata service is only contacted when DMI says the machine runs in that cloud or when the caller
-names the cloud. Every request is bounded by the caller's deadline; requests ignore proxy settings
-(metadata is link-local).
+names the cloud. All requests of one query share one wall-clock deadline that covers connecting,
+sending and every read (a server that drips bytes cannot stretch it), and answers are capped at
+MAX_RESPONSE bytes; requests ignore proxy settings and redirects (metadata is link-local).
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
+from urllib.parse import urlsplit
 
-if TYPE_CHECKING:
-    import requests
+from ..sysfs import read_attr
+from ..urls import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ ENDPOINT_ENV = {
 AZURE_API_VERSION = "2021-02-01"
 AZURE_ASSET_TAG = "7783-7084-3265-9085-8269-3286-77"
 AWS_TOKEN_TTL = "21600"
+MAX_RESPONSE = 64 * 1024  # a metadata answer nodeprep reads is a few hundred bytes
 DMI_FIELDS = ("sys_vendor", "product_name", "product_version", "board_asset_tag", "chassis_asset_tag",
               "bios_vendor", "bios_version")
 PLACEHOLDER_PRODUCTS = {"", "to be filled by o.e.m.", "system product name", "default string",
@@ -68,14 +74,14 @@ class CloudFacts:
     source: str = "none"  # metadata | dmi | none
 
 
-def read_dmi(dmi_root: Path) -> dict[str, str]:
-    """The DMI fields nodeprep looks at (missing or unreadable ones are left out)."""
+def read_dmi(dmi_root: Path, problems: list[str] | None = None) -> dict[str, str]:
+    """The DMI fields nodeprep looks at. Missing ones are left out; unsafe (FIFO, symlink, huge) or
+    undecodable ones too, with one line each in `problems` (nodeprep.sysfs)."""
     out = {}
     for name in DMI_FIELDS:
-        try:
-            out[name] = (dmi_root / name).read_text(errors="replace").strip()
-        except OSError:
-            continue
+        text = read_attr(dmi_root / name, problems)
+        if text is not None:
+            out[name] = text.strip()
     return out
 
 
@@ -101,51 +107,144 @@ def dmi_instance_type(dmi: dict[str, str]) -> str | None:
     return None if product.strip().lower() in PLACEHOLDER_PRODUCTS else product
 
 
-class _Client:
-    """GETs against one metadata base URL, each bounded by the time left until `deadline`."""
+class MetadataError(Exception):
+    """A metadata answer that cannot be used."""
 
-    def __init__(self, base: str, deadline: float, per_request: float) -> None:
-        self.base = base
-        self.deadline = deadline
-        self.per_request = per_request
-        import requests  # only when a metadata service is asked: a ~50 ms import
 
-        self.session = requests.Session()
-        self.session.trust_env = False  # no proxies, no .netrc: metadata is link-local
+class HTTPError(MetadataError):
+    """A status other than 2xx."""
 
-    def _timeout(self) -> float:
-        left = self.deadline - time.monotonic()
-        if left <= 0.01:
+    def __init__(self, status: int, path: str) -> None:
+        super().__init__(f"HTTP {status} for {path}")
+        self.status = status
+
+
+class ResponseTooLarge(MetadataError):
+    """The answer is larger than MAX_RESPONSE."""
+
+
+class _DeadlineSocket:
+    """A connected socket whose every send and receive is bounded by one wall-clock deadline, so a
+    server that accepts and never answers, or drips a byte at a time, cannot outlast it."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._refs = 0
+        self._closed = False
+
+    def _arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
             raise TimeoutError("metadata time budget spent")
-        return min(self.per_request, left)
+        self._sock.settimeout(left)
 
-    def request(self, method: str, path: str, **kw: object) -> requests.Response:
-        t = self._timeout()
-        return self.session.request(method, self.base + path, timeout=(t, t), allow_redirects=False, **kw)
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self._arm()
+        return self._sock.recv_into(buffer, nbytes, flags)
+
+    # Like socket.socket: the connection may close the socket while its response still reads from a
+    # file made by makefile(); the real close waits for that file to be closed too.
+    def makefile(self, mode: str = "rb", *args: Any, **kw: Any) -> io.BufferedReader:
+        self._refs += 1
+        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]
+
+    def _decref_socketios(self) -> None:  # called by SocketIO.close
+        self._refs -= 1
+        if self._closed and self._refs <= 0:
+            self._sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._refs <= 0:
+            self._sock.close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """http.client connection whose connect, TLS handshake and every read end by `deadline`."""
+
+    def __init__(self, host: str, port: int | None, deadline: float, tls: bool) -> None:
+        super().__init__(host, port or (443 if tls else 80))
+        self._deadline = deadline
+        self._tls = tls
+
+    def connect(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("metadata time budget spent")
+        sock = socket.create_connection((self.host, self.port), timeout=left)
+        if self._tls:
+            import ssl
+
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+        self.sock = _DeadlineSocket(sock, self._deadline)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    text: str
+
+
+class _Client:
+    """Requests against one metadata base URL, all of them (connect, send, every read) ending by one
+    `deadline` (time.monotonic()); answers are capped at MAX_RESPONSE bytes. No proxies, no
+    redirects: metadata is link-local."""
+
+    def __init__(self, base: str, deadline: float) -> None:
+        url = urlsplit(base)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise MetadataError(f"{redact_url(base)} is not an http(s) URL")
+        self.host, self.port, self.tls = url.hostname, url.port, url.scheme == "https"
+        self.prefix = url.path.rstrip("/")
+        self.deadline = deadline
+
+    def request(self, method: str, path: str, headers: dict[str, str] | None = None) -> Response:
+        conn = _Connection(self.host, self.port, self.deadline, self.tls)
+        resp: http.client.HTTPResponse | None = None
+        try:
+            conn.request(method, self.prefix + path, headers=headers or {})
+            resp = conn.getresponse()
+            length = resp.getheader("Content-Length")
+            if length and length.strip().isdigit() and int(length) > MAX_RESPONSE:
+                raise ResponseTooLarge(f"answer of {int(length)} bytes (more than {MAX_RESPONSE})")
+            body = resp.read(MAX_RESPONSE + 1)
+            if len(body) > MAX_RESPONSE:
+                raise ResponseTooLarge(f"answer larger than {MAX_RESPONSE} bytes")
+            return Response(resp.status, body.decode("utf-8", errors="replace"))
+        except http.client.HTTPException as e:
+            raise MetadataError(f"bad HTTP answer ({type(e).__name__})") from None
+        finally:
+            if resp is not None:
+                resp.close()
+            conn.close()
 
     def text(self, path: str, headers: dict[str, str]) -> str:
         r = self.request("GET", path, headers=headers)
-        r.raise_for_status()
+        if not 200 <= r.status < 300:
+            raise HTTPError(r.status, path.split("?", 1)[0])
         return r.text.strip()
 
     def close(self) -> None:
-        self.session.close()
+        pass
 
 
 def query_aws(c: _Client) -> CloudFacts:
     headers: dict[str, str] = {}
     r = c.request("PUT", "/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": AWS_TOKEN_TTL})
-    if r.status_code == 200:
+    if r.status == 200:
         headers["X-aws-ec2-metadata-token"] = r.text.strip()
-    elif r.status_code not in (403, 404, 405):
-        r.raise_for_status()  # otherwise: IMDSv1-only endpoint, go on without a token
+    elif r.status not in (403, 404, 405):
+        raise HTTPError(r.status, "/latest/api/token")  # else: IMDSv1-only endpoint, no token
     itype = c.text("/latest/meta-data/instance-type", headers)
     zone = c.text("/latest/meta-data/placement/availability-zone", headers)
-    import requests
-
     try:
         region = c.text("/latest/meta-data/placement/region", headers)
-    except requests.HTTPError:
+    except HTTPError:
         region = zone[:-1] if zone and zone[-1].isalpha() else None  # us-east-1a -> us-east-1
     return CloudFacts("aws", itype, region, zone, "metadata")
 
@@ -159,10 +258,10 @@ def query_gce(c: _Client) -> CloudFacts:
 
 
 def query_azure(c: _Client) -> CloudFacts:
-    r = c.request("GET", f"/metadata/instance/compute?api-version={AZURE_API_VERSION}&format=json",
-                  headers={"Metadata": "true"})
-    r.raise_for_status()
-    data = json.loads(r.text)
+    data = json.loads(c.text(f"/metadata/instance/compute?api-version={AZURE_API_VERSION}&format=json",
+                             {"Metadata": "true"}))
+    if not isinstance(data, dict):
+        raise MetadataError("azure: compute metadata is not a JSON object")
     location = (data.get("location") or "").strip() or None
     zone = str(data.get("zone") or "").strip()
     return CloudFacts("azure", (data.get("vmSize") or "").strip() or None, location,
@@ -172,9 +271,6 @@ def query_azure(c: _Client) -> CloudFacts:
 QUERIES = {"aws": query_aws, "gce": query_gce, "azure": query_azure}
 
 
-def query_metadata(cloud: str, endpoints: Endpoints, deadline: float, per_request: float) -> CloudFacts:
-    client = _Client(endpoints.for_cloud(cloud), deadline, per_request)
-    try:
-        return QUERIES[cloud](client)
-    finally:
-        client.close()
+def query_metadata(cloud: str, endpoints: Endpoints, deadline: float) -> CloudFacts:
+    """Ask `cloud`'s metadata service; every request of it ends by `deadline` (time.monotonic())."""
+    return QUERIES[cloud](_Client(endpoints.for_cloud(cloud), deadline))

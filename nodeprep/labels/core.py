@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import InputError
+from ..urls import redact_url
 from . import cloud as cloudmod
 from . import gpu as gpumod
 from .system import SystemFacts, system_facts
@@ -144,22 +145,24 @@ def _cloud_facts(opts: LabelOptions, dmi: dict[str, str], deadline: float,
     detected = cloudmod.detect_cloud(dmi)
     cloud = detected if opts.cloud == "auto" else (None if opts.cloud == "none" else opts.cloud)
     if cloud is not None:
-        budget = min(opts.source_timeout, deadline - time.monotonic())
+        # One deadline for every metadata request together (connect, send, each read): the client
+        # enforces it itself, the worker thread is only a second guard.
+        budget = max(min(opts.source_timeout, deadline - time.monotonic()), 0.0)
+        cloud_deadline = time.monotonic() + budget
         done, facts, error = _bounded(
-            lambda: cloudmod.query_metadata(cloud, opts.endpoints, time.monotonic() + budget, budget),
-            budget + 0.05)
+            lambda: cloudmod.query_metadata(cloud, opts.endpoints, cloud_deadline), budget + 0.25)
         if done and error is None and facts is not None:
             return facts
-        import requests  # loaded by the metadata client already
-
-        if not done or isinstance(error, (requests.Timeout, TimeoutError)):
-            why = f"no answer within {budget:.2g}s"
-        elif isinstance(error, requests.ConnectionError):
+        if not done or isinstance(error, TimeoutError):
+            why = f"no complete answer within the {budget:.2g}s budget"
+        elif isinstance(error, cloudmod.ResponseTooLarge):
+            why = f"{error}; refused"
+        elif isinstance(error, ConnectionError):
             why = "connection failed"
         else:
             why = f"{type(error).__name__}: {error}"
-        warnings.append(f"cloud: {cloud} metadata at {opts.endpoints.for_cloud(cloud)} failed ({why}); "
-                        "falling back to DMI")
+        warnings.append(f"cloud: {cloud} metadata at {redact_url(opts.endpoints.for_cloud(cloud))} failed "
+                        f"({why}); falling back to DMI")
     # DMI fallback: product_name is the instance type on AWS Nitro and a useful model on bare metal,
     # but not the machine type on GCE or Azure ("Google Compute Engine", "Virtual Machine").
     if cloud in (None, "aws"):
@@ -174,8 +177,12 @@ def gather_facts(opts: LabelOptions) -> tuple[Facts, list[str]]:
     warnings: list[str] = []
     start = time.monotonic()
     deadline = start + opts.total_timeout
-    dmi = cloudmod.read_dmi(opts.dmi_dir)
-    system = system_facts(opts.root, opts.kernel)
+    dmi_problems: list[str] = []
+    dmi = cloudmod.read_dmi(opts.dmi_dir, dmi_problems)
+    warnings.extend(f"dmi: {p}" for p in dmi_problems)
+    host_problems: list[str] = []
+    system = system_facts(opts.root, opts.kernel, host_problems)
+    warnings.extend(f"host: {p}" for p in host_problems)
     cloud_warnings: list[str] = []
     box: dict[str, Any] = {}
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner
+from ..sysfs import read_attr
 from . import pciids
 
 log = logging.getLogger(__name__)
@@ -101,20 +102,18 @@ def driver_loaded(sysfs_root: Path) -> bool:
     return (sysfs_root / "module" / "nvidia").is_dir()
 
 
-def sysfs_driver_version(sysfs_root: Path) -> str | None:
-    try:
-        return (sysfs_root / "module" / "nvidia" / "version").read_text().strip() or None
-    except OSError:
-        return None
+def sysfs_driver_version(sysfs_root: Path, problems: list[str] | None = None) -> str | None:
+    """The loaded module's version from <sysfs>/module/nvidia/version (read with nodeprep.sysfs:
+    unsafe or undecodable content is None plus a line in `problems`)."""
+    text = read_attr(sysfs_root / "module" / "nvidia" / "version", problems)
+    return (text or "").strip() or None
 
 
 def _pci_class_of(sysfs_root: Path, bus_id: str | None) -> int | None:
     if not bus_id:
         return None
-    try:
-        return int((sysfs_root / "bus" / "pci" / "devices" / bus_id / "class").read_text().strip(), 16) >> 8
-    except (OSError, ValueError):
-        return None
+    value = _read_hex(sysfs_root / "bus" / "pci" / "devices" / bus_id / "class")
+    return value >> 8 if value is not None else None
 
 
 def normalise_bus_id(bus_id: str) -> str:
@@ -325,10 +324,13 @@ def from_nvidia_smi_file(path: Path, sysfs_root: Path | None = None, pci_ids: Pa
 
 # --- PCI sysfs -------------------------------------------------------------------------------------
 
-def _read_hex(path: Path) -> int | None:
+def _read_hex(path: Path, problems: list[str] | None = None) -> int | None:
+    text = read_attr(path, problems)
     try:
-        return int(path.read_text().strip(), 16)
-    except (OSError, ValueError):
+        return int(text.strip(), 16) if text is not None else None
+    except ValueError:
+        if problems is not None:
+            problems.append(f"{path}: not a hexadecimal number; ignored")
         return None
 
 
@@ -339,13 +341,14 @@ def from_sysfs(sysfs_root: Path, pci_ids: Path | None = None) -> GpuFacts:
         raise GpuSourceUnavailable(f"{devices_dir} does not exist")
     names = pciids.nvidia_devices(pci_ids)
     gpus = []
+    problems: list[str] = []
     for dev in sorted(devices_dir.iterdir()):
-        if _read_hex(dev / "vendor") != 0x10DE:
+        if _read_hex(dev / "vendor", problems) != 0x10DE:
             continue
-        cls = _read_hex(dev / "class")
+        cls = _read_hex(dev / "class", problems)
         if cls is None or (cls >> 8) not in GPU_CLASSES:
             continue
-        device_id = _read_hex(dev / "device")
+        device_id = _read_hex(dev / "device", problems)
         did = f"{device_id:04x}" if device_id is not None else None
         pci_name = names.get(did or "")
         chip = pciids.chip_of(pci_name) if pci_name else None
@@ -357,5 +360,6 @@ def from_sysfs(sysfs_root: Path, pci_ids: Path | None = None) -> GpuFacts:
             pci_device=f"10de:{did}" if did else None,
             bus_id=dev.name,
         ))
-    notes = () if names else ("no pci.ids database found: GPU names are PCI ids",)
-    return GpuFacts("pci", tuple(gpus), sysfs_driver_version(sysfs_root), None, notes)
+    version = sysfs_driver_version(sysfs_root, problems)
+    notes = ([] if names else ["no pci.ids database found: GPU names are PCI ids"]) + problems
+    return GpuFacts("pci", tuple(gpus), version, None, tuple(notes))

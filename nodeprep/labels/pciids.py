@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import functools
 import gzip
+import io
 import logging
 import os
 import re
+import zlib
 from pathlib import Path
+
+from ..sysfs import UnsafeFile, read_bytes
 
 log = logging.getLogger(__name__)
 
 NVIDIA_VENDOR = "10de"
+MAX_PCI_IDS = 16 << 20  # the full database is ~1.4 MB
 SEARCH_PATHS = (
     "/usr/share/misc/pci.ids",
     "/usr/share/hwdata/pci.ids",
@@ -49,10 +54,14 @@ def find_pci_ids(explicit: Path | None = None) -> Path | None:
 
 
 def _read(path: Path) -> str:
+    """The database's text: a regular file (never a FIFO), bounded before and after gunzip."""
+    raw = read_bytes(path, limit=MAX_PCI_IDS, follow=True)
     if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
-            return f.read()
-    return path.read_text(encoding="utf-8", errors="replace")
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+            raw = f.read(MAX_PCI_IDS + 1)
+        if len(raw) > MAX_PCI_IDS:
+            raise UnsafeFile(27, f"{path}: more than {MAX_PCI_IDS} bytes uncompressed")
+    return raw.decode("utf-8", errors="replace")
 
 
 def parse_vendor(text: str, vendor: str = NVIDIA_VENDOR) -> dict[str, str]:
@@ -89,7 +98,7 @@ def nvidia_devices(path: Path | None = None) -> dict[str, str]:
         return {}
     try:
         return _load(str(found), found.stat().st_mtime)
-    except OSError as e:
+    except (OSError, EOFError, zlib.error) as e:  # unreadable, unsafe, or a broken .gz
         log.debug("cannot read %s: %s", found, e)
         return {}
 

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..sysfs import read_attr
+
 log = logging.getLogger(__name__)
 
 STATE_FILE = "var/lib/nodeprep/state.json"
 CURRENT_LINK = "opt/nvidia/current"
+STATE_MAX = 4 << 20  # state.json and manifests: nodeprep's own files, far below this
 
 
 @dataclass(frozen=True)
@@ -26,11 +29,12 @@ class SystemFacts:
     artifact_digest: str | None = None
 
 
-def os_release(root: Path) -> dict[str, str]:
+def os_release(root: Path, problems: list[str] | None = None) -> dict[str, str]:
     for rel in ("etc/os-release", "usr/lib/os-release"):
-        try:
-            text = (root / rel).read_text(errors="replace")
-        except OSError:
+        # etc/os-release is usually a symlink to ../usr/lib/os-release: follow it, but read only a
+        # small regular file (never block on a FIFO)
+        text = read_attr(root / rel, problems, follow=True, errors="replace")
+        if text is None:
             continue
         out = {}
         for line in text.splitlines():
@@ -42,9 +46,10 @@ def os_release(root: Path) -> dict[str, str]:
 
 
 def _json(path: Path) -> dict[str, Any]:
+    text = read_attr(path, follow=True, limit=STATE_MAX)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(text) if text is not None else {}
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -84,8 +89,8 @@ def installed_driver(root: Path, kernel: str | None) -> tuple[str | None, str | 
     return version, flavour, digest
 
 
-def system_facts(root: Path, kernel: str | None = None) -> SystemFacts:
-    rel = os_release(root)
+def system_facts(root: Path, kernel: str | None = None, problems: list[str] | None = None) -> SystemFacts:
+    rel = os_release(root, problems)
     kernel = kernel or os.uname().release
     version, flavour, digest = installed_driver(root, kernel)
     return SystemFacts(rel.get("ID"), rel.get("VERSION_ID"), kernel, version, flavour, digest)

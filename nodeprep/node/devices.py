@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import StateError
+from ..sysfs import read_attr
 from .kmod import DEFAULT_LOAD
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def parse_gpu_minors(gpus_dir: Path) -> list[int]:
     minors = []
     if gpus_dir.is_dir():
         for info in sorted(gpus_dir.glob("*/information")):
-            m = re.search(r"^Device Minor:\s*(\d+)", info.read_text(errors="replace"), re.M)
+            m = re.search(r"^Device Minor:\s*(\d+)", read_attr(info, errors="replace") or "", re.M)
             if m:
                 minors.append(int(m.group(1)))
     return sorted(minors)
@@ -90,6 +91,6 @@ def load_modules(modules: tuple[str, ...] = DEFAULT_LOAD, *, root: Path = Path("
         raise StateError("load-modules only runs on the live system (--root /)")
     for name in modules:
         runner.run(["modprobe", name], timeout=120)
-    majors = parse_proc_devices(Path("/proc/devices").read_text())
+    majors = parse_proc_devices(read_attr(Path("/proc/devices"), errors="replace") or "")
     nodes = device_nodes(majors, parse_gpu_minors(Path("/proc/driver/nvidia/gpus")), modules)
     return make_nodes(root, nodes)

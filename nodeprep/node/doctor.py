@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CommandError
+from ..sysfs import read_attr
 from . import cuda, system
 from .devices import parse_gpu_minors
 from .kmod import running_kernel
@@ -82,11 +83,8 @@ def gpus_present(root: Path) -> list[str]:
     base = root / "sys" / "bus" / "pci" / "devices"
     if base.is_dir():
         for dev in sorted(base.iterdir()):
-            try:
-                vendor = (dev / "vendor").read_text().strip()
-                klass = (dev / "class").read_text().strip()
-            except OSError:
-                continue
+            vendor = (read_attr(dev / "vendor") or "").strip()
+            klass = (read_attr(dev / "class") or "").strip()
             if vendor == NV_VENDOR and klass.startswith("0x03"):
                 found.append(dev.name)
     return found
@@ -94,15 +92,15 @@ def gpus_present(root: Path) -> list[str]:
 
 def loaded_version(root: Path) -> str | None:
     """Version of the loaded nvidia kernel module, or None when it is not loaded."""
-    sysver = root / "sys" / "module" / "nvidia" / "version"
-    if sysver.is_file():
-        return sysver.read_text().strip() or None
-    proc = root / "proc" / "driver" / "nvidia" / "version"
-    if proc.is_file():
-        m = PROC_VERSION_RE.search(proc.read_text(errors="replace"))
-        if m:
-            return m.group(1)
-    return None
+    problems: list[str] = []
+    text = read_attr(root / "sys" / "module" / "nvidia" / "version", problems)
+    if text is not None:
+        return text.strip() or None
+    proc = read_attr(root / "proc" / "driver" / "nvidia" / "version", problems, errors="replace")
+    m = PROC_VERSION_RE.search(proc) if proc is not None else None
+    for p in problems:
+        log.warning("nvidia module version: %s", p)
+    return m.group(1) if m else None
 
 
 def _check_state(layout: Layout, state: State) -> Check:

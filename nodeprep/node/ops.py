@@ -22,6 +22,7 @@ from typing import Any
 from ..artifact import MANIFEST, IndexEntry, Manifest, extract, find
 from ..errors import InputError, StateError
 from ..log import step
+from ..sysfs import read_attr
 from . import system
 from .crash import crash_point
 from .devices import load_modules
@@ -458,9 +459,11 @@ def _activate(
 
 
 def _reload(version: str, modules: tuple[str, ...], notes: list[str]) -> bool:
-    loaded = Path("/sys/module/nvidia/version")
-    if loaded.exists():
-        running = loaded.read_text().strip()
+    problems: list[str] = []
+    running = (read_attr(Path("/sys/module/nvidia/version"), problems) or "").strip()
+    for p in problems:
+        notes.append(f"loaded nvidia module version unreadable: {p}")
+    if running:
         if running == version:
             notes.append(f"nvidia {running} already loaded")
             load_modules(modules)

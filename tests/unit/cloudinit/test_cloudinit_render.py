@@ -163,10 +163,11 @@ def test_bad_token_is_one_line_exit_2(tmp_path: Path, content: str, message: str
     fake_wheel(tmp_path / "store")
     bad = tmp_path / "tok"
     bad.write_text(content)
+    bad.chmod(0o600)
     code, out, err = render_cli("--profile", str(profile_file(tmp_path)), "--token-file", str(bad))
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1
-    assert err.startswith(f"error: {bad}: {message} (expected [a-z0-9]{{6}}.[a-z0-9]{{16}}")
+    assert err.startswith(f"error: --token-file: {bad}: {message} (expected [a-z0-9]{{6}}.[a-z0-9]{{16}}")
     assert content.strip() not in err
 
 

@@ -142,7 +142,7 @@ def test_bad_kubeconfig(tmp_path: Path) -> None:
     p.write_text("clusters: [{name: a, cluster: {server: ftp://x}}]\n")
     with pytest.raises(InputError, match="is not an http\\(s\\) URL"):
         load_kubeconfig(p)
-    with pytest.raises(InputError, match="cannot read kubeconfig"):
+    with pytest.raises(InputError, match="missing: file not found"):
         load_kubeconfig(tmp_path / "missing")
 
 
