@@ -1,6 +1,6 @@
 """Rendering the library's progress events (nodeprep/progress.py) on stderr.
 
-- a terminal: one self-rewriting line (`compiling 812/1480 objects`, `downloading 12.3/69.0 MiB`);
+- a terminal: one self-rewriting line (`compiling 118/192 objects`, `downloading 12.3/69.0 MiB`);
 - anything else (CI logs, Ansible, cloud-init's log): plain lines, one at least every `interval`
   seconds while work runs: the latest count of the running phase, or a heartbeat with the elapsed
   time for phases without a measurable total (creating the build root).
@@ -27,7 +27,7 @@ def duration(seconds: float) -> str:
 
 
 def describe(ev: Advanced) -> str:
-    """`compiling 812/1480 objects (55%)`, `downloading 12.3/69.0 MiB (17%)`."""
+    """`compiling 118/192 objects (61%)`, `downloading 12.3/69.0 MiB (17%)`."""
     if ev.unit == "bytes":
         text = f"downloading {ev.done / 2**20:.1f}" + (f"/{ev.total / 2**20:.1f} MiB" if ev.total else " MiB")
     else:
@@ -48,7 +48,7 @@ class _Running:
 @dataclass
 class LineRenderer:
     """Plain lines for logs: a line when `interval` seconds passed since the last one, on an event
-    or on `tick()`. Lines: `  [2m30s] compile: compiling 812/1480 objects (55%)` or
+    or on `tick()`. Lines: `  [2m30s] compile: compiling 118/192 objects (61%)` or
     `  [0m30s] build root: still working (0m30s in this phase)`."""
 
     out: TextIO
