@@ -224,10 +224,10 @@ def resolve_plan(
     wanted = ([("source", source["package"], source["version"])] if run_path is None else []) + [
         (pkg, pkg, ver) for pkg, ver in hdrs.packages
     ]
-    paths = archive.download_many(
+    fetched = archive.download_many(
         [(pkg, ver) for _, pkg, ver in wanted], phases.reporter("resolve", "bytes") if phases else None
     )
-    debs = {role: str(path) for (role, _, _), path in zip(wanted, paths, strict=True)}
+    debs = {role: str(path) for (role, _, _), path in zip(wanted, fetched, strict=True)}
     plan = Plan(
         driver_version=version,
         flavour=req.flavour,
