@@ -636,6 +636,49 @@ def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: An
     the seconds per phase are in the result's `phases`."""
     start = time.monotonic()
     phases = Phases(progress)
+    background: list[threading.Thread] = []
+    try:
+        return _build_driver(req, archive, phases, background, start)
+    finally:
+        for thread in background:
+            thread.join()
+
+
+def _prebuild_userspace(
+    req: BuildRequest,
+    archive: Any,
+    store: LocalStore,
+    driver_version: str,
+    phases: Phases,
+    background: list[threading.Thread],
+) -> None:
+    """Make the user-space artifact in the cache in a thread (not published: `_userspace` does that
+    at the end, then finding it ready by its input digest). Errors are left to that final call."""
+    if not req.userspace or (store.path / artifact_name("userspace", driver_version, arch=req.arch)).exists():
+        return
+    userspace = _hook("userspace")
+    if userspace is None:
+        return
+
+    def run() -> None:
+        text = "User-space artifact (while the build root is made)"
+        with contextlib.suppress(Exception), phases.phase("userspace", text):
+            userspace.build_userspace(
+                archive,
+                driver_version,
+                req.cache / "userspace",
+                arch=req.arch,
+                progress=phases.reporter("userspace", "bytes"),
+            )
+
+    thread = threading.Thread(target=run, name="userspace-prebuild", daemon=True)
+    thread.start()
+    background.append(thread)
+
+
+def _build_driver(
+    req: BuildRequest, archive: Any, phases: Phases, background: list[threading.Thread], start: float
+) -> BuildResult:
     store = LocalStore(req.store)
     validate_request(req)
     host = req.builder == "host"
@@ -657,9 +700,13 @@ def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: An
     else:
         with phases.phase("resolve", "Resolving and downloading the inputs"):
             plan, run_path = resolve_plan(req, archive, phases)
+        spec = buildroot.spec_for(req.os_name)
+        if not buildroot.cached(spec, req.cache):
+            # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.
+            _prebuild_userspace(req, archive, store, plan.driver_version, phases, background)
         with phases.phase("buildroot", f"Build root for {req.os_name}"):
             root = buildroot.ensure(
-                buildroot.spec_for(req.os_name),
+                spec,
                 req.cache,
                 mirror=archive.mirror,
                 security_mirror=getattr(archive, "security_mirror", None),
@@ -680,6 +727,8 @@ def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: An
         from ..artifact import read_manifest
 
         log.info("%s is up to date in %s (input digest %s…): nothing to build", name, store.path, digest[:12])
+        for thread in background:
+            thread.join()
         us = _userspace(req, archive, store, plan.driver_version, notes, phases) if req.userspace else None
         return BuildResult(
             hit,
@@ -713,6 +762,7 @@ def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: An
             cleanup=cleanup,
             start=start,
             smoke_mod=smoke_mod,
+            background=background,
         )
     finally:
         with _timed(timings, "cleanup_wait"):
@@ -737,6 +787,7 @@ def _build_and_publish(
     cleanup: list[threading.Thread],
     start: float,
     smoke_mod: Any,
+    background: list[threading.Thread],
 ) -> BuildResult:
     smoke_on = bool(req.smoke_test)
     notes: list[str] = []
@@ -825,6 +876,8 @@ def _build_and_publish(
                 store.publish(path, manifest)
     finally:
         buildroot.remove_tree(work)
+    for thread in background:
+        thread.join()
     us = _userspace(req, archive, store, plan.driver_version, notes, phases) if req.userspace else None
     return BuildResult(
         store.path / name,
