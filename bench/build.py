@@ -53,8 +53,11 @@ class PhaseLog:
 
 
 def breakdown(seconds: dict[str, float], total: float) -> str:
+    """`index and downloads 7.7, build root 103.2, …, other 0.0` (phases may overlap: on a cold cache
+    the user-space artifact is made while mmdebstrap runs)."""
     parts = [f"{name} {seconds.get(key, 0.0):.1f}" for key, name in progress.PHASES.items()]
-    return ", ".join(parts) + f", other {max(0.0, total - sum(seconds.values())):.1f}"
+    rest = total - sum(seconds.values())
+    return ", ".join(parts) + (f", other {rest:.1f}" if rest >= 0 else f" (overlapping by {-rest:.1f})")
 
 
 def cold_build(req: driver.BuildRequest) -> tuple[driver.BuildResult, PhaseLog, float, Path]:
