@@ -368,7 +368,8 @@ def test_progress_lines_in_a_log(real_build, http_dir, tmp_path):
     still gets a progress line with the objects counted so far; the summary names the next steps."""
     www, base = http_dir
     run = tiny_runfile(www, "999.01.05", slow=True)
-    res = cli(*build_args(real_build, tmp_path / "store", f"{base}/{run.name}", artifact.sha256_file(run)))
+    sha = artifact.sha256_file(run)
+    res = cli(*build_args(real_build, tmp_path / "store", f"{base}/{run.name}", sha, "--rebuild"))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "compile: compiling 0/2 objects (0%)" in res.stderr, res.stderr
     assert "\r" not in res.stderr  # no terminal line rewriting in a log
