@@ -8,7 +8,9 @@ Two kinds (see docs/artifacts.md):
              members: manifest.json, lib64/..., bin/..., firmware/...
 
 The tarball is a pure function of the payload: members sorted by path, mtime fixed, uid/gid 0,
-no user/group names, modes normalised to 0755/0644 (directories 0755), zstd at a fixed level.
+no user/group names, modes normalised to 0755/0644 (directories 0755), zstd at a fixed level in
+zstd's multi-threaded mode, whose output does not depend on the number of worker threads (it does
+differ from single-threaded mode, so that is never used for artifacts).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ MANIFEST = "manifest.json"
 INDEX = "index.json"
 FIXED_MTIME = 0
 ZSTD_LEVEL = 10
+# Part of every input digest: a change of compression changes the bytes of the same payload.
+COMPRESSION = f"zstd-{ZSTD_LEVEL}-mt"
 CHUNK = 1 << 20
 
 Kind = Literal["kmod", "userspace"]
@@ -60,7 +64,11 @@ def canonical_json(data: Any) -> bytes:
 
 def input_digest(inputs: dict[str, str], params: dict[str, Any]) -> str:
     """Digest that keys a build: sha256 of every input (name -> sha256) plus the build parameters."""
-    return sha256_bytes(canonical_json({"format": FORMAT_VERSION, "inputs": inputs, "params": params}))
+    return sha256_bytes(
+        canonical_json(
+            {"format": FORMAT_VERSION, "compression": COMPRESSION, "inputs": inputs, "params": params}
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -165,10 +173,20 @@ def _tarinfo(name: str, *, size: int = 0, mode: int = 0o644, kind: bytes = tarfi
     return ti
 
 
-def pack(payload: Path, manifest: Manifest, dest_dir: Path) -> tuple[Path, Manifest]:
+def compressor(threads: int | None = None) -> zstandard.ZstdCompressor:
+    """The artifacts' zstd compressor: multi-threaded mode with `threads` workers (default: one
+    per CPU); the bytes are the same for any number of workers >= 1."""
+    workers = threads if threads is not None else (os.cpu_count() or 1)
+    return zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, threads=max(1, workers))
+
+
+def pack(
+    payload: Path, manifest: Manifest, dest_dir: Path, *, threads: int | None = None
+) -> tuple[Path, Manifest]:
     """Write `<dest_dir>/<manifest.name>` from `payload`; returns its path and the final manifest.
 
     The manifest's `files` is filled from the payload. The file appears atomically (temp + rename).
+    `threads`: zstd workers (default: one per CPU; the bytes do not depend on it).
     """
     files = scan_payload(payload)
     manifest = replace(manifest, files=files)
@@ -179,7 +197,7 @@ def pack(payload: Path, manifest: Manifest, dest_dir: Path) -> tuple[Path, Manif
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest_dir)
     try:
         with os.fdopen(fd, "wb") as raw:
-            cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True)
+            cctx = compressor(threads)
             with cctx.stream_writer(raw, closefd=False) as zf, \
                     tarfile.open(fileobj=zf, mode="w|", format=tarfile.GNU_FORMAT) as tar:
                 data = manifest.to_json()

@@ -129,12 +129,18 @@ def _flock(path: Path) -> Iterator[None]:
         yield
 
 
+def cached(spec: BuildRootSpec, cache: Path) -> bool:
+    """Whether the build root for `spec` is already in `cache` (ensure() returns at once)."""
+    final = cache / "buildroots" / f"{spec.os_name}-{spec.key}"
+    return (final / "packages.txt").is_file() and (final / "root").is_dir()
+
+
 def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: str | None = None) -> BuildRoot:
     """The cached build root for `spec`, created with mmdebstrap on first use."""
     base = cache / "buildroots"
     final = base / f"{spec.os_name}-{spec.key}"
     with _flock(base / f".{final.name}.lock"):
-        if (final / "packages.txt").is_file() and (final / "root").is_dir():
+        if cached(spec, cache):
             return _load(final, spec)
         if not runner.which("mmdebstrap"):
             raise InputError(

@@ -24,12 +24,12 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, runner
+from .. import __version__, paths, runner
 from ..artifact import (
     LocalStore,
     Manifest,
@@ -42,13 +42,13 @@ from ..artifact import (
 )
 from ..errors import CommandError, InputError, NodeprepError
 from ..log import step
+from ..progress import Phases, Sink
 from ..sources import drivers, runfile
 from . import buildroot, cc, headers, hostbuild, kbuild
 
 log = logging.getLogger(__name__)
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
-Progress = Callable[[str, int, "int | None"], None]  # (phase, done, total)
 BUILDERS = ("chroot", "host", "podman", "docker")
 AnyRoot = buildroot.BuildRoot | hostbuild.HostRoot
 
@@ -64,8 +64,8 @@ class BuildRequest:
     os_name: str = "debian-12"
     kernel: str | None = None  # None: the OS's current default kernel
     arch: str = "amd64"
-    store: Path = Path("artifacts")
-    cache: Path = Path.home() / ".cache" / "nodeprep"
+    store: Path = paths.DEFAULT_STORE
+    cache: Path = field(default_factory=paths.default_cache)
     runfile: str | None = None  # URL/path of an NVIDIA .run installer instead of Debian's sources
     runfile_sha256: str | None = None
     jobs: int | None = None
@@ -92,6 +92,7 @@ class BuildResult:
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step (not in the manifest)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per progress.PHASES phase
 
     def to_dict(self) -> dict[str, Any]:
         m = self.manifest
@@ -116,6 +117,7 @@ class BuildResult:
             "signed": bool(m.extra.get("signing")),
             "duration_s": round(self.duration_s, 2),
             "timings": self.timings,
+            "phases": self.phases,
             "notes": self.notes,
         }
 
@@ -190,7 +192,7 @@ def _runfile_version(name: str, header: runfile.MakeselfHeader) -> str | None:
 
 
 def resolve_plan(
-    req: BuildRequest, archive: Any, progress: Progress | None = None
+    req: BuildRequest, archive: Any, phases: Phases | None = None
 ) -> tuple[Plan, Path | None]:
     """Resolve and download every input. Returns the plan and the runfile path (if any).
 
@@ -212,18 +214,20 @@ def resolve_plan(
         )
     )
     memo = req.cache / "plans" / f"{memo_key}.json"
-    run_path = _fetch_runfile(req, progress)
+    run_path = _fetch_runfile(req, phases)
     if _lists_fingerprint(archive) and memo.is_file():
         plan = Plan(**json.loads(memo.read_text()))
         if all(Path(p).is_file() for p in plan.debs.values()):
             return plan, run_path
-    debs: dict[str, str] = {}
     version, source = _driver_source(req, archive, run_path)
     hdrs = headers.resolve(archive, req.kernel, arch=req.arch)
-    if run_path is None:
-        debs["source"] = str(archive.download(source["package"], source["version"]))
-    for pkg, ver in hdrs.packages:
-        debs[pkg] = str(archive.download(pkg, ver))
+    wanted = ([("source", source["package"], source["version"])] if run_path is None else []) + [
+        (pkg, pkg, ver) for pkg, ver in hdrs.packages
+    ]
+    fetched = archive.download_many(
+        [(pkg, ver) for _, pkg, ver in wanted], phases.reporter("resolve", "bytes") if phases else None
+    )
+    debs = {role: str(path) for (role, _, _), path in zip(wanted, fetched, strict=True)}
     plan = Plan(
         driver_version=version,
         flavour=req.flavour,
@@ -240,7 +244,7 @@ def resolve_plan(
     return plan, run_path
 
 
-def _fetch_runfile(req: BuildRequest, progress: Progress | None) -> Path | None:
+def _fetch_runfile(req: BuildRequest, phases: Phases | None) -> Path | None:
     if not req.runfile:
         return None
     if not req.runfile_sha256:
@@ -250,7 +254,7 @@ def _fetch_runfile(req: BuildRequest, progress: Progress | None) -> Path | None:
             req.runfile,
             req.runfile_sha256,
             req.cache,
-            progress=(lambda d, t: progress("download", d, t)) if progress else None,
+            progress=phases.reporter("resolve", "bytes") if phases else None,
         )
 
 
@@ -275,11 +279,11 @@ def _driver_source(req: BuildRequest, archive: Any, run_path: Path | None) -> tu
 
 
 def resolve_host_plan(
-    req: BuildRequest, archive: Any, release: str, progress: Progress | None = None
+    req: BuildRequest, archive: Any, release: str, phases: Phases | None = None
 ) -> tuple[Plan, Path | None]:
     """`--builder host`: the headers are the system's (no packages); only the driver sources are
     resolved (the runfile, or Debian's kernel-source package, whose .deb is the one input file)."""
-    run_path = _fetch_runfile(req, progress)
+    run_path = _fetch_runfile(req, phases)
     if run_path is None:
         archive.update()
     version, source = _driver_source(req, archive, run_path)
@@ -380,7 +384,7 @@ def compile_in_root(
     root: AnyRoot,
     *,
     log_path: Path,
-    progress: Progress | None,
+    phases: Phases | None = None,
     timings: dict[str, float] | None = None,
     cleanup: list[threading.Thread] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
@@ -389,26 +393,31 @@ def compile_in_root(
 
     The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild)."""
     timings = timings if timings is not None else {}
+    phases = phases or Phases()
+    what = f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release}"
     if isinstance(root, hostbuild.HostRoot):
         work = buildroot.private_dir(req.cache / "tmp", "build")
         try:
-            return _compile_in_clone(
-                req, plan, run_path, root, work, log_path=log_path, progress=progress, timings=timings
-            )
+            with phases.phase("compile", what):
+                return _compile_in_clone(
+                    req, plan, run_path, root, work, log_path=log_path, phases=phases, timings=timings
+                )
         finally:
             t = time.monotonic()
             buildroot.remove_tree(work)
             timings["cleanup"] = round(time.monotonic() - t, 2)
-    with _timed(timings, "headers_layer"):
-        layered = buildroot.with_headers(
-            root, [Path(plan.debs[p]) for p, _ in plan.header_packages], req.cache
-        )
-    t = time.monotonic()
-    with buildroot.workspace(layered, req.cache / "tmp", cleanup=cleanup) as clone:
-        timings["clone"] = round(time.monotonic() - t, 2)
-        result = _compile_in_clone(
-            req, plan, run_path, root, clone, log_path=log_path, progress=progress, timings=timings
-        )
+    with contextlib.ExitStack() as stack:
+        with phases.phase("buildroot", "Kernel headers layer and a private clone of the build root"):
+            with _timed(timings, "headers_layer"):
+                layered = buildroot.with_headers(
+                    root, [Path(plan.debs[p]) for p, _ in plan.header_packages], req.cache
+                )
+            with _timed(timings, "clone"):
+                clone = stack.enter_context(buildroot.workspace(layered, req.cache / "tmp", cleanup=cleanup))
+        with phases.phase("compile", what):
+            result = _compile_in_clone(
+                req, plan, run_path, root, clone, log_path=log_path, phases=phases, timings=timings
+            )
         t = time.monotonic()
     timings["cleanup"] = round(time.monotonic() - t, 2)
     return result
@@ -422,7 +431,7 @@ def _compile_in_clone(
     clone: Path,
     *,
     log_path: Path,
-    progress: Progress | None,
+    phases: Phases,
     timings: dict[str, float],
 ) -> tuple[Path, dict[str, Any]]:
     tmp_parent = req.cache / "tmp"
@@ -476,9 +485,8 @@ def _compile_in_clone(
         info["compiled"] = False
         return kept, info
     jobs = req.jobs or os.cpu_count() or 1
-    counter = kbuild.CompileProgress(
-        kbuild.count_objects(tree), (lambda d, t: progress("compile", d, t)) if progress else None
-    )
+    counter = kbuild.CompileProgress(kbuild.count_objects(tree), phases.reporter("compile", "objects"))
+    counter.start()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with _timed(
         timings,
@@ -545,7 +553,12 @@ def _store_hit(store: LocalStore, name: str, digest: str) -> Path | None:
 
 
 def _userspace(
-    req: BuildRequest, archive: Any, store: LocalStore, driver_version: str, notes: list[str]
+    req: BuildRequest,
+    archive: Any,
+    store: LocalStore,
+    driver_version: str,
+    notes: list[str],
+    phases: Phases | None = None,
 ) -> Path | None:
     name = artifact_name("userspace", driver_version, arch=req.arch)
     if not req.rebuild:
@@ -564,10 +577,16 @@ def _userspace(
     soft: tuple[type[Exception], ...] = (
         (NodeprepError,) if req.builder == "host" and req.os_name not in buildroot.SPECS else (InputError,)
     )
-    with step(f"Building the user-space artifact for {driver_version}"):
+    phases = phases or Phases()
+    text = f"Building the user-space artifact for {driver_version}"
+    with step(text), phases.phase("userspace", text):
         try:
             path, manifest = userspace.build_userspace(
-                archive, driver_version, req.cache / "userspace", arch=req.arch
+                archive,
+                driver_version,
+                req.cache / "userspace",
+                arch=req.arch,
+                progress=phases.reporter("userspace", "bytes"),
             )
         except soft as e:
             notes.append(f"user-space artifact skipped: {e}")
@@ -610,9 +629,56 @@ def validate_request(req: BuildRequest) -> None:
             raise InputError(f"--sign-hash: {req.sign_hash!r} is not one of sha256, sha384, sha512")
 
 
-def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive: Any = None) -> BuildResult:
-    """Build (or find in the store) the kmod artifact of `req`, then the user-space artifact."""
+def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: Any = None) -> BuildResult:
+    """Build (or find in the store) the kmod artifact of `req`, then the user-space artifact.
+
+    `progress` receives nodeprep.progress events (phases, objects compiled, bytes downloaded);
+    the seconds per phase are in the result's `phases`."""
     start = time.monotonic()
+    phases = Phases(progress)
+    background: list[threading.Thread] = []
+    try:
+        return _build_driver(req, archive, phases, background, start)
+    finally:
+        for thread in background:
+            thread.join()
+
+
+def _prebuild_userspace(
+    req: BuildRequest,
+    archive: Any,
+    store: LocalStore,
+    driver_version: str,
+    phases: Phases,
+    background: list[threading.Thread],
+) -> None:
+    """Make the user-space artifact in the cache in a thread (not published: `_userspace` does that
+    at the end, then finding it ready by its input digest). Errors are left to that final call."""
+    if not req.userspace or (store.path / artifact_name("userspace", driver_version, arch=req.arch)).exists():
+        return
+    userspace = _hook("userspace")
+    if userspace is None:
+        return
+
+    def run() -> None:
+        text = "User-space artifact (while the build root is made)"
+        with contextlib.suppress(Exception), phases.phase("userspace", text):
+            userspace.build_userspace(
+                archive,
+                driver_version,
+                req.cache / "userspace",
+                arch=req.arch,
+                progress=phases.reporter("userspace", "bytes"),
+            )
+
+    thread = threading.Thread(target=run, name="userspace-prebuild", daemon=True)
+    thread.start()
+    background.append(thread)
+
+
+def _build_driver(
+    req: BuildRequest, archive: Any, phases: Phases, background: list[threading.Thread], start: float
+) -> BuildResult:
     store = LocalStore(req.store)
     validate_request(req)
     host = req.builder == "host"
@@ -629,15 +695,22 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
     root: AnyRoot
     if host:
         root, release = hostbuild.host_root(req.os_name, req.kernel, req.headers_dir)
-        plan, run_path = resolve_host_plan(req, archive, release, progress)
+        with phases.phase("resolve", "Resolving and downloading the inputs"):
+            plan, run_path = resolve_host_plan(req, archive, release, phases)
     else:
-        plan, run_path = resolve_plan(req, archive, progress)
-        root = buildroot.ensure(
-            buildroot.spec_for(req.os_name),
-            req.cache,
-            mirror=archive.mirror,
-            security_mirror=getattr(archive, "security_mirror", None),
-        )
+        with phases.phase("resolve", "Resolving and downloading the inputs"):
+            plan, run_path = resolve_plan(req, archive, phases)
+        spec = buildroot.spec_for(req.os_name)
+        if not buildroot.cached(spec, req.cache):
+            # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.
+            _prebuild_userspace(req, archive, store, plan.driver_version, phases, background)
+        with phases.phase("buildroot", f"Build root for {req.os_name}"):
+            root = buildroot.ensure(
+                spec,
+                req.cache,
+                mirror=archive.mirror,
+                security_mirror=getattr(archive, "security_mirror", None),
+            )
     inputs = {Path(p).name: sha256_file(Path(p)) for p in plan.debs.values()}
     if run_path is not None:
         inputs[run_path.name] = sha256_file(run_path)
@@ -654,7 +727,9 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
         from ..artifact import read_manifest
 
         log.info("%s is up to date in %s (input digest %s…): nothing to build", name, store.path, digest[:12])
-        us = _userspace(req, archive, store, plan.driver_version, notes) if req.userspace else None
+        for thread in background:
+            thread.join()
+        us = _userspace(req, archive, store, plan.driver_version, notes, phases) if req.userspace else None
         return BuildResult(
             hit,
             read_manifest(hit),
@@ -665,6 +740,7 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
             log_path=None,
             duration_s=time.monotonic() - start,
             notes=notes,
+            phases=dict(phases.seconds),
         )
 
     timings: dict[str, float] = {"resolve": round(time.monotonic() - start, 2)}
@@ -681,11 +757,12 @@ def build_driver(req: BuildRequest, *, progress: Progress | None = None, archive
             digest,
             name,
             log_path=log_path,
-            progress=progress,
+            phases=phases,
             timings=timings,
             cleanup=cleanup,
             start=start,
             smoke_mod=smoke_mod,
+            background=background,
         )
     finally:
         with _timed(timings, "cleanup_wait"):
@@ -705,16 +782,17 @@ def _build_and_publish(
     name: str,
     *,
     log_path: Path,
-    progress: Progress | None,
+    phases: Phases,
     timings: dict[str, float],
     cleanup: list[threading.Thread],
     start: float,
     smoke_mod: Any,
+    background: list[threading.Thread],
 ) -> BuildResult:
     smoke_on = bool(req.smoke_test)
     notes: list[str] = []
     modules_dir, info = compile_in_root(
-        req, plan, run_path, root, log_path=log_path, progress=progress, timings=timings, cleanup=cleanup
+        req, plan, run_path, root, log_path=log_path, phases=phases, timings=timings, cleanup=cleanup
     )
     tmp_parent = req.cache / "tmp"
     tmp_parent.mkdir(parents=True, exist_ok=True)
@@ -758,7 +836,8 @@ def _build_and_publish(
                     mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert), req.sign_hash
                 )
         if smoke_on and smoke_mod is not None:
-            with _timed(timings, "smoke_test", f"Smoke-testing the modules on {plan.kernel_release}"):
+            text = f"Smoke-testing the modules on {plan.kernel_release}"
+            with _timed(timings, "smoke_test", text), phases.phase("smoke_test", text):
                 result = smoke_mod.smoke_test_modules(
                     mod_dir,
                     plan.kernel_release,
@@ -790,13 +869,16 @@ def _build_and_publish(
             extra=extra,
             nodeprep_version=__version__,
         )
-        with _timed(timings, "pack", f"Packing {name}"):
-            path, manifest = pack(payload, manifest, work / "out")
-        with _timed(timings, "publish"):
-            store.publish(path, manifest)
+        with phases.phase("pack", f"Packing {name}"):
+            with _timed(timings, "pack", f"Packing {name}"):
+                path, manifest = pack(payload, manifest, work / "out")
+            with _timed(timings, "publish"):
+                store.publish(path, manifest)
     finally:
         buildroot.remove_tree(work)
-    us = _userspace(req, archive, store, plan.driver_version, notes) if req.userspace else None
+    for thread in background:
+        thread.join()
+    us = _userspace(req, archive, store, plan.driver_version, notes, phases) if req.userspace else None
     return BuildResult(
         store.path / name,
         manifest,
@@ -808,6 +890,7 @@ def _build_and_publish(
         duration_s=time.monotonic() - start,
         notes=notes,
         timings=timings,
+        phases=dict(phases.seconds),
     )
 
 

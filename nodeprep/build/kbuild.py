@@ -33,11 +33,28 @@ REPRODUCIBLE_ENV = {
 }
 
 
+# NVIDIA's Kbuild fragments (<module>/*.Kbuild) list each module's sources as
+# `NVIDIA_UVM_SOURCES += nvidia-uvm/uvm.c`; `*_DEBUG_OPTIMIZED_SOURCE` ones are built in debug builds only.
+SOURCES_RE = re.compile(r"^\s*[A-Z0-9_]*SOURCES\s*[+:?]?=(.*)$")
+DEBUG_ONLY_RE = re.compile(r"^\s*[A-Z0-9_]*DEBUG_OPTIMIZED_SOURCE\s*[:?]?=\s*(\S+\.c)\b")
+
+
 def count_objects(tree: Path) -> int:
-    """How many `CC [M]` lines a full build prints: every .c file plus one <module>.mod.c each."""
-    sources = sum(1 for _ in tree.rglob("*.c"))
-    modules = sum(1 for m in MODULES if (tree / m).is_dir())
-    return sources + modules
+    """How many `CC [M]` lines a full build prints: the .c files named by the `*_SOURCES` object
+    lists of each module's Kbuild fragments (less the debug-only ones), plus one <module>.mod.c per
+    module. A tree without such lists (a hand-written Kbuild): every .c file it holds."""
+    built = [m for m in MODULES if (tree / m).is_dir()]
+    listed: set[str] = set()
+    debug_only: set[str] = set()
+    for module in built:
+        for fragment in sorted((tree / module).glob("*.Kbuild")):
+            for line in fragment.read_text(errors="replace").splitlines():
+                if m := DEBUG_ONLY_RE.match(line):
+                    debug_only.add(m[1])
+                elif m := SOURCES_RE.match(line):
+                    listed.update(w for w in m[1].split() if w.endswith(".c"))
+    sources = len(listed - debug_only) if listed else sum(1 for _ in tree.rglob("*.c"))
+    return sources + len(built)
 
 
 @dataclass
@@ -47,6 +64,11 @@ class CompileProgress:
     total: int
     report: Callable[[int, int], None] | None = None
     done: int = 0
+
+    def start(self) -> None:
+        """Report 0 of the total (before make prints anything: conftest runs first)."""
+        if self.report:
+            self.report(self.done, self.total)
 
     def __call__(self, line: str) -> None:
         if CC_LINE_RE.match(line):

@@ -20,6 +20,8 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,7 +50,9 @@ class Archive(Protocol):
 
     def update(self, max_age_s: int = ...) -> Any: ...
     def versions(self, package: str) -> list[str]: ...
-    def download(self, package: str, version: str | None = None) -> Path: ...
+    def download_many(
+        self, specs: list[tuple[str, str | None]], progress: Callable[[int, int | None], None] | None = None
+    ) -> list[Path]: ...
     def extract(self, deb: Path, dest: Path) -> Any: ...
 
 
@@ -155,6 +159,16 @@ def pick_helper(versions: list[str], driver_version: str) -> str | None:
     return by_up[0]
 
 
+def _place(src: Path, dest: Path, mode: int) -> None:
+    """`src` at `dest` with `mode`: a hard link when both are on one filesystem (the extracted
+    tree is temporary), else a copy."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+    os.chmod(dest, mode)
+
+
 def _is_elf(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == ELF_MAGIC
@@ -178,8 +192,7 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
         if p.is_file() and not p.is_symlink() and _is_elf(p):
             if p.name in real:
                 raise ArtifactError(f"{p.name}: shipped twice by the selected packages")
-            shutil.copy2(p, lib64 / p.name)
-            os.chmod(lib64 / p.name, 0o755)
+            _place(p, lib64 / p.name, 0o755)
             real.add(p.name)
             out["lib64"].append(p.name)
     for p in sorted(libroot.rglob("lib*.so.*")):
@@ -190,14 +203,12 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
     for name in BINARIES:
         found = [p for p in sorted(tree.rglob(name)) if p.is_file() and not p.is_symlink() and _is_elf(p)]
         if found:
-            shutil.copy2(found[0], bindir / name)
-            os.chmod(bindir / name, 0o755)  # nvidia-modprobe is setuid in Debian: not in our artifact
+            _place(found[0], bindir / name, 0o755)  # nvidia-modprobe is setuid in Debian: not in ours
             out["bin"].append(name)
     fwsrc = tree / "lib" / "firmware" / "nvidia" / driver_version
     for p in sorted(fwsrc.glob("gsp*.bin")) if fwsrc.is_dir() else []:
         fwdir.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(p, fwdir / p.name)
-        os.chmod(fwdir / p.name, 0o644)
+        _place(p, fwdir / p.name, 0o644)
         out["firmware"].append(f"nvidia/{driver_version}/{p.name}")
     for must in (f"libcuda.so.{driver_version}", f"libnvidia-ml.so.{driver_version}"):
         if must not in real:
@@ -208,13 +219,20 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
 
 
 def build_userspace(
-    archive: Archive, driver_version: str, dest_dir: Path, *, arch: str = "amd64"
+    archive: Archive,
+    driver_version: str,
+    dest_dir: Path,
+    *,
+    arch: str = "amd64",
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> tuple[Path, Manifest]:
     """Build (or reuse) `nvidia-userspace-<driver>-<arch>.tar.zst` in `dest_dir` from the Debian
-    packages of exactly `driver_version`. Same packages -> same input digest -> no rebuild."""
+    packages of exactly `driver_version`. Same packages -> same input digest -> no rebuild.
+    `progress(bytes, total)` follows the packages' download."""
     archive.update()
     chosen = resolve_packages(archive, driver_version)
-    debs = {role: archive.download(pkg, version) for role, (pkg, version) in chosen.items()}
+    paths = archive.download_many(list(chosen.values()), progress)
+    debs = dict(zip(chosen, paths, strict=True))
     inputs = {Path(deb).name: sha256_file(Path(deb)) for deb in debs.values()}
     release = getattr(archive, "release", None)
     os_name = getattr(release, "name", None) or "debian-12"
@@ -232,8 +250,9 @@ def build_userspace(
             pass
     with tempfile.TemporaryDirectory(prefix="nodeprep-userspace-") as tmp:
         tree, payload = Path(tmp) / "tree", Path(tmp) / "payload"
-        for deb in debs.values():
-            archive.extract(Path(deb), tree)
+        # dpkg-deb -x is xz-bound: unpack the packages side by side (one tree, disjoint files).
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(lambda deb: archive.extract(Path(deb), tree), debs.values()))
         contents = layout_payload(tree, payload, driver_version, arch)
         manifest = Manifest(
             kind="userspace",

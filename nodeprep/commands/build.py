@@ -5,24 +5,32 @@ Thin: parse options, call nodeprep.build.driver / matrix / the store, render."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import artifact, log
 from ..errors import InputError, NodeprepError
+from ..paths import DEFAULT_STORE, default_cache
+from . import progress as render
 from .options import emit_json, json_option
 
-DEFAULT_CACHE = Path(os.environ.get("NODEPREP_CACHE") or Path.home() / ".cache" / "nodeprep")
-DEFAULT_STORE = Path("artifacts")
+if TYPE_CHECKING:
+    from ..build.driver import BuildResult
+    from ..progress import Sink
+
+DEFAULT_CACHE = default_cache()
 
 store_option = click.option(
     "--store",
@@ -36,32 +44,57 @@ cache_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     default=DEFAULT_CACHE,
     show_default=True,
-    help="Downloads, build roots and compiled modules (reused).",
+    help="Downloads, build roots and compiled modules (reused; shared by every command, "
+    "$NODEPREP_CACHE).",
 )
 
 
-class _Progress:
-    """One self-rewriting status line on a terminal (stderr); silent otherwise."""
+@contextlib.contextmanager
+def _progress_renderer() -> Iterator[Sink | None]:
+    """The progress sink for build-driver: a self-rewriting line on a terminal, a line at least
+    every 30 s otherwise (logs); none with -q."""
+    if not logging.getLogger("nodeprep").isEnabledFor(logging.INFO):
+        yield None
+        return
+    if log.interactive():
+        term = render.TerminalRenderer(sys.stderr)
+        try:
+            yield term
+        finally:
+            term.end()
+        return
+    lines = render.LineRenderer(sys.stderr)
+    with render.ticker(lines.tick):
+        yield lines
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.last = ""
 
-    def __call__(self, phase: str, done: int, total: int | None) -> None:
-        if phase == "download":
-            text = f"  downloading {done / 2**20:.1f}" + (f"/{total / 2**20:.1f} MiB" if total else " MiB")
-        else:
-            text = f"  compiling {done}/{total} objects" if total else f"  compiling {done} objects"
-        if text != self.last:
-            with self.lock:
-                sys.stderr.write("\r" + text.ljust(len(self.last)))
-                sys.stderr.flush()
-                self.last = text
-
-    def end(self) -> None:
-        if self.last:
-            sys.stderr.write("\n")
-            self.last = ""
+def next_steps(result: BuildResult, *, store: Path, cache: Path) -> list[str]:
+    """What to run after a build, with this build's arguments: smoke test, install on a node (a
+    throwaway root first), cloud-init user-data."""
+    m = result.manifest
+    store_abs = store.resolve()
+    cache_arg = [] if cache == DEFAULT_CACHE else ["--cache", str(cache)]
+    smoke = ["nodeprep", "smoke-test", str(result.artifact), *cache_arg]
+    install = [
+        "nodeprep", "install", "--store", str(store_abs), "--driver", m.driver_version,
+        "--flavour", m.flavour or "proprietary", "--kernel", m.kernel_release or "",
+    ]
+    verdict = (m.extra.get("smoke_test") or {}).get("verdict")
+    lines = ["next steps:"]
+    lines.append(
+        f"  smoke test (qemu boot of {m.kernel_release}"
+        + (f"; {verdict} during this build" if verdict else "")
+        + f"):  {shlex.join(smoke)}"
+    )
+    throwaway = [*install, "--root", "/tmp/nodeprep-root", "--no-load"]
+    lines.append(f"  try it in a throwaway root:  {shlex.join(throwaway)}")
+    lines.append(f"  install on a node (as root):  {shlex.join([*install, '--activate'])}")
+    lines.append(
+        f"  cloud nodes:  serve {store_abs} over http(s), set driver.version {m.driver_version}, "
+        f"driver.flavour {m.flavour}, driver.kernel {m.kernel_release} and driver.store <its URL> in "
+        "node.yaml, then:  nodeprep cloud-init --profile node.yaml --out user-data"
+    )
+    return lines
 
 
 _TERMINATED = False
@@ -221,12 +254,8 @@ def build_driver_cmd(
         cb = container.for_request(builder, req, as_json=as_json)
         click.get_current_context().exit(container.run_in_container(cb))
     _sigterm_as_interrupt()
-    progress = _Progress() if log.interactive() and not as_json else None
-    try:
+    with _progress_renderer() as progress:
         result = build_driver(req, progress=progress)
-    finally:
-        if progress:
-            progress.end()
     if as_json:
         emit_json(result.to_dict())
         return
@@ -237,6 +266,8 @@ def build_driver_cmd(
         click.echo(f"{result.userspace}", err=True)
     for note in result.notes:
         click.echo(f"  note: {note}", err=True)
+    for line in next_steps(result, store=store, cache=cache):
+        click.echo(line, err=True)
 
 
 @click.command("build-matrix")
@@ -357,10 +388,11 @@ def _entries(store: str) -> list[artifact.IndexEntry]:
 
 
 @artifacts_group.command("list")
-@click.argument("store")
+@click.argument("store", default=str(DEFAULT_STORE))
 @json_option
 def artifacts_list(store: str, as_json: bool) -> None:
-    """List the artifacts of STORE (a directory or base URL with index.json)."""
+    """List the artifacts of STORE (a directory or base URL with index.json; default: ./artifacts,
+    where build-driver publishes)."""
     entries = _entries(store)
     if as_json:
         from dataclasses import asdict
@@ -405,11 +437,12 @@ def verify_store(path: Path) -> list[str]:
 
 
 @artifacts_group.command("verify")
-@click.argument("store", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("store", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_STORE)
 @json_option
 def artifacts_verify(store: Path, as_json: bool) -> None:
-    """Check every artifact of the store directory STORE against index.json and its manifest
-    (sha256 of the tarball and of every file). Exit 1 with one line per problem."""
+    """Check every artifact of the store directory STORE (default: ./artifacts, where build-driver
+    publishes) against index.json and its manifest (sha256 of the tarball and of every file).
+    Exit 1 with one line per problem."""
     if not store.is_dir():
         raise InputError(f"{store}: store directory does not exist")
     problems = verify_store(store)

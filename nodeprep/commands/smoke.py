@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
+from ..paths import default_cache
 from .options import emit_json, json_option
-
-DEFAULT_CACHE = Path(os.environ.get("NODEPREP_CACHE", "/var/cache/nodeprep"))
 
 
 @click.command("smoke-test")
 @click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_CACHE,
-              show_default=True, help="Where kernel packages and their extracted trees are cached.")
+@click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=default_cache(),
+              show_default=True, help="Where kernel packages and their extracted trees are cached (the "
+                                      "cache build-driver uses; $NODEPREP_CACHE).")
 @click.option("--kernel", "kernel_release", default=None, metavar="RELEASE",
               help="Boot this kernel instead of the one the artifact was built for (needs --force).")
 @click.option("--force", is_flag=True, help="Boot --kernel even though the artifact was built for another.")

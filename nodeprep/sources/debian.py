@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 COMPONENTS = "main contrib non-free non-free-firmware"
 APT_TIMEOUT = 600
+URI_RE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})", re.M)
 
 
 @dataclass(frozen=True)
@@ -143,8 +144,10 @@ class DebianArchive:
             "Dir::State::status": "/dev/null",
             "Dir::Cache": d,
             "Dir::Cache::archives": d / "archives",
-            "Dir::Cache::pkgcache": "",
-            "Dir::Cache::srcpkgcache": "",
+            # apt's binary caches of the lists: without them every apt call parses ~20 MB of lists
+            # (about a second each); apt regenerates them when the lists change (temp + rename).
+            "Dir::Cache::pkgcache": d / "pkgcache.bin",
+            "Dir::Cache::srcpkgcache": d / "srcpkgcache.bin",
             "APT::Architecture": self.arch,
             "APT::Architectures": self.arch,
             "Acquire::Retries": "3",
@@ -223,36 +226,79 @@ class DebianArchive:
     # -- downloads -------------------------------------------------------------------------------
     def download(self, package: str, version: str | None = None) -> Path:
         """The .deb of `package` (newest unless `version`), cached and sha256-verified."""
+        return self.download_many([(package, version)])[0]
+
+    def download_many(
+        self, specs: list[tuple[str, str | None]], progress: Callable[[int, int | None], None] | None = None
+    ) -> list[Path]:
+        """The .debs of `specs` ((package, version or None for the newest), in that order), cached
+        and sha256-verified: one apt query for every location, one apt run fetching the missing
+        files together. `progress(bytes done, total bytes)` follows apt's download status."""
         self.update()
-        spec = f"{package}={version}" if version else package
+        wanted = [f"{p}={v}" if v else p for p, v in specs]
+        if not wanted:
+            return []
         try:
-            out = self._apt("apt-get", "--print-uris", "download", spec)
+            out = self._apt("apt-get", "--print-uris", "download", *wanted)
         except CommandError as e:
+            if len(wanted) > 1:  # name the package that is not served
+                for p, v in specs:
+                    self.download_many([(p, v)])
+            package, version = specs[0]
             versions = self.versions(package)
-            raise InputError(f"{spec}: not served by the Debian archive"
+            raise InputError(f"{wanted[0]}: not served by the Debian archive"
                              + (f" (available: {', '.join(versions)})" if versions else ""),
                              hint=e.tail or None) from None
-        m = re.search(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})",
-                      out, re.M)
-        if not m:
-            raise NetworkError(f"{spec}: apt gave no download location")
+        found = {m["file"].split("_", 1)[0]: (m["file"], int(m["size"]), m["sha"])
+                 for m in URI_RE.finditer(out)}
+        for spec, (package, _) in zip(wanted, specs, strict=True):
+            if package not in found:
+                raise NetworkError(f"{spec}: apt gave no download location")
         self.debs.mkdir(parents=True, exist_ok=True)
-        dest = self.debs / m["file"]
-        if dest.exists() and sha256_file(dest) == m["sha"]:
-            return dest
+        files = [found[p] for p, _ in specs]
+        total = sum(size for _, size, _ in found.values())
+        todo = [(spec, size) for spec, (name, size, sha) in zip(wanted, files, strict=True)
+                if not self._cached(name, sha)]
+        if todo:
+            self._fetch([spec for spec, _ in todo], total - sum(size for _, size in todo), total, progress)
+        elif progress:
+            progress(total, total)
+        paths = []
+        for name, _, sha in files:
+            dest = self.debs / name
+            if not dest.exists():
+                raise NetworkError(f"{name}: apt reported success but {dest.name} is missing")
+            actual = sha256_file(dest)
+            if actual != sha:
+                dest.unlink()
+                raise ChecksumError(f"{dest.name}: sha256 {actual} does not match the archive's {sha}")
+            paths.append(dest)
+        return paths
+
+    def _cached(self, name: str, sha: str) -> bool:
+        dest = self.debs / name
+        return dest.exists() and sha256_file(dest) == sha
+
+    def _fetch(self, missing: list[str], have: int, total: int,
+               progress: Callable[[int, int | None], None] | None) -> None:
+        """apt-get download `missing` into the .deb cache; `have` of `total` bytes are there already."""
         with self._locked():
-            log.info("Downloading %s", m["file"])
+            for spec in missing:
+                log.info("Downloading %s", spec)
+
+            def status(line: str) -> None:  # dlstatus:<item>:<percent of all bytes>:<text>
+                m = re.match(r"dlstatus:\d+:(\d+(?:\.\d+)?):", line)
+                if m and progress:
+                    progress(min(total, have + int(float(m[1]) / 100 * (total - have))), total)
+
             try:
-                self._apt("apt-get", "download", spec, cwd=self.debs)
+                argv = ["apt-get", "-q", *self._options(), "-o", "APT::Status-Fd=1", "download", *missing]
+                runner.run(argv, timeout=APT_TIMEOUT, cwd=self.debs, inherit_env=True, env={"LC_ALL": "C"},
+                           on_line=status)
             except CommandError as e:
-                raise NetworkError(f"{spec}: download failed", hint=e.tail) from None
-        if not dest.exists():
-            raise NetworkError(f"{spec}: apt reported success but {dest.name} is missing")
-        actual = sha256_file(dest)
-        if actual != m["sha"]:
-            dest.unlink()
-            raise ChecksumError(f"{dest.name}: sha256 {actual} does not match the archive's {m['sha']}")
-        return dest
+                raise NetworkError(f"{', '.join(missing)}: download failed", hint=e.tail) from None
+            if progress:
+                progress(total, total)
 
     @staticmethod
     def extract(deb: Path, dest: Path) -> None:

@@ -153,3 +153,23 @@ def test_corrupt_compressed_data_is_a_problem_not_a_crash(tmp_path: Path) -> Non
     assert problems and any("corrupt" in p or "sha256" in p or "not a valid" in p for p in problems)
     with pytest.raises(ArtifactError):
         artifact.extract(path, _fresh(tmp_path / "x"))
+
+
+def test_pack_bytes_do_not_depend_on_the_number_of_zstd_threads(tmp_path: Path) -> None:
+    """Multi-threaded zstd cuts the input into jobs; the payload here spans several jobs (level 10:
+    jobs of a few MiB), and 1, 2 and 4 workers must still give the same tarball."""
+    payload = _payload(tmp_path)
+    block = os.urandom(1 << 16)
+    with open(payload / "lib64" / "libnvidia-big.so.535.309.01", "wb") as f:
+        for i in range(640):  # 40 MiB, compressible (repeated blocks) so this stays fast
+            f.write(block[i % 7:] + block[: i % 7])
+    outs = [artifact.pack(payload, _manifest(), tmp_path / f"t{n}", threads=n)[0].read_bytes()
+            for n in (1, 2, 4)]
+    assert outs[0] == outs[1] == outs[2]
+    raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(outs[0])).read()
+    single = io.BytesIO()
+    with zstandard.ZstdCompressor(level=artifact.ZSTD_LEVEL, write_checksum=True).stream_writer(
+        single, closefd=False
+    ) as w:
+        w.write(raw)
+    assert single.getvalue() != outs[0]  # the mode is fixed: single-threaded bytes would differ

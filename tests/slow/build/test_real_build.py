@@ -72,6 +72,29 @@ def test_manifest_hashes_match_files_and_inputs(real_build, tmp_path):
     )
 
 
+def test_object_count_matches_what_make_compiled(real_build, tmp_path):
+    """The total of the compile progress (Kbuild object lists) is the number of `CC [M]` lines the
+    real compile of this cache printed (its log is kept under <cache>/logs). Runs before the
+    SIGTERM test below, which leaves a partial log of the same name."""
+    import re
+
+    from nodeprep.build import kbuild
+
+    log = real_build.cache / "logs" / f"{real_build.kmod.name.removesuffix('.tar.zst')}.log"
+    text = log.read_text() if log.is_file() else ""
+    if not re.search(r"^\s*LD \[M\]\s+\S*/nvidia\.ko$", text, re.M):
+        pytest.skip(f"no complete compile log in {log} (a warm cache from an interrupted run)")
+    manifest = artifact.read_manifest(real_build.kmod)
+    deb = next(
+        real_build.cache / "debs" / n for n in manifest.inputs if n.startswith("nvidia-kernel-source_")
+    )
+    runner.run(["dpkg-deb", "-x", deb, tmp_path])
+    runner.run(["tar", "-xJf", next((tmp_path / "usr" / "src").glob("*.tar.xz")), "-C", tmp_path])
+    tree = next(p.parent for p in (tmp_path / "modules").glob("*/Kbuild"))
+    compiled = sum(1 for ln in text.splitlines() if kbuild.CC_LINE_RE.match(ln))
+    assert compiled > 100 and kbuild.count_objects(tree) == compiled
+
+
 def test_second_run_is_a_cache_hit_without_compiling(real_build):
     """Through the CLI with --json: same inputs -> "cached": true, no compiler started (the build
     log and the compiled-modules cache stay untouched) and the very same bytes in the store."""
@@ -261,3 +284,41 @@ def test_build_matrix_sigterm_stops_every_cell(real_build, tmp_path):
     assert "error: interrupted" in rest
     assert not (real_build.cache / "tmp").exists() or not list((real_build.cache / "tmp").iterdir())
     assert not store.exists() or not list(store.glob("*.tar.zst"))
+
+
+def test_closing_summary_names_the_next_steps_and_they_run(real_build, tmp_path):
+    """Without --json the summary ends with the next steps; the printed throwaway-root install
+    command, run as printed (only its --root moved into tmp), installs the driver."""
+    import shlex
+
+    res = cli(
+        "build-driver",
+        "--driver",
+        real_build.driver_version,
+        "--kernel",
+        real_build.kernel_release,
+        "--store",
+        str(real_build.store),
+        "--cache",
+        str(real_build.cache),
+        "--no-smoke-test",
+        check=True,
+        timeout=600,
+    )
+    lines = res.stderr.splitlines()
+    steps = lines[lines.index("next steps:") + 1 :]
+    smoke = shlex.split(next(ln for ln in steps if "smoke test" in ln).split(":  ", 1)[1])
+    assert smoke == ["nodeprep", "smoke-test", str(real_build.kmod), "--cache", str(real_build.cache)]
+    install = shlex.split(next(ln for ln in steps if "throwaway root" in ln).split(":  ", 1)[1])
+    assert install[:2] == ["nodeprep", "install"] and "--root" in install
+    assert install[install.index("--store") + 1] == str(real_build.store.resolve())
+    assert install[install.index("--driver") + 1] == real_build.driver_version
+    assert install[install.index("--kernel") + 1] == real_build.kernel_release
+    root = tmp_path / "root"
+    install[install.index("--root") + 1] = str(root)
+    done = cli(*install[1:], timeout=600)
+    assert done.returncode == 0, done.stderr
+    moddir = root / "opt" / "nvidia" / real_build.driver_version / "modules" / real_build.kernel_release
+    assert (moddir / "nvidia.ko").is_file()
+    cloud = next(ln for ln in steps if "cloud nodes" in ln)
+    assert f"driver.version {real_build.driver_version}" in cloud and "nodeprep cloud-init --profile" in cloud

@@ -360,3 +360,17 @@ def test_smoke_test_gates_publishing(real_build, http_dir, tmp_path):
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
+
+
+def test_progress_lines_in_a_log(real_build, http_dir, tmp_path):
+    """Output to a pipe (CI logs, Ansible, cloud-init's log): make stays silent for 60 s (the tiny
+    Makefile sleeps first, as NVIDIA's conftest keeps `CC [M]` lines away for minutes) and the log
+    still gets a progress line with the objects counted so far; the summary names the next steps."""
+    www, base = http_dir
+    run = tiny_runfile(www, "999.01.05", slow=True)
+    sha = artifact.sha256_file(run)
+    res = cli(*build_args(real_build, tmp_path / "store", f"{base}/{run.name}", sha, "--rebuild"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "compile: compiling 0/2 objects (0%)" in res.stderr, res.stderr
+    assert "\r" not in res.stderr  # no terminal line rewriting in a log
+    assert "next steps:" in res.stderr and "nodeprep smoke-test " in res.stderr

@@ -27,3 +27,23 @@ def test_real_archive_serves_nvidia_packages(test_cache: Path) -> None:
     with pytest.raises(InputError, match="available: " + re.escape(versions[0])):
         archive.download("nvidia-smi", "1.0-1")
     assert not (Path("/etc/apt/sources.list.d") / "nodeprep.list").exists()
+
+
+def test_download_many_fetches_together_and_reports_bytes(test_cache: Path, tmp_path: Path) -> None:
+    """Several packages in one apt run into an empty .deb cache (the apt lists are the test
+    cache's): progress goes up to the sum of the sizes apt printed, the files are the archive's
+    (sha256 checked), and a second call finds them cached without fetching."""
+    archive = DebianArchive(test_cache)
+    archive.update()
+    archive.debs = tmp_path / "debs"
+    specs: list[tuple[str, str | None]] = [("nvidia-modprobe", None), ("nvidia-persistenced", None)]
+    seen: list[tuple[int, int | None]] = []
+    paths = archive.download_many(specs, lambda done, total: seen.append((done, total)))
+    assert [p.name.split("_", 1)[0] for p in paths] == ["nvidia-modprobe", "nvidia-persistenced"]
+    total = sum(p.stat().st_size for p in paths)
+    assert seen and seen[-1] == (total, total) and {t for _, t in seen} == {total}
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    stamps = [p.stat().st_mtime_ns for p in paths]
+    seen.clear()
+    assert archive.download_many(specs, lambda done, total: seen.append((done, total))) == paths
+    assert seen == [(total, total)] and [p.stat().st_mtime_ns for p in paths] == stamps
