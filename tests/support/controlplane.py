@@ -110,7 +110,7 @@ def k8s_binaries(cache: Path) -> dict[str, Path]:
                         zstandard.ZstdDecompressor().copy_stream(fin, fout)
                     if _sha256(part) != digest:
                         part.unlink()
-                        raise RuntimeError(f"{src / name}.zst: decompressed sha256 differs from {SHA_FILE.name}")
+                        raise RuntimeError(f"{src / name}.zst: sha256 differs from {SHA_FILE.name}")
                     part.chmod(0o755)
                     part.rename(dest)
         out[name] = dest
@@ -320,7 +320,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
             f"--cert-dir={self.dir / 'pki'}", f"--tls-cert-file={serving[0]}",
             f"--tls-private-key-file={serving[1]}", f"--client-ca-file={p.ca_cert}",
-            f"--service-account-issuer=https://kubernetes.default.svc",
+            "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={self.dir / 'pki' / 'sa.pub'}",
             f"--service-account-signing-key-file={self.dir / 'pki' / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
@@ -339,7 +339,8 @@ class ControlPlane:
             "--controllers=*,bootstrapsigner,tokencleaner", "--leader-elect=false",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             f"--cluster-signing-cert-file={p.ca_cert}", f"--cluster-signing-key-file={p.ca_key}",
-            f"--root-ca-file={p.ca_cert}", f"--service-account-private-key-file={self.dir / 'pki' / 'sa.key'}",
+            f"--root-ca-file={p.ca_cert}",
+            f"--service-account-private-key-file={self.dir / 'pki' / 'sa.key'}",
             "--use-service-account-credentials=true", f"--cluster-cidr={POD_CIDR}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allocate-node-cidrs=true",
             "--profiling=false", "--v=1"])
@@ -358,9 +359,11 @@ class ControlPlane:
             except requests.RequestException as e:
                 last = type(e).__name__
             time.sleep(0.3)
-        raise RuntimeError(f"kube-apiserver not ready after {START_TIMEOUT:.0f}s ({last})\n{self.log_tails()}")
+        raise RuntimeError(f"kube-apiserver not ready after {START_TIMEOUT:.0f}s ({last})\n"
+                           + self.log_tails())
 
-    def kubeadm(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubeadm(self, *args: str, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
         r = subprocess.run([str(self.bins["kubeadm"]), *args], capture_output=True, text=True,
                            timeout=timeout, cwd=self.dir)
         if check and r.returncode:
@@ -388,8 +391,9 @@ class ControlPlane:
         self.kubeadm("init", "phase", "upload-config", "kubeadm", kc, f"--config={cfg}")
         # The kubelet phase also annotates this node's Node object (its CRI socket) and waits until it
         # exists with a hostname label: one is made for it here and deleted afterwards.
-        self.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": "control-plane", "labels": {"kubernetes.io/hostname": "control-plane"}}}).raise_for_status()
+        cp_node = {"name": "control-plane", "labels": {"kubernetes.io/hostname": "control-plane"}}
+        self.api("POST", "/api/v1/nodes",
+                 {"apiVersion": "v1", "kind": "Node", "metadata": cp_node}).raise_for_status()
         self.kubeadm("init", "phase", "upload-config", "kubelet", kc, f"--config={cfg}")
         self.api("DELETE", "/api/v1/nodes/control-plane").raise_for_status()
 
@@ -430,10 +434,18 @@ class ControlPlane:
                          headers={"Content-Type": content_type} if data else {})
 
     def node_credential(self, node: str) -> Path:
-        """A kubeconfig with a `system:node:NAME` client certificate (group system:nodes)."""
-        cert = self.pki.issue(f"node-{node}", f"system:node:{node}", ("system:nodes",))
-        return kubeconfig(self.dir / f"node-{node}.conf", self.server, self.pki.ca_cert,
-                          cert=cert[0], key=cert[1], user=f"system:node:{node}")
+        """A kubeconfig with a `system:node:NAME` client certificate (group system:nodes), made once."""
+        path = self.dir / f"node-{node}.conf"
+        if not path.is_file():
+            cert = self.pki.issue(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+            kubeconfig(path, self.server, self.pki.ca_cert, cert=cert[0], key=cert[1],
+                       user=f"system:node:{node}")
+        return path
+
+    def node_session(self, node: str) -> requests.Session:
+        """An API session authenticated as the node `system:node:NAME`."""
+        self.node_credential(node)
+        return self.session(cert=(self.pki.dir / f"node-{node}.crt", self.pki.dir / f"node-{node}.key"))
 
     def create_token(self, ttl: str = "1h", groups: str = "system:bootstrappers:kubeadm:default-node-token",
                      ) -> str:
