@@ -372,6 +372,10 @@ def test_cdi_feature_gate_on_1_28_only(node_root: Path, tmp_path: Path, smi_xml:
     plan = _plan(node_root, profile(tmp_path, kubernetes_version="1.29"), smi_xml)
     patch = yaml.safe_load(next(f for f in plan.files if f.target.endswith("+merge.yaml")).content)
     assert "featureGates" not in patch
+    # 1.27's kubelet does not know the gate (added in 1.28) and would refuse to start with it
+    plan = _plan(node_root, profile(tmp_path, kubernetes_version="1.27"), smi_xml)
+    patch = yaml.safe_load(next(f for f in plan.files if f.target.endswith("+merge.yaml")).content)
+    assert "featureGates" not in patch
 
 
 def test_rotated_token_never_shows_the_old_one(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
