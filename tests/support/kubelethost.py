@@ -55,6 +55,21 @@ int main(void) {
 }
 """
 
+KUBELET_UNIT = """\
+[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+"""
+
 CNI_CONFLIST = {
     "cniVersion": "1.0.0",
     "name": "nodeprep-test",
@@ -273,7 +288,8 @@ class KubeletHost:
 
     def import_image(self, tarball: Path) -> None:
         dest = self.root / "tmp" / tarball.name
-        shutil.copy(tarball, dest)
+        if tarball.resolve() != dest.resolve():
+            shutil.copy(tarball, dest)
         self.run("/usr/bin/ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "images",
                  "import", "--platform", "linux/amd64", f"/tmp/{tarball.name}")
 
@@ -314,6 +330,8 @@ def kubelet_host(cache: Path, work: Path, kubelet: Path, api_port: int) -> Itera
         runner.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", root / "run"])
         shutil.copy(kubelet, root / "usr/bin/kubelet")
         (root / "usr/bin/kubelet").chmod(0o755)
+        (root / "lib/systemd/system").mkdir(parents=True, exist_ok=True)
+        (root / "lib/systemd/system/kubelet.service").write_text(KUBELET_UNIT)  # as the kubelet package has
         (root / "etc/hostname").write_text(host.name + "\n")
         (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
         (root / "etc/containerd").mkdir(parents=True, exist_ok=True)

@@ -125,7 +125,8 @@ def ready_or_reason(cp: ControlPlane, host: KubeletHost, name: str) -> tuple[boo
         return False, why
 
 
-def check_registration(cp: ControlPlane, node: dict[str, Any], out: dict[str, Any], name: str) -> None:
+def check_registration(cp: ControlPlane, node: dict[str, Any], out: dict[str, Any], name: str,
+                       token: str) -> None:
     labels = node["metadata"]["labels"]
     assert {k: labels.get(k) for k in out["labels"]} == out["labels"]  # every registration label landed
     assert labels["kubernetes.io/hostname"] == name
@@ -134,17 +135,19 @@ def check_registration(cp: ControlPlane, node: dict[str, Any], out: dict[str, An
              t.rsplit(":", 1)[1]) for t in out["taints"]}
     assert want <= taints, (want, taints)
     csrs = cp.api("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests").json()["items"]
-    mine = [c for c in csrs if c["spec"]["username"].startswith("system:bootstrap:")
-            and any(cond["type"] == "Approved" for cond in c["status"].get("conditions", []))
-            and c["status"].get("certificate")]
-    assert mine, "no approved, signed bootstrap CSR"
+    mine = [c for c in csrs if c["spec"]["username"] == f"system:bootstrap:{token[:6]}"]
+    assert len(mine) == 1, "one CSR from this node's bootstrap token"
+    assert [cond["type"] for cond in mine[0]["status"]["conditions"]] == ["Approved"]
+    assert mine[0]["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+    assert mine[0]["status"].get("certificate"), "approved but not signed"
 
 
 def test_kubeadm_mode_registers_with_labels_and_taints(control_plane: ControlPlane,
                                                        node: KubeletHost) -> None:
     cp, name = control_plane, "np-kubeadm-node"
     reset_node(node)
-    write_token(node.root, token=cp.create_token())
+    token = cp.create_token()
+    write_token(node.root, token=token)
     out = nodeprep_join(node, write_profile(node, cp, name))
     kubeadm_log = node.logs / "kubeadm.log"
     with kubeadm_log.open("ab") as f:
@@ -163,7 +166,7 @@ def test_kubeadm_mode_registers_with_labels_and_taints(control_plane: ControlPla
                "--kubeconfig=/etc/kubernetes/kubelet.conf", "--config=/var/lib/kubelet/config.yaml",
                *shlex.split(m.group(1)))
     registered = wait_registered(cp, node, name)
-    check_registration(cp, registered, out, name)
+    check_registration(cp, registered, out, name, token)
     node.procs["kubeadm"].wait(120)
     assert node.procs["kubeadm"].returncode == 0, kubeadm_log.read_text()
     assert "This node has joined the cluster" in kubeadm_log.read_text() or \
@@ -178,13 +181,14 @@ def test_kubelet_mode_registers_with_labels_and_taints(control_plane: ControlPla
     reset_node(node)
     (node.root / "etc/kubernetes/pki").mkdir(parents=True, exist_ok=True)
     shutil.copy(cp.pki.ca_cert, node.root / "etc/kubernetes/pki/ca.crt")
-    write_token(node.root, token=cp.create_token())
+    token = cp.create_token()
+    write_token(node.root, token=token)
     out = nodeprep_join(node, write_profile(node, cp, name, mode="kubelet"))
     argv = drop_in_argv((node.root / "etc/systemd/system/kubelet.service.d/10-nodeprep.conf").read_text())
     assert argv[0] == "/usr/bin/kubelet"
     node.spawn("kubelet", *argv, *RUNTIME_FLAGS)
     registered = wait_registered(cp, node, name)
-    check_registration(cp, registered, out, name)
+    check_registration(cp, registered, out, name, token)
     assert (node.root / "etc/kubernetes/kubelet.conf").is_file()
     ready, why = ready_or_reason(cp, node, name)
     print(f"kubelet mode: Ready={ready}: {why}")
