@@ -2,7 +2,8 @@
 
 Only labels nodeprep sets are touched. The keys it set last time are remembered in the annotation
 `nodeprep.dev/managed-labels`, so a label it no longer produces is removed (set to null) without
-touching labels that GFD, a cloud controller or an administrator set. Conflicts (409) and server
+touching labels that GFD, a cloud controller or an administrator set, nor the GPU self-test's verdict
+(`nodeprep.dev/gpu-verified`, written by `nodeprep verify-gpus`). Conflicts (409) and server
 errors (5xx) are retried with a bounded exponential backoff; every attempt re-reads the Node.
 """
 
@@ -25,7 +26,7 @@ from urllib.parse import quote
 import requests
 
 from ..errors import InputError, NetworkError, NodeprepError
-from .core import PREFIX
+from .core import PREFIX, VERIFIED_LABEL
 from .validate import self_settable
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ def plan_patch(node: Mapping[str, Any], wanted: Mapping[str, str],
         recorded = set(json.loads(annotations.get(MANAGED_ANNOTATION, "[]")))
     except (ValueError, TypeError):
         recorded = set()
-    previous = recorded | {k for k in current if k.startswith(PREFIX + "/")}
+    previous = (recorded | {k for k in current if k.startswith(PREFIX + "/")}) - {VERIFIED_LABEL}
     labels: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
     labels.update({k: None for k in sorted(previous - set(wanted)) if k in current})
     keys = set(wanted)
