@@ -447,6 +447,24 @@ class ControlPlane:
         self.node_credential(node)
         return self.session(cert=(self.pki.dir / f"node-{node}.crt", self.pki.dir / f"node-{node}.key"))
 
+    def user_kubeconfig(self, user: str, cluster_role: Mapping[str, Any]) -> Path:
+        """A kubeconfig for a client certificate of `user`, bound to `cluster_role` (created if new)."""
+        name = cluster_role["metadata"]["name"]
+        r = self.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", dict(cluster_role))
+        assert r.status_code in (201, 409), r.text
+        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": f"{name}-{user}"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                   "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]}
+        r = self.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+        assert r.status_code in (201, 409), r.text
+        cert = self.pki.issue(f"user-{user}", user)
+        return kubeconfig(self.dir / f"user-{user}.conf", self.server, self.pki.ca_cert, cert=cert[0],
+                          key=cert[1], user=user)
+
+    def user_session(self, user: str) -> requests.Session:
+        return self.session(cert=(self.pki.dir / f"user-{user}.crt", self.pki.dir / f"user-{user}.key"))
+
     def create_token(self, ttl: str = "1h", groups: str = "system:bootstrappers:kubeadm:default-node-token",
                      ) -> str:
         r = self.kubeadm("token", "create", f"--kubeconfig={self.admin_kubeconfig}", f"--ttl={ttl}",

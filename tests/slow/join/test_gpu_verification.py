@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from nodeprep.artifact import MANIFEST
 from nodeprep.cli import main
-from tests.support.controlplane import ControlPlane, kubeconfig
+from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.slow
 
@@ -84,17 +84,8 @@ def verify_gpus(cp: ControlPlane, tmp_path: Path, name: str, boot: str, *, extra
 
 def controller_credential(cp: ControlPlane) -> Path:
     """A client certificate for user `nodeprep-verify-nodes`, bound to the shipped ClusterRole."""
-    docs = list(yaml.safe_load_all((REPO / "examples/verify-nodes-rbac.yaml").read_text()))
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    r = cp.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    assert r.status_code in (201, 409), r.text
-    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
-    binding = {**binding, "subjects": [{"kind": "User", "name": "nodeprep-verify-nodes",
-                                        "apiGroup": "rbac.authorization.k8s.io"}]}
-    r = cp.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
-    assert r.status_code in (201, 409), r.text
-    cert = cp.pki.issue("verify-nodes", "nodeprep-verify-nodes")
-    return kubeconfig(cp.dir / "verify-nodes.conf", cp.server, cp.pki.ca_cert, cert=cert[0], key=cert[1])
+    docs = yaml.safe_load_all((REPO / "examples/verify-nodes-rbac.yaml").read_text())
+    return cp.user_kubeconfig("nodeprep-verify-nodes", next(d for d in docs if d["kind"] == "ClusterRole"))
 
 
 def verify_nodes(conf: Path) -> list[str]:
@@ -130,7 +121,7 @@ def test_node_credential_cannot_lift_its_taint(control_plane: ControlPlane) -> N
 def test_controller_credential_is_limited_to_reading_and_patching_nodes(control_plane: ControlPlane) -> None:
     cp = control_plane
     conf = controller_credential(cp)
-    s = cp.session(cert=(cp.pki.dir / "verify-nodes.crt", cp.pki.dir / "verify-nodes.key"))
+    s = cp.user_session("nodeprep-verify-nodes")
     assert cp.api("GET", "/api/v1/nodes", session=s).status_code == 200
     assert cp.api("GET", "/api/v1/nodes?watch=1&timeoutSeconds=1", session=s).status_code == 200
     assert cp.api("DELETE", "/api/v1/nodes/np-verify-self", session=s).status_code == 403

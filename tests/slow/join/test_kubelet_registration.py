@@ -17,6 +17,7 @@ recorded nvidia-smi capture (no GPU here).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -36,11 +37,13 @@ from tests.unit.join.conftest import install_driver, write_token
 
 pytestmark = pytest.mark.slow
 
-CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+REPO = Path(__file__).resolve().parents[3]
+CAPTURES = REPO / "tests/fixtures/nvidia-smi"
 SMI = CAPTURES / "tesla-t4_515.105.01.xml"
 RUNTIME_FLAGS = ("--container-runtime=remote",
                  "--container-runtime-endpoint=unix:///run/containerd/containerd.sock")
 READY_TIMEOUT = 90
+DRIVER = "515.105.01"  # the T4 capture's driver: the self-test compares it with the loaded module
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +51,13 @@ def node(control_plane: ControlPlane, test_cache: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletHost]:
     work = tmp_path_factory.mktemp("kubelet-node")
     with kubelet_host(test_cache, work, control_plane.bins["kubelet"], control_plane.port) as host:
-        install_driver(host.root, work / "driver")
+        install_driver(host.root, work / "driver", version=DRIVER)
         yield host
 
 
 def write_profile(host: KubeletHost, cp: ControlPlane, name: str, **cluster: Any) -> Path:
     data = {
-        "driver": {"version": "535.309.01"},
+        "driver": {"version": DRIVER},
         "labels": {"extra": {"example.com/team": "ml"}, "cloud": "none"},
         "cluster": {
             "api_server": f"127.0.0.1:{cp.port}",
@@ -192,3 +195,50 @@ def test_kubelet_mode_registers_with_labels_and_taints(control_plane: ControlPla
     assert (node.root / "etc/kubernetes/kubelet.conf").is_file()
     ready, why = ready_or_reason(cp, node, name)
     print(f"kubelet mode: Ready={ready}: {why}")
+    check_gpu_verification(cp, node, name)
+
+
+def rooted_kubeconfig(host: KubeletHost) -> Path:
+    """The kubelet's own kubeconfig (written by its TLS bootstrap) with its file paths under the node
+    root, so the test process can use the node's credential."""
+    doc = yaml.safe_load((host.root / "etc/kubernetes/kubelet.conf").read_text())
+    for section, keys in (("clusters", ("certificate-authority",)),
+                          ("users", ("client-certificate", "client-key"))):
+        for item in doc[section]:
+            body = item["cluster" if section == "clusters" else "user"]
+            for k in keys:
+                if isinstance(body.get(k), str) and body[k].startswith("/"):
+                    p = Path(str(host.root) + body[k])
+                    while p.is_symlink() and os.readlink(p).startswith("/"):  # kubelet-client-current.pem
+                        p = Path(str(host.root) + os.readlink(p))
+                    body[k] = str(p)
+    path = host.root.parent / "kubelet-rooted.conf"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def check_gpu_verification(cp: ControlPlane, host: KubeletHost, name: str) -> None:
+    """With the kubelet's own certificate, the self-test's verdict is published (the boot id is the one
+    the real kubelet reported); the controller then lifts the taint from this node only."""
+    sysfs = host.root.parent / "fake-sys"
+    (sysfs / "module/nvidia").mkdir(parents=True, exist_ok=True)
+    (sysfs / "module/nvidia/version").write_text(DRIVER + "\n")
+    d = sysfs / "bus/pci/devices/0000:00:1e.0"  # the T4 capture's GPU
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "vendor").write_text("0x10de\n")
+    (d / "class").write_text("0x030200\n")
+    r = CliRunner().invoke(main, ["verify-gpus", "--root", str(host.root), "--sysfs-root", str(sysfs),
+                                  "--nvidia-smi-xml", str(SMI), "--apply", "--node", name,
+                                  "--kubeconfig", str(rooted_kubeconfig(host))], catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    docs = yaml.safe_load_all((REPO / "examples/verify-nodes-rbac.yaml").read_text())
+    conf = cp.user_kubeconfig("nodeprep-verify-nodes", next(x for x in docs if x["kind"] == "ClusterRole"))
+    r = CliRunner().invoke(main, ["verify-nodes", "--kubeconfig", str(conf), "--once"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    assert f"node {name}: GPU self-test passed for this boot and driver: taint removed" in r.stdout
+    taints = {t["key"] for t in cp.api("GET", f"/api/v1/nodes/{name}").json()["spec"]["taints"]}
+    assert "nodeprep.dev/unverified" not in taints and {"dedicated", "nvidia.com/gpu"} <= taints
+    other = cp.api("GET", "/api/v1/nodes/np-kubeadm-node")  # registered by the kubeadm-mode test
+    if other.status_code == 200:  # no verdict there: still tainted
+        assert "nodeprep.dev/unverified" in {t["key"] for t in other.json()["spec"]["taints"]}
