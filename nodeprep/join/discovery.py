@@ -140,6 +140,7 @@ def discover(d: Discovery, token: BootstrapToken, *, poll: float = 1.0) -> Clust
     url = f"https://{d.api_server}{CLUSTER_INFO}"
     key = f"jws-kubeconfig-{token.id}"
     deadline = time.monotonic() + d.timeout
+    waited = False
     while True:
         data = _fetch(url, timeout=min(10.0, max(1.0, d.timeout)))
         if key in data:
@@ -150,7 +151,10 @@ def discover(d: Discovery, token: BootstrapToken, *, poll: float = 1.0) -> Clust
                 f"{d.api_server} (no signature for it in kube-public/cluster-info after {d.timeout:.0f}s: "
                 "deleted, expired, or the controller-manager's bootstrap signer is not running)",
                 hint="create a new token (kubeadm token create) and write it to cluster.token_file")
-        log.info("join: waiting for the bootstrap signer to sign cluster-info for token %s", token.id)
+        (log.debug if waited else log.info)(
+            "join: waiting up to %.0fs for the bootstrap signer to sign cluster-info for token %s",
+            d.timeout, token.id)
+        waited = True
         time.sleep(poll)
     kubeconfig = data.get("kubeconfig")
     if not isinstance(kubeconfig, str) or not verify_jws(str(data[key]), kubeconfig, token):
