@@ -60,6 +60,7 @@ class Taint:
 
 
 GPU_TAINT = Taint("nvidia.com/gpu", "NoSchedule", "present")
+UNVERIFIED_TAINT = Taint("nodeprep.dev/unverified", "NoSchedule")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Driver:
     store: str | None = None
     kernel: str | None = None
     modules: tuple[str, ...] = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm")
+    persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class Cluster:
     node_name: str | None = None
     taints: tuple[Taint, ...] = ()
     gpu_taint: bool = False
+    verify_gpus: bool = True
     cri_socket: str = "unix:///run/containerd/containerd.sock"
     cgroup_driver: str = "systemd"
     kubelet_extra_args: dict[str, str] = field(default_factory=dict)
@@ -102,12 +105,17 @@ class Cluster:
 
     @property
     def all_taints(self) -> tuple[Taint, ...]:
-        """Taints to register with: `taints` plus nvidia.com/gpu=present:NoSchedule when gpu_taint."""
+        """Taints to register with: `taints`, plus nvidia.com/gpu=present:NoSchedule when gpu_taint, plus
+        nodeprep.dev/unverified:NoSchedule when verify_gpus (lifted by `nodeprep verify-nodes` once the
+        node's GPU self-test passed)."""
+        taints = self.taints
         if self.gpu_taint and not any(
             t.key == GPU_TAINT.key and t.effect == GPU_TAINT.effect for t in self.taints
         ):
-            return (*self.taints, GPU_TAINT)
-        return self.taints
+            taints = (*taints, GPU_TAINT)
+        if self.verify_gpus and not any(t.key == UNVERIFIED_TAINT.key for t in taints):
+            taints = (*taints, UNVERIFIED_TAINT)
+        return taints
 
 
 @dataclass(frozen=True)
@@ -520,6 +528,13 @@ FIELDS: tuple[Field, ...] = (
         },
         "Kernel modules to load, in order",
     ),
+    Field(
+        "driver",
+        "persistence_mode",
+        _enum("any", "enabled", "disabled"),
+        {"enum": ["any", "enabled", "disabled"]},
+        "GPU persistence mode the self-test (nodeprep verify-gpus) expects on every GPU",
+    ),
     # labels
     Field(
         "labels",
@@ -600,6 +615,14 @@ FIELDS: tuple[Field, ...] = (
         "Taints set at registration (the only time a node may set its own taints)",
     ),
     Field("cluster", "gpu_taint", _bool, _BOOL, "Add nvidia.com/gpu=present:NoSchedule at registration"),
+    Field(
+        "cluster",
+        "verify_gpus",
+        _bool,
+        _BOOL,
+        "Register with nodeprep.dev/unverified:NoSchedule; nodeprep verify-nodes lifts it once the "
+        "node's GPU self-test passed (docs/join.md)",
+    ),
     Field(
         "cluster",
         "cri_socket",

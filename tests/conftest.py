@@ -40,3 +40,27 @@ def real_build(test_cache: Path):  # type: ignore[no-untyped-def]
     from tests.support.realbuild import ensure_real_build
 
     return ensure_real_build(test_cache)
+
+
+@pytest.fixture(scope="session")
+def control_plane(test_cache: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager; v1.24.0-alpha.3)
+    on loopback for the whole test session; skipped when NODEPREP_K8S_BIN is not set.
+    See tests/support/controlplane.py."""
+    from tests.support import controlplane as cpmod
+
+    reason = cpmod.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with cpmod.control_plane(tmp_path_factory.mktemp("controlplane"), test_cache) as cp:
+        yield cp
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """A failed test that used the control plane gets the components' log tails in its report."""
+    outcome = yield
+    rep = outcome.get_result()
+    cp = getattr(item, "funcargs", {}).get("control_plane")
+    if rep.failed and cp is not None:
+        rep.sections.append(("control plane logs", cp.log_tails()))

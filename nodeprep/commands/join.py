@@ -49,6 +49,11 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
     help="Join without cluster.ca_cert_hashes (kubeadm unsafeSkipCAVerification). Trusts the network.",
 )
 @click.option("--skip-preflight", is_flag=True, help="Join even when `nodeprep doctor` fails.")
+@click.option("--skip-discovery", is_flag=True,
+              help="Do not check the token and CA pin against the API server first (offline image "
+              "builds that cannot reach it).")
+@click.option("--discovery-timeout", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
+              metavar="SECONDS", help="How long to wait for the cluster to know the bootstrap token.")
 @nvidia_smi_xml_option
 @override_options(
     "cluster.api_server", "cluster.token_file", "cluster.kubernetes_version", "cluster.node_name"
@@ -60,6 +65,8 @@ def join_cmd(
     dry_run: bool,
     insecure_skip_ca_verification: bool,
     skip_preflight: bool,
+    skip_discovery: bool,
+    discovery_timeout: float,
     nvidia_smi_xml: Path | None,
     **overrides: str | None,
 ) -> None:
@@ -76,6 +83,8 @@ def join_cmd(
         insecure_skip_ca_verification=insecure_skip_ca_verification,
         skip_preflight=skip_preflight,
         nvidia_smi_xml=nvidia_smi_xml,
+        discovery=not skip_discovery,
+        discovery_timeout=discovery_timeout,
     )
     plan = plan_join(prof, options)
     text = plan.render_text() if dry_run and not as_json else ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, NodeprepError
 from ..labels import output
 from ..labels.cloud import CLOUD_CHOICES, Endpoints
 from ..labels.core import MIG_STRATEGIES, LabelOptions, node_labels
@@ -106,12 +106,15 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         mine, api = split_for_kubelet(result.labels)
         data = {**result.to_dict(), "self_settable": sorted(mine), "needs_api": sorted(api)}
         if applied is not None:
-            data["applied"] = {"node": applied.node, "changed": applied.changed, "patch": applied.patch}
+            data["applied"] = {"node": applied.node, "changed": applied.changed, "patch": applied.patch,
+                               "refused": list(applied.refused)}
         text = output.render_json(data) + "\n" if fmt == "json" else output.render_yaml(data)
     if out is not None:
         _write_atomic(out, text)
     else:
         click.echo(text, nl=False)
+    if applied is not None and (line := applied.refused_line()):
+        raise NodeprepError(line)
 
 
 COMMANDS = [labels_cmd]

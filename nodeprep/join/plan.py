@@ -24,6 +24,7 @@ from . import cdi as cdimod
 from . import containerd as ctd
 from . import gpus as gpumod
 from . import kube
+from .discovery import Discovery, discover
 from .files import FileChange, apply_changes, under
 from .kubeletflags import SortedArgs, check_version, sort_args
 from .token import BootstrapToken, read_token_file, redact
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 # KEP-4009 (CDI devices in the device plugin API): alpha 1.28, beta and on by default 1.29, GA 1.31.
 CDI_GATE = "DevicePluginCDIDevices"
+CDI_GATE_FROM = (1, 28)  # the kubelet refuses a gate it does not know (1.27 does not know this one)
 CDI_GATE_DEFAULT_ON = (1, 29)
 
 
@@ -44,6 +46,10 @@ class JoinOptions:
     labels: Mapping[str, str] | None = None  # precomputed labels; default: nodeprep.labels.node_labels
     # a token not (yet) in cluster.token_file: a check-mode plan uses the one it would write there
     token: BootstrapToken | None = None
+    # check token and CA against the cluster's cluster-info before writing (apply with run=True);
+    # off for offline image builds where the API server cannot be reached (--skip-discovery)
+    discovery: bool = True
+    discovery_timeout: float = 60.0
 
     @property
     def live(self) -> bool:
@@ -89,6 +95,7 @@ class JoinPlan:
     preflight: tuple[str, ...]  # problems found (empty: ready)
     token: BootstrapToken = field(repr=False)
     already_joined: bool = False
+    discovery: Discovery | None = None  # checked by apply_join(run=True) before anything is written
 
     @property
     def changed(self) -> bool:
@@ -301,7 +308,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
         raise InputError("; ".join(owned))
     warnings = check_version(cluster.minor)
     gates = dict(cluster.feature_gates)
-    if profile.runtime.cdi and cluster.minor < CDI_GATE_DEFAULT_ON and CDI_GATE not in gates:
+    if profile.runtime.cdi and CDI_GATE_FROM <= cluster.minor < CDI_GATE_DEFAULT_ON and CDI_GATE not in gates:
         gates[CDI_GATE] = True
         warnings.append(
             f"enabled kubelet feature gate {CDI_GATE} (alpha in 1.28, on by default from 1.29) so the "
@@ -408,6 +415,13 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
                 )
             )
     preflight = [] if options.skip_preflight else _preflight(profile, options)
+    discovery = None
+    if options.discovery and not already:
+        ca_pem = None
+        if cluster.mode == "kubelet" and not options.insecure_skip_ca_verification:
+            ca_pem = under(root, cluster.ca_cert_file).read_bytes()
+        discovery = Discovery(cluster.api_server, tuple(cluster.ca_cert_hashes), ca_pem,
+                              options.insecure_skip_ca_verification, options.discovery_timeout)
     return JoinPlan(
         mode=cluster.mode,
         kubernetes_version=cluster.kubernetes_version,
@@ -422,6 +436,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
         preflight=tuple(preflight),
         token=token,
         already_joined=already,
+        discovery=discovery,
     )
 
 
@@ -438,13 +453,19 @@ def _run_actions(actions: tuple[Action, ...]) -> list[Action]:
 
 def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
     """Write the planned files; then run the planned commands unless `run` is False (--dry-run).
-    Refuses (StateError) when preflight found problems."""
+    Refuses (StateError) when preflight found problems; with `run`, first checks the token and CA
+    against the cluster (nodeprep.join.discovery) and refuses (one line, nothing written) when they
+    do not hold."""
     if plan.preflight:
         raise StateError(
             "preflight failed: " + "; ".join(plan.preflight),
             hint="fix it (nodeprep doctor) or pass --skip-preflight",
         )
     result = plan.to_dict()  # before writing: `changed` describes what this apply does
+    if run and plan.discovery is not None:
+        with step(f"check token and CA against {plan.discovery.api_server}", logger=log):
+            info = discover(plan.discovery, plan.token)
+        result["discovery"] = {"server": info.server, "ca_pin": info.ca_pin}
     written = apply_changes(list(plan.files))
     ran = _run_actions(plan.actions) if run else []
     result.update(

@@ -23,6 +23,8 @@ from .validate import VALUE_MAX, check_labels, sanitise, split_for_kubelet, vali
 log = logging.getLogger(__name__)
 
 PREFIX = "nodeprep.dev"  # labels nodeprep owns
+# Set by `nodeprep verify-gpus` (the GPU self-test's verdict), never by `labels --apply`.
+VERIFIED_LABEL = f"{PREFIX}/gpu-verified"
 NVIDIA = "nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
 T = TypeVar("T")

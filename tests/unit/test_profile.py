@@ -222,6 +222,20 @@ def test_minimal_profile_gets_defaults() -> None:
         ),
         pytest.param(
             "cluster",
+            "verify_gpus",
+            "no",
+            "cluster.verify_gpus: expected true or false, got 'no'",
+            id="verify-gpus",
+        ),
+        pytest.param(
+            "driver",
+            "persistence_mode",
+            "on",
+            "driver.persistence_mode: 'on' is not one of any, enabled, disabled",
+            id="persistence-mode",
+        ),
+        pytest.param(
+            "cluster",
             "cri_socket",
             "/run/containerd/containerd.sock",
             "cluster.cri_socket: '/run/containerd/containerd.sock' must be a unix:// endpoint",
@@ -328,7 +342,8 @@ def test_every_problem_is_collected_with_did_you_mean() -> None:
 
 def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
-    assert problems == ["driver.zzz: unknown key (allowed: version, flavour, store, kernel, modules)"]
+    assert problems == [
+        "driver.zzz: unknown key (allowed: version, flavour, store, kernel, modules, persistence_mode)"]
 
 
 def test_missing_driver_and_bad_top_level() -> None:
@@ -360,8 +375,12 @@ def test_taints_forms_and_gpu_taint() -> None:
         "c:NoExecute",
         "d:PreferNoSchedule",
         "nvidia.com/gpu=present:NoSchedule",
+        "nodeprep.dev/unverified:NoSchedule",  # verify_gpus (default true)
     ]
     assert c.minor == (1, 31)
+    data["cluster"]["verify_gpus"] = False
+    c = profile.parse_profile(data).cluster
+    assert c is not None and "nodeprep.dev/unverified:NoSchedule" not in [str(t) for t in c.all_taints]
 
 
 def test_load_profile_file_errors(tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ def test_v1beta3_below_1_31(node_root: Path, tmp_path: Path, smi_xml: Path) -> N
     assert reg["taints"] == [
         {"key": "dedicated", "effect": "NoSchedule", "value": "gpu"},
         {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"},
+        {"key": "nodeprep.dev/unverified", "effect": "NoSchedule"},
     ]
     assert reg["criSocket"] == "unix:///run/containerd/containerd.sock"
     disc = doc["discovery"]
@@ -295,11 +296,10 @@ def test_mode_kubelet(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     assert cfg["apiVersion"] == "kubelet.config.k8s.io/v1beta1" and cfg["kind"] == "KubeletConfiguration"
     assert cfg["cgroupDriver"] == "systemd"
     assert cfg["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
-    assert cfg["registerWithTaints"][-1] == {
-        "key": "nvidia.com/gpu",
-        "effect": "NoSchedule",
-        "value": "present",
-    }
+    assert cfg["registerWithTaints"][-2:] == [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"},
+        {"key": "nodeprep.dev/unverified", "effect": "NoSchedule"},
+    ]
     assert cfg["maxPods"] == 64 and cfg["evictionHard"] == {"memory.available": "500Mi"}
     assert cfg["featureGates"] == {"KubeletCgroupDriverFromCRI": True}
     assert "nodeLabels" not in cfg  # not a KubeletConfiguration field
@@ -372,6 +372,10 @@ def test_cdi_feature_gate_on_1_28_only(node_root: Path, tmp_path: Path, smi_xml:
     plan = _plan(node_root, profile(tmp_path, kubernetes_version="1.29"), smi_xml)
     patch = yaml.safe_load(next(f for f in plan.files if f.target.endswith("+merge.yaml")).content)
     assert "featureGates" not in patch
+    # 1.27's kubelet does not know the gate (added in 1.28) and would refuse to start with it
+    plan = _plan(node_root, profile(tmp_path, kubernetes_version="1.27"), smi_xml)
+    patch = yaml.safe_load(next(f for f in plan.files if f.target.endswith("+merge.yaml")).content)
+    assert "featureGates" not in patch
 
 
 def test_rotated_token_never_shows_the_old_one(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
@@ -391,7 +395,8 @@ def test_the_annotated_example_joins(node_root: Path, smi_xml: Path) -> None:
     assert code == 0
     data = json.loads(js)
     assert data["kubeadm_api"] == "kubeadm.k8s.io/v1beta4"
-    assert data["taints"] == ["dedicated=gpu:NoSchedule", "nvidia.com/gpu=present:NoSchedule"]
+    assert data["taints"] == ["dedicated=gpu:NoSchedule", "nvidia.com/gpu=present:NoSchedule",
+                             "nodeprep.dev/unverified:NoSchedule"]
     assert data["moved_flags"] == ["max-pods"]
     assert data["labels"]["node.kubernetes.io/pool"] == "gpu-a" and data["api_labels"] == {}
 

@@ -1,10 +1,9 @@
 """`nodeprep labels` through click's CliRunner: every format parses back, bad input exits 2 with one
-line. All inputs live in temp dirs; --apply talks to a loopback API stand-in (no apiserver here)."""
+line. All inputs live in temp dirs; --apply against a real API server is in tests/slow/labels."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from click.testing import CliRunner
 from nodeprep.cli import main
 from nodeprep.labels.output import parse_nfd
 
-from .conftest import Recorded, Server, write_dmi
+from .conftest import write_dmi
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -99,25 +98,8 @@ def test_profile_labels_and_bad_profile(base_args: list[str], tmp_path: Path) ->
     assert code == 2 and "labels.extra" in err and "bad key" in err
 
 
-def test_apply_through_cli(base_args: list[str], tmp_path: Path, http_server: Callable[..., Server]) -> None:
-    def handle(srv: Server, req: Recorded) -> tuple[int, dict[str, str], str]:
-        if req.headers.get("authorization") != "Bearer tkn":
-            return 401, {}, "{}"
-        node = {"metadata": {"name": "n1", "resourceVersion": "7", "labels": {}}}
-        return 200, {"Content-Type": "application/json"}, json.dumps(node)
-
-    srv = http_server(handle)
-    kc = tmp_path / "kc.yaml"
-    kc.write_text(yaml.safe_dump({"clusters": [{"name": "c", "cluster": {"server": srv.url}}],
-                                  "users": [{"name": "u", "user": {"token": "tkn"}}],
-                                  "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                                  "current-context": "x"}))
-    code, out, err = run([*base_args, "--apply", "--kubeconfig", str(kc), "--node", "n1"])
-    assert code == 0, err
-    assert "node n1: labels updated" in err
-    patch = json.loads(srv.requests[1].body)
-    assert patch["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-T4"
-    assert json.loads(out)["applied"]["changed"] is True
+def test_apply_needs_a_kubeconfig(base_args: list[str]) -> None:
+    """--apply itself runs against a real API server: tests/slow/labels/test_labels_apiserver.py."""
     code, _, err = run([*base_args, "--apply"])
     assert code == 2 and "needs --kubeconfig" in err
 

@@ -26,6 +26,7 @@ def argument_spec():
         dry_run={"type": "bool", "default": False},
         insecure_skip_ca_verification={"type": "bool", "default": False},
         skip_preflight={"type": "bool", "default": False},
+        skip_discovery={"type": "bool", "default": False},
         nvidia_smi_xml={"type": "path"},
         token={"type": "str", "default": "", "no_log": True},
         token_file={"type": "str", "default": "/etc/nodeprep/bootstrap-token"},
@@ -68,6 +69,7 @@ def run(module):
             root=Path(p["root"]),
             insecure_skip_ca_verification=p["insecure_skip_ca_verification"],
             skip_preflight=p["skip_preflight"],
+            discovery=not p["skip_discovery"],
             nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
             token=token if module.check_mode else None,
         )

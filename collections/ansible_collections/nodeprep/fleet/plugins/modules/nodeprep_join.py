@@ -44,6 +44,12 @@ options:
     description: Skip the preflight checks (active driver, container runtime, swap, tools).
     type: bool
     default: false
+  skip_discovery:
+    description:
+      - Do not check the token and CA pin against the API server before writing (offline images).
+      - Without it a join that runs commands first checks them and fails without writing anything.
+    type: bool
+    default: false
   nvidia_smi_xml:
     description: Read GPU facts (labels, CDI) from this C(nvidia-smi -q -x) capture.
     type: path

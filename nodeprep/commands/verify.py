@@ -1,0 +1,96 @@
+"""`nodeprep verify-gpus` (node side) and `nodeprep verify-nodes` (cluster side): a GPU node stays
+tainted `nodeprep.dev/unverified:NoSchedule` until its GPU self-test passed (docs/join.md)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import InputError, NodeprepError
+from .options import emit_json, json_option, profile_option, root_option
+
+
+def _boot_id(root: Path) -> str | None:
+    try:
+        return (root / "proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+@click.command("verify-gpus")
+@profile_option
+@root_option
+@json_option
+@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
+              show_default=True, help="Stands for /sys (PCI devices, the nvidia module).")
+@click.option("--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Read GPU facts from this `nvidia-smi -q -x` capture instead of running nvidia-smi.")
+@click.option("--persistence-mode", type=click.Choice(["any", "enabled", "disabled"]), default=None,
+              help="Expected persistence mode (default: the profile's driver.persistence_mode).")
+@click.option("--apply", "do_apply", is_flag=True,
+              help="Publish the verdict on the Node (label nodeprep.dev/gpu-verified).")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Credentials for --apply: the node's own (/etc/kubernetes/kubelet.conf) suffice.")
+@click.option("--node", default=None,
+              help="Node name (default: profile cluster.node_name, else the host name).")
+def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root: Path,
+                    nvidia_smi_xml: Path | None, persistence_mode: str | None, do_apply: bool,
+                    kubeconfig: Path | None, node: str | None) -> None:
+    """Run the GPU self-test (loaded module = active driver, every GPU on the PCI bus visible, no
+    pending row remaps or page retirements, persistence mode as configured); exit 1 when it fails.
+    With --apply, publish the verdict so `nodeprep verify-nodes` can lift the node's taint."""
+    from ..node.selftest import evaluate, gather
+    from ..profile import load_profile, profile_path
+
+    if do_apply and kubeconfig is None:
+        raise InputError("--apply needs --kubeconfig FILE")
+    prof = None
+    path = profile_path(root, profile)
+    if profile is not None or path.is_file():
+        prof = load_profile(path)
+    mode = persistence_mode or (prof.driver.persistence_mode if prof else "any")
+    verdict = evaluate(gather(root, sysfs_root, persistence_mode=mode, nvidia_smi_xml=nvidia_smi_xml))
+    result: dict[str, object] = verdict.to_dict()
+    problems = list(verdict.problems)
+    if do_apply:
+        from ..join.verification import publish_verdict
+        from ..labels.apply import default_node_name, load_kubeconfig
+
+        assert kubeconfig is not None
+        name = node or (prof.cluster.node_name if prof and prof.cluster else None) or default_node_name()
+        pub = publish_verdict(load_kubeconfig(kubeconfig), name, verdict, _boot_id(root))
+        result["published"] = {"node": pub.node, "label": pub.value, "passed": pub.passed}
+        problems = list(pub.problems)
+        click.echo(f"node {pub.node}: nodeprep.dev/gpu-verified={pub.value}", err=True)
+    if as_json:
+        emit_json(result)
+    elif not problems:
+        click.echo(f"GPU self-test passed (driver {verdict.driver_version})")
+    if problems:
+        raise NodeprepError("GPU self-test failed: " + "; ".join(problems))
+
+
+@click.command("verify-nodes")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="A credential allowed get/list/watch/patch on nodes (docs/join.md has the ClusterRole).")
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@click.option("--interval", type=click.FloatRange(1, 3600), default=15.0, show_default=True,
+              help="Seconds between passes.")
+def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float) -> None:
+    """Cluster side: lift nodeprep.dev/unverified:NoSchedule from nodes whose GPU self-test verdict is
+    valid for their current boot and driver; put it back on GPU nodes without one."""
+    from ..join.verification import verify_nodes
+    from ..labels.apply import load_kubeconfig
+
+    cfg = load_kubeconfig(kubeconfig)
+    while True:
+        for line in verify_nodes(cfg):
+            click.echo(line)
+        if once:
+            return
+        time.sleep(interval)
+
+
+COMMANDS = [verify_gpus_cmd, verify_nodes_cmd]

@@ -1,0 +1,200 @@
+"""Unschedulable until the GPUs are proven: the node's verdict and the cluster-side taint controller.
+
+A node registers with `nodeprep.dev/unverified:NoSchedule` (cluster.verify_gpus). NodeRestriction
+forbids a kubelet's credential to change its own taints (and RBAC forbids it to delete its Node), so
+the node cannot lift it; plain RBAC cannot limit a credential to one taint on one node either. So:
+
+- the node (`nodeprep verify-gpus --apply`, its own credential) runs the self-test
+  (nodeprep.node.selftest) and publishes the verdict in a label it may set,
+  `nodeprep.dev/gpu-verified`: a digest binding the verdict to the node's name, the boot the kubelet
+  reported (status.nodeInfo.bootID) and the driver version label — or `failed`; the problems go to the
+  annotation `nodeprep.dev/gpu-selftest`;
+- a cluster-side controller (`nodeprep verify-nodes`, a credential with get/list/watch/patch on nodes
+  and nothing else) lifts the taint from a node whose label equals the digest it recomputes, and puts
+  it back on any GPU node without a valid verdict (a reboot or a driver change makes the old digest
+  stale; a node that registered anew without the taint gets it back).
+
+The verdict is the node's claim: this protects against broken GPUs and stale state, not against a
+node whose root is compromised (it could publish a valid digest without testing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from ..errors import InputError, NetworkError, NodeprepError
+from ..labels.apply import PATCH_TYPE, KubeConfig, _status_message, api_session
+from ..labels.core import PREFIX, VERIFIED_LABEL
+from ..node.selftest import Verdict
+from ..profile import UNVERIFIED_TAINT
+
+log = logging.getLogger(__name__)
+
+SELFTEST_ANNOTATION = f"{PREFIX}/gpu-selftest"
+DRIVER_LABEL = f"{PREFIX}/driver-version"
+FAILED = "failed"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def verdict_digest(node: str, boot_id: str, driver_version: str) -> str:
+    """The label value of a passed self-test: 20 hex digits over node, boot and driver version."""
+    text = "\0".join(("nodeprep-gpu-verified-v1", node, boot_id, driver_version))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _meta(node: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(node.get("metadata") or {})
+
+
+def boot_id_of(node: Mapping[str, Any]) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+
+def expected_digest(node: Mapping[str, Any]) -> str | None:
+    """The digest a valid verdict on this Node carries (None: the Node lacks boot id or driver label)."""
+    meta = _meta(node)
+    boot = boot_id_of(node)
+    driver = (meta.get("labels") or {}).get(DRIVER_LABEL)
+    if not boot or not driver:
+        return None
+    return verdict_digest(str(meta.get("name")), boot, str(driver))
+
+
+# --- node side ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Published:
+    node: str
+    value: str
+    passed: bool
+    problems: tuple[str, ...]
+
+
+def verdict_patch(node: Mapping[str, Any], verdict: Verdict,
+                  local_boot_id: str | None) -> tuple[dict[str, Any], Published]:
+    """The merge patch publishing `verdict` on `node` (pure). A verdict is only `passed` when the Node's
+    reported boot is this boot and its driver label is the tested driver."""
+    meta = _meta(node)
+    name = str(meta.get("name"))
+    problems = list(verdict.problems)
+    boot = boot_id_of(node)
+    driver = (meta.get("labels") or {}).get(DRIVER_LABEL)
+    if not boot:
+        problems.append("the Node has no status.nodeInfo.bootID yet (the kubelet has not reported)")
+    elif local_boot_id and boot != local_boot_id:
+        problems.append(f"the Node reports boot {boot}, this is boot {local_boot_id} (the kubelet has not "
+                        "reported this boot yet)")
+    if driver != verdict.driver_version:
+        problems.append(f"the Node's {DRIVER_LABEL} label is {driver!r}, the tested driver is "
+                        f"{verdict.driver_version!r} (run nodeprep labels --apply)")
+    passed = not problems
+    value = verdict_digest(name, boot, str(driver)) if passed else FAILED
+    note = json.dumps({"passed": passed, "problems": problems}, separators=(",", ":"))
+    patch = {"metadata": {"labels": {VERIFIED_LABEL: value}, "annotations": {SELFTEST_ANNOTATION: note}}}
+    if meta.get("resourceVersion"):
+        patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
+    return patch, Published(name, value, passed, tuple(problems))
+
+
+def _url(cfg: KubeConfig, node: str) -> str:
+    return f"{cfg.server}/api/v1/nodes/{quote(node, safe='')}"
+
+
+def _request(s: requests.Session, method: str, url: str, server: str, body: Any = None) -> requests.Response:
+    try:
+        return s.request(method, url, timeout=15, data=json.dumps(body) if body is not None else None,
+                         headers={"Content-Type": PATCH_TYPE} if body is not None else {})
+    except requests.exceptions.SSLError as e:
+        raise NetworkError(f"{server}: TLS verification failed ({e})") from None
+    except requests.RequestException as e:
+        raise NetworkError(f"{server}: {type(e).__name__}: {e}") from None
+
+
+def publish_verdict(cfg: KubeConfig, node: str, verdict: Verdict, local_boot_id: str | None) -> Published:
+    """GET the Node, PATCH the verdict label and annotation (the node's own credential suffices)."""
+    with api_session(cfg) as s:
+        for _ in range(3):
+            r = _request(s, "GET", _url(cfg, node), cfg.server)
+            if r.status_code == 404:
+                raise InputError(f"node {node!r} not found at {cfg.server}")
+            if r.status_code != 200:
+                raise NodeprepError(f"{cfg.server}: reading node {node!r} failed (HTTP {r.status_code} "
+                                    f"{_status_message(r)})")
+            patch, published = verdict_patch(r.json(), verdict, local_boot_id)
+            r = _request(s, "PATCH", _url(cfg, node), cfg.server, patch)
+            if r.status_code == 200:
+                return published
+            if r.status_code != 409:
+                raise NodeprepError(f"{cfg.server}: publishing the verdict on node {node!r} failed "
+                                    f"(HTTP {r.status_code} {_status_message(r)})")
+    raise NetworkError(f"{cfg.server}: node {node!r} kept changing; verdict not published")
+
+
+# --- cluster side -------------------------------------------------------------------------------------
+
+def is_gpu_node(node: Mapping[str, Any]) -> bool:
+    """A node nodeprep prepared, or one that offers GPUs."""
+    labels = _meta(node).get("labels") or {}
+    if DRIVER_LABEL in labels or labels.get("nvidia.com/gpu.present") == "true":
+        return True
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    return str(capacity.get(GPU_RESOURCE, "0")) not in ("0", "")
+
+
+def _tainted(node: Mapping[str, Any]) -> bool:
+    return any(t.get("key") == UNVERIFIED_TAINT.key for t in (node.get("spec") or {}).get("taints") or [])
+
+
+def reconcile(node: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """(merge patch or None, one-line reason) for one Node (pure)."""
+    meta = _meta(node)
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    label = (meta.get("labels") or {}).get(VERIFIED_LABEL)
+    want = expected_digest(node)
+    valid = want is not None and label == want
+    if valid and _tainted(node):
+        kept = [t for t in taints if t.get("key") != UNVERIFIED_TAINT.key]
+        reason = "GPU self-test passed for this boot and driver: taint removed"
+    elif not valid and not _tainted(node) and is_gpu_node(node):
+        kept = [*taints, UNVERIFIED_TAINT.to_dict()]
+        why = ("self-test failed" if label == FAILED else "no verdict" if label is None
+               else "verdict is stale (another boot or driver)")
+        reason = f"no valid GPU verdict ({why}): taint added"
+    else:
+        return None, "unchanged"
+    patch: dict[str, Any] = {"spec": {"taints": kept}}
+    if meta.get("resourceVersion"):
+        patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+    return patch, reason
+
+
+def verify_nodes(cfg: KubeConfig) -> list[str]:
+    """One pass over all Nodes: lift or restore the unverified taint; one line per change."""
+    out = []
+    with api_session(cfg) as s:
+        r = _request(s, "GET", f"{cfg.server}/api/v1/nodes", cfg.server)
+        if r.status_code != 200:
+            raise NodeprepError(f"{cfg.server}: listing nodes failed (HTTP {r.status_code} "
+                                f"{_status_message(r)})")
+        for node in r.json().get("items") or []:
+            patch, reason = reconcile(node)
+            if patch is None:
+                continue
+            name = str(_meta(node).get("name"))
+            r = _request(s, "PATCH", _url(cfg, name), cfg.server, patch)
+            if r.status_code == 200:
+                out.append(f"node {name}: {reason}")
+            elif r.status_code == 409:
+                out.append(f"node {name}: changed meanwhile; next pass")
+            else:
+                raise NodeprepError(f"{cfg.server}: patching node {name!r} failed (HTTP {r.status_code} "
+                                    f"{_status_message(r)})")
+    return out

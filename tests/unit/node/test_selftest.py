@@ -1,0 +1,98 @@
+"""The GPU self-test: facts from a fake sysfs and driver root, GPU facts from recorded `nvidia-smi -q -x`
+captures (tests/fixtures/nvidia-smi; no GPU here). The verdict logic for row remaps and page retirement
+is also checked on constructed facts: no capture shows a failing GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodeprep.artifact import MANIFEST
+from nodeprep.cli import main
+from nodeprep.node.selftest import GpuHealth, SelfTestFacts, evaluate, gather, parse_health
+
+CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+T4 = CAPTURES / "tesla-t4_515.105.01.xml"  # 515.105.01, bus 00000000:00:1E.0, persistence Disabled
+A5000 = CAPTURES / "dual-rtx-a5000_590.44.01.xml"  # two GPUs, persistence Enabled
+
+
+def node(tmp_path: Path, active: str, loaded: str | None, buses: list[str]) -> tuple[Path, Path]:
+    root, sysfs = tmp_path / "root", tmp_path / "sys"
+    (root / "opt/nvidia" / active).mkdir(parents=True)
+    (root / "opt/nvidia" / active / MANIFEST).write_text("{}")
+    (root / "opt/nvidia/current").symlink_to(active)
+    if loaded:
+        (sysfs / "module/nvidia").mkdir(parents=True)
+        (sysfs / "module/nvidia/version").write_text(loaded + "\n")
+    for bus in buses:
+        d = sysfs / "bus/pci/devices" / bus
+        d.mkdir(parents=True)
+        (d / "vendor").write_text("0x10de\n")
+        (d / "class").write_text("0x030200\n")
+    other = sysfs / "bus/pci/devices/0000:00:02.0"  # an Intel VGA controller is not ours
+    other.mkdir(parents=True)
+    (other / "vendor").write_text("0x8086\n")
+    (other / "class").write_text("0x030000\n")
+    return root, sysfs
+
+
+def test_t4_passes(tmp_path: Path) -> None:
+    root, sysfs = node(tmp_path, "515.105.01", "515.105.01", ["0000:00:1e.0"])
+    verdict = evaluate(gather(root, sysfs, nvidia_smi_xml=T4))
+    assert verdict.passed and verdict.problems == () and verdict.driver_version == "515.105.01"
+
+
+def test_each_failure_is_one_line(tmp_path: Path) -> None:
+    root, sysfs = node(tmp_path, "515.105.01", "535.54.03", ["0000:00:1e.0", "0000:3b:00.0"])
+    verdict = evaluate(gather(root, sysfs, nvidia_smi_xml=T4, persistence_mode="enabled"))
+    assert not verdict.passed
+    assert verdict.problems == (
+        "module: loaded nvidia module is 535.54.03, the active driver is 515.105.01 (reboot or reload the "
+        "modules)",
+        "module: nvidia-smi reports driver 515.105.01, the loaded module is 535.54.03",
+        "visibility: GPU 0000:3b:00.0 is on the PCI bus but not visible to the driver",
+        "persistence: GPU 0000:00:1e.0 has persistence mode disabled, the profile asks for enabled",
+    )
+
+
+def test_no_module_no_gpu(tmp_path: Path) -> None:
+    root, sysfs = node(tmp_path, "515.105.01", None, [])
+    verdict = evaluate(gather(root, sysfs))
+    assert verdict.problems == ("module: the nvidia kernel module is not loaded",
+                                "visibility: no NVIDIA GPU on the PCI bus")
+
+
+def test_two_gpus_persistence_enabled(tmp_path: Path) -> None:
+    _, gpus = parse_health(A5000.read_bytes())
+    assert len(gpus) == 2 and all(g.persistence for g in gpus)
+    assert all(g.remap_pending is False and g.remap_failure is False for g in gpus)
+    root, sysfs = node(tmp_path, "590.44.01", "590.44.01", [g.bus_id for g in gpus])
+    assert evaluate(gather(root, sysfs, nvidia_smi_xml=A5000, persistence_mode="enabled")).passed
+    assert not evaluate(gather(root, sysfs, nvidia_smi_xml=A5000, persistence_mode="disabled")).passed
+
+
+@pytest.mark.parametrize(("health", "problem"), [
+    (GpuHealth("0000:01:00.0", remap_pending=True), "has a pending row remap"),
+    (GpuHealth("0000:01:00.0", remap_failure=True), "had a row-remap failure"),
+    (GpuHealth("0000:01:00.0", retirement_pending=True), "has pages pending retirement"),
+])
+def test_memory_problems(health: GpuHealth, problem: str) -> None:
+    facts = SelfTestFacts("535.54.03", "535.54.03", "535.54.03", ("0000:01:00.0",), (health,))
+    verdict = evaluate(facts)
+    assert not verdict.passed and len(verdict.problems) == 1 and problem in verdict.problems[0]
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    root, sysfs = node(tmp_path, "515.105.01", "515.105.01", ["0000:00:1e.0"])
+    args = ["verify-gpus", "--root", str(root), "--sysfs-root", str(sysfs), "--nvidia-smi-xml", str(T4)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0 and "GPU self-test passed (driver 515.105.01)" in r.stdout
+    r = CliRunner().invoke(main, [*args, "--persistence-mode", "enabled"])
+    assert r.exit_code == 1
+    assert r.stderr.strip().splitlines() == [
+        "error: GPU self-test failed: persistence: GPU 0000:00:1e.0 has persistence mode disabled, the "
+        "profile asks for enabled"]
+    r = CliRunner().invoke(main, [*args, "--apply"])
+    assert r.exit_code == 2 and "--apply needs --kubeconfig" in r.stderr
