@@ -40,3 +40,16 @@ def real_build(test_cache: Path):  # type: ignore[no-untyped-def]
     from tests.support.realbuild import ensure_real_build
 
     return ensure_real_build(test_cache)
+
+
+@pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One real registry per test session (Debian's docker-registry on loopback, TLS with a test CA,
+    htpasswd auth); see tests/support/registry.py. Stopped at the end of the session."""
+    from tests.support.registry import start_registry
+
+    reg = start_registry(tmp_path_factory.mktemp("oci-registry"))
+    try:
+        yield reg
+    finally:
+        reg.stop()

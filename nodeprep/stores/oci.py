@@ -176,7 +176,12 @@ class OciStore:
                                     f"does not match what was published)") from None
             raise NotFoundError(f"{source}: no '{INDEX_TAG}' tag in the repository (nothing published "
                                 f"there yet, or a wrong repository)") from None
-        index_desc, refs_desc = index_layers(raw, source)
+        try:
+            index_desc, refs_desc = index_layers(raw, source)
+        except ArtifactError as e:
+            if self.ref.digest:  # the pin names something else than an index: a wrong pin
+                raise InputError(f"{e}; the pinned digest must be the index artifact's") from None
+            raise
         index = reg.blob_bytes(str(index_desc.get("digest")), _size(index_desc, source))
         refs_raw = reg.blob_bytes(str(refs_desc.get("digest")), _size(refs_desc, source))
         try:
