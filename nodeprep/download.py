@@ -276,8 +276,7 @@ def _run(attempt: Callable[[tuple[float, float], float], None], what: str, polic
         progressed = kept() > before
         failures = 1 if progressed else failures + 1
         if failures >= policy.attempts:
-            raise NetworkError(f"{what}: gave up after {tries} tries, {failures} in a row without "
-                               f"progress (last: {reason})")
+            raise NetworkError(f"{what}: gave up after {tries} tries (last: {reason})")
         pause = policy.wait(failures, retry_after)
         if policy.clock() + pause >= deadline_at:
             raise NetworkError(f"{what}: gave up after {policy.deadline:g} s and {tries} tries "
@@ -287,10 +286,21 @@ def _run(attempt: Callable[[tuple[float, float], float], None], what: str, polic
 
 
 def _transport_reason(e: Exception, policy: Policy) -> str:
-    text = _short(e)
-    if "timed out" in text.lower() or "timeout" in type(e).__name__.lower():
+    text = str(e)
+    low = text.lower()
+    for needle, reason in (("timed out", f"stalled: no data for {policy.stall_timeout:g} s"),
+                           ("incompleteread", "connection closed mid-body"),
+                           ("connection broken", "connection closed mid-body"),
+                           ("remotedisconnected", "connection closed by the server"),
+                           ("connection reset", "connection reset by the server"),
+                           ("connection refused", "connection refused"),
+                           ("name or service not known", "host name not found"),
+                           ("no route to host", "no route to host")):
+        if needle in low:
+            return reason
+    if "timeout" in type(e).__name__.lower():
         return f"stalled: no data for {policy.stall_timeout:g} s"
-    return text
+    return _short(e)
 
 
 def tls_reason(e: Exception) -> str:

@@ -31,7 +31,7 @@ class Faults:
     stalls: int = 1_000_000
     fail_burst: int = 0  # answer this many matching requests with `fail_status` first
     fail_status: int = 503
-    down_after: int | None = None  # after this many body bytes in all: cut, then refuse everything
+    down_after: int | None = None  # after this many matching body bytes: cut, then refuse everything
     ignore_range: bool = False  # directory mode: answer 200 with the whole file to a Range request
     extra_bytes: int = 0  # directory mode: send this many junk bytes past the end of the file
 
@@ -152,22 +152,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
+        self._counted = 0
+        with proxy.lock:
+            budget = None if not matching or f.down_after is None else \
+                max(0, f.down_after - sum(n for q, n in proxy.served.items() if f.match in q))
+        bounds = [x for x in (cut, stall, budget) if x is not None]
+        limit = min(bounds) if bounds else None
         sent = 0
         for chunk in chunks:
             for i in range(0, len(chunk), BLOCK):
                 piece = chunk[i:i + BLOCK]
-                bounds = [x for x in (cut, stall, None if f.down_after is None else
-                                      max(0, f.down_after - proxy.total)) if x is not None]
-                limit = min(bounds) if bounds else None
                 if limit is not None and sent + len(piece) >= limit:
                     piece = piece[: max(0, limit - sent)]
                     self._write(piece)
                     sent += len(piece)
                     self._count(sent)
-                    if stall is not None and limit == stall:
-                        proxy.release.wait(60)
-                    elif f.down_after is not None and proxy.total >= f.down_after:
+                    if limit == budget:
                         proxy.down = True
+                    elif limit == stall:
+                        proxy.release.wait(60)
                     self._drop()
                     return
                 self._write(piece)

@@ -203,15 +203,16 @@ def test_registry_down_mid_pull_then_resume(published: Published, tmp_path: Path
     before = snapshot(root)
     with FaultProxy(upstream=f"https://{p.registry.host}", cafile=p.registry.ca) as proxy:
         store = f"oci+http://127.0.0.1:{proxy.port}/{REPO_NAME}"
+        auth = write_auth_file(tmp_path / "proxy.json", f"127.0.0.1:{proxy.port}")
         proxy.reset(Faults(match=blob_path, down_after=8 << 20))
-        r = install(p, root, store=store, env=env, ca=False)
+        r = install(p, root, store=store, env=env, ca=False, auth=auth)
         assert_refused(r, 1, "gave up after 2 tries")
         assert snapshot(root) == before
         part = root / "var/cache/nodeprep" / (p.kmod.name + ".part")
         kept = part.stat().st_size
         assert 0 < kept <= 8 << 20
         proxy.reset()
-        r = install(p, root, store=store, env=env, ca=False)
+        r = install(p, root, store=store, env=env, ca=False, auth=auth)
         assert r.returncode == 0, r.stderr
         assert proxy.served_for(blob_path) == p.kmod.size - kept
         assert [s.range for s in proxy.seen if blob_path in s.path] == [f"bytes={kept}-"]
