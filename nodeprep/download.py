@@ -32,7 +32,7 @@ from .errors import ChecksumError, InputError, NetworkError
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
-READ_CHUNK = 1 << 16  # the deadline and byte cap are checked between reads of this size
+READ_CHUNK = 1 << 18  # the deadline and byte cap are checked between reads of this size
 Progress = Callable[[int, int | None], None]  # (bytes done, total or None)
 # Opens one streaming GET: (extra headers, (connect, read) timeout) -> requests.Response
 Opener = Callable[[dict[str, str], tuple[float, float]], Any]
@@ -202,6 +202,22 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
     part = dest.with_name(dest.name + ".part")
     cap = policy.byte_cap(size)
     received = [0]
+    # sha256 of the first `hashed[0]` bytes of `part`, kept up to date while writing, so the file
+    # is not read a second time to verify it (a resumed .part is hashed once, up to where it ends)
+    digest = [hashlib.sha256()]
+    hashed = [0]
+
+    def rehash(upto: int) -> None:
+        if hashed[0] == upto:
+            return
+        digest[0], hashed[0] = hashlib.sha256(), 0
+        if upto:
+            with open(part, "rb") as f:
+                for block in iter(lambda: f.read(min(CHUNK, upto - hashed[0])), b""):
+                    digest[0].update(block)
+                    hashed[0] += len(block)
+                    if hashed[0] >= upto:
+                        break
 
     def attempt(timeout: tuple[float, float], deadline_at: float) -> None:
         have = part.stat().st_size if part.exists() else 0
@@ -222,10 +238,13 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
                 have = 0  # the server ignored Range (or answered another one): start over
             total = _total(resp, have, size)
             done = have
+            rehash(have)
             with open(part, "ab" if have else "wb") as f:
                 if not have:
                     f.truncate()
                 for chunk in _iter_body(resp, what):
+                    digest[0].update(chunk)
+                    hashed[0] += len(chunk)
                     received[0] += len(chunk)
                     if received[0] > cap:
                         raise NetworkError(f"{what}: received more than {cap} bytes in all; gave up "
@@ -243,7 +262,9 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
                 raise _Retry(f"connection closed at byte {done} of {size}")
 
     _run(attempt, what, policy, lambda: received[0])
-    return _finish(part, dest, sha256, what)
+    length = part.stat().st_size if part.exists() else 0
+    rehash(length)
+    return _finish(part, dest, sha256, what, actual=digest[0].hexdigest())
 
 
 def _run(attempt: Callable[[tuple[float, float], float], None], what: str, policy: Policy,
@@ -370,8 +391,8 @@ def _check_hex(sha256: str) -> str:
     return sha256
 
 
-def _finish(part: Path, dest: Path, sha256: str, what: str) -> Path:
-    actual = _sha256(part)
+def _finish(part: Path, dest: Path, sha256: str, what: str, actual: str | None = None) -> Path:
+    actual = actual or _sha256(part)
     if actual != sha256:
         part.unlink(missing_ok=True)
         raise ChecksumError(f"{what}: sha256 {actual} does not match the expected {sha256}")
