@@ -126,10 +126,12 @@ class Registry:
         self.stop()
 
 
-def start_registry(work: Path) -> Registry:
-    """A started registry with TLS (test CA) and htpasswd auth; see the module docstring."""
+def start_registry(work: Path, *, auth: dict[str, object] | None = None,
+                   tls: tuple[Path, Path, Path] | None = None) -> Registry:
+    """A started registry with TLS (test CA, or `tls` = (ca, cert, key)) and htpasswd auth, or the
+    `auth` section given (e.g. a token service's); see the module docstring."""
     work.mkdir(parents=True, exist_ok=True)
-    ca, crt, key = make_ca(work / "tls")
+    ca, crt, key = tls or make_ca(work / "tls")
     htpasswd = work / "htpasswd"
     htpasswd.write_text(htpasswd_line(USER, PASSWORD))
     storage = work / "storage"
@@ -143,7 +145,7 @@ def start_registry(work: Path) -> Registry:
                     "maintenance": {"uploadpurging": {"enabled": False}}},
         "http": {"addr": f"127.0.0.1:{port}", "secret": "nodeprep-test-secret",
                  "tls": {"certificate": str(crt), "key": str(key)}},
-        "auth": {"htpasswd": {"realm": "nodeprep-test", "path": str(htpasswd)}},
+        "auth": auth or {"htpasswd": {"realm": "nodeprep-test", "path": str(htpasswd)}},
     }))
     reg = Registry(work=work, port=port, ca=ca, storage=storage, config=config)
     reg.start()

@@ -185,3 +185,31 @@ def test_registry_down_mid_pull_then_resume(published: Published, tmp_path: Path
         assert r.returncode == 0, r.stderr
         assert proxy.served_for(blob_path) == p.kmod.size - kept
         assert [s.range for s in proxy.seen if blob_path in s.path] == [f"bytes={kept}-"]
+
+
+def test_bearer_token_flow(real_build, published: Published, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A second registry in token mode (distribution's `auth: token`), its realm a loopback token
+    service (tests/support/tokenserver.py) that signs JWTs for the test user: nodeprep answers the
+    `Bearer realm=...` challenge with the credentials file, for push and for pull."""
+    from tests.support.registry import PASSWORD, USER, start_registry
+    from tests.support.tokenserver import TokenServer
+
+    reg0 = published.registry
+    tls = (reg0.ca, reg0.ca.parent / "server.crt", reg0.ca.parent / "server.key")
+    with TokenServer(tmp_path, user=USER, password=PASSWORD, tls_cert=tls[1], tls_key=tls[2]) as tokens, \
+            start_registry(tmp_path / "registry", auth=tokens.registry_auth(), tls=tls) as reg:
+        auth = write_auth_file(tmp_path / "config.json", reg.host)
+        location = reg.url("gpu/token-drivers")
+        pushed = cli("artifacts", "push", str(real_build.store), location, "--registry-auth", str(auth),
+                     "--ca-file", str(reg.ca))
+        assert pushed.returncode == 0, pushed.stderr
+        root = fresh_root(tmp_path)
+        p = Published(reg, location, auth, "", published.version, published.kernel, published.kmod,
+                      published.userspace)
+        r = install(p, root)
+        assert r.returncode == 0, r.stderr
+        assert (root / "opt/nvidia" / p.version / "manifest.json").is_file()
+        assert tokens.issued >= 2  # one for the push scope, one for the pull
+        wrong = write_auth_file(tmp_path / "wrong.json", reg.host, password="nope")
+        other = fresh_root(tmp_path / "other")
+        assert_refused(install(p, other, auth=wrong), 2, "token service refused the credentials")
