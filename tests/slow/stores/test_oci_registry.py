@@ -213,3 +213,22 @@ def test_bearer_token_flow(real_build, published: Published, tmp_path: Path) -> 
         wrong = write_auth_file(tmp_path / "wrong.json", reg.host, password="nope")
         other = fresh_root(tmp_path / "other")
         assert_refused(install(p, other, auth=wrong), 2, "token service refused the credentials")
+
+
+def test_build_driver_publishes_to_the_registry(real_build, published: Published,  # type: ignore[no-untyped-def]
+                                                tmp_path: Path) -> None:
+    """`build-driver --store oci://...` with the shared build's cache: nothing compiles, the
+    byte-identical artifacts land in the registry and the pushed index is what a node installs."""
+    p = published
+    location = p.registry.url("gpu/built-drivers")
+    r = cli("build-driver", "--driver", p.version, "--kernel", p.kernel, "--flavour", real_build.flavour,
+            "--cache", str(real_build.cache), "--no-smoke-test", "--store", location,
+            "--registry-auth", str(p.auth), "--ca-file", str(p.registry.ca), "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["compiled"] is False and out["pushed_index"].startswith("sha256:")
+    listed = cli("artifacts", "list", f"{location}@{out['pushed_index']}", "--registry-auth", str(p.auth),
+                 "--ca-file", str(p.registry.ca), "--json")
+    by_name = {e["name"]: e for e in json.loads(listed.stdout)}
+    assert by_name[p.kmod.name]["sha256"] == p.kmod.sha256  # reproducible: the same bytes
+    assert by_name[p.userspace.name]["sha256"] == p.userspace.sha256
