@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from .errors import ChecksumError, InputError, NetworkError
+from .urls import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3, policy: Poli
         except FileNotFoundError:
             raise InputError(f"{path}: not found") from None
     policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
-    return fetch_bytes_with(_plain_opener(url), url, policy=policy, limit=limit)
+    return fetch_bytes_with(_plain_opener(url), redact_url(url), policy=policy, limit=limit)
 
 
 def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 64 << 20) -> bytes:
@@ -185,9 +186,10 @@ def download(
             raise InputError(f"{src}: not found")
         part = dest.with_name(dest.name + ".part")
         shutil.copyfile(src, part)
-        return _finish(part, dest, sha256, url)
+        return _finish(part, dest, sha256, redact_url(url))
     policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
-    return download_with(_plain_opener(url, verify), url, dest, sha256=sha256, size=size, policy=policy,
+    return download_with(_plain_opener(url, verify), redact_url(url), dest, sha256=sha256, size=size,
+                         policy=policy,
                          progress=progress)
 
 
@@ -333,7 +335,7 @@ def tls_reason(e: Exception) -> str:
 
 
 def _short(e: Exception) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    text = redact_url(str(e).splitlines()[0]) if str(e) else type(e).__name__
     return text if len(text) <= 160 else text[:157] + "..."
 
 

@@ -18,6 +18,7 @@ from ..artifact import INDEX, IndexEntry, parse_index, sha256_file
 from ..errors import ChecksumError, InputError
 from ..stores import is_oci
 from ..stores.oci import Options
+from ..urls import has_userinfo, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,11 @@ class Store:
     location: str
     options: Options = field(default_factory=Options)
     _oci: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if has_userinfo(self.location):
+            raise InputError(f"--store: {redact_url(self.location)}: credentials in the URL are refused",
+                             hint="give them in a credentials file instead (docs/profile.md)")
 
     @property
     def local(self) -> Path | None:
@@ -55,7 +61,7 @@ class Store:
             if not index.is_file():
                 raise InputError(f"--store: {index} not found (not an artifact store)")
             return parse_index(index.read_bytes(), source=str(index))
-        return parse_index(download.fetch_bytes(self.index_url()), source=self.index_url())
+        return parse_index(download.fetch_bytes(self.index_url()), source=redact_url(self.index_url()))
 
     def fetch(self, entry: IndexEntry, cache_dir: Path) -> Path:
         """A local, sha256-verified copy of `entry` (the store file itself for a local store)."""
