@@ -118,17 +118,19 @@ def local_path(location: str) -> Path | None:
     return Path(location)
 
 
-def _plain_opener(url: str, verify: bool | str = True) -> Opener:
+def _plain_opener(url: str, verify: bool | str = True, extra: Mapping[str, str] | None = None) -> Opener:
     import requests  # imported on first network use: it costs ~50 ms, local stores never need it
 
     def open_(headers: dict[str, str], timeout: tuple[float, float]) -> Any:
-        return requests.get(url, headers=headers, stream=True, timeout=timeout, verify=verify)
+        return requests.get(url, headers={**(extra or {}), **headers}, stream=True, timeout=timeout,
+                            verify=verify)
 
     return open_
 
 
 def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3, policy: Policy | None = None,
-                limit: int = 64 << 20) -> bytes:
+                limit: int = 64 << 20, verify: bool | str = True,
+                headers: Mapping[str, str] | None = None) -> bytes:
     """Small documents (store index), at most `limit` bytes. file:// and plain paths are read
     directly."""
     path = local_path(url)
@@ -138,7 +140,7 @@ def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3, policy: Poli
         except FileNotFoundError:
             raise InputError(f"{path}: not found") from None
     policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
-    return fetch_bytes_with(_plain_opener(url), redact_url(url), policy=policy, limit=limit)
+    return fetch_bytes_with(_plain_opener(url, verify, headers), redact_url(url), policy=policy, limit=limit)
 
 
 def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 64 << 20) -> bytes:
@@ -173,6 +175,7 @@ def download(
     policy: Policy | None = None,
     size: int | None = None,
     verify: bool | str = True,
+    headers: Mapping[str, str] | None = None,
 ) -> Path:
     """Download `url` to `dest`, resuming a previous `.part`, and verify `sha256` before the
     final rename. An existing `dest` with the right checksum is reused without a request."""
@@ -188,7 +191,7 @@ def download(
         shutil.copyfile(src, part)
         return _finish(part, dest, sha256, redact_url(url))
     policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
-    return download_with(_plain_opener(url, verify), redact_url(url), dest, sha256=sha256, size=size,
+    return download_with(_plain_opener(url, verify, headers), redact_url(url), dest, sha256=sha256, size=size,
                          policy=policy,
                          progress=progress)
 

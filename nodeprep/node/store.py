@@ -61,7 +61,8 @@ class Store:
             if not index.is_file():
                 raise InputError(f"--store: {index} not found (not an artifact store)")
             return parse_index(index.read_bytes(), source=str(index))
-        return parse_index(download.fetch_bytes(self.index_url()), source=redact_url(self.index_url()))
+        raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers())
+        return parse_index(raw, source=redact_url(self.index_url()))
 
     def fetch(self, entry: IndexEntry, cache_dir: Path) -> Path:
         """A local, sha256-verified copy of `entry` (the store file itself for a local store)."""
@@ -78,4 +79,31 @@ class Store:
             return path
         url = self.location.rstrip("/") + "/" + entry.name
         return download.download(url, cache_dir / entry.name, sha256=entry.sha256, size=entry.size,
-                                 verify=self.options.ca_file or True)
+                                 verify=self._verify, headers=self._headers())
+
+    @property
+    def _verify(self) -> bool | str:
+        return self.options.ca_file or True
+
+    def _headers(self) -> dict[str, str]:
+        """Basic credentials for an http(s) store from the credentials file (same file and format
+        as for registries), sent only over https or to loopback."""
+        from urllib.parse import urlsplit
+
+        from ..stores import auth
+        from ..stores.ref import is_loopback
+
+        path = auth.resolve_path(self.options.registry_auth)
+        if path is None:
+            return {}
+        parts = urlsplit(self.location)
+        creds = auth.load(path, parts.netloc)
+        if creds is None:
+            return {}
+        if parts.scheme != "https" and not is_loopback(parts.hostname or ""):
+            raise InputError(f"--store: {self.location}: credentials are only sent over https (or to "
+                             f"loopback)")
+        if creds.username is None or creds.password is None:
+            raise InputError(f"--registry-auth: the entry for {parts.netloc} has no username/password "
+                             f"(an http store takes basic credentials)")
+        return {"Authorization": auth.basic_header(creds)}

@@ -34,6 +34,7 @@ class Faults:
     down_after: int | None = None  # after this many matching body bytes: cut, then refuse everything
     ignore_range: bool = False  # directory mode: answer 200 with the whole file to a Range request
     extra_bytes: int = 0  # directory mode: send this many junk bytes past the end of the file
+    authorization: str | None = None  # directory mode: answer 401 unless this Authorization is sent
 
 
 @dataclass
@@ -133,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
             if stall is not None:
                 f.stalls -= 1
         rng = self.headers.get("Range")
+        if f.authorization is not None and self.headers.get("Authorization") != f.authorization:
+            fail, f = True, Faults(fail_status=401)
         if fail:
             self._record(rng, f.fail_status)
             body = b"try later\n"

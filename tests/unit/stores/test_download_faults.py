@@ -164,3 +164,25 @@ def test_policy_from_environment() -> None:
     capped = download.Policy(backoff=1, max_backoff=3, jitter=0, rand=lambda: 0.0)
     assert [capped.wait(n) for n in (1, 2, 3, 4)] == [1, 2, 3, 3]
     assert capped.wait(1, retry_after=100) == 3  # Retry-After honoured up to the cap
+
+
+def test_http_store_sends_basic_credentials_from_the_credentials_file(proxy: FaultProxy, served: Path,
+                                                                      tmp_path: Path) -> None:
+    import base64
+    import json
+
+    from nodeprep.node.store import Store
+    from nodeprep.stores.oci import Options
+
+    (served / "index.json").write_text('{"format": 1, "artifacts": []}\n')
+    host = f"127.0.0.1:{proxy.port}"
+    proxy.reset(Faults(authorization="Basic " + base64.b64encode(b"robot:pw").decode()))
+    creds = tmp_path / "config.json"
+    creds.write_text(json.dumps({"auths": {host: {"username": "robot", "password": "pw"}}}))
+    creds.chmod(0o600)
+    assert Store(proxy.url, Options(registry_auth=str(creds))).entries() == []
+    with pytest.raises(InputError, match="HTTP 401"):
+        Store(proxy.url).entries()
+    with pytest.raises(InputError, match="credentials in the URL are refused") as e:
+        Store(f"http://robot:pw@{host}")
+    assert "pw" not in str(e.value)
