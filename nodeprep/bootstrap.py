@@ -342,8 +342,15 @@ def step_driver(ctx: Context) -> dict[str, Any]:
     drv = ctx.profile.driver
     if not drv.store:
         raise InputError(f"{ctx.profile_path}: driver.store is not set (where the artifacts come from)")
+    from .stores.oci import Options as StoreOptions
+
+    def on_node(path: str | None) -> str | None:  # profile paths name files on the node (under --root)
+        return str(ctx.root / path.lstrip("/")) if path else None
+
+    options = StoreOptions(registry_auth=on_node(drv.registry_auth), ca_file=on_node(drv.ca_file),
+                           insecure_http=drv.insecure_http)
     result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
-                     activate=True, load=False, modules=tuple(drv.modules))
+                     activate=True, load=False, modules=tuple(drv.modules), store_options=options)
     data = result.to_dict()
     data["summary"] = (f"{result.version} active for kernel {result.kernel}"
                        + ("" if result.changed else " (already installed)"))

@@ -181,6 +181,13 @@ class UserDataSpec:
     os_family: Literal["debian", "rhel"] = "debian"
     package_update: bool = True
     extra_parts: tuple[tuple[str, str], ...] = ()  # (filename, content) appended as MIME parts
+    # (path on the node, content, permissions): the registry credentials file (0600), the store's CA
+    store_files: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def secret(self) -> bool:
+        """The user-data carries a secret (token or registry credentials): written 0600."""
+        return self.token is not None or any(mode == "0600" for _, _, mode in self.store_files)
 
 
 @dataclass(frozen=True)
@@ -216,6 +223,9 @@ def wheel_name(version: str = __version__) -> str:
 def store_source(store: str, *, wheel: Path | None = None, version: str = __version__) -> NodeprepSource:
     """The store-mode source: the wheel's URL on the node and its sha256, taken from `wheel` (a local
     copy of the published file) or from `<store>/tools/` when the store is a local directory."""
+    if store.startswith(("oci://", "oci+http://")):
+        raise InputError(f"driver.store {store!r} is an OCI registry, which does not serve the nodeprep "
+                         f"wheel: use --nodeprep-from index")
     store_s = str(store).rstrip("/")
     local_store = Path(store_s[len("file://"):]) if store_s.startswith("file://") else Path(store_s)
     if wheel is None:
@@ -291,6 +301,8 @@ def cloud_config(spec: UserDataSpec) -> dict[str, Any]:
     if spec.token is not None:
         files.append({"path": spec.token_path, "content": spec.token + "\n", "owner": "root:root",
                       "permissions": "0600"})
+    for path, content, mode in spec.store_files:
+        files.append({"path": path, "content": content, "owner": "root:root", "permissions": mode})
     if spec.ca_cert_hashes:
         files.append({"path": CA_HASHES_PATH, "content": "".join(h + "\n" for h in spec.ca_cert_hashes),
                       "owner": "root:root", "permissions": "0644"})
@@ -437,6 +449,33 @@ def decoded_files(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
             content = base64.b64decode(content).decode()
         out[f["path"]] = {**f, "content": content}
     return out
+
+
+def store_files(driver: Any, *, registry_auth: Path | None, ca_file: Path | None
+                ) -> tuple[tuple[str, str, str], ...]:
+    """write_files entries for the registry credentials (0600, at driver.registry_auth) and the
+    store's CA (0644, at driver.ca_file), read from local files."""
+    from .stores.auth import check_private
+
+    out: list[tuple[str, str, str]] = []
+    for given, field_name, mode in ((registry_auth, "registry_auth", "0600"), (ca_file, "ca_file", "0644")):
+        if given is None:
+            continue
+        flag = "--" + field_name.replace("_", "-")
+        if field_name == "ca_file":
+            flag = "--store-ca-file"
+        dest = getattr(driver, field_name)
+        if not dest:
+            raise InputError(f"{flag}: the profile's driver.{field_name} is not set (where the file goes "
+                             f"on the node)")
+        if mode == "0600":
+            check_private(given, flag)
+        try:
+            content = given.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{flag}: {given}: cannot read ({type(e).__name__})") from None
+        out.append((dest, content, mode))
+    return tuple(out)
 
 
 def token_path_for(cluster: Any) -> str:

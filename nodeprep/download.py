@@ -1,8 +1,16 @@
-"""HTTP(S)/file downloads with retries, resume (Range) and sha256 verification.
+"""HTTP(S)/file downloads that survive a misbehaving server, with sha256 verification.
 
-Used for NVIDIA .run installers (build side) and for artifact stores (node side). The file only
-appears at `dest` after its checksum matched; a partial download is kept as `<dest>.part` and
-resumed on the next try.
+Used for NVIDIA .run installers (build side) and for artifact stores, directory/http and OCI
+registry alike (node side). The file only appears at `dest` after its checksum matched; a partial
+download is kept as `<dest>.part` and resumed with a Range request, on the next attempt and on the
+next run.
+
+What a `Policy` bounds (all injectable, so tests run without real waiting):
+- attempts without progress in a row (an attempt that received bytes resets the count);
+- the wait between attempts: exponential backoff with jitter, capped, `Retry-After` honoured up to
+  the cap;
+- a stall: no byte for `stall_timeout` seconds fails the attempt (the socket read timeout);
+- the whole transfer: `deadline` seconds including waits, and `max_bytes` received in all.
 """
 
 from __future__ import annotations
@@ -10,10 +18,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from .errors import ChecksumError, InputError, NetworkError
@@ -22,7 +33,75 @@ from .urls import redact_url
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+READ_CHUNK = 1 << 18  # the deadline and byte cap are checked between reads of this size
 Progress = Callable[[int, int | None], None]  # (bytes done, total or None)
+# Opens one streaming GET: (extra headers, (connect, read) timeout) -> requests.Response
+Opener = Callable[[dict[str, str], tuple[float, float]], Any]
+RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+ENV_PREFIX = "NODEPREP_FETCH_"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Bounds of one transfer; see the module docstring. `from_env` reads NODEPREP_FETCH_*."""
+
+    attempts: int = 6
+    backoff: float = 0.5
+    max_backoff: float = 10.0
+    jitter: float = 0.5  # each wait is backoff * (1 - jitter * U[0,1))
+    connect_timeout: float = 10.0
+    stall_timeout: float = 30.0
+    deadline: float = 1800.0
+    max_bytes: int | None = None  # None: 2 x the expected size + 1 MiB, or 16 GiB when unknown
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+    rand: Callable[[], float] = field(default=random.random, compare=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Policy:
+        """Defaults, then NODEPREP_FETCH_ATTEMPTS/BACKOFF/MAX_BACKOFF/STALL_TIMEOUT/DEADLINE/
+        MAX_BYTES, then `overrides`."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, kind in (("attempts", int), ("backoff", float), ("max_backoff", float),
+                           ("connect_timeout", float), ("stall_timeout", float), ("deadline", float),
+                           ("max_bytes", int)):
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is None or raw == "":
+                continue
+            try:
+                value = kind(raw)
+            except ValueError:
+                raise InputError(f"{ENV_PREFIX}{name.upper()}: {raw!r} is not a number") from None
+            if value <= 0 or (name == "attempts" and value > 100):
+                raise InputError(f"{ENV_PREFIX}{name.upper()}: {raw!r} is out of range")
+            values[name] = value
+        return replace(cls(**values), **overrides)
+
+    def wait(self, failures: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before the next attempt after `failures` failed attempts in a row."""
+        base = min(self.max_backoff, self.backoff * 2 ** max(0, failures - 1))
+        base *= 1 - self.jitter * self.rand()
+        if retry_after is not None:
+            base = max(base, min(retry_after, self.max_backoff))
+        return base
+
+    def byte_cap(self, size: int | None) -> int:
+        if self.max_bytes is not None:
+            return self.max_bytes
+        return 2 * size + CHUNK if size is not None else 16 << 30
+
+
+class NotFoundError(InputError):
+    """The server answered 404 for what was asked."""
+
+
+class _Retry(Exception):
+    """One attempt failed in a way worth another try."""
+
+    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
 
 
 def is_url(location: str) -> bool:
@@ -39,30 +118,50 @@ def local_path(location: str) -> Path | None:
     return Path(location)
 
 
-def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3) -> bytes:
-    """Small documents (store index). file:// and plain paths are read directly."""
+def _plain_opener(url: str, verify: bool | str = True, extra: Mapping[str, str] | None = None) -> Opener:
+    import requests  # imported on first network use: it costs ~50 ms, local stores never need it
+
+    def open_(headers: dict[str, str], timeout: tuple[float, float]) -> Any:
+        return requests.get(url, headers={**(extra or {}), **headers}, stream=True, timeout=timeout,
+                            verify=verify)
+
+    return open_
+
+
+def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3, policy: Policy | None = None,
+                limit: int = 64 << 20, verify: bool | str = True,
+                headers: Mapping[str, str] | None = None) -> bytes:
+    """Small documents (store index), at most `limit` bytes. file:// and plain paths are read
+    directly."""
     path = local_path(url)
     if path is not None:
         try:
             return path.read_bytes()
         except FileNotFoundError:
             raise InputError(f"{path}: not found") from None
-    import requests  # imported on first network use: it costs ~50 ms, local stores never need it
+    policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
+    return fetch_bytes_with(_plain_opener(url, verify, headers), redact_url(url), policy=policy, limit=limit)
 
-    last: Exception | None = None
-    for attempt in range(retries):
-        try:
-            resp = requests.get(url, timeout=timeout)
-            if resp.status_code == 404:
-                raise InputError(f"{redact_url(url)}: not found (HTTP 404)")
-            if resp.status_code >= 500:
-                raise requests.HTTPError(f"HTTP {resp.status_code}")
-            resp.raise_for_status()
-            return resp.content
-        except (requests.ConnectionError, requests.Timeout, requests.HTTPError) as e:
-            last = e
-            time.sleep(min(2**attempt * 0.5, 5))
-    raise NetworkError(redact_url(f"{url}: unreachable after {retries} tries ({last})"))
+
+def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 64 << 20) -> bytes:
+    """A whole small body through `open_`, with the retries and bounds of `policy` (no resume)."""
+    out: list[bytes] = []
+
+    def attempt(timeout: tuple[float, float], deadline_at: float) -> None:
+        out.clear()
+        got = 0
+        with open_({}, timeout) as resp:
+            _check_status(resp, what, resuming=False)
+            for chunk in _iter_body(resp, what):
+                got += len(chunk)
+                if got > limit:
+                    raise NetworkError(f"{what}: the response is larger than {limit} bytes; refused")
+                out.append(chunk)
+                _check_deadline(policy, deadline_at, what)
+            _check_length(resp, got, 0)
+
+    _run(attempt, what, policy, lambda: 0)
+    return b"".join(out)
 
 
 def download(
@@ -73,66 +172,237 @@ def download(
     timeout: float = 30,
     retries: int = 5,
     progress: Progress | None = None,
+    policy: Policy | None = None,
+    size: int | None = None,
+    verify: bool | str = True,
+    headers: Mapping[str, str] | None = None,
 ) -> Path:
     """Download `url` to `dest`, resuming a previous `.part`, and verify `sha256` before the
     final rename. An existing `dest` with the right checksum is reused without a request."""
-    sha256 = sha256.lower()
-    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-        raise InputError(f"--sha256: {sha256!r} is not a sha256 hex digest (64 hex digits)")
+    src = local_path(url)
+    if src is not None:
+        sha256 = _check_hex(sha256)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists() and _sha256(dest) == sha256:
+            return dest
+        if not src.is_file():
+            raise InputError(f"{src}: not found")
+        part = dest.with_name(dest.name + ".part")
+        shutil.copyfile(src, part)
+        return _finish(part, dest, sha256, redact_url(url))
+    policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
+    return download_with(_plain_opener(url, verify, headers), redact_url(url), dest, sha256=sha256, size=size,
+                         policy=policy,
+                         progress=progress)
+
+
+def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: Policy,
+                  size: int | None = None, progress: Progress | None = None) -> Path:
+    """Download through `open_` (a streaming GET that takes extra headers, e.g. Range) to `dest`;
+    resumes `<dest>.part`; verifies `sha256` (and `size` when known) before the rename."""
+    sha256 = _check_hex(sha256)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists() and _sha256(dest) == sha256:
         return dest
     part = dest.with_name(dest.name + ".part")
-    src = local_path(url)
-    if src is not None:
-        if not src.is_file():
-            raise InputError(f"{src}: not found")
-        shutil.copyfile(src, part)
-    else:
-        _http_download(url, part, timeout=timeout, retries=retries, progress=progress)
-    actual = _sha256(part)
+    cap = policy.byte_cap(size)
+    received = [0]
+    # sha256 of the first `hashed[0]` bytes of `part`, kept up to date while writing, so the file
+    # is not read a second time to verify it (a resumed .part is hashed once, up to where it ends)
+    digest = [hashlib.sha256()]
+    hashed = [0]
+
+    def rehash(upto: int) -> None:
+        if hashed[0] == upto:
+            return
+        digest[0], hashed[0] = hashlib.sha256(), 0
+        if upto:
+            with open(part, "rb") as f:
+                for block in iter(lambda: f.read(min(CHUNK, upto - hashed[0])), b""):
+                    digest[0].update(block)
+                    hashed[0] += len(block)
+                    if hashed[0] >= upto:
+                        break
+
+    def attempt(timeout: tuple[float, float], deadline_at: float) -> None:
+        have = part.stat().st_size if part.exists() else 0
+        if size is not None and have > size:
+            part.unlink()
+            have = 0
+        if size is not None and have == size:
+            return
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        with open_(headers, timeout) as resp:
+            if resp.status_code == 416 and have:
+                if size is None:
+                    return  # the server says there is nothing after what we have
+                part.unlink()  # ours is not a prefix of theirs: start over
+                raise _Retry("HTTP 416 for a resume; starting over")
+            _check_status(resp, what, resuming=bool(have))
+            if have and not _resumes_at(resp, have):
+                have = 0  # the server ignored Range (or answered another one): start over
+            total = _total(resp, have, size)
+            done = have
+            rehash(have)
+            with open(part, "ab" if have else "wb") as f:
+                if not have:
+                    f.truncate()
+                for chunk in _iter_body(resp, what):
+                    digest[0].update(chunk)
+                    hashed[0] += len(chunk)
+                    received[0] += len(chunk)
+                    if received[0] > cap:
+                        raise NetworkError(f"{what}: received more than {cap} bytes in all; gave up "
+                                           f"(the store keeps sending)")
+                    f.write(chunk)
+                    done += len(chunk)
+                    if size is not None and done > size:
+                        part.unlink(missing_ok=True)
+                        raise ChecksumError(f"{what}: the store sent more than the {size} bytes listed")
+                    if progress and (done // CHUNK != (done - len(chunk)) // CHUNK or done == total):
+                        progress(done, total)  # one report per MiB and at the end
+                    _check_deadline(policy, deadline_at, what)
+            _check_length(resp, done, have)
+            if size is not None and done < size:
+                raise _Retry(f"connection closed at byte {done} of {size}")
+
+    _run(attempt, what, policy, lambda: received[0])
+    length = part.stat().st_size if part.exists() else 0
+    rehash(length)
+    return _finish(part, dest, sha256, what, actual=digest[0].hexdigest())
+
+
+def _run(attempt: Callable[[tuple[float, float], float], None], what: str, policy: Policy,
+         kept: Callable[[], int]) -> None:
+    """Call `attempt` until it returns, retrying _Retry and transport errors within `policy`.
+    `kept()` counts the bytes kept so far: an attempt that raised it made progress."""
+    import requests
+    import urllib3.exceptions
+
+    start = policy.clock()
+    deadline_at = start + policy.deadline
+    failures = 0
+    tries = 0
+    while True:
+        tries += 1
+        remaining = deadline_at - policy.clock()
+        read_timeout = max(0.001, min(policy.stall_timeout, remaining))
+        timeout = (min(policy.connect_timeout, read_timeout), read_timeout)
+        retry_after: float | None = None
+        before = kept()
+        try:
+            attempt(timeout, deadline_at)
+            return
+        except _Retry as e:
+            reason, retry_after = str(e), e.retry_after
+        except requests.exceptions.SSLError as e:
+            raise NetworkError(f"{what}: TLS failed ({tls_reason(e)}); check --ca-file") from None
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as e:
+            reason = _transport_reason(e, policy)
+        progressed = kept() > before
+        failures = 1 if progressed else failures + 1
+        if failures >= policy.attempts:
+            raise NetworkError(f"{what}: gave up after {tries} tries (last: {reason})")
+        pause = policy.wait(failures, retry_after)
+        if policy.clock() + pause >= deadline_at:
+            raise NetworkError(f"{what}: gave up after {policy.deadline:g} s and {tries} tries "
+                               f"(last: {reason})")
+        log.info("%s: %s; try %d in %.1f s", what, reason, tries + 1, pause)
+        policy.sleep(pause)
+
+
+def _transport_reason(e: Exception, policy: Policy) -> str:
+    text = str(e)
+    low = text.lower()
+    for needle, reason in (("timed out", f"stalled: no data for {policy.stall_timeout:g} s"),
+                           ("incompleteread", "connection closed mid-body"),
+                           ("connection broken", "connection closed mid-body"),
+                           ("remotedisconnected", "connection closed by the server"),
+                           ("connection reset", "connection reset by the server"),
+                           ("connection refused", "connection refused"),
+                           ("name or service not known", "host name not found"),
+                           ("no route to host", "no route to host")):
+        if needle in low:
+            return reason
+    if "timeout" in type(e).__name__.lower():
+        return f"stalled: no data for {policy.stall_timeout:g} s"
+    return _short(e)
+
+
+def tls_reason(e: Exception) -> str:
+    """The useful part of a TLS error ("certificate verify failed: self-signed certificate")."""
+    import re
+
+    m = re.search(r"(certificate verify failed[^(\])'\"]*)", str(e))
+    return m.group(1).strip() if m else _short(e)
+
+
+def _short(e: Exception) -> str:
+    text = redact_url(str(e).splitlines()[0]) if str(e) else type(e).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _check_status(resp: Any, what: str, *, resuming: bool) -> None:
+    code = resp.status_code
+    if code in (200, 206) or (code == 416 and resuming):
+        return
+    if code == 404:
+        raise NotFoundError(f"{what}: not found (HTTP 404)")
+    if code in (401, 403):
+        raise InputError(f"{what}: access denied (HTTP {code}); check the credentials")
+    if code in RETRY_STATUS:
+        raise _Retry(f"HTTP {code}", retry_after=_retry_after(resp))
+    raise InputError(f"{what}: HTTP {code}")
+
+
+def _retry_after(resp: Any) -> float | None:
+    raw = resp.headers.get("Retry-After", "")
+    return float(raw) if raw.isdigit() else None
+
+
+def _resumes_at(resp: Any, have: int) -> bool:
+    if resp.status_code != 206:
+        return False
+    rng = resp.headers.get("Content-Range", "")
+    return rng.startswith(f"bytes {have}-")
+
+
+def _total(resp: Any, have: int, size: int | None) -> int | None:
+    if size is not None:
+        return size
+    length = resp.headers.get("Content-Length", "")
+    return int(length) + have if length.isdigit() else None
+
+
+def _iter_body(resp: Any, what: str) -> Any:
+    return resp.iter_content(READ_CHUNK)
+
+
+def _check_length(resp: Any, done: int, have: int) -> None:
+    length = resp.headers.get("Content-Length", "")
+    if length.isdigit() and done - have < int(length):
+        raise _Retry(f"connection closed at byte {done} (expected {int(length) + have})")
+
+
+def _check_deadline(policy: Policy, deadline_at: float, what: str) -> None:
+    if policy.clock() > deadline_at:
+        raise NetworkError(f"{what}: gave up after {policy.deadline:g} s (the store is too slow)")
+
+
+def _check_hex(sha256: str) -> str:
+    sha256 = sha256.lower()
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise InputError(f"--sha256: {sha256!r} is not a sha256 hex digest (64 hex digits)")
+    return sha256
+
+
+def _finish(part: Path, dest: Path, sha256: str, what: str, actual: str | None = None) -> Path:
+    actual = actual or _sha256(part)
     if actual != sha256:
         part.unlink(missing_ok=True)
-        raise ChecksumError(f"{redact_url(url)}: sha256 {actual} does not match the expected {sha256}")
+        raise ChecksumError(f"{what}: sha256 {actual} does not match the expected {sha256}")
     os.replace(part, dest)
     return dest
-
-
-def _http_download(url: str, part: Path, *, timeout: float, retries: int, progress: Progress | None) -> None:
-    import requests
-
-    last: Exception | None = None
-    for attempt in range(retries):
-        have = part.stat().st_size if part.exists() else 0
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        try:
-            with requests.get(url, headers=headers, stream=True, timeout=timeout) as resp:
-                if resp.status_code == 416:  # already complete
-                    return
-                if resp.status_code == 404:
-                    raise InputError(f"{redact_url(url)}: not found (HTTP 404)")
-                if resp.status_code >= 400:
-                    raise requests.HTTPError(f"HTTP {resp.status_code}")
-                if have and resp.status_code != 206:
-                    have = 0  # server ignored Range: start over
-                total = resp.headers.get("Content-Length")
-                total_n = int(total) + have if total and total.isdigit() else None
-                with open(part, "ab" if have else "wb") as f:
-                    done = have
-                    for chunk in resp.iter_content(CHUNK):
-                        f.write(chunk)
-                        done += len(chunk)
-                        if progress:
-                            progress(done, total_n)
-                if total_n is not None and part.stat().st_size < total_n:
-                    raise requests.ConnectionError("connection closed before the end of the body")
-                return
-        except (requests.ConnectionError, requests.Timeout, requests.HTTPError,
-                requests.exceptions.ChunkedEncodingError) as e:
-            last = e
-            log.info("download of %s interrupted (%s); retrying", redact_url(url), redact_url(str(e)))
-            time.sleep(min(2**attempt * 0.5, 5))
-    raise NetworkError(redact_url(f"{url}: download failed after {retries} tries ({last})"))
 
 
 def _sha256(path: Path) -> str:

@@ -70,6 +70,9 @@ class Driver:
     store: str | None = None
     kernel: str | None = None
     modules: tuple[str, ...] = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm")
+    registry_auth: str | None = None
+    ca_file: str | None = None
+    insecure_http: bool = False
     persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
 
 
@@ -321,9 +324,19 @@ def _store(value: str) -> str | None:
     if has_userinfo(value):
         return (f"{_show(value)}: credentials in the URL are refused (they would end up in logs and "
                 "output); give them in a credentials file (docs/profile.md)")
+    if value.startswith(("oci://", "oci+http://")):
+        from .errors import InputError
+        from .stores.ref import parse_ref
+
+        try:
+            parse_ref(value, insecure_http=True, what="driver.store")
+        except InputError as e:
+            return str(e).split(": ", 1)[-1]
+        return None
     if value.startswith(("http://", "https://", "file://")) or value.startswith("/"):
         return None
-    return f"{_show(value)} must be an absolute directory or an http(s):// or file:// URL"
+    return (f"{_show(value)} must be an absolute directory, an http(s):// or file:// URL, or "
+            f"oci://HOST[:PORT]/REPO")
 
 
 def _api_server(value: str) -> str | None:
@@ -505,8 +518,31 @@ FIELDS: tuple[Field, ...] = (
         "store",
         _str(check=_store, nullable=True),
         {"type": ["string", "null"]},
-        "Artifact store: a directory, file:// or http(s):// base URL with index.json",
+        "Artifact store: a directory, file:// or http(s):// base URL with index.json, or an OCI registry "
+        "repository oci://HOST[:PORT]/REPO[@sha256:DIGEST]",
         flag="--store",
+    ),
+    Field(
+        "driver",
+        "registry_auth",
+        _str(check=_abs_path, nullable=True),
+        {"type": ["string", "null"]},
+        "Docker-style config.json with the registry's credentials (mode 0600; never the credentials "
+        "themselves in the profile)",
+    ),
+    Field(
+        "driver",
+        "ca_file",
+        _str(check=_abs_path, nullable=True),
+        {"type": ["string", "null"]},
+        "CA bundle (PEM) for the store's TLS certificate (default: the system's CAs)",
+    ),
+    Field(
+        "driver",
+        "insecure_http",
+        _bool,
+        _BOOL,
+        "Allow plain http (oci+http://) to a registry that is not on loopback",
     ),
     Field(
         "driver",

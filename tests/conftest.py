@@ -43,6 +43,19 @@ def real_build(test_cache: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One real registry per test session (Debian's docker-registry on loopback, TLS with a test CA,
+    htpasswd auth); see tests/support/registry.py. Stopped at the end of the session."""
+    from tests.support.registry import start_registry
+
+    reg = start_registry(tmp_path_factory.mktemp("oci-registry"))
+    try:
+        yield reg
+    finally:
+        reg.stop()
+
+
+@pytest.fixture(scope="session")
 def control_plane(test_cache: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager; v1.24.0-alpha.3)
     on loopback for the whole test session; skipped when NODEPREP_K8S_BIN is not set.

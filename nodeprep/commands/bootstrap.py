@@ -72,6 +72,11 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
               help="Write the user-data here (default: stdout).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Bootstrap token to place at the profile's cluster.token_file (0600) on the node.")
+@click.option("--registry-auth", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Registry credentials (docker config.json, mode 0600) to write at the profile's "
+                   "driver.registry_auth (0600) on the node.")
+@click.option("--store-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="CA bundle of the store to write at the profile's driver.ca_file on the node.")
 @click.option("--ca-cert-hash", "ca_hashes", multiple=True, metavar="sha256:HEX",
               help="CA public key pin (repeatable); added to the profile and written to "
                    f"{cloudinit.CA_HASHES_PATH}.")
@@ -97,7 +102,8 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
               help="First copy this nodeprep wheel into <store>/tools/ (the profile's driver.store must be "
                    "a local directory).")
 @json_option
-def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None, ca_hashes: tuple[str, ...],
+def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None,
+                   registry_auth: Path | None, store_ca_file: Path | None, ca_hashes: tuple[str, ...],
                    source: str, nodeprep_wheel: Path | None, nodeprep_requirement: str | None,
                    os_family: str, fmt: str, parts: tuple[Path, ...], limit: int, no_gzip: bool,
                    publish_wheel: Path | None, as_json: bool) -> None:
@@ -110,11 +116,12 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
         raise InputError("--json prints a summary only: pass --out FILE for the user-data")
     spec = build_spec(profile_path, token_file=token_file, ca_hashes=ca_hashes, source=source,
                       nodeprep_wheel=nodeprep_wheel, nodeprep_requirement=nodeprep_requirement,
-                      os_family=os_family, parts=parts, publish_wheel=publish_wheel)
+                      os_family=os_family, parts=parts, publish_wheel=publish_wheel,
+                      registry_auth=registry_auth, store_ca_file=store_ca_file)
     user_data = cloudinit.render(spec, fmt=fmt, limit=limit, allow_gzip=not no_gzip)  # type: ignore[arg-type]
     if out is not None:
         out.write_bytes(user_data.data)
-        out.chmod(0o600 if spec.token else 0o644)
+        out.chmod(0o600 if spec.secret else 0o644)
     else:
         sys.stdout.buffer.write(user_data.data)
         sys.stdout.flush()
@@ -130,7 +137,8 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
 
 def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[str, ...], source: str,
                nodeprep_wheel: Path | None, nodeprep_requirement: str | None, os_family: str,
-               parts: tuple[Path, ...], publish_wheel: Path | None) -> cloudinit.UserDataSpec:
+               parts: tuple[Path, ...], publish_wheel: Path | None, registry_auth: Path | None = None,
+               store_ca_file: Path | None = None) -> cloudinit.UserDataSpec:
     """Validate the inputs and assemble what the user-data is made of."""
     from ..profile import parse_profile, read_profile
 
@@ -172,6 +180,7 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
         token_path=cloudinit.token_path_for(profile.cluster), ca_cert_hashes=hashes,
         os_family=os_family,  # type: ignore[arg-type]
         extra_parts=tuple(cloudinit.parse_part(p) for p in parts),
+        store_files=cloudinit.store_files(profile.driver, registry_auth=registry_auth, ca_file=store_ca_file),
     )
 
 

@@ -24,7 +24,7 @@ from .. import artifact, log
 from ..errors import InputError, NodeprepError
 from ..paths import DEFAULT_STORE, default_cache
 from . import progress as render
-from .options import emit_json, json_option
+from .options import emit_json, json_option, registry_options, store_options
 
 if TYPE_CHECKING:
     from ..build.driver import BuildResult
@@ -34,10 +34,11 @@ DEFAULT_CACHE = default_cache()
 
 store_option = click.option(
     "--store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_STORE,
+    default=str(DEFAULT_STORE),
     show_default=True,
-    help="Store directory the artifacts are published to.",
+    metavar="DIR|oci://HOST[:PORT]/REPO",
+    help="Store the artifacts are published to: a directory, or an OCI registry repository (built "
+    "into <cache>/oci-publish/ first, then pushed with a merged index).",
 )
 cache_option = click.option(
     "--cache",
@@ -68,11 +69,37 @@ def _progress_renderer() -> Iterator[Sink | None]:
         yield lines
 
 
-def next_steps(result: BuildResult, *, store: Path, cache: Path) -> list[str]:
+def _target(store: str, cache: Path, options: Any) -> tuple[Path, str | None]:
+    """(directory the build publishes to, registry location to push it to afterwards or None)."""
+    from ..stores import is_oci
+
+    if not is_oci(store):
+        return Path(store), None
+    from ..stores.ref import parse_ref
+
+    ref = parse_ref(store, insecure_http=options.insecure_http)
+    if ref.digest:
+        raise InputError(f"--store: {store!r}: a digest pins what nodes read; publish to the repository")
+    safe = f"{ref.host}/{ref.repository}".replace(":", "_")
+    return cache / "oci-publish" / safe, store
+
+
+def _push(location: str, staging: Path, names: list[str] | None, options: Any, as_json: bool) -> str:
+    """Push `names` (default: everything) of the staging store to the registry; one summary line."""
+    from ..stores import oci
+
+    reg = oci.connect(location, options, push=True)
+    digest, count = oci.publish_directory(reg, staging, names)
+    if not as_json:
+        click.echo(f"pushed {count} artifacts to {location}; index {digest}", err=True)
+    return digest
+
+
+def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[str]:
     """What to run after a build, with this build's arguments: smoke test, install on a node (a
-    throwaway root first), cloud-init user-data."""
+    throwaway root first), cloud-init user-data. `store` is a directory or an oci:// location."""
     m = result.manifest
-    store_abs = store.resolve()
+    store_abs = store if isinstance(store, str) else store.resolve()
     cache_arg = [] if cache == DEFAULT_CACHE else ["--cache", str(cache)]
     smoke = ["nodeprep", "smoke-test", str(result.artifact), *cache_arg]
     install = [
@@ -89,10 +116,12 @@ def next_steps(result: BuildResult, *, store: Path, cache: Path) -> list[str]:
     throwaway = [*install, "--root", "/tmp/nodeprep-root", "--no-load"]
     lines.append(f"  try it in a throwaway root:  {shlex.join(throwaway)}")
     lines.append(f"  install on a node (as root):  {shlex.join([*install, '--activate'])}")
+    serve, url = (("", store_abs) if isinstance(store, str)
+                  else (f"serve {store_abs} over http(s), ", "<its URL>"))
     lines.append(
-        f"  cloud nodes:  serve {store_abs} over http(s), set driver.version {m.driver_version}, "
-        f"driver.flavour {m.flavour}, driver.kernel {m.kernel_release} and driver.store <its URL> in "
-        "node.yaml, then:  nodeprep cloud-init --profile node.yaml --out user-data"
+        f"  cloud nodes:  {serve}set driver.version {m.driver_version}, driver.flavour {m.flavour}, "
+        f"driver.kernel {m.kernel_release} and driver.store {url} in node.yaml, then:  "
+        "nodeprep cloud-init --profile node.yaml --out user-data"
     )
     return lines
 
@@ -191,6 +220,7 @@ def _sigterm_as_interrupt() -> None:
     default=None,
     help="Boot the kernel in qemu and load the modules before publishing (default: on when available).",
 )
+@registry_options
 @json_option
 def build_driver_cmd(
     driver: str | None,
@@ -198,7 +228,7 @@ def build_driver_cmd(
     os_name: str,
     kernel: str | None,
     arch: str,
-    store: Path,
+    store: str,
     cache: Path,
     runfile: str | None,
     runfile_sha256: str | None,
@@ -212,6 +242,9 @@ def build_driver_cmd(
     sign_cert: Path | None,
     sign_hash: str,
     smoke_test: bool | None,
+    registry_auth: str | None,
+    ca_file: str | None,
+    insecure_http: bool,
     as_json: bool,
 ) -> None:
     """Build the NVIDIA kernel modules for one kernel release into the store.
@@ -226,6 +259,8 @@ def build_driver_cmd(
         raise InputError("--sha256 is only used with --runfile")
     if headers_dir is not None and builder != "host":
         raise InputError("--headers-dir is only used with --builder host")
+    options = store_options(registry_auth, ca_file, insecure_http)
+    store_dir, registry = _target(store, cache, options)
     in_container = builder in container.ENGINES
     inner = "chroot" if in_container and os_name in container.CHROOT_IN_CONTAINER else builder
     req = BuildRequest(
@@ -234,7 +269,7 @@ def build_driver_cmd(
         os_name=os_name,
         kernel=kernel,
         arch=arch,
-        store=store,
+        store=store_dir,
         cache=cache,
         runfile=runfile,
         runfile_sha256=runfile_sha256,
@@ -252,12 +287,19 @@ def build_driver_cmd(
     validate_request(req)
     if in_container:
         cb = container.for_request(builder, req, as_json=as_json)
-        click.get_current_context().exit(container.run_in_container(cb))
+        code = container.run_in_container(cb)
+        if code == 0 and registry:
+            _push(registry, store_dir, None, options, as_json)
+        click.get_current_context().exit(code)
     _sigterm_as_interrupt()
     with _progress_renderer() as progress:
         result = build_driver(req, progress=progress)
+    pushed = None
+    if registry:
+        names = [result.artifact.name] + ([result.userspace.name] if result.userspace else [])
+        pushed = _push(registry, store_dir, names, options, as_json)
     if as_json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), **({"pushed_index": pushed} if pushed else {})})
         return
     state = "up to date (cached, nothing compiled)" if result.cached else "built"
     click.echo(f"{result.artifact}: {state}", err=True)
@@ -266,7 +308,7 @@ def build_driver_cmd(
         click.echo(f"{result.userspace}", err=True)
     for note in result.notes:
         click.echo(f"  note: {note}", err=True)
-    for line in next_steps(result, store=store, cache=cache):
+    for line in next_steps(result, store=registry or store_dir, cache=cache):
         click.echo(line, err=True)
 
 
@@ -288,16 +330,20 @@ def build_driver_cmd(
 @click.option("--rebuild", is_flag=True, help="Force every cell to compile.")
 @click.option("--userspace/--no-userspace", default=True, show_default=True)
 @click.option("--smoke-test/--no-smoke-test", default=None)
+@registry_options
 @json_option
 def build_matrix_cmd(
     file: Path,
     do_build: bool,
     jobs: int,
-    store: Path,
+    store: str,
     cache: Path,
     rebuild: bool,
     userspace: bool,
     smoke_test: bool | None,
+    registry_auth: str | None,
+    ca_file: str | None,
+    insecure_http: bool,
     as_json: bool,
 ) -> None:
     """Expand a drivers x kernels x flavours matrix (YAML) for a CI system, or build it.
@@ -307,6 +353,8 @@ def build_matrix_cmd(
     from ..build.driver import BuildRequest
 
     cells = matrix.load(file)
+    options = store_options(registry_auth, ca_file, insecure_http)
+    store_dir, registry = _target(store, cache, options)
     if not do_build:
         emit_json({"include": [c.to_dict() for c in cells]})
         return
@@ -320,7 +368,7 @@ def build_matrix_cmd(
                 flavour=cell.flavour,
                 os_name=cell.os,
                 kernel=cell.kernel,
-                store=store,
+                store=store_dir,
                 cache=cache,
                 jobs=per_cell,
                 rebuild=rebuild,
@@ -344,8 +392,15 @@ def build_matrix_cmd(
         raise KeyboardInterrupt from None
     pool.shutdown(wait=True)
     failed = [r for r in results if not r["ok"]]
+    pushed = None
+    if registry:  # one push for the whole matrix: one index update, no racing publishers
+        names = [n for r in results if r["ok"] for n in (r["name"], r.get("userspace")) if n]
+        names = [Path(n).name for n in names]
+        if names:
+            pushed = _push(registry, store_dir, names, options, as_json)
     if as_json:
-        emit_json({"results": results, "failed": len(failed)})
+        emit_json({"results": results, "failed": len(failed),
+                   **({"pushed_index": pushed} if pushed else {})})
     else:
         for r in results:
             c = r["cell"]
@@ -375,9 +430,14 @@ def artifacts_group() -> None:
     """Inspect and verify an artifact store."""
 
 
-def _entries(store: str) -> list[artifact.IndexEntry]:
+def _entries(store: str, options: Any = None) -> list[artifact.IndexEntry]:
     from .. import download
+    from ..stores import is_oci
 
+    if is_oci(store):
+        from ..stores.oci import OciStore, connect
+
+        return OciStore(connect(store, options)).entries()
     if download.is_url(store) and download.local_path(store) is None:
         url = store.rstrip("/") + "/" + artifact.INDEX
         return artifact.parse_index(download.fetch_bytes(url), source=url)
@@ -389,11 +449,13 @@ def _entries(store: str) -> list[artifact.IndexEntry]:
 
 @artifacts_group.command("list")
 @click.argument("store", default=str(DEFAULT_STORE))
+@registry_options
 @json_option
-def artifacts_list(store: str, as_json: bool) -> None:
-    """List the artifacts of STORE (a directory or base URL with index.json; default: ./artifacts,
-    where build-driver publishes)."""
-    entries = _entries(store)
+def artifacts_list(store: str, registry_auth: str | None, ca_file: str | None, insecure_http: bool,
+                   as_json: bool) -> None:
+    """List the artifacts of STORE (a directory, base URL with index.json, or oci:// repository;
+    default: ./artifacts, where build-driver publishes)."""
+    entries = _entries(store, store_options(registry_auth, ca_file, insecure_http))
     if as_json:
         from dataclasses import asdict
 
@@ -434,6 +496,35 @@ def verify_store(path: Path) -> list[str]:
         if f.name not in listed:
             problems.append(f"{f.name}: not listed in {artifact.INDEX}")
     return problems
+
+
+@artifacts_group.command("push")
+@click.argument("source", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("registry")
+@click.option("--name", "names", multiple=True, metavar="FILE",
+              help="Push only this artifact (repeatable; default: every artifact of SOURCE).")
+@registry_options
+@json_option
+def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry_auth: str | None,
+                   ca_file: str | None, insecure_http: bool, as_json: bool) -> None:
+    """Publish the artifacts of the store directory SOURCE to REGISTRY (oci://HOST[:PORT]/REPO):
+    blobs, one tagged manifest per artifact, and the index merged with what the registry has."""
+    from ..stores import is_oci
+
+    if not is_oci(registry):
+        raise InputError(f"REGISTRY: {registry!r} is not an oci:// reference")
+    if not source.is_dir():
+        raise InputError(f"{source}: store directory does not exist")
+    problems = verify_store(source)
+    if problems:
+        raise InputError(f"{source}: refusing to push a store that fails verification: {problems[0]}")
+    options = store_options(registry_auth, ca_file, insecure_http)
+    _target(registry, Path("."), options)  # refuses a digest-pinned target
+    digest = _push(registry, source, list(names) or None, options, as_json)
+    if as_json:
+        emit_json({"registry": registry, "index": digest})
+    else:
+        click.echo(digest)
 
 
 @artifacts_group.command("verify")

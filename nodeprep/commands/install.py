@@ -12,7 +12,7 @@ from ..node import ops
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.kmod import DEFAULT_LOAD, MODULES
 from ..node.state import load_state, version_key
-from .options import emit_json, json_option, root_option
+from .options import emit_json, json_option, registry_options, root_option, store_options
 
 
 def _modules(value: str) -> tuple[str, ...]:
@@ -39,7 +39,8 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 
 @click.command("install")
 @click.option(
-    "--store", required=True, metavar="DIR|URL", help="Artifact store (directory or http(s) base URL)."
+    "--store", required=True, metavar="DIR|URL",
+    help="Artifact store: a directory, http(s) base URL, or oci://HOST[:PORT]/REPO[@sha256:DIGEST].",
 )
 @click.option(
     "--driver", "version", required=True, metavar="VERSION", help="Driver version, e.g. 535.309.01."
@@ -62,6 +63,7 @@ def _print_notes(notes: tuple[str, ...]) -> None:
     "--no-load", is_flag=True, help="Do not load the kernel modules now (the unit loads them at boot)."
 )
 @modules_option
+@registry_options
 @root_option
 @json_option
 def install_cmd(
@@ -73,6 +75,9 @@ def install_cmd(
     do_activate: bool,
     no_load: bool,
     modules: str,
+    registry_auth: str | None,
+    ca_file: str | None,
+    insecure_http: bool,
     root: Path,
     as_json: bool,
 ) -> None:
@@ -87,6 +92,7 @@ def install_cmd(
         activate=do_activate,
         load=not no_load,
         modules=_modules(modules),
+        store_options=store_options(registry_auth, ca_file, insecure_http),
     )
     if as_json:
         emit_json(result.to_dict())

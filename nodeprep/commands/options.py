@@ -19,5 +19,23 @@ profile_option = click.option(
 )
 
 
+def registry_options(f: Any) -> Any:
+    """--registry-auth, --ca-file, --insecure-http: how to reach an oci:// or https store."""
+    f = click.option("--insecure-http", is_flag=True,
+                     help="Allow plain http to an oci:// registry that is not on loopback.")(f)
+    f = click.option("--ca-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="CA bundle (PEM) that signs the store's TLS certificate.")(f)
+    f = click.option("--registry-auth", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     envvar="NODEPREP_REGISTRY_AUTH", show_envvar=True,
+                     help="Docker-style config.json with the registry's credentials (mode 0600).")(f)
+    return f
+
+
+def store_options(registry_auth: str | None, ca_file: str | None, insecure_http: bool) -> Any:
+    from ..stores.oci import Options
+
+    return Options(registry_auth=registry_auth, ca_file=ca_file, insecure_http=insecure_http)
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))

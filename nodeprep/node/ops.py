@@ -22,6 +22,7 @@ from typing import Any
 from ..artifact import MANIFEST, IndexEntry, Manifest, extract, find
 from ..errors import InputError, StateError
 from ..log import step
+from ..stores.oci import Options as StoreOptions
 from ..sysfs import read_attr
 from . import system
 from .crash import crash_point
@@ -219,12 +220,14 @@ def install(
     activate: bool = False,
     load: bool = True,
     modules: tuple[str, ...] = DEFAULT_LOAD,
+    store_options: StoreOptions | None = None,
 ) -> InstallResult:
-    """Install user space + kmod of `version` from `store` into ROOT/opt/nvidia/<version>."""
+    """Install user space + kmod of `version` from `store` into ROOT/opt/nvidia/<version>.
+    `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py)."""
     layout = Layout(Path(root))
     check_version(version)
     rel = target_kernel(layout, kernel)
-    src = Store(store)
+    src = Store(store, store_options or StoreOptions())
     # The store is read before taking the lock (bad input fails fast, nothing changed), and only
     # when something is missing: a version installed for this kernel needs nothing from it, so a
     # re-run does not depend on the store being reachable (nor pay for asking it).

@@ -75,8 +75,31 @@ def test_minimal_profile_gets_defaults() -> None:
             "driver",
             "store",
             "relative/dir",
-            "driver.store: 'relative/dir' must be an absolute directory or an http(s):// or file:// URL",
+            "driver.store: 'relative/dir' must be an absolute directory, an http(s):// or file:// URL, or "
+            "oci://HOST[:PORT]/REPO",
             id="store",
+        ),
+        pytest.param(
+            "driver",
+            "store",
+            "oci://registry.example/Drivers",
+            "driver.store: 'oci://registry.example/Drivers': 'Drivers' is not a repository name (lowercase "
+            "letters, digits, separators . _ - and /)",
+            id="store-oci",
+        ),
+        pytest.param(
+            "driver",
+            "registry_auth",
+            "config.json",
+            "driver.registry_auth: 'config.json' must be an absolute path",
+            id="registry-auth",
+        ),
+        pytest.param(
+            "driver", "ca_file", "ca.pem", "driver.ca_file: 'ca.pem' must be an absolute path", id="ca-file"
+        ),
+        pytest.param(
+            "driver", "insecure_http", "yes", "driver.insecure_http: expected true or false, got 'yes'",
+            id="insecure-http",
         ),
         pytest.param(
             "driver",
@@ -342,8 +365,8 @@ def test_every_problem_is_collected_with_did_you_mean() -> None:
 
 def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
-    assert problems == [
-        "driver.zzz: unknown key (allowed: version, flavour, store, kernel, modules, persistence_mode)"]
+    assert problems == ["driver.zzz: unknown key (allowed: version, flavour, store, registry_auth, ca_file, "
+                        "insecure_http, kernel, modules, persistence_mode)"]
 
 
 def test_missing_driver_and_bad_top_level() -> None:

@@ -21,6 +21,9 @@ def argument_spec():
     spec.update(
         version={"type": "str", "required": True},
         store={"type": "str", "required": True},
+        registry_auth={"type": "path"},
+        ca_file={"type": "path"},
+        insecure_http={"type": "bool", "default": False},
         state={"type": "str", "choices": ["present", "active"], "default": "active"},
         kernel={"type": "str"},
         flavour={"type": "str", "choices": ["proprietary", "open"]},
@@ -51,8 +54,8 @@ def predict(state, version, kernel, activate):
 def run(module):
     """The nodeprep_driver task on a validated AnsibleModule (see modules/nodeprep_driver.py)."""
     p = module.params
-    ops, state_mod, kmod = import_nodeprep(
-        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.kmod"
+    ops, state_mod, kmod, oci = import_nodeprep(
+        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.kmod", "nodeprep.stores.oci"
     )
     from pathlib import Path
 
@@ -86,6 +89,9 @@ def run(module):
             activate=activate,
             load=p["load"],
             modules=tuple(p["modules"]),
+            store_options=oci.Options(
+                registry_auth=p["registry_auth"], ca_file=p["ca_file"], insecure_http=p["insecure_http"]
+            ),
         )
         after = state_mod.load_state(root)
     except nodeprep_errors(module) as e:

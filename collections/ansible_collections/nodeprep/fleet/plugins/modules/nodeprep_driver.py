@@ -31,9 +31,23 @@ options:
     type: str
     required: true
   store:
-    description: Artifact store holding C(index.json) (directory, C(file://) or C(http(s\)://) base URL).
+    description:
+      - Artifact store holding C(index.json) (directory, C(file://) or C(http(s\)://) base URL), or an OCI
+        registry repository C(oci://HOST[:PORT]/REPO), optionally pinned as C(...@sha256:<index digest>).
     type: str
     required: true
+  registry_auth:
+    description:
+      - Docker-style C(config.json) on the node with the registry's credentials (mode 0600; refused
+        otherwise). Never the credentials themselves.
+    type: path
+  ca_file:
+    description: CA bundle (PEM) on the node that signs the store's TLS certificate.
+    type: path
+  insecure_http:
+    description: Allow plain http (C(oci+http://)) to a registry that is not on loopback.
+    type: bool
+    default: false
   state:
     description: V(present) installs only; V(active) also makes it the active driver.
     type: str

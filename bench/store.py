@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Benchmark: N nodes fetching one driver (kmod + user space) at once from a store on loopback.
+
+    python3 bench/store.py [--cache DIR] [--nodes 1,8,32] [--work DIR]
+
+Stores, both serving the shared real build (tests/support/realbuild.py: the real proprietary
+kmod, ~44 MiB, and its user space, ~77 MiB) on 127.0.0.1:
+  http      Debian's nginx, run by this script with its own config (sendfile, no access log)
+  registry  Debian's docker-registry (CNCF distribution) with TLS (a test CA) and htpasswd auth,
+            the artifacts pushed with nodeprep's own publisher
+Per N, each node is a process running the node's real fetch path, `Store.entries()` then
+`Store.fetch()` of both artifacts (download, sha256 against the index; for the registry also the
+manifest digests), into its own temporary root. Beside it, the machine's own limit in the same
+run: N processes copying the same files from page cache into their roots and verifying their sha256
+the same way (no server, no network stack), measured right before and right after each store's
+wave and averaged (the machine may be shared with other work).
+
+Printed per store and N (medians of --rounds interleaved rounds): aggregate MiB/s, the limit, their
+ratio, per-node p50/p99 fetch time over all rounds, failures. Goal: at N = 32, aggregate >= 70 %
+of the limit and no failure (exit 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from nodeprep import artifact  # noqa: E402
+from nodeprep.node.store import Store  # noqa: E402
+from nodeprep.stores import oci  # noqa: E402
+
+GOAL = 0.70
+CHUNK = 1 << 20
+
+
+def nginx_conf(work: Path, root: Path, port: int) -> Path:
+    for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (work / d).mkdir(parents=True, exist_ok=True)
+    conf = work / "nginx.conf"
+    conf.write_text(f"""
+daemon off;
+worker_processes 2;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 30;
+    client_body_temp_path {work}/client_body;
+    proxy_temp_path {work}/proxy;
+    fastcgi_temp_path {work}/fastcgi;
+    uwsgi_temp_path {work}/uwsgi;
+    scgi_temp_path {work}/scgi;
+    types {{ application/json json; }}
+    default_type application/octet-stream;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location / {{ }}
+    }}
+}}
+""")
+    return conf
+
+
+def start_nginx(work: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    from tests.support.registry import free_port
+
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).exists():
+        sys.exit("nginx is missing (scripts/deps/node.apt)")
+    port = free_port()
+    conf = nginx_conf(work, root, port)
+    proc = subprocess.Popen([nginx, "-c", str(conf), "-e", str(work / "error.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import urllib.request
+
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/index.json", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.terminate()
+    sys.exit(f"nginx did not start: {(work / 'error.log').read_text()[-1000:]}")
+
+
+def _node(args: tuple[str, Any, str, str, str, Any]) -> tuple[float, int, str]:
+    """One node: the real fetch path into its own root. Returns (seconds, bytes, error)."""
+    location, options, version, kernel, work, barrier = args
+    root = Path(tempfile.mkdtemp(prefix="node-", dir=work))
+    try:
+        barrier.wait()
+        t = time.monotonic()
+        store = Store(location, options)
+        entries = store.entries()
+        us = artifact.find(entries, "userspace", version)
+        km = artifact.find(entries, "kmod", version, kernel_release=kernel)
+        assert us is not None and km is not None
+        got = 0
+        for e in (us, km):
+            got += store.fetch(e, root / "var/cache/nodeprep").stat().st_size
+        return time.monotonic() - t, got, ""
+    except Exception as e:  # a failure is a result here, counted and printed
+        return 0.0, 0, f"{type(e).__name__}: {e}"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _copy_node(args: tuple[list[str], list[str], str, Any]) -> tuple[float, int, str]:
+    """The limit: copy the same files from page cache into an own root, hashing them on the way
+    (sha256, as the fetch path does while it downloads)."""
+    files, digests, work, barrier = args
+    root = Path(tempfile.mkdtemp(prefix="copy-", dir=work))
+    try:
+        barrier.wait()
+        t = time.monotonic()
+        got = 0
+        for src, digest in zip(files, digests, strict=True):
+            dest = root / Path(src).name
+            h = hashlib.sha256()
+            with open(src, "rb") as fi, open(dest, "wb") as fo:
+                for chunk in iter(lambda: fi.read(1 << 18), b""):  # noqa: B023
+                    h.update(chunk)
+                    fo.write(chunk)
+            if h.hexdigest() != digest:
+                return 0.0, 0, f"{dest}: sha256 mismatch"
+            got += dest.stat().st_size
+        return time.monotonic() - t, got, ""
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str]], make: Callable[[Any], Any]
+             ) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as mgr:
+        barrier = mgr.Barrier(n)
+        with ctx.Pool(n) as pool:
+            t = time.monotonic()
+            results = pool.map(fn, [make(barrier) for _ in range(n)])
+            wall = time.monotonic() - t
+    times = sorted(r[0] for r in results if not r[2])
+    total = sum(r[1] for r in results)
+    errors = [r[2] for r in results if r[2]]
+    # aggregate over the span the fetches ran (the slowest node), not the pool's start-up
+    span = max(times) if times else wall
+    return {"n": n, "mib_s": total / span / 2**20 if span else 0.0, "bytes": total, "times": times,
+            "failures": len(errors), "errors": errors[:3]}
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", type=Path,
+                    default=Path(os.environ.get("NODEPREP_TEST_CACHE", "/var/cache/nodeprep-tests")))
+    ap.add_argument("--nodes", default="1,8,32")
+    ap.add_argument("--work", type=Path, default=None, help="Temporary roots (default: a temp dir).")
+    ap.add_argument("--stores", default="http,registry")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="Interleaved rounds per store and N (limit, store, limit); medians are printed.")
+    args = ap.parse_args()
+    counts = [int(x) for x in args.nodes.split(",")]
+
+    from tests.support.realbuild import ensure_real_build
+    from tests.support.registry import start_registry, write_auth_file
+
+    build = ensure_real_build(args.cache)
+    store_dir = build.store
+    entries = artifact.LocalStore(store_dir).entries()
+    us = artifact.find(entries, "userspace", build.driver_version)
+    km = artifact.find(entries, "kmod", build.driver_version, kernel_release=build.kernel_release)
+    if us is None or km is None:
+        sys.exit(f"{store_dir}: the real build lacks the user space or the kmod")
+    files = [str(store_dir / us.name), str(store_dir / km.name)]
+    digests = [us.sha256, km.sha256]
+    per_node = us.size + km.size
+    for f in files:  # into page cache
+        with open(f, "rb") as fh:
+            while fh.read(CHUNK):
+                pass
+
+    work = Path(tempfile.mkdtemp(prefix="nodeprep-bench-store-", dir=args.work))
+    procs: list[Any] = []
+    registry = None
+    try:
+        locations: dict[str, tuple[str, Any]] = {}
+        if "http" in args.stores:
+            proc, url = start_nginx(work / "nginx", store_dir)
+            procs.append(proc)
+            locations["http (nginx)"] = (url, oci.Options())
+        if "registry" in args.stores:
+            registry = start_registry(work / "registry")
+            auth = write_auth_file(work / "auth.json", registry.host)
+            options = oci.Options(registry_auth=str(auth), ca_file=str(registry.ca))
+            location = registry.url("bench/nvidia")
+            reg = oci.connect(location, options, push=True)
+            oci.publish_directory(reg, store_dir)
+            locations["registry (TLS+auth)"] = (location, options)
+        roots = work / "roots"
+        roots.mkdir()
+        print(f"per node: {per_node / 2**20:.1f} MiB ({us.name}, {km.name}); cores: {os.cpu_count()}")
+        print(f"{'store':<22}{'N':>4}{'MiB/s':>10}{'limit MiB/s':>13}{'ratio':>8}{'p50 s':>8}{'p99 s':>8}"
+              f"{'fail':>6}")
+        missed = []
+        def limit_now(n: int) -> float:
+            return float(run_wave(n, _copy_node, lambda b: (files, digests, str(roots), b))["mib_s"])
+
+        for n in counts:
+            for name, (loc, opts) in locations.items():
+                rates, limits, ratios, times, failures, errors = [], [], [], [], 0, []
+                for _ in range(args.rounds):
+                    # the limit right before and right after the store's wave (the machine is shared)
+                    before = limit_now(n)
+                    res = run_wave(n, _node, lambda b, loc=loc, opts=opts: (
+                        loc, opts, build.driver_version, build.kernel_release, str(roots), b))
+                    limit = (before + limit_now(n)) / 2
+                    rates.append(res["mib_s"])
+                    limits.append(limit)
+                    ratios.append(res["mib_s"] / limit if limit else 0.0)
+                    times += res["times"]
+                    failures += res["failures"]
+                    errors += res["errors"]
+                ratio = statistics.median(ratios)
+                print(f"{name:<22}{n:>4}{statistics.median(rates):>10.0f}{statistics.median(limits):>13.0f}"
+                      f"{ratio:>8.0%}{percentile(times, 0.5):>8.2f}{percentile(times, 0.99):>8.2f}"
+                      f"{failures:>6}   (ratios {', '.join(f'{r:.0%}' for r in ratios)})", flush=True)
+                for err in errors[:3]:
+                    print(f"    failure: {err}")
+                if n == max(counts) and (ratio < GOAL or failures):
+                    missed.append(f"{name} at N={n}: {ratio:.0%} of the limit, {failures} failures")
+        if missed:
+            print("goal missed (>= 70 % of the limit, no failures): " + "; ".join(missed))
+            return 1
+        print(f"goal met: every store >= {GOAL:.0%} of the page-cache limit at N={max(counts)}, no failures")
+        return 0
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+        if registry is not None:
+            registry.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
