@@ -9,6 +9,7 @@ themselves can refuse the archive.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 from collections.abc import Iterable
@@ -87,15 +88,31 @@ def write(dest: Path, members: Iterable[M], manifest: artifact.Manifest | None =
         for m in members:
             ti = tarfile.TarInfo(m.name)
             ti.type, ti.mode, ti.linkname = TYPES[m.kind], m.mode, m.target
-            body = m.data
             if m.kind == "file":
-                size = (sizes or {}).get(m.name, len(body))
-                body = (body + b"\0" * size)[:size]
-                ti.size = size
-                tar.addfile(ti, io.BytesIO(body))
+                ti.size = (sizes or {}).get(m.name, len(m.data))
+                tar.addfile(ti, io.BytesIO(m.data[: ti.size]) if ti.size <= len(m.data) else Zeros(m.data))
             else:
                 tar.addfile(ti)
     return dest
+
+
+class Zeros(io.RawIOBase):
+    """`head` then zeros without end, streamed (a 200 MB member costs no 200 MB of memory)."""
+
+    def __init__(self, head: bytes = b"") -> None:
+        self.head = head
+
+    def read(self, n: int = -1) -> bytes:
+        out, self.head = self.head[:n], self.head[n:]
+        return out + b"\0" * (n - len(out))
+
+
+def zeros_sha256(size: int) -> str:
+    h = hashlib.sha256()
+    block = b"\0" * (1 << 20)
+    for off in range(0, size, len(block)):
+        h.update(block[: min(len(block), size - off)])
+    return h.hexdigest()
 
 
 def store_with(store: Path, artifacts: Iterable[tuple[Path, artifact.Manifest]]) -> Path:
