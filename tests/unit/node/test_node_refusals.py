@@ -88,6 +88,10 @@ def test_install_refuses_the_issue_kmod(tmp_path: Path) -> None:
     assert {k: v for k, v in after.items() if k in before} == before
     assert [p.name for p in (root / "opt/nvidia").iterdir()] == []
 
+    verified = invoke("artifacts", "verify", str(store))  # the same rules as install
+    assert verified.exit_code == 1
+    assert f"{kmod.name}: manifest.json: unsafe member 'p': link target '.'" in verified.output
+
 
 def _node_with_two_versions(tmp_path: Path, *, broken: str) -> Path:
     """A root with V1 installed and active, and V2 unpacked beside it the way install unpacks it,
