@@ -11,6 +11,7 @@ The tarball is a pure function of the payload: members sorted by path, mtime fix
 no user/group names, modes normalised to 0755/0644 (directories 0755), zstd at a fixed level in
 zstd's multi-threaded mode, whose output does not depend on the number of worker threads (it does
 differ from single-threaded mode, so that is never used for artifacts).
+What a member may be, and how extraction writes it, is nodeprep/safetar.py.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from typing import Any, Literal
 import zstandard
 
 from .errors import ArtifactError, ChecksumError, InputError
+from .safetar import LIMITS, MANIFEST, Beneath, Limits, MemberRules, link_problem
 
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 INDEX = "index.json"
 FIXED_MTIME = 0
 ZSTD_LEVEL = 10
@@ -155,7 +156,9 @@ def scan_payload(payload: Path) -> dict[str, FileEntry]:
         st = p.lstat()
         if stat.S_ISLNK(st.st_mode):
             target = os.readlink(p)
-            _check_link(rel, target)
+            problem = link_problem(rel, target)
+            if problem:
+                raise ArtifactError(f"{rel}: {problem}")
             files[rel] = FileEntry(sha256="", size=0, mode=0o777, target=target)
         elif stat.S_ISREG(st.st_mode):
             mode = 0o755 if st.st_mode & 0o111 else 0o644
@@ -244,143 +247,112 @@ def read_manifest(path: Path) -> Manifest:
     raise ArtifactError(f"{path}: first member is not {MANIFEST}")
 
 
-def _check_link(name: str, target: str) -> None:
-    if target.startswith("/") or ".." in PurePosixPath(PurePosixPath(name).parent, target).parts:
-        resolved = os.path.normpath(os.path.join(os.path.dirname(name), target))
-        if target.startswith("/") or resolved.startswith(".."):
-            raise ArtifactError(f"{name}: link target {target!r} points outside the artifact")
-
-
-def check_member(member: tarfile.TarInfo) -> None:
-    """Refuse members that could escape or alter the system: absolute paths, '..', links outside
-    the root, hard links, device nodes, FIFOs, setuid/setgid/sticky bits."""
-    name = member.name
-    parts = PurePosixPath(name).parts
-    if name.startswith("/") or not parts:
-        raise ArtifactError(f"unsafe member {name!r}: absolute path")
-    if ".." in parts:
-        raise ArtifactError(f"unsafe member {name!r}: contains '..'")
-    if member.ischr() or member.isblk() or member.isfifo():
-        raise ArtifactError(f"unsafe member {name!r}: device node or FIFO")
-    if member.islnk():
-        raise ArtifactError(f"unsafe member {name!r}: hard link")
-    if member.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
-        raise ArtifactError(f"unsafe member {name!r}: setuid/setgid/sticky mode {member.mode:o}")
-    if member.issym():
-        _check_link(name, member.linkname)
-    elif not (member.isreg() or member.isdir()):
-        raise ArtifactError(f"unsafe member {name!r}: unsupported type")
-
-
-def extract(path: Path, dest: Path) -> Manifest:
-    """Extract artifact `path` into the existing directory `dest`, checking every member first and
-    every file's sha256 against the manifest. Raises before writing an unsafe member."""
-    try:
-        return _extract(path, dest)
-    except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
-        raise ArtifactError(f"{path}: corrupt archive data ({e})") from None
-
-
-def _extract(path: Path, dest: Path) -> Manifest:
-    manifest: Manifest | None = None
-    seen: set[str] = set()
-    dest = dest.resolve()
-    for member, tar in _open_tar(path):
-        check_member(member)
-        if manifest is None:
-            if member.name != MANIFEST:
-                raise ArtifactError(f"{path}: first member is not {MANIFEST}")
-            f = tar.extractfile(member)
-            assert f is not None
-            data = f.read()
-            manifest = Manifest.from_json(data, source=f"{path}:{MANIFEST}")
-            (dest / MANIFEST).write_bytes(data)
-            continue
-        name = member.name.rstrip("/")
-        target = dest / name
-        if os.path.commonpath([dest, target.parent.resolve()]) != str(dest):
-            raise ArtifactError(f"unsafe member {name!r}: parent resolves outside the destination")
-        if member.isdir():
-            target.mkdir(mode=0o755, parents=True, exist_ok=True)
-            continue
-        entry = manifest.files.get(name)
-        if entry is None:
-            raise ArtifactError(f"{path}: member {name!r} is not listed in the manifest")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if member.issym():
-            target.symlink_to(member.linkname)
-        else:
-            h = hashlib.sha256()
-            f = tar.extractfile(member)
-            assert f is not None
-            with open(target, "wb") as out:
-                for chunk in iter(functools.partial(f.read, CHUNK), b""):
-                    h.update(chunk)
-                    out.write(chunk)
-            os.chmod(target, entry.mode)
-            if h.hexdigest() != entry.sha256:
-                raise ChecksumError(f"{path}: {name}: sha256 {h.hexdigest()} does not match manifest "
-                                    f"{entry.sha256}")
-        seen.add(name)
-    if manifest is None:
-        raise ArtifactError(f"{path}: empty artifact")
-    missing = sorted(set(manifest.files) - seen)
-    if missing:
-        raise ArtifactError(f"{path}: manifest lists files missing from the archive: "
-                            f"{', '.join(missing[:5])}")
-    return manifest
-
-
-def verify(path: Path) -> list[str]:
-    """Problems found in artifact `path` (empty list: it is intact). Never raises for bad content."""
+def verify(path: Path, *, limits: Limits = LIMITS) -> list[str]:
+    """Problems found in artifact `path` (empty list: it is intact), by the rules `extract` applies
+    (safetar.MemberRules) plus every file's sha256. Never raises for bad content."""
     problems: list[str] = []
-    manifest: Manifest | None = None
-    seen: set[str] = set()
+    rules = MemberRules(limits)
     try:
         for member, tar in _open_tar(path):
+            first = not rules.started
             try:
-                check_member(member)
+                name = rules.check(member)
+                if first:
+                    rules.accept_manifest(_load_manifest(tar, member, f"{path.name}:{MANIFEST}")[0].files)
+                    continue
             except ArtifactError as e:
                 problems.append(str(e))
+                if first:
+                    return problems
                 continue
-            if manifest is None:
-                if member.name != MANIFEST:
-                    return [f"first member is {member.name!r}, not {MANIFEST}"]
-                f = tar.extractfile(member)
-                assert f is not None
-                manifest = Manifest.from_json(f.read(), source=f"{path.name}:{MANIFEST}")
-                continue
-            name = member.name.rstrip("/")
-            if member.isdir():
-                continue
-            entry = manifest.files.get(name)
-            if entry is None:
-                problems.append(f"{name}: not listed in the manifest")
-                continue
-            seen.add(name)
-            if member.issym():
-                if member.linkname != entry.target:
-                    problems.append(f"{name}: link target {member.linkname!r} != manifest {entry.target!r}")
-                continue
-            f = tar.extractfile(member)
-            assert f is not None
-            h = hashlib.sha256()
-            for chunk in iter(functools.partial(f.read, CHUNK), b""):
-                h.update(chunk)
-            if h.hexdigest() != entry.sha256:
-                problems.append(f"{name}: sha256 {h.hexdigest()[:16]}… does not match the manifest "
-                                f"({entry.sha256[:16]}…)")
+            if member.isreg():
+                problem = rules.checksum_problem(name, _sha256_stream(tar, member))
+                if problem:
+                    problems.append(problem)
     except ArtifactError as e:
         problems.append(str(e))
         return problems
     except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
         problems.append(f"corrupt archive data ({e})")
         return problems
-    if manifest is None:
+    if not rules.started:
         return problems or ["empty artifact"]
-    for name in sorted(set(manifest.files) - seen):
-        problems.append(f"{name}: listed in the manifest but missing")
+    problems += [f"{name}: listed in the manifest but missing" for name in rules.missing()]
     return problems
+
+
+def _load_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, source: str) -> tuple[Manifest, bytes]:
+    f = tar.extractfile(member)
+    assert f is not None
+    data = f.read()
+    return Manifest.from_json(data, source=source), data
+
+
+def _sha256_stream(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
+    f = tar.extractfile(member)
+    assert f is not None
+    h = hashlib.sha256()
+    for chunk in iter(functools.partial(f.read, CHUNK), b""):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def extract(path: Path, dest: Path, *, limits: Limits = LIMITS) -> Manifest:
+    """Extract artifact `path` into the existing, empty directory `dest`.
+
+    Every member passes safetar.MemberRules (the rules `verify` applies) before anything of it is
+    written, and is then written beneath a directory fd of `dest` without following any symlink
+    (safetar.Beneath); every file's sha256 is checked against the manifest. The manifest's total
+    must fit the free space of `dest` (StateError otherwise)."""
+    try:
+        return _extract(path, dest, limits)
+    except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
+        raise ArtifactError(f"{path}: corrupt archive data ({e})") from None
+
+
+def _extract(path: Path, dest: Path, limits: Limits) -> Manifest:
+    rules = MemberRules(limits)
+    manifest: Manifest | None = None
+    with Beneath(dest) as out:
+        for member, tar in _open_tar(path):
+            try:
+                name = rules.check(member)
+                if manifest is None:
+                    manifest, data = _load_manifest(tar, member, f"{path}:{MANIFEST}")
+                    rules.accept_manifest(manifest.files)
+                    out.check_space(len(data) + rules.total_bytes, what=path.name)
+                    out.write_file(MANIFEST, [data], 0o644)
+                    continue
+                if member.isdir():
+                    out.make_dir(name)
+                elif member.issym():
+                    out.make_link(name, member.linkname)
+                else:
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    h = hashlib.sha256()
+                    out.write_file(name, _hashing(iter(functools.partial(f.read, CHUNK), b""), h),
+                                   rules.mode(name))
+                    problem = rules.checksum_problem(name, h.hexdigest())
+                    if problem:
+                        raise ChecksumError(f"{path}: {problem}")
+            except ChecksumError:
+                raise
+            except ArtifactError as e:
+                raise ArtifactError(f"{path}: {e}") from None
+    if manifest is None:
+        raise ArtifactError(f"{path}: empty artifact")
+    missing = rules.missing()
+    if missing:
+        raise ArtifactError(f"{path}: manifest lists files missing from the archive: "
+                            f"{', '.join(missing[:5])}")
+    return manifest
+
+
+def _hashing(chunks: Iterator[bytes], h: Any) -> Iterator[bytes]:
+    for chunk in chunks:
+        h.update(chunk)
+        yield chunk
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
 """Typed errors. The library raises these; front-ends (CLI, Ansible modules, bootstrap) translate them.
 
-`exit_code` 2 means bad input (unknown version, invalid profile field, bad checksum given by the
-user): the system was left as it was. Everything else exits 1.
+One rule for exit codes: a refused input exits 2 and leaves the system as it was. Refused inputs
+are what the user or a store handed nodeprep: an unknown version, an invalid profile field, a
+checksum mismatch, a kmod for another kernel or driver version, and every ArtifactError (an unsafe
+member, a truncated or corrupt archive, a size over the caps, an incomplete user space). Everything
+else exits 1: the node's state (StateError, also "not enough free space"), an unreachable remote,
+a failed subprocess. Commands that report checks (doctor, artifacts verify) exit 1 when one fails.
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ class ChecksumError(InputError):
 
 
 class ArtifactError(NodeprepError):
-    """An artifact is malformed, unsafe or fails verification."""
+    """An artifact is malformed, unsafe, incomplete, too large or fails verification: a refused
+    input (exit 2)."""
+
+    exit_code = 2
 
 
 class StateError(NodeprepError):

@@ -11,10 +11,18 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 FIXTURES = SHARED / "fixtures"
+
+# Hypothesis profiles (property tests, e.g. tests/unit/test_extraction_property.py). `ci` (default):
+# bounded so each property test stays well under 30 s; `long`: a local soak. No example database
+# is written into the checkout; a failure prints its `@reproduce_failure` blob instead.
+settings.register_profile("ci", max_examples=200, deadline=None, database=None, print_blob=True)
+settings.register_profile("long", max_examples=5000, deadline=None, database=None, print_blob=True)
+settings.load_profile(os.environ.get("NODEPREP_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -41,6 +41,11 @@ BINARIES = (
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
 )
+# What every user space must hold, checked when it is built and before a node installs or activates
+# it (nodeprep/node/complete.py): library base names (lib64/<name>.<driver>) with the soname the ld
+# cache must resolve into that version, and binaries (bin/<name>).
+REQUIRED_LIBRARIES = {"libcuda.so": "libcuda.so.1", "libnvidia-ml.so": "libnvidia-ml.so.1"}
+REQUIRED_BINARIES = ("nvidia-smi",)
 ELF_MAGIC = b"\x7fELF"
 SONAME_LINK_RE = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
 
@@ -210,11 +215,13 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
         fwdir.mkdir(parents=True, exist_ok=True)
         _place(p, fwdir / p.name, 0o644)
         out["firmware"].append(f"nvidia/{driver_version}/{p.name}")
-    for must in (f"libcuda.so.{driver_version}", f"libnvidia-ml.so.{driver_version}"):
-        if must not in real:
-            raise ArtifactError(f"driver {driver_version}: {must} not found in the selected packages")
-    if "nvidia-smi" not in out["bin"]:
-        raise ArtifactError(f"driver {driver_version}: no nvidia-smi ELF binary in the selected packages")
+    for base in REQUIRED_LIBRARIES:
+        if f"{base}.{driver_version}" not in real:
+            raise ArtifactError(f"driver {driver_version}: {base}.{driver_version} not found in the selected "
+                                "packages")
+    for name in REQUIRED_BINARIES:
+        if name not in out["bin"]:
+            raise ArtifactError(f"driver {driver_version}: no {name} ELF binary in the selected packages")
     return out
 
 

@@ -8,6 +8,8 @@ Crash safety (kill -9 anywhere leaves the previously active version working):
 - the ld cache names /opt/nvidia/current/lib64/..., so it follows the switch without a rebuild;
 - module links name /opt/nvidia/current/modules/<rel>/..., so they follow it too;
 - leftovers (.staging-*, .tmp-*, .current-*, .removing-*) are removed at the start of the next run.
+
+A version is installed, and `current` switched to it, only when it is complete (complete.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..errors import InputError, StateError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
 from ..sysfs import read_attr
-from . import system
+from . import complete, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
@@ -318,6 +320,7 @@ def _install_version(
         crash_point("install:kmod-staged")
         if (staging / "lib64").is_dir():
             system.ldconfig_links(staging / "lib64")
+        complete.check(layout, staging, version, action="install")
         fsync_tree(staging)
         crash_point("install:ldconfig-n")
     except BaseException:
@@ -411,6 +414,7 @@ def _activate(
             f"{version} has no kernel modules for kernel {kernel} "
             f"(it has: {', '.join(target.kernels) or 'none'})"
         )
+    complete.check(layout, layout.version_dir(version), version, action="activate")
     previous = state.active
     changed = False
     changed |= system.write_ld_conf(layout)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 from pathlib import Path
 
 import pytest
 import zstandard
 
-from nodeprep import artifact
-from nodeprep.errors import ArtifactError, ChecksumError
+from nodeprep import artifact, safetar
+from nodeprep.errors import ArtifactError, ChecksumError, StateError
+from tests.support import rawartifact as ra
 
 
 def _manifest(**kw: object) -> artifact.Manifest:
@@ -173,3 +175,172 @@ def test_pack_bytes_do_not_depend_on_the_number_of_zstd_threads(tmp_path: Path) 
     ) as w:
         w.write(raw)
     assert single.getvalue() != outs[0]  # the mode is fixed: single-threaded bytes would differ
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction rules (nodeprep/safetar.py): hand-written cases; generated ones are in
+# test_extraction_property.py.
+
+
+def _tree(top: Path) -> dict[str, str]:
+    """Everything under `top` (links not followed): path -> 'dir' | 'link:<target>' | sha256."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        for n in dirnames + filenames:
+            p = Path(dirpath, n)
+            kind = "link:" + os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else ""
+            out[str(p.relative_to(top))] = kind or artifact.sha256_file(p)
+    return out
+
+
+def test_the_issue_archive_is_refused_by_extract_and_verify(tmp_path: Path) -> None:
+    """Issue 18's archive: `p -> .`, `p/p/…(20)…/w -> ../…(20 + depth of dest)…/TARGET` (TARGET an
+    absolute path outside), then a regular file `w`; everything listed in the manifest with matching
+    hashes. Before the fix it was extracted with TARGET holding the attacker's bytes."""
+    dest = _fresh(tmp_path / "sandbox" / "dest")
+    target = tmp_path / "sandbox" / "TARGET"
+    deep = "/".join(["p"] * 20 + ["w"])
+    climb = "../" * (20 + len(dest.parts) - 1) + str(target).lstrip("/")
+    members = [ra.link("p", "."), ra.link(deep, climb), ra.file("w", b"attacker's bytes\n")]
+    path = ra.write(tmp_path / "hostile.tar.zst", members)
+    before = _tree(tmp_path / "sandbox")
+    with pytest.raises(ArtifactError, match=r"unsafe member 'p': link target '\.'") as e:
+        artifact.extract(path, dest)
+    assert e.value.exit_code == 2
+    assert not target.exists() and _tree(tmp_path / "sandbox") == before
+    assert any("unsafe member 'p'" in p for p in artifact.verify(path))
+
+
+@pytest.mark.parametrize(("members", "reason"), [
+    pytest.param([ra.link("p", "sub"), ra.file("sub/x"), ra.file("p/x")],
+                 "goes through the earlier link member 'p'", id="through-link"),
+    pytest.param([ra.link("p", "lib/x.so"), ra.file("lib/x.so"), ra.link("q", "p"), ra.file("q/y")],
+                 "goes through the earlier link member 'q'", id="through-link-to-link"),
+    pytest.param([ra.file("a"), ra.file("a/b")], "goes through the earlier file member 'a'",
+                 id="through-file"),
+    pytest.param([ra.file("a", b"1"), ra.file("a", b"1")], "duplicate name", id="duplicate"),
+    pytest.param([ra.file("lib/x"), ra.link("lib", "y"), ra.file("y/z")], "would replace a directory",
+                 id="link-replacing-dir"),
+    pytest.param([ra.link("lib", "y"), ra.file("y/z"), ra.directory("lib"), ra.file("lib/q")],
+                 "would replace the earlier link", id="dir-replacing-link"),
+    pytest.param([ra.file("lib/a"), ra.file("Lib/b")], "case variant", id="case-variant-dir"),
+    pytest.param([ra.file("x"), ra.file("X")], "case variant", id="case-variant-file"),
+    pytest.param([ra.file("Manifest.json")], "case variant", id="case-variant-manifest"),
+    pytest.param([ra.file("/".join(["d" * 200] * 21))], "longer than 4095 bytes", id="long-path"),
+    pytest.param([ra.file("x" * 256)], "longer than 255 bytes", id="long-component"),
+    pytest.param([ra.file("a/./b")], "not a canonical path", id="dot-component"),
+    pytest.param([ra.link("a/l", "../../x")], "points outside the artifact", id="climb"),
+    pytest.param([ra.link("a/l", "..")], "points outside the artifact or at a directory above", id="parent"),
+    pytest.param([ra.link("a/l", "b/../../x")], "not '../'* followed by plain", id="dotdot-inside"),
+    pytest.param([ra.link("l", "")], "empty link target", id="empty-target"),
+])
+def test_unsafe_member_sequences(tmp_path: Path, members: list[ra.M], reason: str) -> None:
+    path = ra.write(tmp_path / "a.tar.zst", members)
+    dest = _fresh(tmp_path / "sandbox" / "dest")
+    (tmp_path / "sandbox" / "y").mkdir()
+    before = _tree(tmp_path / "sandbox")
+    with pytest.raises(ArtifactError, match=re.escape(reason)) as e:
+        artifact.extract(path, dest)
+    assert e.value.exit_code == 2
+    after = _tree(tmp_path / "sandbox")
+    assert {k: v for k, v in after.items() if not k.startswith("dest/")} == before
+    assert any(reason in p for p in artifact.verify(path)), artifact.verify(path)
+
+
+def test_links_to_links_inside_are_accepted(tmp_path: Path) -> None:
+    members = [ra.file("lib64/libcuda.so.535.309.01", b"\x7fELF"),
+               ra.link("lib64/libcuda.so.1", "libcuda.so.535.309.01"),
+               ra.link("lib64/libcuda.so", "libcuda.so.1"), ra.link("bin/lib", "../lib64/libcuda.so")]
+    path = ra.write(tmp_path / "a.tar.zst", members)
+    dest = _fresh(tmp_path / "dest")
+    assert artifact.verify(path) == []
+    artifact.extract(path, dest)
+    assert (dest / "bin/lib").resolve() == (dest / "lib64/libcuda.so.535.309.01").resolve()
+
+
+def test_the_writer_never_follows_a_link(tmp_path: Path) -> None:
+    """safetar.Beneath on its own (no rules in front of it): a link already in place is never
+    written through or replaced, whatever the caller asks."""
+    outside = _fresh(tmp_path / "outside")
+    dest = _fresh(tmp_path / "dest")
+    with safetar.Beneath(dest) as out:
+        out.make_link("p", str(outside))
+        out.make_link("q", "p")
+        for attempt in (lambda: out.write_file("p/x", [b"no"], 0o644),
+                        lambda: out.write_file("q/x", [b"no"], 0o644),
+                        lambda: out.write_file("p", [b"no"], 0o644),
+                        lambda: out.make_dir("p"),
+                        lambda: out.make_dir("q/sub"),
+                        lambda: out.make_link("p", "elsewhere")):
+            with pytest.raises(ArtifactError, match="unsafe member"):
+                attempt()
+    assert list(outside.iterdir()) == []
+    assert sorted(p.name for p in dest.iterdir()) == ["p", "q"]
+
+
+def test_extract_needs_an_empty_destination(tmp_path: Path) -> None:
+    path, _ = artifact.pack(_payload(tmp_path), _manifest(), tmp_path / "store")
+    dest = _fresh(tmp_path / "dest")
+    (dest / "lib64").symlink_to(tmp_path)
+    with pytest.raises(StateError, match="not empty"):
+        artifact.extract(path, dest)
+
+
+# ---------------------------------------------------------------------------------------------
+# Size caps and free space
+
+MB = 1 << 20
+
+
+def test_member_over_the_cap_is_refused_before_writing(tmp_path: Path) -> None:
+    """An artifact holding 200 MB of zeros, against a cap lowered to 100 MB per file."""
+    size = 200 * MB
+    files = {"zeros": artifact.FileEntry(ra.zeros_sha256(size), size, 0o644)}
+    path = ra.write(tmp_path / "big.tar.zst", [ra.file("zeros", b"")], ra.manifest_for([], files=files),
+                    sizes={"zeros": size})
+    assert path.stat().st_size < MB  # zeros compress well: the test writes no 200 MB file
+    limits = safetar.Limits(member_bytes=100 * MB)
+    dest = _fresh(tmp_path / "dest")
+    with pytest.raises(ArtifactError, match="size 209715200 bytes is over the cap of 104857600") as e:
+        artifact.extract(path, dest, limits=limits)
+    assert e.value.exit_code == 2 and list(dest.iterdir()) == []
+    assert "over the cap" in artifact.verify(path, limits=limits)[0]
+    with pytest.raises(ArtifactError, match="files total 209715200 bytes, over the cap of 157286400"):
+        artifact.extract(path, dest, limits=safetar.Limits(total_bytes=150 * MB))
+    assert list(dest.iterdir()) == []
+
+
+def test_default_caps() -> None:
+    assert safetar.MAX_MEMBER_BYTES == 1 << 30 and safetar.MAX_TOTAL_BYTES == 4 << 30
+    files = {f"f{i}": artifact.FileEntry("0" * 64, 1 << 30, 0o644) for i in range(5)}
+    with pytest.raises(ArtifactError, match="files total 5368709120 bytes, over the cap of 4294967296"):
+        safetar.MemberRules().accept_manifest(files)
+    with pytest.raises(ArtifactError, match="over the cap of 1073741824 bytes per file"):
+        safetar.MemberRules().accept_manifest({"f": artifact.FileEntry("0" * 64, (1 << 30) + 1, 0o644)})
+    with pytest.raises(ArtifactError, match="mode 4755"):
+        safetar.MemberRules().accept_manifest({"f": artifact.FileEntry("0" * 64, 1, 0o4755)})
+
+
+def test_header_size_must_match_the_manifest(tmp_path: Path) -> None:
+    """The manifest says 10 bytes, the tar header 200 MB (of zeros): refused at the header, before
+    one byte of the member is written."""
+    files = {"zeros": artifact.FileEntry(artifact.sha256_bytes(b"0123456789"), 10, 0o644)}
+    path = ra.write(tmp_path / "lie.tar.zst", [ra.file("zeros", b"0123456789")],
+                    ra.manifest_for([], files=files), sizes={"zeros": 200 * MB})
+    dest = _fresh(tmp_path / "dest")
+    with pytest.raises(ArtifactError, match="tar header size 209715200 != manifest size 10"):
+        artifact.extract(path, dest)
+    assert [p.name for p in dest.iterdir()] == ["manifest.json"]
+    assert any("tar header size 209715200 != manifest size 10" in p for p in artifact.verify(path))
+
+
+def test_free_space_is_checked_first(tmp_path: Path) -> None:
+    dest = _fresh(tmp_path / "dest")
+    st = os.statvfs(dest)
+    claim = st.f_bavail * st.f_frsize + 1
+    files = {"huge": artifact.FileEntry("0" * 64, claim, 0o644)}
+    path = ra.write(tmp_path / "huge.tar.zst", [], ra.manifest_for([], files=files))
+    roomy = safetar.Limits(member_bytes=1 << 62, total_bytes=1 << 62)
+    with pytest.raises(StateError, match=r"huge\.tar\.zst: needs \d+ bytes, .* bytes free"):
+        artifact.extract(path, dest, limits=roomy)
+    assert list(dest.iterdir()) == []

@@ -7,6 +7,7 @@ import fcntl
 import io
 import json
 import os
+import subprocess
 import tarfile
 import time
 from pathlib import Path
@@ -140,7 +141,7 @@ def test_hostile_userspace_artifact_is_refused(
         "--root",
         str(rootfs),
     )
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 2, r.stderr  # a refused input (nodeprep/errors.py)
     error = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert len(error) == 1 and ("unsafe member" in error[0] or "points outside the artifact" in error[0]), (
         r.stderr
@@ -152,6 +153,45 @@ def test_hostile_userspace_artifact_is_refused(
     # only the node's own bookkeeping directories may appear; nothing from the artifact, no staging left
     assert all(p in ("opt/nvidia", "var/lib/nodeprep") for p in new), new
     assert {k: v for k, v in after.items() if k in before} == before
+
+
+def test_user_space_without_nvml_is_refused_and_the_old_version_stays(
+    node_store: NodeStore, rootfs: Path, tmp_path: Path
+) -> None:
+    """Issue 18: the real user space of V_NEW repacked without libnvidia-ml.so.* (and its soname link)
+    was installed and activated, after which nvidia-smi exited 12. `install --activate` now refuses
+    it (exit 2, one line naming what is missing) and V_OLD, active before, stays active."""
+    store = tmp_path / "store"
+    store.mkdir()
+    src = node_store.path / f"nvidia-userspace-{V_NEW}-amd64.tar.zst"
+    payload = tmp_path / "payload"
+    payload.mkdir()
+    manifest = artifact.extract(src, payload)
+    (payload / artifact.MANIFEST).unlink()
+    dropped = sorted(p.name for p in (payload / "lib64").glob("libnvidia-ml.so*"))
+    assert f"libnvidia-ml.so.{V_NEW}" in dropped
+    for name in dropped:
+        (payload / "lib64" / name).unlink()
+    us, us_manifest = artifact.pack(payload, manifest, store)
+    kmod_name = f"nvidia-kmod-{V_NEW}-proprietary-{node_store.kernel}.tar.zst"
+    (store / kmod_name).write_bytes((node_store.path / kmod_name).read_bytes())
+    artifact.LocalStore(store).publish(us, us_manifest)
+    artifact.LocalStore(store).publish(store / kmod_name, artifact.read_manifest(store / kmod_name))
+
+    args = ("--kernel", node_store.kernel, "--root", str(rootfs))
+    r = cli("install", "--store", str(node_store.path), "--driver", V_OLD, "--activate", *args)
+    assert r.returncode == 0, r.stderr
+    before = snapshot(rootfs)
+    r = cli("install", "--store", str(store), "--driver", V_NEW, "--activate", *args)
+    assert r.returncode == 2, r.stderr
+    error = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert error[0].startswith(f"error: driver {V_NEW}: incomplete user space, refusing to install it: ")
+    assert f"lib64/libnvidia-ml.so.{V_NEW} is missing" in error[0]
+    assert f"the ld cache does not resolve libnvidia-ml.so.1 into /opt/nvidia/.staging-{V_NEW}-" in error[0]
+    assert snapshot(rootfs) == before
+    assert os.readlink(rootfs / "opt/nvidia/current") == V_OLD
+    assert subprocess.run(["chroot", str(rootfs), "/opt/nvidia/current/bin/nvidia-smi"]).returncode == 9
 
 
 def test_checksum_mismatch_against_the_index(node_store: NodeStore, rootfs: Path, tmp_path: Path) -> None:

@@ -1,0 +1,189 @@
+"""The node commands refuse hostile and incomplete artifacts: exit 2, one `error:` line, nothing
+written outside the node's own bookkeeping, the active version left active.
+
+Inputs are real: user spaces are real shared objects compiled here with the real sonames
+(tests/unit/join/conftest.py builds them), packed with nodeprep.artifact.pack; the hostile kmod is a
+real .tar.zst written member by member (tests/support/rawartifact.py). Only the library contents
+stand in for NVIDIA's. No kernel module is needed: the refusals happen before modules are read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodeprep import artifact, runner
+from nodeprep.cli import main
+from tests.support import rawartifact as ra
+from tests.unit.join.conftest import build_payload, install_driver
+
+V1, V2 = "535.216.03", "535.309.01"
+KERNEL = "6.1.0-28-amd64"
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, list(args))
+
+
+def error_line(result) -> str:  # type: ignore[no-untyped-def]
+    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def tree(top: Path) -> dict[str, str]:
+    """Everything under `top`, links not followed: path -> link text, 'dir' or file sha256."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        for n in dirnames + filenames:
+            p = Path(dirpath, n)
+            rel = str(p.relative_to(top))
+            if rel.endswith("var/lib/nodeprep/lock"):
+                continue
+            kind = "link:" + os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else ""
+            out[rel] = kind or artifact.sha256_file(p)
+    return out
+
+
+def userspace_artifact(work: Path, version: str, store: Path, *, drop: tuple[str, ...] = ()) -> Path:
+    payload = build_payload(work, version)
+    for pattern in drop:
+        for p in (payload / "lib64").glob(pattern):
+            p.unlink()
+    manifest = artifact.Manifest(kind="userspace", driver_version=version, arch="amd64", os="debian-12",
+                                 input_digest="0" * 64, inputs={})
+    path, _ = artifact.pack(payload, manifest, store)
+    return path
+
+
+def test_install_refuses_the_issue_kmod(tmp_path: Path) -> None:
+    """Issue 18: a kmod whose members are `p -> .`, `p/p/…/w -> ../…/TARGET`, then a file `w`, all
+    listed in the manifest with matching hashes, was installed with exit 0 and TARGET written."""
+    store = tmp_path / "store"
+    store.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    target = tmp_path / "outside" / "TARGET"
+    target.parent.mkdir()
+    us = userspace_artifact(tmp_path / "work", V2, store)
+    staging_depth = len((root / "opt/nvidia/.staging-x/modules/.staging-kmod-x").parts) - 1
+    deep = "/".join(["p"] * 20 + ["w"])
+    members = [ra.link("p", "."), ra.link(deep, "../" * (20 + staging_depth) + str(target).lstrip("/")),
+               ra.file("w", b"attacker's bytes\n")]
+    kmod_manifest = ra.manifest_for(members, kind="kmod", version=V2, kernel=KERNEL)
+    kmod = ra.write(store / kmod_manifest.name, members, kmod_manifest)
+    ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
+    before = tree(tmp_path)
+
+    result = invoke("install", "--store", str(store), "--driver", V2, "--kernel", KERNEL, "--root", str(root))
+    assert result.exit_code == 2
+    assert "unsafe member 'p'" in error_line(result)
+    assert not target.exists()
+    after = tree(tmp_path)
+    new = sorted(set(after) - set(before))
+    assert all(p.startswith(("root/opt", "root/var")) and after[p] == "dir" for p in new), new
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert [p.name for p in (root / "opt/nvidia").iterdir()] == []
+
+    verified = invoke("artifacts", "verify", str(store))  # the same rules as install
+    assert verified.exit_code == 1
+    assert f"{kmod.name}: manifest.json: unsafe member 'p': link target '.'" in verified.output
+
+
+def _node_with_two_versions(tmp_path: Path, *, broken: str) -> Path:
+    """A root with V1 installed and active, and V2 unpacked beside it the way install unpacks it,
+    but with its libnvidia-ml either missing or not a shared object."""
+    root = tmp_path / "root"
+    root.mkdir()
+    install_driver(root, tmp_path / "w1", V1)
+    payload = build_payload(tmp_path / "w2", V2)
+    lib = payload / "lib64" / f"libnvidia-ml.so.{V2}"
+    if broken == "missing":
+        lib.unlink()
+    else:
+        lib.write_bytes(b"not a shared object\n")
+    manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
+                                 input_digest="1" * 64, inputs={})
+    path, _ = artifact.pack(payload, manifest, tmp_path / "store")
+    vdir = root / "opt/nvidia" / V2
+    vdir.mkdir()
+    artifact.extract(path, vdir)
+    runner.run(["ldconfig", "-n", vdir / "lib64"], timeout=60)
+    return root
+
+
+def test_activate_refuses_a_user_space_without_libnvidia_ml(tmp_path: Path) -> None:
+    root = _node_with_two_versions(tmp_path, broken="missing")
+    assert invoke("activate", V1, "--root", str(root)).exit_code == 0  # the complete one activates
+    before = tree(root)
+    result = invoke("activate", V2, "--root", str(root))
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"error: driver {V2}: incomplete user space, refusing to activate it: ")
+    assert f"lib64/libnvidia-ml.so.{V2} is missing" in line
+    assert f"the ld cache does not resolve libnvidia-ml.so.1 into /opt/nvidia/{V2}/lib64" in line
+    assert "libcuda.so.1" not in line  # what is there is not reported
+    assert os.readlink(root / "opt/nvidia/current") == V1
+    assert tree(root) == before
+
+
+def test_activate_refuses_a_library_the_ld_cache_cannot_use(tmp_path: Path) -> None:
+    """The file is there, but it is no shared object: only the staged ld cache can tell."""
+    root = _node_with_two_versions(tmp_path, broken="garbage")
+    assert invoke("activate", V1, "--root", str(root)).exit_code == 0
+    before = tree(root)
+    result = invoke("activate", V2, "--root", str(root))
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "is missing" not in line
+    assert line.endswith(f"the ld cache does not resolve libnvidia-ml.so.1 into /opt/nvidia/{V2}/lib64")
+    assert os.readlink(root / "opt/nvidia/current") == V1 and tree(root) == before
+
+
+def _standin_kmod(work: Path, version: str, store: Path) -> tuple[Path, artifact.Manifest]:
+    """A kmod artifact whose nvidia.ko is an object file compiled here with a real `.modinfo`
+    section (vermagic of KERNEL, version): real modinfo reads it like a module; no code inside."""
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "modinfo.c"
+    info = f"version={version}\\0vermagic={KERNEL} SMP preempt mod_unload modversions \\0name=nvidia"
+    src.write_text(f'__attribute__((section(".modinfo"), used, aligned(1))) '
+                   f'static const char modinfo[] = "{info}";\n')
+    ko = work / "nvidia.ko"
+    cc = runner.which("cc") or runner.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in module")
+    runner.run([cc, "-c", "-o", ko, src], timeout=60)
+    members = [ra.file(f"modules/{KERNEL}/nvidia.ko", ko.read_bytes())]
+    manifest = ra.manifest_for(members, kind="kmod", version=version, kernel=KERNEL)
+    return ra.write(store / manifest.name, members, manifest), manifest
+
+
+def test_install_refuses_an_incomplete_user_space(tmp_path: Path) -> None:
+    """`install --activate` proves completeness before its rename: with V1 active, a V2 user space
+    without libnvidia-ml is refused (exit 2), nothing of V2 stays, V1 stays active."""
+    root = tmp_path / "root"
+    root.mkdir()
+    install_driver(root, tmp_path / "w1", V1)
+    assert invoke("activate", V1, "--root", str(root)).exit_code == 0
+    store = tmp_path / "store"
+    store.mkdir()
+    us = userspace_artifact(tmp_path / "work", V2, store, drop=("libnvidia-ml.so.*",))
+    kmod, kmod_manifest = _standin_kmod(tmp_path / "ko", V2, store)
+    ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
+    before = tree(root)
+    args = ("--store", str(store), "--driver", V2, "--kernel", KERNEL, "--root", str(root), "--activate")
+    result = invoke("install", *args)
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"error: driver {V2}: incomplete user space, refusing to install it: ")
+    assert f"lib64/libnvidia-ml.so.{V2} is missing" in line and "libnvidia-ml.so.1" in line
+    assert os.readlink(root / "opt/nvidia/current") == V1 and tree(root) == before
+
+    us = userspace_artifact(tmp_path / "work-ok", V2, store)  # the same with the library: installs
+    ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
+    result = invoke("install", *args)
+    assert result.exit_code == 0, result.output
+    assert os.readlink(root / "opt/nvidia/current") == V2

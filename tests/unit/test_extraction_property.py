@@ -1,0 +1,244 @@
+"""Property-based tests of artifact extraction (Hypothesis): generated hostile archives.
+
+Strategies build member sequences from link chains, links to links, directories later replaced by
+links (names are drawn from a small pool, so reuse is frequent), duplicate names, case variants
+(`a`/`A`, `lib`/`Lib`), over-long names and components, `.`/`..`/absolute/empty link targets, hard
+links, FIFOs and setuid modes. Each sequence becomes a real `.tar.zst` with a manifest listing every
+file and link with its real sha256 (tests/support/rawartifact.py), extracted into `sandbox/d/…/dest`
+(absolute link targets point into the sandbox, and dest is nested deeper than any relative escape
+the strategies can express, so a broken rule shows as a change in the sandbox, never as a write to
+the real system). Asserted:
+
+- nothing outside `dest` changed (the sandbox is snapshotted before and after, links not followed);
+- after a successful extract `dest` holds exactly the manifest's files (sha256 and mode checked)
+  and links (target text as listed, resolving inside `dest`), plus their parent directories;
+- `verify` finds a problem exactly when `extract` refuses.
+
+How it runs: `test_extraction_rules_fixed_seed` is derandomized (the same examples on every run:
+the CI gate); `test_extraction_rules_random` draws new examples each run, bounded by max_examples
+so it stays well under 30 s on the 2-core CI machine. The profile is picked with
+NODEPREP_HYPOTHESIS_PROFILE (tests/conftest.py): `ci` (default; 200 examples each) or `long`
+(5000, for a local soak). A failure prints the minimal example and a `@reproduce_failure` blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from nodeprep import artifact
+from nodeprep.errors import NodeprepError
+from tests.support import rawartifact as ra
+
+DEPTH = 24  # dest lies this deep in the sandbox: deeper than any escape the strategies can express
+OUT = "@OUT@"  # replaced by the sandbox's `outside` directory at run time
+SHORT = ["a", "A", "b", "p", "lib", "Lib"]
+ODD = ["manifest.json", "x" * 255, "y" * 256]  # reserved name, longest component, one byte over
+
+
+def weighted(**choices: int) -> st.SearchStrategy[str]:
+    """One of the keyword names, each as likely as its weight (0: never)."""
+    return st.sampled_from([k for k, w in choices.items() for _ in range(w)])
+
+
+@st.composite
+def components(draw: st.DrawFn, odd: int) -> str:
+    return draw(st.sampled_from(ODD) if odd and draw(st.integers(0, 40)) == 17 else st.sampled_from(SHORT))
+
+
+@st.composite
+def member_names(draw: st.DrawFn, pool: list[str], odd: int) -> str:
+    how = draw(weighted(new=4, reuse=3, below=5, long=odd) if pool else weighted(new=20, long=odd))
+    if how == "reuse":  # duplicates, directories later replaced by links, links later written through
+        return draw(st.sampled_from(pool))
+    if how == "below":
+        return draw(st.sampled_from(pool)) + "/" + draw(components(odd))
+    if how == "long":  # over PATH_MAX in total, or just under it
+        width = draw(st.sampled_from([190, 250]))
+        return "/".join(c * width for c in "abcdefghijklmnopqrstu"[: draw(st.integers(15, 21))])
+    depth = draw(st.integers(1, 4))
+    return "/".join(draw(components(odd)) for _ in range(depth))
+
+
+@st.composite
+def link_targets(draw: st.DrawFn, name: str, pool: list[str], odd: int) -> str:
+    depth = name.count("/")
+    how = draw(weighted(member=10 if pool else 0, updown=10, escape=odd, odd=odd, absolute=odd))
+    if how == "member":  # link chains and links to links (the target may itself be a link)
+        rel = os.path.relpath(draw(st.sampled_from(pool)), os.path.dirname(name) or ".")
+        if set(rel.split("/")) <= {".", ".."}:  # an ancestor of the link: mostly go one step down
+            rel += "/" + draw(st.sampled_from(SHORT)) if draw(weighted(down=4, keep=odd)) == "down" else ""
+        return rel
+    if how == "absolute":
+        return OUT + "/" + draw(st.sampled_from(["x", "p", "a/b"]))
+    if how == "odd":
+        return draw(st.sampled_from([".", "..", "", "./a", "a/../..", "a//b", "a/", "../" * (depth + 1),
+                                     "/", "p/../../..", "x" * 256]))
+    up = draw(st.integers(0, depth)) if how == "updown" else draw(st.integers(depth + 1, depth + 3))
+    down = draw(st.lists(st.sampled_from(SHORT), min_size=1, max_size=3))  # escapes stay in the sandbox
+    return "/".join([".."] * up + down)
+
+
+@st.composite
+def member_lists(draw: st.DrawFn) -> list[ra.M]:
+    """Half of the sequences use only plain names, kinds and targets (their hostility, if any, is in
+    how members combine); the other half also draws the odd ones, each about one time in twenty."""
+    odd = draw(st.sampled_from([0, 1]))
+    members: list[ra.M] = []
+    pool: list[str] = []
+    for _ in range(draw(st.integers(1, 8))):
+        name = draw(member_names(pool, odd))
+        kind = draw(weighted(file=6, dir=3, link=8, hard=odd, fifo=odd))
+        if kind == "file":
+            mode = draw(weighted(**{"644": 10, "755": 10, "4755": odd}))
+            members.append(ra.M(name, "file", data=draw(st.binary(max_size=64)), mode=int(mode, 8)))
+        elif kind == "dir":  # usually with a file below it: a directory must lead to a manifest entry
+            members.append(ra.directory(name))
+            if draw(weighted(below=3, alone=1)) == "below":
+                members.append(ra.file(name + "/" + draw(st.sampled_from(SHORT)), b"below"))
+        elif kind == "link":
+            members.append(ra.link(name, draw(link_targets(name, pool, odd))))
+        else:
+            members.append(ra.M(name, kind, target=draw(st.sampled_from(pool or ["a"]))))
+        pool.append(name)
+    return members
+
+
+@st.composite
+def self_loops(draw: st.DrawFn) -> list[ra.M]:
+    """The issue's archive and its variations: `p -> .` (or another link back up), a link reached
+    through it whose target climbs more levels than it really is deep, then a file written at the
+    link's real location (plus some other members around)."""
+    loop = draw(st.sampled_from(["p", "lib"]))
+    n = draw(st.integers(1, 6))
+    k = draw(st.integers(1, n + 3))
+    name = draw(st.sampled_from(["w", "a/w"]))
+    deep = "/".join([loop] * n + [name])
+    seq = [ra.link(loop, draw(st.sampled_from([".", "./", loop + "/.."]))),
+           ra.link(deep, "/".join([".."] * k + ["x"])),
+           ra.file(name, b"pwned\n")]
+    extra = draw(member_lists())
+    at = draw(st.integers(0, len(extra)))
+    return extra[:at] + seq + extra[at:]
+
+
+def snapshot(top: Path, skip: Path) -> dict[str, tuple[int, int, str]]:
+    """path -> (mode, size, sha256 of a file / text of a link) for everything under `top` except
+    `skip`; links are not followed."""
+    out: dict[str, tuple[int, int, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if Path(dirpath, d) != skip]
+        for n in dirnames + filenames:
+            p = Path(dirpath, n)
+            st_ = p.lstat()
+            body = (os.readlink(p) if stat.S_ISLNK(st_.st_mode)
+                    else hashlib.sha256(p.read_bytes()).hexdigest() if stat.S_ISREG(st_.st_mode) else "")
+            out[str(p.relative_to(top))] = (st_.st_mode, st_.st_size, body)
+    return out
+
+
+def _inside(path: str, dest: Path) -> bool:
+    return os.path.commonpath([path, str(dest)]) == str(dest)
+
+
+def check_dest(dest: Path, manifest: artifact.Manifest) -> None:
+    files = manifest.files
+    dirs = {"/".join(n.split("/")[:i]) for n in files for i in range(1, n.count("/") + 1)}
+    found: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(dest):
+        for n in dirnames + filenames:
+            p = Path(dirpath, n)
+            rel = str(p.relative_to(dest))
+            st_ = p.lstat()
+            if rel == artifact.MANIFEST:
+                assert artifact.Manifest.from_json(p.read_bytes()) == manifest
+                continue
+            if stat.S_ISDIR(st_.st_mode):
+                assert rel in dirs, rel
+                continue
+            entry = files[rel]
+            found.add(rel)
+            if stat.S_ISLNK(st_.st_mode):
+                assert os.readlink(p) == entry.target
+                assert _inside(os.path.realpath(p), dest), (rel, os.path.realpath(p))
+            else:
+                assert stat.S_ISREG(st_.st_mode) and entry.target is None, rel
+                assert artifact.sha256_file(p) == entry.sha256 and stat.S_IMODE(st_.st_mode) == entry.mode
+    assert found == set(files)
+
+
+def _reason(message: str) -> str:
+    return re.sub(r"'[^']*'", "_", message.rsplit(": ", 1)[-1])[:60]
+
+
+def check_archive(members: list[ra.M]) -> None:
+    with tempfile.TemporaryDirectory(prefix="nodeprep-prop-") as tmp:
+        base = Path(tmp)
+        sandbox = base / "sandbox"
+        outside = sandbox / "outside"
+        dest = sandbox.joinpath(*["d"] * DEPTH, "dest")
+        for d in (outside, dest):
+            d.mkdir(parents=True)
+        (outside / "keep").write_bytes(b"untouched\n")
+        concrete = [replace(m, target=m.target.replace(OUT, str(outside))) for m in members]
+        path = ra.write(base / "art.tar.zst", concrete)
+        before = snapshot(sandbox, dest)
+        problems = artifact.verify(path)
+        try:
+            manifest = artifact.extract(path, dest)
+            error = None
+        except NodeprepError as e:
+            error = e
+        event("extracted" if error is None else "refused: " + _reason(str(error)))
+        assert snapshot(sandbox, dest) == before
+        assert (error is None) == (problems == []), (error, problems)
+        if error is None:
+            check_dest(dest, manifest)
+        else:
+            assert error.exit_code == 2 and "\n" not in str(error)
+
+
+@settings(derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.one_of(member_lists(), self_loops()))
+def test_extraction_rules_fixed_seed(members: list[ra.M]) -> None:
+    check_archive(members)
+
+
+@settings(derandomize=False, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.one_of(member_lists(), self_loops()))
+def test_extraction_rules_random(members: list[ra.M]) -> None:
+    check_archive(members)
+
+
+@st.composite
+def safe_member_lists(draw: st.DrawFn) -> list[ra.M]:
+    """Sequences the rules must accept: distinct lower-case files, links to them by relative path."""
+    paths = st.lists(st.sampled_from(["a", "b", "c", "lib64"]), min_size=1, max_size=3).map("/".join)
+    names = draw(st.lists(paths, min_size=1, max_size=6, unique=True))
+    names = [n for n in names if not any(o.startswith(n + "/") for o in names)]
+    members: list[ra.M] = [ra.file(n + ".so", draw(st.binary(max_size=32))) for n in names]
+    for n in names:
+        if draw(st.booleans()):
+            target = os.path.relpath(draw(st.sampled_from(names)) + ".so", os.path.dirname(n) or ".")
+            members.append(ra.link(n + ".1", target))
+    return members
+
+
+@settings(derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(safe_member_lists())
+def test_well_formed_archives_extract(members: list[ra.M]) -> None:
+    """The rules are not so strict that they refuse what `pack` makes: files and relative links."""
+    with tempfile.TemporaryDirectory(prefix="nodeprep-prop-") as tmp:
+        path = ra.write(Path(tmp) / "ok.tar.zst", members)
+        dest = Path(tmp) / "dest"
+        dest.mkdir()
+        assert artifact.verify(path) == []
+        check_dest(dest, artifact.extract(path, dest))
