@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from .. import targets
 from ..errors import ProfileError
 from ..sources.drivers import DRIVER_RE, FLAVOURS
 
@@ -64,7 +65,7 @@ def parse(text: str, *, source: str = "matrix") -> list[Cell]:
     if not isinstance(data, dict):
         raise ProfileError(["must be a mapping with drivers, kernels, flavours"], source=source)
     problems = [f"{k}: unknown key (known: {', '.join(sorted(KEYS))})" for k in data if k not in KEYS]
-    os_name = str(data.get("os", "debian-12"))
+    os_name = str(data.get("os", targets.DEFAULT))
     drivers = _list(data, "drivers", [None], problems)
     kernels = _list(data, "kernels", [None], problems)
     flavours = _list(data, "flavours", ["proprietary"], problems)

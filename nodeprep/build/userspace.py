@@ -53,6 +53,8 @@ SONAME_LINK_RE = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
 class Archive(Protocol):
     """What build_userspace needs from nodeprep.sources.debian.DebianArchive."""
 
+    release: Any  # nodeprep.targets.Archive: the manifest's OS is its name
+
     def update(self, max_age_s: int = ...) -> Any: ...
     def versions(self, package: str) -> list[str]: ...
     def download_many(
@@ -241,8 +243,7 @@ def build_userspace(
     paths = archive.download_many(list(chosen.values()), progress)
     debs = dict(zip(chosen, paths, strict=True))
     inputs = {Path(deb).name: sha256_file(Path(deb)) for deb in debs.values()}
-    release = getattr(archive, "release", None)
-    os_name = getattr(release, "name", None) or "debian-12"
+    os_name = archive.release.name
     params = {"kind": "userspace", "driver_version": driver_version, "arch": arch, "layout": LAYOUT}
     digest = input_digest(inputs, params)
     dest_dir = Path(dest_dir)

@@ -81,3 +81,29 @@ def ensure_real_build(cache: Path) -> RealBuild:
         input_digest=result.input_digest,
         compiled=result.compiled,
     )
+
+
+# The new cells of issue 13, each built once per cache into its own store (same flock discipline).
+CELLS = {
+    "debian13-open": dict(driver="550.163.01", flavour="open", os_name="debian-13", kernel=None),
+}
+
+
+def ensure_cell(cache: Path, cell: str, *, userspace: bool = False) -> RealBuild:
+    """Build (once per cache) or find the real build of `cell` (see CELLS): the OS's current
+    default kernel from its archive, no smoke test, into `<cache>/real-build-<cell>/store`."""
+    from nodeprep.build.driver import BuildRequest, build_driver
+
+    cache = Path(cache)
+    base = cache / f"real-build-{cell}"
+    base.mkdir(parents=True, exist_ok=True)
+    req = BuildRequest(**CELLS[cell], store=base / "store", cache=cache, userspace=userspace,
+                       smoke_test=False)  # type: ignore[arg-type]
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = build_driver(req)
+    m = result.manifest
+    assert m.kernel_release and m.flavour
+    return RealBuild(store=req.store, driver_version=m.driver_version, flavour=m.flavour,
+                     kernel_release=m.kernel_release, kmod=result.artifact, userspace=result.userspace,
+                     os_name=m.os, cache=cache, input_digest=result.input_digest, compiled=result.compiled)
