@@ -15,6 +15,7 @@ Payload (see docs/node.md):
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import re
@@ -32,7 +33,7 @@ from ..errors import ArtifactError, InputError
 
 log = logging.getLogger(__name__)
 
-LAYOUT = 1  # bump when the payload layout below changes (part of the input digest)
+LAYOUT = 2  # bump when the payload layout below changes (part of the input digest)
 TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 BINARIES = (
     "nvidia-smi",
@@ -83,6 +84,8 @@ ROLES = (
     Role("pkcs11", "libnvidia-pkcs11-openssl3", "libnvidia-{t}-pkcs11-openssl3"),
     Role("mps", "nvidia-cuda-mps", "nvidia-{t}-cuda-mps"),
     Role("gsp", "firmware-nvidia-gsp", "firmware-nvidia-{t}-gsp"),
+    # only for /usr/share/doc/<pkg>/supported-gpus.json.gz: NVIDIA's supported-GPU list
+    Role("support", "nvidia-driver", "nvidia-{t}-driver"),
 )
 HELPERS = ("nvidia-modprobe", "nvidia-persistenced")
 
@@ -191,7 +194,7 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
     fwdir = payload / "firmware" / "nvidia" / driver_version
     for d in (lib64, bindir):
         d.mkdir(parents=True, exist_ok=True)
-    out: dict[str, list[str]] = {"lib64": [], "bin": [], "firmware": []}
+    out: dict[str, list[str]] = {"lib64": [], "bin": [], "firmware": [], "share": []}
     libroot = tree / "usr" / "lib" / triplet
     real: set[str] = set()
     suffix = f".so.{driver_version}"
@@ -212,6 +215,10 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
         if found:
             _place(found[0], bindir / name, 0o755)  # nvidia-modprobe is setuid in Debian: not in ours
             out["bin"].append(name)
+    for p in sorted((tree / "usr" / "share" / "doc").glob("*/supported-gpus.json.gz"))[:1]:
+        (payload / "share").mkdir(exist_ok=True)
+        (payload / "share" / "supported-gpus.json").write_bytes(gzip.decompress(p.read_bytes()))
+        out["share"].append("supported-gpus.json")
     fwsrc = tree / "lib" / "firmware" / "nvidia" / driver_version
     for p in sorted(fwsrc.glob("gsp*.bin")) if fwsrc.is_dir() else []:
         fwdir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from ..errors import InputError, StateError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
 from ..sysfs import read_attr
-from . import complete, system
+from . import complete, support, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
@@ -314,6 +314,7 @@ def _install_version(
                 f"{us_entry.name}: manifest says {manifest.kind} {manifest.driver_version}, "
                 f"expected userspace {version}"
             )
+        support.require(layout.root, staging, version, kmod_entry.flavour)  # before anything changes
         crash_point("install:userspace-extracted")
         (staging / "modules").mkdir(exist_ok=True)
         _stage_kmod(layout, kmod_path, kernel, staging / "modules" / kernel)
@@ -400,6 +401,7 @@ def _activate(
             f"{version}: not installed (installed: "
             f"{', '.join(sorted(state.installed, key=version_key)) or 'none'})"
         )
+    support.require(layout.root, layout.version_dir(version), version)  # the node's GPUs
     notes: list[str] = []
     if layout.live:
         rel = target_kernel(layout, kernel)

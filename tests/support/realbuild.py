@@ -85,7 +85,12 @@ def ensure_real_build(cache: Path) -> RealBuild:
 
 # The new cells of issue 13, each built once per cache into its own store (same flock discipline).
 CELLS = {
-    "debian13-open": dict(driver="550.163.01", flavour="open", os_name="debian-13", kernel=None),
+    # Not trixie's current default kernel: 6.12.107 and later changed pci_resize_resource() (a new
+    # argument), which 550.163.01's nv-pci.c does not know ("too few arguments to function
+    # 'pci_resize_resource'"); 6.12.94 is the newest trixie kernel it builds against.
+    "debian13-open": dict(
+        driver="550.163.01", flavour="open", os_name="debian-13", kernel="6.12.94+deb13-amd64"
+    ),
 }
 
 
