@@ -235,6 +235,8 @@ def install(
     # re-run does not depend on the store being reachable (nor pay for asking it).
     picked = None if _has_kernel(load_state(layout.root), version, rel) else _pick(
         src, version, rel, arch, flavour)
+    if picked is not None:  # the node's GPUs against the driver's list, before anything changes
+        _require_support(layout, src, picked[0], picked[1], version)
     notes: list[str] = []
     with locked(layout):
         crash_point("install:locked")
@@ -298,6 +300,16 @@ def install(
     )
 
 
+def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntry, version: str) -> None:
+    """nodeprep.node.support against the user-space artifact's list (a download from a remote
+    store is dropped again when refused)."""
+    try:
+        support.require_artifact(layout.root, src.fetch(us, layout.download_dir), version, kmod.flavour)
+    except InputError:
+        _drop_downloads(layout, src, us)
+        raise
+
+
 def _install_version(
     layout: Layout, src: Store, us_entry: IndexEntry, kmod_entry: IndexEntry, version: str, kernel: str
 ) -> None:
@@ -314,7 +326,6 @@ def _install_version(
                 f"{us_entry.name}: manifest says {manifest.kind} {manifest.driver_version}, "
                 f"expected userspace {version}"
             )
-        support.require(layout.root, staging, version, kmod_entry.flavour)  # before anything changes
         crash_point("install:userspace-extracted")
         (staging / "modules").mkdir(exist_ok=True)
         _stage_kmod(layout, kmod_path, kernel, staging / "modules" / kernel)

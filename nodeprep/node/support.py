@@ -211,6 +211,23 @@ def problems_for(
     ]
 
 
+def require_artifact(root: Path, userspace: Path, version: str, flavour: str | None) -> None:
+    """`require` against the list inside user-space artifact `userspace` (read, not extracted)."""
+    from ..artifact import read_member
+
+    data = read_member(userspace, SUPPORT_FILE)
+    if data is None:
+        log.info("%s carries no supported-GPU list: GPU support not checked", userspace.name)
+        return
+    notes: list[str] = []
+    problems = check_support(data.decode(), flavour or "proprietary", node_pci_ids(root),
+                             driver_version=version, notes=notes)
+    for note in dict.fromkeys(notes):
+        log.warning("warning: %s", note)
+    if problems:
+        raise InputError(problems[0], hint="\n".join(problems[1:]) or None)
+
+
 def require(root: Path, version_dir: Path, version: str, flavour: str | None = None) -> None:
     """Refuse (InputError, nothing changed yet) when `version` does not support the node's GPUs."""
     notes: list[str] = []

@@ -132,3 +132,21 @@ def test_doctor_reports_the_support_check(tmp_path):
     layout.current.symlink_to("550.163.01")  # the active version, as activate leaves it
     (c,) = doctor.doctor(root, checks={"support"}).checks
     assert not c.ok and "(PCI 10de:2b85) is newer than 550.163.01" in c.message
+
+
+def test_the_list_is_read_from_the_user_space_artifact_without_extracting(tmp_path):
+    from nodeprep.artifact import Manifest, pack, read_member
+
+    payload = tmp_path / "payload"
+    (payload / "share").mkdir(parents=True)
+    (payload / support.SUPPORT_FILE).write_text(LISTS["535.309.01"])
+    manifest = Manifest(kind="userspace", driver_version="535.309.01", arch="amd64", os="debian-12",
+                        input_digest="1" * 64, inputs={})
+    path, _ = pack(payload, manifest, tmp_path / "out")
+    assert read_member(path, support.SUPPORT_FILE) == LISTS["535.309.01"].encode()
+    assert read_member(path, "share/nothing.json") is None
+    root = sysfs(tmp_path / "root", "15f8")
+    support.require_artifact(root, path, "535.309.01", "proprietary")
+    with pytest.raises(InputError, match=r"^Tesla P100-PCIE-16GB \(PCI 10de:15f8\) is not supported by the open"):
+        support.require_artifact(root, path, "535.309.01", "open")
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["sys"]  # nothing written
