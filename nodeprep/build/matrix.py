@@ -66,6 +66,8 @@ def parse(text: str, *, source: str = "matrix") -> list[Cell]:
         raise ProfileError(["must be a mapping with drivers, kernels, flavours"], source=source)
     problems = [f"{k}: unknown key (known: {', '.join(sorted(KEYS))})" for k in data if k not in KEYS]
     os_name = str(data.get("os", targets.DEFAULT))
+    if os_name not in targets.names():
+        problems.append(f"os: unknown OS {os_name!r} (known: {', '.join(targets.names())})")
     drivers = _list(data, "drivers", [None], problems)
     kernels = _list(data, "kernels", [None], problems)
     flavours = _list(data, "flavours", ["proprietary"], problems)
