@@ -42,11 +42,14 @@ def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: b
     """
     from ..artifact import read_manifest
     from ..build.smoke import smoke_test_artifact
+    from ..errors import NodeprepError
     from ..sources.debian import DebianArchive
 
-    # the archive of the kernel's own line (a backports kernel comes from the backports suites)
-    kernel = kernel_release or read_manifest(artifact).kernel_release
-    archive = DebianArchive(cache, os_name=os_name, kernel=kernel)
+    try:  # the archive of the kernel's own line (a backports kernel comes from bookworm-backports)
+        kernel = kernel_release or read_manifest(artifact).kernel_release
+        archive = DebianArchive(cache, os_name=os_name, kernel=kernel)
+    except (OSError, NodeprepError):  # a missing artifact or a bad kernel name: reported just below
+        archive = DebianArchive(cache, os_name=os_name)
     result = smoke_test_artifact(artifact, archive=archive, cache=cache, kernel_release=kernel_release,
                                  force=force, sig_enforce=sig_enforce, timeout=timeout,
                                  console_log=console_log, trusted_cert=trust_cert)

@@ -32,5 +32,5 @@ def _ubuntu(version: str, compiler: str) -> TargetOS:
     )
 
 
-UBUNTU_2204 = _ubuntu("22.04", "gcc-12")
+UBUNTU_2204 = _ubuntu("22.04", "gcc-11")  # GA 5.15 kernels; HWE 6.x kernels use gcc-12
 UBUNTU_2404 = _ubuntu("24.04", "gcc-13")
