@@ -42,7 +42,7 @@ class ContainerBuild:
     args: tuple[str, ...]  # build-driver arguments other than --store/--cache/--builder
     repo: Path = REPO
     mounts: tuple[tuple[Path, str], ...] = ()  # (host path, container path), read-only
-    kernel: str | None = None  # required for the per-kernel images (other OSes than debian-12)
+    kernel: str | None = None  # required for the per-kernel images (the host-builder OSes)
 
     @property
     def inner_builder(self) -> str:

@@ -1,6 +1,6 @@
 """Build matrices: drivers x kernels x flavours for one OS, from a small YAML file.
 
-    os: debian-12                  # default debian-12
+    os: debian-12                  # a target OS of nodeprep.targets (default debian-12)
     drivers: [535.309.01, "535"]   # exact versions, branches, or "latest"
     kernels: [6.1.0-56-amd64, latest]
     flavours: [proprietary, open]  # default [proprietary]

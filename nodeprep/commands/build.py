@@ -193,8 +193,9 @@ def _sigterm_as_interrupt() -> None:
     type=click.Choice(["chroot", "host", "podman", "docker"]),
     default="chroot",
     show_default=True,
-    help="chroot: mmdebstrap build root (debian-12); host: this system's installed kernel headers and "
-    "gcc; podman/docker: inside images/<os>/ (chroot for debian-12, host for the others).",
+    help="chroot: mmdebstrap build root of the target OS (debian-12, debian-13); host: this system's "
+    "installed kernel headers and gcc; podman/docker: inside images/<os>/ (chroot for the Debian "
+    "targets, host for the others).",
 )
 @click.option(
     "--headers-dir",

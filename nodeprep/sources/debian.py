@@ -85,7 +85,7 @@ def parse_control(text: str) -> dict[str, str]:
 class DebianArchive:
     """Query and download packages of one Debian release with a private apt setup."""
 
-    def __init__(self, cache_dir: Path, *, os_name: str = "debian-12", arch: str = "amd64",
+    def __init__(self, cache_dir: Path, *, os_name: str = targets.DEFAULT, arch: str = "amd64",
                  mirror: str | None = None, security_mirror: str | None = None,
                  kernel: str | None = None) -> None:
         self.release = release(os_name, kernel)
