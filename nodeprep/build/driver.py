@@ -158,7 +158,8 @@ def _archive(req: BuildRequest) -> Any:
 
     # The archive of the target OS and the kernel's line; an OS that borrows another's driver
     # sources and user space gets that OS's archive (nodeprep.targets says which).
-    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=req.kernel)
+    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
+    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=kernel)
 
 
 class _LazyArchive:
@@ -270,7 +271,8 @@ def _driver_source(req: BuildRequest, archive: Any, run_path: Path | None) -> tu
         if req.driver and req.driver != version:
             raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
         return version, {"kind": "runfile", "url": req.runfile or "", "name": run_path.name}
-    chosen = drivers.resolve_for_target(archive, req.os_name, req.kernel, req.driver, req.flavour)
+    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
+    chosen = drivers.resolve_for_target(archive, req.os_name, kernel, req.driver, req.flavour)
     return chosen.driver_version, {
         "kind": "debian",
         "package": chosen.package,

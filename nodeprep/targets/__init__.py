@@ -12,7 +12,7 @@ from ..errors import InputError
 from . import debian12, debian13, rhel9, ubuntu
 from .base import Archive, Channel, TargetOS
 
-__all__ = ["DEFAULT", "Archive", "Channel", "TargetOS", "archive", "get", "names"]
+__all__ = ["DEFAULT", "Archive", "Channel", "TargetOS", "archive", "channel", "get", "line_kernel", "names"]
 
 DEFAULT = "debian-12"
 _ALL: tuple[TargetOS, ...] = (
@@ -43,6 +43,15 @@ def channel(target: TargetOS, kernel: str | None) -> Channel:
         return target.channel_for(kernel)
     except ValueError as e:
         raise InputError(f"--kernel: {e}") from None
+
+
+def line_kernel(name: str, kernel: str | None, builder: str) -> str | None:
+    """The kernel that picks the line for a build: `kernel` itself, except that a host build for a
+    kernel named like none of the OS's lines (a custom kernel on a build host) uses the main line."""
+    if builder == "host" and kernel is not None:
+        if not any(c.matches(kernel) for c in get(name).channels):
+            return None
+    return kernel
 
 
 def archive(name: str, kernel: str | None = None) -> Archive:

@@ -120,6 +120,12 @@ def test_mainline_driver_on_a_backports_kernel_names_the_choice():
         drivers.resolve_for_target(archive, "debian-12", "6.12.95+deb12-amd64", None, "open")
 
 
+def test_a_custom_kernel_on_a_build_host_takes_the_main_line():
+    assert targets.line_kernel("debian-12", "6.18.44-custom", "host") is None
+    assert targets.line_kernel("debian-12", "6.12.95+deb12-amd64", "host") == "6.12.95+deb12-amd64"
+    assert targets.line_kernel("debian-12", "6.18.44-custom", "chroot") == "6.18.44-custom"  # refused later
+
+
 def test_requests_for_other_lines_and_builders_are_refused_before_any_download(tmp_path):
     base = dict(store=tmp_path / "s", cache=tmp_path / "c", smoke_test=False)
     validate_request(BuildRequest(os_name="debian-13", kernel="6.12.117+deb13-amd64", **base))
