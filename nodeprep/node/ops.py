@@ -235,8 +235,8 @@ def install(
     # re-run does not depend on the store being reachable (nor pay for asking it).
     picked = None if _has_kernel(load_state(layout.root), version, rel) else _pick(
         src, version, rel, arch, flavour)
-    if picked is not None:  # the node's GPUs against the driver's list, before anything changes
-        _require_support(layout, src, picked[0], picked[1], version)
+    if picked is not None and src.local is not None:  # the node's GPUs against the driver's list,
+        _require_support(layout, src, picked[0], picked[1], version)  # before anything changes
     notes: list[str] = []
     with locked(layout):
         crash_point("install:locked")
@@ -301,8 +301,9 @@ def install(
 
 
 def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntry, version: str) -> None:
-    """nodeprep.node.support against the user-space artifact's list (a download from a remote
-    store is dropped again when refused)."""
+    """nodeprep.node.support against the user-space artifact's list. A local store's artifact is
+    read where it is, before the lock; a remote one is downloaded under the lock (concurrent runs
+    share the download directory) and dropped again when refused."""
     try:
         support.require_artifact(layout.root, src.fetch(us, layout.download_dir), version, kmod.flavour)
     except InputError:
@@ -314,6 +315,8 @@ def _install_version(
     layout: Layout, src: Store, us_entry: IndexEntry, kmod_entry: IndexEntry, version: str, kernel: str
 ) -> None:
     layout.opt.mkdir(parents=True, exist_ok=True)
+    if src.local is None:
+        _require_support(layout, src, us_entry, kmod_entry, version)
     us_path = src.fetch(us_entry, layout.download_dir)
     kmod_path = src.fetch(kmod_entry, layout.download_dir)
     crash_point("install:fetched")
