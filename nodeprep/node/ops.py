@@ -314,9 +314,9 @@ def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntr
 def _install_version(
     layout: Layout, src: Store, us_entry: IndexEntry, kmod_entry: IndexEntry, version: str, kernel: str
 ) -> None:
-    layout.opt.mkdir(parents=True, exist_ok=True)
     if src.local is None:
         _require_support(layout, src, us_entry, kmod_entry, version)
+    layout.opt.mkdir(parents=True, exist_ok=True)
     us_path = src.fetch(us_entry, layout.download_dir)
     kmod_path = src.fetch(kmod_entry, layout.download_dir)
     crash_point("install:fetched")
