@@ -247,6 +247,34 @@ def read_manifest(path: Path) -> Manifest:
     raise ArtifactError(f"{path}: first member is not {MANIFEST}")
 
 
+def read_member(path: Path, name: str, *, limit: int = 16 << 20) -> bytes | None:
+    """The bytes of payload file `name` of artifact `path`, checked against its manifest entry
+    (None when the artifact has no such file); nothing is written."""
+    manifest: Manifest | None = None
+    for member, tar in _open_tar(path):
+        if manifest is None:
+            if member.name != MANIFEST:
+                raise ArtifactError(f"{path}: first member is not {MANIFEST}")
+            f = tar.extractfile(member)
+            assert f is not None
+            manifest = Manifest.from_json(f.read(), source=f"{path}:{MANIFEST}")
+            if name not in manifest.files:
+                return None
+            continue
+        if member.name != name:
+            continue
+        entry = manifest.files[name]
+        if not member.isfile() or member.size != entry.size or member.size > limit:
+            raise ArtifactError(f"{path}: {name} does not match its manifest entry")
+        f = tar.extractfile(member)
+        assert f is not None
+        data = f.read()
+        if sha256_bytes(data) != entry.sha256:
+            raise ChecksumError(f"{path}: {name} does not match its manifest sha256")
+        return data
+    return None
+
+
 def verify(path: Path, *, limits: Limits = LIMITS) -> list[str]:
     """Problems found in artifact `path` (empty list: it is intact), by the rules `extract` applies
     (safetar.MemberRules) plus every file's sha256. Never raises for bad content."""

@@ -7,7 +7,8 @@ refreshed root means new artifacts. Each build works in a hard-link clone of the
 (`cp -al`, about a second) so parallel builds never share a build directory; files added to a
 clone replace links instead of writing through them (see headers.install_into).
 
-The recipe is documented in images/debian-12/ (README.md, packages.list).
+The recipe of each OS is in nodeprep/targets/ and documented in images/<os>/ (README.md,
+packages.list).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import runner
+from .. import runner, targets
 from ..artifact import canonical_json, sha256_bytes, sha256_file
 from ..errors import CommandError, InputError, NetworkError
 
@@ -57,25 +58,16 @@ class BuildRootSpec:
         )[:16]
 
 
-# What compiling an out-of-tree module against Debian's linux-headers needs: the kernel's compiler
-# (gcc-12 for bookworm's kernels), make, libc headers for host tools, binutils (ld, strip, objcopy),
-# and the libraries linux-kbuild-* tools link against (libelf1, libssl3). kmod for modinfo/depmod.
-SPECS = {
-    "debian-12": BuildRootSpec(
-        os_name="debian-12",
-        suite="bookworm",
-        packages=("gcc-12", "make", "libc6-dev", "binutils", "libelf1", "libssl3", "kmod"),
-    ),
-}
-
-
 def spec_for(os_name: str) -> BuildRootSpec:
-    try:
-        return SPECS[os_name]
-    except KeyError:
+    """The chroot build root recipe of target OS `os_name` (nodeprep.targets holds the packages)."""
+    target = targets.get(os_name)
+    if not target.has_buildroot or target.suite is None:
+        have = [n for n in targets.names() if targets.get(n).has_buildroot]
         raise InputError(
-            f"--os: no build root recipe for {os_name!r} (have: {', '.join(sorted(SPECS))})"
-        ) from None
+            f"--os: {os_name} has no chroot build root (its builder is {target.builder}; chroot "
+            f"build roots: {', '.join(have)}); use --builder host or podman/docker"
+        )
+    return BuildRootSpec(os_name=target.name, suite=target.suite, packages=target.buildroot_packages)
 
 
 @dataclass(frozen=True)

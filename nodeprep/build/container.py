@@ -4,9 +4,9 @@ The image comes from images/<os>/Containerfile; the repository is mounted read-o
 store and cache read-write at /store and /cache, and the container runs `nodeprep build-driver` with
 the same arguments:
 
-- debian-12: image `nodeprep-builder:debian-12`, and `--builder chroot` inside (the same mmdebstrap
-  build root as on a host);
-- other OSes (ubuntu-22.04, ubuntu-24.04, rhel-9): the image installs the exact kernel's headers and
+- OSes whose target builder is chroot (debian-12, debian-13): image `nodeprep-builder:<os>`, and
+  `--builder chroot` inside (the same mmdebstrap build root as on a host);
+- the others (ubuntu-22.04, ubuntu-24.04, rhel-9): the image installs the exact kernel's headers and
   compiler, so it is built per kernel (`--build-arg KERNEL_RELEASE=<kernel>`, tag
   `nodeprep-builder:<os>-<kernel>`; `--kernel` is required) and runs `--builder host` inside.
 
@@ -21,12 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import runner
+from .. import runner, targets
 from ..errors import InputError
 
 ENGINES = ("podman", "docker")
-CHROOT_IN_CONTAINER = ("debian-12",)  # OSes whose image runs the chroot builder inside
 REPO = Path(__file__).resolve().parents[2]
+
+
+def inner_builder(os_name: str) -> str:
+    """The builder the OS's image runs inside: its target's (chroot for Debian, host otherwise)."""
+    return targets.get(os_name).builder
 
 
 @dataclass(frozen=True)
@@ -38,11 +42,11 @@ class ContainerBuild:
     args: tuple[str, ...]  # build-driver arguments other than --store/--cache/--builder
     repo: Path = REPO
     mounts: tuple[tuple[Path, str], ...] = ()  # (host path, container path), read-only
-    kernel: str | None = None  # required for the per-kernel images (other OSes than debian-12)
+    kernel: str | None = None  # required for the per-kernel images (the host-builder OSes)
 
     @property
     def inner_builder(self) -> str:
-        return "chroot" if self.os_name in CHROOT_IN_CONTAINER else "host"
+        return inner_builder(self.os_name)
 
     @property
     def image(self) -> str:
@@ -106,7 +110,7 @@ def run_argv(cb: ContainerBuild) -> list[str]:
 def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBuild:
     """The container run of BuildRequest `req`: the same options, paths mapped into the container
     (store -> /store, cache -> /cache, runfile/keys mounted read-only under /inputs)."""
-    if req.os_name not in CHROOT_IN_CONTAINER and not req.kernel:
+    if inner_builder(req.os_name) == "host" and not req.kernel:
         raise InputError(
             f"--builder {engine} --os {req.os_name}: --kernel RELEASE is required "
             "(the image installs that kernel's headers)"

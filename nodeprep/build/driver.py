@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, paths, runner
+from .. import __version__, paths, runner, targets
 from ..artifact import (
     LocalStore,
     Manifest,
@@ -61,7 +61,7 @@ class BuildError(NodeprepError):
 class BuildRequest:
     driver: str | None = None  # exact version, branch ("535") or None for the newest
     flavour: str = "proprietary"
-    os_name: str = "debian-12"
+    os_name: str = targets.DEFAULT
     kernel: str | None = None  # None: the OS's current default kernel
     arch: str = "amd64"
     store: Path = paths.DEFAULT_STORE
@@ -156,9 +156,10 @@ def _hook(name: str) -> Any | None:
 def _archive(req: BuildRequest) -> Any:
     from ..sources.debian import DebianArchive
 
-    # Host builds for other OSes still take Debian's driver sources / user space from Debian 12.
-    os_name = req.os_name if req.os_name in buildroot.SPECS else "debian-12"
-    return DebianArchive(req.cache, os_name=os_name, arch=req.arch)
+    # The archive of the target OS and the kernel's line; an OS that borrows another's driver
+    # sources and user space gets that OS's archive (nodeprep.targets says which).
+    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
+    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=kernel)
 
 
 class _LazyArchive:
@@ -270,7 +271,8 @@ def _driver_source(req: BuildRequest, archive: Any, run_path: Path | None) -> tu
         if req.driver and req.driver != version:
             raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
         return version, {"kind": "runfile", "url": req.runfile or "", "name": run_path.name}
-    chosen = drivers.resolve(drivers.load_catalog(archive), req.driver, req.flavour)
+    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
+    chosen = drivers.resolve_for_target(archive, req.os_name, kernel, req.driver, req.flavour)
     return chosen.driver_version, {
         "kind": "debian",
         "package": chosen.package,
@@ -575,7 +577,9 @@ def _userspace(
     # User space is distribution-independent: host builds for any OS take it from Debian's archive
     # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
     soft: tuple[type[Exception], ...] = (
-        (NodeprepError,) if req.builder == "host" and req.os_name not in buildroot.SPECS else (InputError,)
+        (NodeprepError,)
+        if req.builder == "host" and targets.get(req.os_name).borrows_sources
+        else (InputError,)
     )
     phases = phases or Phases()
     text = f"Building the user-space artifact for {driver_version}"
@@ -598,15 +602,15 @@ def _userspace(
 
 def validate_request(req: BuildRequest) -> None:
     """Refuse bad input before anything is downloaded or written (InputError, exit 2)."""
+    target = targets.get(req.os_name)
     if req.builder == "host":
-        if req.os_name not in hostbuild.HOST_OSES:
-            raise InputError(f"--os: {req.os_name!r} is not one of {', '.join(hostbuild.HOST_OSES)}")
-        if req.smoke_test and req.os_name not in buildroot.SPECS:
+        if req.smoke_test and not target.smoke_boot:
             raise InputError(
                 f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)"
             )
     else:
         buildroot.spec_for(req.os_name)
+        targets.channel(target, req.kernel)
         if req.headers_dir is not None:
             raise InputError("--headers-dir is only used with --builder host")
     if req.flavour not in drivers.FLAVOURS:
@@ -685,7 +689,7 @@ def _build_driver(
     archive = archive or (_LazyArchive(req) if host else _archive(req))
     smoke_mod = _hook("smoke")
     # The smoke test boots Debian's kernel: off by default for host builds for other OSes.
-    smoke_default = smoke_mod is not None and req.os_name in buildroot.SPECS
+    smoke_default = smoke_mod is not None and targets.get(req.os_name).smoke_boot
     smoke_on = req.smoke_test if req.smoke_test is not None else smoke_default
     if smoke_on and smoke_mod is None:
         raise InputError("--smoke-test: the smoke test hook (nodeprep.build.smoke) is not installed")

@@ -20,14 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runner
+from .. import runner, targets
 from ..artifact import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from . import cc, kbuild
 
 log = logging.getLogger(__name__)
 
-HOST_OSES = ("debian-12", "ubuntu-22.04", "ubuntu-24.04", "rhel-9")
 DIGEST_FILES = (".config", "Module.symvers", "include/generated/utsrelease.h")
 UTS_RE = re.compile(r'#define\s+UTS_RELEASE\s+"([^"]+)"')
 
@@ -134,8 +133,7 @@ class HostRoot:
 
 def host_root(os_name: str, kernel: str | None, headers_dir: Path | None) -> tuple[HostRoot, str]:
     """Find the headers and the compiler; returns the host root and the kernel release."""
-    if os_name not in HOST_OSES:
-        raise InputError(f"--os: {os_name!r} is not one of {', '.join(HOST_OSES)} (--builder host)")
+    targets.get(os_name)
     hdir = find_headers_dir(kernel, headers_dir)
     release = headers_release(hdir)
     if kernel and release and kernel != release:

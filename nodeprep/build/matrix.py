@@ -1,6 +1,6 @@
 """Build matrices: drivers x kernels x flavours for one OS, from a small YAML file.
 
-    os: debian-12                  # default debian-12
+    os: debian-12                  # a target OS of nodeprep.targets (default debian-12)
     drivers: [535.309.01, "535"]   # exact versions, branches, or "latest"
     kernels: [6.1.0-56-amd64, latest]
     flavours: [proprietary, open]  # default [proprietary]
@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from .. import targets
 from ..errors import ProfileError
 from ..sources.drivers import DRIVER_RE, FLAVOURS
 
@@ -64,7 +65,9 @@ def parse(text: str, *, source: str = "matrix") -> list[Cell]:
     if not isinstance(data, dict):
         raise ProfileError(["must be a mapping with drivers, kernels, flavours"], source=source)
     problems = [f"{k}: unknown key (known: {', '.join(sorted(KEYS))})" for k in data if k not in KEYS]
-    os_name = str(data.get("os", "debian-12"))
+    os_name = str(data.get("os", targets.DEFAULT))
+    if os_name not in targets.names():
+        problems.append(f"os: unknown OS {os_name!r} (known: {', '.join(targets.names())})")
     drivers = _list(data, "drivers", [None], problems)
     kernels = _list(data, "kernels", [None], problems)
     flavours = _list(data, "flavours", ["proprietary"], problems)

@@ -15,6 +15,7 @@ Payload (see docs/node.md):
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import re
@@ -32,7 +33,7 @@ from ..errors import ArtifactError, InputError
 
 log = logging.getLogger(__name__)
 
-LAYOUT = 1  # bump when the payload layout below changes (part of the input digest)
+LAYOUT = 2  # bump when the payload layout below changes (part of the input digest)
 TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 BINARIES = (
     "nvidia-smi",
@@ -52,6 +53,8 @@ SONAME_LINK_RE = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
 
 class Archive(Protocol):
     """What build_userspace needs from nodeprep.sources.debian.DebianArchive."""
+
+    release: Any  # nodeprep.targets.Archive: the manifest's OS is its name
 
     def update(self, max_age_s: int = ...) -> Any: ...
     def versions(self, package: str) -> list[str]: ...
@@ -81,6 +84,8 @@ ROLES = (
     Role("pkcs11", "libnvidia-pkcs11-openssl3", "libnvidia-{t}-pkcs11-openssl3"),
     Role("mps", "nvidia-cuda-mps", "nvidia-{t}-cuda-mps"),
     Role("gsp", "firmware-nvidia-gsp", "firmware-nvidia-{t}-gsp"),
+    # only for /usr/share/doc/<pkg>/supported-gpus.json.gz: NVIDIA's supported-GPU list
+    Role("support", "nvidia-driver", "nvidia-{t}-driver"),
 )
 HELPERS = ("nvidia-modprobe", "nvidia-persistenced")
 
@@ -189,7 +194,7 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
     fwdir = payload / "firmware" / "nvidia" / driver_version
     for d in (lib64, bindir):
         d.mkdir(parents=True, exist_ok=True)
-    out: dict[str, list[str]] = {"lib64": [], "bin": [], "firmware": []}
+    out: dict[str, list[str]] = {"lib64": [], "bin": [], "firmware": [], "share": []}
     libroot = tree / "usr" / "lib" / triplet
     real: set[str] = set()
     suffix = f".so.{driver_version}"
@@ -210,6 +215,10 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
         if found:
             _place(found[0], bindir / name, 0o755)  # nvidia-modprobe is setuid in Debian: not in ours
             out["bin"].append(name)
+    for p in sorted((tree / "usr" / "share" / "doc").glob("*/supported-gpus.json.gz"))[:1]:
+        (payload / "share").mkdir(exist_ok=True)
+        (payload / "share" / "supported-gpus.json").write_bytes(gzip.decompress(p.read_bytes()))
+        out["share"].append("supported-gpus.json")
     fwsrc = tree / "lib" / "firmware" / "nvidia" / driver_version
     for p in sorted(fwsrc.glob("gsp*.bin")) if fwsrc.is_dir() else []:
         fwdir.mkdir(parents=True, exist_ok=True)
@@ -241,8 +250,7 @@ def build_userspace(
     paths = archive.download_many(list(chosen.values()), progress)
     debs = dict(zip(chosen, paths, strict=True))
     inputs = {Path(deb).name: sha256_file(Path(deb)) for deb in debs.values()}
-    release = getattr(archive, "release", None)
-    os_name = getattr(release, "name", None) or "debian-12"
+    os_name = archive.release.name
     params = {"kind": "userspace", "driver_version": driver_version, "arch": arch, "layout": LAYOUT}
     digest = input_digest(inputs, params)
     dest_dir = Path(dest_dir)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import artifact, log
+from .. import artifact, log, targets
 from ..errors import InputError, NodeprepError
 from ..paths import DEFAULT_STORE, default_cache
 from . import progress as render
@@ -151,7 +151,8 @@ def _sigterm_as_interrupt() -> None:
 @click.option(
     "--flavour", type=click.Choice(["proprietary", "open"]), default="proprietary", show_default=True
 )
-@click.option("--os", "os_name", default="debian-12", show_default=True, help="Target OS of the kernel.")
+@click.option("--os", "os_name", default=targets.DEFAULT, show_default=True,
+              help="Target OS of the kernel (" + ", ".join(targets.names()) + ").")
 @click.option(
     "--kernel",
     default=None,
@@ -192,8 +193,9 @@ def _sigterm_as_interrupt() -> None:
     type=click.Choice(["chroot", "host", "podman", "docker"]),
     default="chroot",
     show_default=True,
-    help="chroot: mmdebstrap build root (debian-12); host: this system's installed kernel headers and "
-    "gcc; podman/docker: inside images/<os>/ (chroot for debian-12, host for the others).",
+    help="chroot: mmdebstrap build root of the target OS (debian-12, debian-13); host: this system's "
+    "installed kernel headers and gcc; podman/docker: inside images/<os>/ (chroot for the Debian "
+    "targets, host for the others).",
 )
 @click.option(
     "--headers-dir",
@@ -262,7 +264,7 @@ def build_driver_cmd(
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = _target(store, cache, options)
     in_container = builder in container.ENGINES
-    inner = "chroot" if in_container and os_name in container.CHROOT_IN_CONTAINER else builder
+    inner = container.inner_builder(os_name) if in_container else builder
     req = BuildRequest(
         driver=driver,
         flavour=flavour,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .. import targets
 from ..paths import default_cache
 from .options import emit_json, json_option
 
@@ -27,7 +28,8 @@ from .options import emit_json, json_option
               help="Seconds the boot may take before the test fails.")
 @click.option("--console-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the whole serial console output of the boot to FILE.")
-@click.option("--os", "os_name", default="debian-12", show_default=True, help="Target OS of the artifact.")
+@click.option("--os", "os_name", default=targets.DEFAULT, show_default=True,
+              help="Target OS of the artifact.")
 @json_option
 def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: bool, sig_enforce: bool,
                trust_cert: Path | None, timeout: float, console_log: Path | None, os_name: str,
@@ -38,10 +40,16 @@ def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: b
     nvidia.ko gets as far as its GPU probe ("No NVIDIA GPU found") and every symbol of the other
     modules resolves; FAIL quotes the kernel's reason. Exit status 0 on PASS, 1 on FAIL.
     """
+    from ..artifact import read_manifest
     from ..build.smoke import smoke_test_artifact
+    from ..errors import NodeprepError
     from ..sources.debian import DebianArchive
 
-    archive = DebianArchive(cache, os_name=os_name)
+    try:  # the archive of the kernel's own line (a backports kernel comes from bookworm-backports)
+        kernel = kernel_release or read_manifest(artifact).kernel_release
+        archive = DebianArchive(cache, os_name=os_name, kernel=kernel)
+    except (OSError, NodeprepError):  # a missing artifact or a bad kernel name: reported just below
+        archive = DebianArchive(cache, os_name=os_name)
     result = smoke_test_artifact(artifact, archive=archive, cache=cache, kernel_release=kernel_release,
                                  force=force, sig_enforce=sig_enforce, timeout=timeout,
                                  console_log=console_log, trusted_cert=trust_cert)

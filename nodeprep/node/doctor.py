@@ -10,6 +10,8 @@ Checks (names usable in `checks=`):
 - devices:  /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm(-tools) exist (when the driver is loaded)
 - ldcache:  ROOT/etc/ld.so.cache resolves libcuda.so.1 and libnvidia-ml.so.1 into the active root
 - cuda:     `require_cuda` is satisfied by the active driver (table in nodeprep.node.cuda)
+- support:  the active version and flavour support every NVIDIA GPU of the node (its
+            supported-GPU list against the PCI ids in ROOT/sys; nodeprep.node.support)
 A node without a GPU, or with a GPU but no loaded driver, is reported as such (gpu / module), and
 the checks that depend on a loaded driver are then skipped rather than failed.
 """
@@ -25,7 +27,7 @@ from typing import Any
 
 from ..errors import CommandError
 from ..sysfs import read_attr
-from . import cuda, system
+from . import cuda, support, system
 from .devices import parse_gpu_minors
 from .kmod import running_kernel
 from .layout import Layout
@@ -33,7 +35,7 @@ from .state import State, load_state
 
 log = logging.getLogger(__name__)
 
-ALL_CHECKS = ("state", "gpu", "module", "kmod", "devices", "ldcache", "cuda")
+ALL_CHECKS = ("state", "gpu", "module", "kmod", "devices", "ldcache", "cuda", "support")
 LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
 NV_VENDOR = "0x10de"
 PROC_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
@@ -150,6 +152,18 @@ def _check_ldcache(layout: Layout, active: str | None) -> Check:
     return Check("ldcache", True, "; ".join(good))
 
 
+def _check_support(layout: Layout, active: str) -> Check:
+    notes: list[str] = []
+    problems = support.problems_for(layout.root, layout.version_dir(active), active, notes=notes)
+    if problems is None:
+        return Check("support", True, f"{active} carries no supported-GPU list: not checked", skipped=True)
+    if problems:
+        return Check("support", False, "; ".join(problems))
+    gpus = support.node_pci_ids(layout.root)
+    extra = f" ({'; '.join(notes)})" if notes else ""
+    return Check("support", True, f"{active} supports the node's {len(gpus)} NVIDIA GPU(s){extra}")
+
+
 def _node(layout: Layout, path: Path) -> str:
     """The node's view of a resolved host path under ROOT."""
     try:
@@ -264,6 +278,8 @@ def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | No
             )
     if "ldcache" in wanted:
         out.append(_check_ldcache(layout, active))
+    if "support" in wanted and active is not None:
+        out.append(_check_support(layout, active))
     if "cuda" in wanted and require_cuda is not None:
         if active is None:
             out.append(Check("cuda", False, f"CUDA {require_cuda} required but no driver is active"))

@@ -26,7 +26,7 @@ from ..errors import InputError, StateError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
 from ..sysfs import read_attr
-from . import complete, system
+from . import complete, support, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
@@ -235,6 +235,8 @@ def install(
     # re-run does not depend on the store being reachable (nor pay for asking it).
     picked = None if _has_kernel(load_state(layout.root), version, rel) else _pick(
         src, version, rel, arch, flavour)
+    if picked is not None and src.local is not None:  # the node's GPUs against the driver's list,
+        _require_support(layout, src, picked[0], picked[1], version)  # before anything changes
     notes: list[str] = []
     with locked(layout):
         crash_point("install:locked")
@@ -298,9 +300,22 @@ def install(
     )
 
 
+def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntry, version: str) -> None:
+    """nodeprep.node.support against the user-space artifact's list. A local store's artifact is
+    read where it is, before the lock; a remote one is downloaded under the lock (concurrent runs
+    share the download directory) and dropped again when refused."""
+    try:
+        support.require_artifact(layout.root, src.fetch(us, layout.download_dir), version, kmod.flavour)
+    except InputError:
+        _drop_downloads(layout, src, us)
+        raise
+
+
 def _install_version(
     layout: Layout, src: Store, us_entry: IndexEntry, kmod_entry: IndexEntry, version: str, kernel: str
 ) -> None:
+    if src.local is None:
+        _require_support(layout, src, us_entry, kmod_entry, version)
     layout.opt.mkdir(parents=True, exist_ok=True)
     us_path = src.fetch(us_entry, layout.download_dir)
     kmod_path = src.fetch(kmod_entry, layout.download_dir)
@@ -400,6 +415,7 @@ def _activate(
             f"{version}: not installed (installed: "
             f"{', '.join(sorted(state.installed, key=version_key)) or 'none'})"
         )
+    support.require(layout.root, layout.version_dir(version), version)  # the node's GPUs
     notes: list[str] = []
     if layout.live:
         rel = target_kernel(layout, kernel)

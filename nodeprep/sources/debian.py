@@ -16,12 +16,12 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runner
+from .. import runner, targets
 from ..artifact import sha256_file
 from ..errors import ChecksumError, CommandError, InputError, NetworkError
+from ..targets import Archive
 
 log = logging.getLogger(__name__)
 
@@ -31,28 +31,9 @@ APT_TIMEOUT = 600
 URI_RE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})", re.M)
 
 
-@dataclass(frozen=True)
-class DebianRelease:
-    name: str  # nodeprep's OS name, e.g. debian-12
-    suite: str  # codename
-
-    @property
-    def suites(self) -> tuple[str, str]:
-        return (self.suite, f"{self.suite}-updates")
-
-    @property
-    def security_suite(self) -> str:
-        return f"{self.suite}-security"
-
-
-RELEASES = {r.name: r for r in (DebianRelease("debian-12", "bookworm"), DebianRelease("debian-13", "trixie"))}
-
-
-def release(os_name: str) -> DebianRelease:
-    try:
-        return RELEASES[os_name]
-    except KeyError:
-        raise InputError(f"--os: unknown OS {os_name!r} (supported: {', '.join(sorted(RELEASES))})") from None
+def release(os_name: str, kernel: str | None = None) -> Archive:
+    """The archive suites of `os_name` (and of the kernel line `kernel` belongs to): nodeprep.targets."""
+    return targets.archive(os_name, kernel)
 
 
 def debian_version_to_driver(version: str) -> str:
@@ -104,11 +85,12 @@ def parse_control(text: str) -> dict[str, str]:
 class DebianArchive:
     """Query and download packages of one Debian release with a private apt setup."""
 
-    def __init__(self, cache_dir: Path, *, os_name: str = "debian-12", arch: str = "amd64",
-                 mirror: str | None = None, security_mirror: str | None = None) -> None:
-        self.release = release(os_name)
+    def __init__(self, cache_dir: Path, *, os_name: str = targets.DEFAULT, arch: str = "amd64",
+                 mirror: str | None = None, security_mirror: str | None = None,
+                 kernel: str | None = None) -> None:
+        self.release = release(os_name, kernel)
         self.arch = arch
-        self.dir = Path(cache_dir) / "apt" / f"{os_name}-{arch}"
+        self.dir = Path(cache_dir) / "apt" / f"{self.release.key}-{arch}"
         self.debs = Path(cache_dir) / "debs"
         host_archive, host_security = host_mirrors()
         self.mirror = (mirror or os.environ.get("NODEPREP_DEBIAN_MIRROR") or host_archive or "").rstrip("/")
@@ -123,7 +105,7 @@ class DebianArchive:
         for d in ("lists/partial", "archives/partial", "etc/sources.list.d", "etc/preferences.d"):
             (self.dir / d).mkdir(parents=True, exist_ok=True)
         lines = [f"deb [signed-by={KEYRING}] {self.mirror} {s} {COMPONENTS}" for s in self.release.suites]
-        if self.security_mirror:
+        if self.security_mirror and self.release.security_suite:
             lines.append(f"deb [signed-by={KEYRING}] {self.security_mirror} {self.release.security_suite} "
                          f"{COMPONENTS}")
         content = "\n".join(lines) + "\n"

@@ -124,7 +124,58 @@ def resolve(catalog: Mapping[str, list[str]], driver: str | None, flavour: str) 
     raise InputError(f"--driver: {what} ({flavour}) is not served by Debian's archive (served: {listing})")
 
 
-def load_catalog(archive: Any) -> dict[str, list[str]]:
-    """{package: versions} for every NVIDIA kernel source package `archive` serves."""
-    names = [p for p in archive.packages(PACKAGE_SEARCH) if PACKAGE_RE.match(p)]
-    return {p: archive.versions(p) for p in names}
+def resolve_in_line(
+    catalog: Mapping[str, list[str]],
+    driver: str | None,
+    flavour: str,
+    *,
+    version_tag: str | None,
+    line: str,
+) -> DriverSource:
+    """`resolve` among the driver sources of one kernel line: with `version_tag` (a backports
+    line, "~bpo12") only the Debian versions carrying it; a driver served only outside the line
+    is refused naming the line's own choices (those are the sources made for its kernels)."""
+    if not version_tag:
+        return resolve(catalog, driver, flavour)
+    mine = {p: [v for v in vs if version_tag in v] for p, vs in catalog.items()}
+    mine = {p: vs for p, vs in mine.items() if vs}
+    try:
+        return resolve(mine, driver, flavour)
+    except InputError:
+        pass
+    own = served_versions(mine)
+    offer = "; ".join(f"{f}: {', '.join(v)}" for f, v in own.items() if v) or "none"
+    what = f"--driver: driver {driver} ({flavour}) is" if driver else f"--flavour: the {flavour} flavour is"
+    raise InputError(
+        f"{what} not built for {line}: the driver sources of that line ({version_tag}) are {offer}; the "
+        "mainline sources are made for the release's own kernels. Choose one of those (--driver, "
+        "--flavour), or a kernel of the release's main line"
+    )
+
+
+def load_catalog(archive: Any, packages: tuple[str, ...] | None = None) -> dict[str, list[str]]:
+    """{package: versions} for the NVIDIA kernel source packages `packages` (default: every one
+    `archive` serves); packages the archive does not serve are left out."""
+    if packages is None:
+        packages = tuple(p for p in archive.packages(PACKAGE_SEARCH) if PACKAGE_RE.match(p))
+    found = {p: archive.versions(p) for p in packages}
+    return {p: v for p, v in found.items() if v}
+
+
+def resolve_for_target(
+    archive: Any, os_name: str, kernel: str | None, driver: str | None, flavour: str
+) -> DriverSource:
+    """The driver source for a build for `os_name`/`kernel` from `archive` (that OS's archive, or
+    the one it borrows): the OS entry's source packages of `flavour`, within the kernel's line."""
+    from .. import targets
+
+    target = targets.get(os_name)
+    source_os = targets.get(target.sources_from or target.name) if target.borrows_sources else target
+    line = source_os.channels[0] if target.borrows_sources else targets.channel(target, kernel)
+    return resolve_in_line(
+        load_catalog(archive, tuple(p for pkgs in source_os.driver_packages.values() for p in pkgs)),
+        driver,
+        flavour,
+        version_tag=line.driver_version_tag,
+        line=f"{target.name} {line.name} kernel {kernel or '(default)'}, {line.kernel_series}",
+    )

@@ -81,3 +81,34 @@ def ensure_real_build(cache: Path) -> RealBuild:
         input_digest=result.input_digest,
         compiled=result.compiled,
     )
+
+
+# The new cells of issue 13, each built once per cache into its own store (same flock discipline).
+CELLS = {
+    # Not trixie's current default kernel: 6.12.107 and later changed pci_resize_resource() (a new
+    # argument), which 550.163.01's nv-pci.c does not know ("too few arguments to function
+    # 'pci_resize_resource'"); 6.12.94 is the newest trixie kernel it builds against.
+    "debian13-open": dict(
+        driver="550.163.01", flavour="open", os_name="debian-13", kernel="6.12.94+deb13-amd64"
+    ),
+}
+
+
+def ensure_cell(cache: Path, cell: str, *, userspace: bool = False) -> RealBuild:
+    """Build (once per cache) or find the real build of `cell` (see CELLS): the OS's current
+    default kernel from its archive, no smoke test, into `<cache>/real-build-<cell>/store`."""
+    from nodeprep.build.driver import BuildRequest, build_driver
+
+    cache = Path(cache)
+    base = cache / f"real-build-{cell}"
+    base.mkdir(parents=True, exist_ok=True)
+    req = BuildRequest(**CELLS[cell], store=base / "store", cache=cache, userspace=userspace,
+                       smoke_test=False)  # type: ignore[arg-type]
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = build_driver(req)
+    m = result.manifest
+    assert m.kernel_release and m.flavour
+    return RealBuild(store=req.store, driver_version=m.driver_version, flavour=m.flavour,
+                     kernel_release=m.kernel_release, kmod=result.artifact, userspace=result.userspace,
+                     os_name=m.os, cache=cache, input_digest=result.input_digest, compiled=result.compiled)

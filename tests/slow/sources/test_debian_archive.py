@@ -47,3 +47,31 @@ def test_download_many_fetches_together_and_reports_bytes(test_cache: Path, tmp_
     seen.clear()
     assert archive.download_many(specs, lambda done, total: seen.append((done, total))) == paths
     assert seen == [(total, total)] and [p.stat().st_mtime_ns for p in paths] == stamps
+
+
+def test_real_archive_resolves_trixie_and_the_backports_line(test_cache: Path) -> None:
+    """What a build request for debian-13 and for a Debian 12 backports kernel resolves to, asked
+    of the real archive (newest served kernel of each line; the driver sources of the line)."""
+    from nodeprep.build import headers
+    from nodeprep.sources.drivers import resolve_for_target
+
+    trixie = DebianArchive(test_cache, os_name="debian-13")
+    hdrs = headers.resolve(trixie, None)
+    assert re.fullmatch(r"6\.12\.\d+\+deb13-amd64", hdrs.release)
+    assert [p for p, _ in hdrs.packages][1:] == [
+        f"linux-headers-{hdrs.release.removesuffix('-amd64')}-common",
+        f"linux-kbuild-{hdrs.release.removesuffix('-amd64')}",
+    ]
+    src = resolve_for_target(trixie, "debian-13", hdrs.release, None, "open")
+    assert src.package == "nvidia-open-kernel-source" and src.driver_version.startswith("550.")
+
+    bpo = DebianArchive(test_cache, os_name="debian-12", kernel="6.12.1+deb12-amd64")
+    assert bpo.dir.name == "debian-12-backports-amd64"
+    kernel = headers.resolve(bpo, None).release  # the backports line's default kernel
+    assert re.fullmatch(r"6\.12\.\d+\+deb12-amd64", kernel)
+    src = resolve_for_target(bpo, "debian-12", kernel, None, "proprietary")
+    assert "~bpo12" in src.debian_version and src.package == "nvidia-kernel-source"
+    with pytest.raises(InputError, match=r"is not built for debian-12 backports kernel"):
+        resolve_for_target(bpo, "debian-12", kernel, "535.309.01", "proprietary")
+    # the main line keeps bookworm's own 6.1 kernels as its default
+    assert headers.resolve(DebianArchive(test_cache), None).release.startswith("6.1.0-")

@@ -30,7 +30,23 @@ def one_error_line(res) -> str:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--os", "debian-99"], "error: --os: no build root recipe for 'debian-99' (have: debian-12)"),
+        (
+            ["--os", "debian-99"],
+            "error: --os: unknown OS 'debian-99' "
+            "(known: debian-12, debian-13, rhel-9, ubuntu-22.04, ubuntu-24.04)",
+        ),
+        (
+            ["--os", "rhel-9"],
+            "error: --os: rhel-9 has no chroot build root (its builder is host; chroot build roots: "
+            "debian-12, debian-13); use --builder host or podman/docker",
+        ),
+        (
+            ["--os", "debian-12", "--kernel", "6.12.48+deb13-amd64"],
+            "error: --kernel: '6.12.48+deb13-amd64' is not a kernel release of debian-12 "
+            "(main: 6.1 (bookworm), "
+            "named 6.1.0-NN-amd64 like /6\\.1\\.0-\\d+-[a-z0-9-]+/; backports: 6.12 (bookworm-backports), "
+            "named 6.12.NN+deb12-amd64 like /\\d+\\.\\d+\\.\\d+\\+deb12-[a-z0-9-]+/)",
+        ),
         (
             ["--driver", "latest"],
             "error: --driver: 'latest' is not a driver version (like 535.309.01) or branch (535)",

@@ -6,6 +6,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from nodeprep import artifact
 from nodeprep.build import buildroot, kbuild
 from nodeprep.build.driver import BuildRequest, Plan, build_params, tree_digest
@@ -20,7 +22,7 @@ PLAN = Plan(
 )
 ROOT = buildroot.BuildRoot(
     path=Path("/nonexistent"),
-    spec=buildroot.SPECS["debian-12"],
+    spec=buildroot.spec_for("debian-12"),
     packages=("gcc-12:amd64=12.2.0-14+deb12u1", "make:amd64=4.3-4.1"),
 )
 INPUTS = {"nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb": "a" * 64}
@@ -57,20 +59,21 @@ def test_runfile_url_is_not_an_input_but_its_bytes_are():
 
 
 def test_buildroot_key_follows_the_package_list():
-    spec = buildroot.SPECS["debian-12"]
+    spec = buildroot.spec_for("debian-12")
     assert replace(spec, packages=spec.packages + ("bc",)).key != spec.key
     assert replace(spec, packages=tuple(reversed(spec.packages))).key == spec.key
 
 
-def test_images_package_list_matches_the_recipe():
-    listed = Path(__file__).resolve().parents[3] / "images" / "debian-12" / "packages.list"
+@pytest.mark.parametrize("os_name", ["debian-12", "debian-13"])
+def test_images_package_list_matches_the_recipe(os_name):
+    listed = Path(__file__).resolve().parents[3] / "images" / os_name / "packages.list"
     names = [ln.split("#")[0].strip() for ln in listed.read_text().splitlines()]
-    assert tuple(n for n in names if n) == buildroot.SPECS["debian-12"].packages
+    assert tuple(n for n in names if n) == buildroot.spec_for(os_name).packages
 
 
 def test_mmdebstrap_argv():
     argv = buildroot.mmdebstrap_argv(
-        buildroot.SPECS["debian-12"], Path("/x/root"), "http://m/debian", "http://m/debian-security"
+        buildroot.spec_for("debian-12"), Path("/x/root"), "http://m/debian", "http://m/debian-security"
     )
     assert argv[:4] == ["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory"]
     assert "--include=gcc-12,make,libc6-dev,binutils,libelf1,libssl3,kmod" in argv

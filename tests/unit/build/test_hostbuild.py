@@ -74,7 +74,7 @@ def test_release_comes_from_utsrelease_and_must_match_kernel(tmp_path):
     assert release == "6.1.0-56-amd64" and root.spec.key == "host"
     with pytest.raises(InputError, match="holds the headers of 6.1.0-56-amd64, not --kernel 6.1.0-47-amd64"):
         hostbuild.host_root("debian-12", "6.1.0-47-amd64", d)
-    with pytest.raises(InputError, match="--os: 'debian-99' is not one of"):
+    with pytest.raises(InputError, match=r"--os: unknown OS 'debian-99' \(known: debian-12, debian-13"):
         hostbuild.host_root("debian-99", None, d)
 
 
@@ -224,7 +224,8 @@ def invoke(*args: str):
         (["--headers-dir", "/usr/src"], "error: --headers-dir is only used with --builder host"),
         (
             ["--builder", "host", "--os", "debian-99"],
-            "error: --os: 'debian-99' is not one of debian-12, ubuntu-22.04, ubuntu-24.04, rhel-9",
+            "error: --os: unknown OS 'debian-99' "
+            "(known: debian-12, debian-13, rhel-9, ubuntu-22.04, ubuntu-24.04)",
         ),
         (
             ["--builder", "host", "--os", "rhel-9", "--smoke-test"],

@@ -48,10 +48,12 @@ def test_defaults():
 def test_every_problem_is_reported_with_its_field():
     with pytest.raises(ProfileError) as e:
         matrix.parse(
-            "drivers: [abc, 535]\nflavours: [closed]\nkernel: x\nexclude: [{arch: arm64}]\n", source="m.yaml"
+            "os: debian-14\ndrivers: [abc, 535]\nflavours: [closed]\nkernel: x\nexclude: [{arch: arm64}]\n",
+            source="m.yaml",
         )
     assert e.value.problems == [
         "kernel: unknown key (known: drivers, exclude, flavours, kernels, os)",
+        "os: unknown OS 'debian-14' (known: debian-12, debian-13, rhel-9, ubuntu-22.04, ubuntu-24.04)",
         "drivers[0]: 'abc' is not a driver version or branch (or 'latest')",
         "flavours[0]: 'closed' is not one of proprietary, open",
         "exclude[0].arch: unknown key (driver, kernel, flavour)",

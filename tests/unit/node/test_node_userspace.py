@@ -7,6 +7,8 @@ as `apt-cache madison` printed them. The real archive is exercised by tests/slow
 
 from __future__ import annotations
 
+import gzip
+import shutil
 from pathlib import Path
 
 import pytest
@@ -104,12 +106,18 @@ def test_layout_takes_elf_files_and_soname_links(tmp_path: Path) -> None:
     fw = tree / "lib/firmware/nvidia/535.309.01"
     fw.mkdir(parents=True)
     (fw / "gsp_ga10x.bin").write_bytes(b"fw")
+    # nvidia-driver's supported-GPU list (the real one of 535.309.01) goes to share/, decompressed
+    (tree / "usr/share/doc/nvidia-driver").mkdir(parents=True)
+    real_list = Path(__file__).resolve().parents[1] / "data" / "supported-gpus" / "535.309.01.json.gz"
+    shutil.copyfile(real_list, tree / "usr/share/doc/nvidia-driver/supported-gpus.json.gz")
     out = layout_payload(tree, tmp_path / "p", "535.309.01", "amd64")
     assert out == {
         "lib64": ["libcuda.so.535.309.01", "libnvidia-ml.so.535.309.01", "libcuda.so.1"],
         "bin": ["nvidia-smi"],
         "firmware": ["nvidia/535.309.01/gsp_ga10x.bin"],
+        "share": ["supported-gpus.json"],
     }
+    assert (tmp_path / "p/share/supported-gpus.json").read_bytes() == gzip.decompress(real_list.read_bytes())
     assert (tmp_path / "p/bin/nvidia-smi").read_bytes() == elf
     with pytest.raises(ArtifactError, match="libnvidia-ml.so.535.216.03 not found|libcuda.so.535.216.03"):
         layout_payload(tree, tmp_path / "q", "535.216.03", "amd64")

@@ -36,9 +36,19 @@ def test_parse_control_first_stanza_with_continuations() -> None:
     assert debian.parse_control(text) == {"Package": "a", "Version": "1", "Description": "x\nmore"}
 
 
-def test_unknown_os_lists_supported() -> None:
-    with pytest.raises(InputError, match=r"--os: unknown OS 'debian-99' \(supported: debian-12, debian-13\)"):
+def test_unknown_os_lists_known_targets() -> None:
+    with pytest.raises(InputError, match=r"--os: unknown OS 'debian-99' \(known: debian-12, debian-13"):
         debian.release("debian-99")
+
+
+def test_backports_kernel_gets_the_backports_suites(tmp_path: Path) -> None:
+    archive = debian.DebianArchive(tmp_path, os_name="debian-12", kernel="6.12.95+deb12-amd64",
+                                   mirror="http://127.0.0.1:9/debian")
+    assert archive.release.suites == ("bookworm", "bookworm-updates", "bookworm-backports")
+    assert archive.dir == tmp_path / "apt" / "debian-12-backports-amd64"
+    main = debian.DebianArchive(tmp_path, os_name="debian-12", kernel="6.1.0-56-amd64",
+                                mirror="http://127.0.0.1:9/debian")
+    assert main.release.suites == ("bookworm", "bookworm-updates") and main.dir.name == "debian-12-amd64"
 
 
 def test_private_apt_config_never_points_at_host_state(tmp_path: Path) -> None:

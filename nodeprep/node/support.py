@@ -1,0 +1,241 @@
+"""Does a driver support this node's GPUs? Checked before anything is installed or activated.
+
+NVIDIA ships, with every driver, `supported-gpus.json`: one entry per supported PCI device id
+(`devid`, optionally `subdevid`/`subvendorid` for one board), its `name`, `features` (`kernelopen`:
+the open kernel modules support it) and, for GPUs moved off the current driver, `legacybranch`
+(e.g. "470.xx"). Debian's `nvidia-driver` package carries it; the user-space artifact keeps it as
+`share/supported-gpus.json` in the version root. `check_support` is pure; `require` reads the
+node's NVIDIA display/3D controllers from ROOT/sys/bus/pci/devices and refuses with one line per
+GPU that the driver version or flavour does not support:
+
+- the open flavour on a GPU without `kernelopen` (everything before Turing),
+- a GPU the branch dropped (listed with a `legacybranch`),
+- a GPU the list does not know whose device id is above every id it lists (newer than the branch).
+
+A GPU the list does not know but whose id is older is only noted: NVIDIA's list is not complete
+(it omits the Tesla T4, 10de:1eb8, which the same drivers run and name in their GSP table).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..sysfs import read_attr
+
+log = logging.getLogger(__name__)
+
+SUPPORT_FILE = "share/supported-gpus.json"  # inside the user-space artifact / a version root
+GPU_CLASSES = (0x0300, 0x0302)  # VGA and 3D controllers (NVSwitch bridges are not GPUs)
+
+
+@dataclass(frozen=True)
+class Chip:
+    devid: int
+    subvendor: int | None
+    subdevice: int | None
+    name: str
+    legacy: str | None  # "470.xx": only that legacy branch supports it
+    features: frozenset[str]
+
+
+@dataclass(frozen=True)
+class PciId:
+    device: int
+    subvendor: int | None = None
+    subdevice: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> PciId:
+        """'10de:2330' or '10de:2330:10de:16c1' (vendor:device[:subvendor:subdevice])."""
+        parts = text.lower().split(":")
+        if len(parts) not in (2, 4) or parts[0] != "10de":
+            raise InputError(f"{text!r}: not an NVIDIA PCI id (10de:DEVICE[:SUBVENDOR:SUBDEVICE])")
+        try:
+            nums = [int(p, 16) for p in parts[1:]]
+        except ValueError:
+            raise InputError(f"{text!r}: not a hexadecimal PCI id") from None
+        return cls(nums[0], *(nums[1:] or (None, None)))
+
+    def __str__(self) -> str:
+        return f"10de:{self.device:04x}"
+
+
+def parse_supported(text: str, *, source: str = "supported-gpus.json") -> tuple[Chip, ...]:
+    """The chips of NVIDIA's supported-gpus.json; InputError naming the file when malformed."""
+    try:
+        data = json.loads(text)
+        chips = data["chips"]
+        return tuple(
+            Chip(
+                devid=int(c["devid"], 16),
+                subvendor=int(c["subvendorid"], 16) if c.get("subvendorid") else None,
+                subdevice=int(c["subdevid"], 16) if c.get("subdevid") else None,
+                name=str(c.get("name") or ""),
+                legacy=c.get("legacybranch") or None,
+                features=frozenset(c.get("features") or ()),
+            )
+            for c in chips
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"{source}: not NVIDIA's supported-gpus list ({type(e).__name__}: {e})") from None
+
+
+def _entries(chips: Sequence[Chip], gpu: PciId) -> list[Chip]:
+    """The entries for `gpu`: its own board's when listed, else the chip's generic ones, else any."""
+    same = [c for c in chips if c.devid == gpu.device]
+    board = [c for c in same if c.subdevice is not None
+             and (c.subvendor, c.subdevice) == (gpu.subvendor, gpu.subdevice)]
+    generic = [c for c in same if c.subdevice is None]
+    return board or generic or same
+
+
+def _supports(chips: Sequence[Chip], gpu: PciId, flavour: str) -> bool:
+    found = _entries(chips, gpu)
+    current = [c for c in found if c.legacy is None]
+    return bool(current) and (flavour != "open" or any("kernelopen" in c.features for c in current))
+
+
+def check_support(
+    supported_json: str,
+    flavour: str,
+    pci_ids: Sequence[str],
+    *,
+    driver_version: str = "this driver",
+    alternatives: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
+) -> list[str]:
+    """One problem line per GPU in `pci_ids` that `driver_version` (`flavour`) does not support.
+
+    `alternatives` ({driver version: its supported-gpus.json}, e.g. the other user-space artifacts
+    of the store) are named when they would support the GPU; GPUs the list does not know but that
+    are not newer than it go to `notes`, not to the problems (the list is incomplete)."""
+    chips = parse_supported(supported_json, source=f"supported-gpus.json of {driver_version}")
+    others = {
+        v: parse_supported(t, source=f"supported-gpus.json of {v}") for v, t in (alternatives or {}).items()
+    }
+    top = max((c.devid for c in chips), default=0)
+    problems = []
+    for text in dict.fromkeys(pci_ids):
+        gpu = PciId.parse(text)
+        if _supports(chips, gpu, flavour):
+            continue
+        found = _entries(chips, gpu)
+        name = next((c.name for c in found), "") or next(
+            (c.name for cs in others.values() for c in _entries(cs, gpu) if c.name), f"NVIDIA device {gpu}")
+        would = [
+            f"{v} ({', '.join(f for f in ('proprietary', 'open') if _supports(cs, gpu, f))})"
+            for v, cs in sorted(others.items())
+            if _supports(cs, gpu, "proprietary")
+        ]
+        where = f"; supported by: {', '.join(would)}" if would else ""
+        current = [c for c in found if c.legacy is None]
+        if current:  # listed, but not for the open modules
+            problems.append(
+                f"{name} (PCI {gpu}) is not supported by the open kernel modules of {driver_version} "
+                f"(NVIDIA lists no 'kernelopen' for it: GPUs before Turing need the proprietary "
+                f"modules); use the proprietary flavour of {driver_version}{where}"
+            )
+        elif found:
+            branch = found[0].legacy or ""
+            problems.append(
+                f"{name} (PCI {gpu}) is not supported by {driver_version}: NVIDIA moved it to the "
+                f"{branch} legacy branch; use a {branch.removesuffix('.xx')} driver{where}"
+            )
+        elif gpu.device > top:
+            problems.append(
+                f"{name} (PCI {gpu}) is newer than {driver_version}: not in its supported-GPU list, "
+                f"whose newest device is 10de:{top:04x}; use a newer driver branch{where}"
+            )
+        elif notes is not None:
+            notes.append(f"{name} (PCI {gpu}) is not in the supported-GPU list of {driver_version} "
+                         "(NVIDIA's list is incomplete; not refused)")
+    return problems
+
+
+def node_pci_ids(root: Path) -> list[str]:
+    """'10de:DEVICE:SUBVENDOR:SUBDEVICE' of the NVIDIA GPUs under ROOT/sys/bus/pci/devices."""
+    devices = Path(root) / "sys" / "bus" / "pci" / "devices"
+    out = []
+    for dev in sorted(devices.iterdir()) if devices.is_dir() else []:
+        vals = {}
+        for attr in ("vendor", "class", "device", "subsystem_vendor", "subsystem_device"):
+            text = read_attr(dev / attr)
+            try:
+                vals[attr] = int(text.strip(), 16) if text else None
+            except ValueError:
+                vals[attr] = None
+        if vals["vendor"] != 0x10DE or vals["class"] is None or (vals["class"] >> 8) not in GPU_CLASSES:
+            continue
+        if vals["device"] is None:
+            continue
+        sub = (
+            f":{vals['subsystem_vendor']:04x}:{vals['subsystem_device']:04x}"
+            if vals["subsystem_vendor"] is not None and vals["subsystem_device"] is not None
+            else ""
+        )
+        out.append(f"10de:{vals['device']:04x}{sub}")
+    return out
+
+
+def installed_flavours(version_dir: Path) -> set[str]:
+    """Flavours of the kernel modules installed in a version root (modules/<rel>/manifest.json)."""
+    out = set()
+    for m in sorted(Path(version_dir).glob("modules/*/manifest.json")):
+        try:
+            flavour = json.loads(m.read_text()).get("flavour")
+        except (OSError, ValueError):
+            continue
+        if flavour:
+            out.add(str(flavour))
+    return out
+
+
+def problems_for(
+    root: Path, version_dir: Path, version: str, flavour: str | None = None, notes: list[str] | None = None
+) -> list[str] | None:
+    """What `version` (its root at `version_dir`; flavour: given or its installed modules')
+    does not support on the node at `root`; None when the root carries no supported-GPU list."""
+    path = Path(version_dir) / SUPPORT_FILE
+    if not path.is_file():
+        return None
+    gpus = node_pci_ids(root)
+    flavours = {flavour} if flavour else installed_flavours(version_dir) or {"proprietary"}
+    text = path.read_text()
+    return [
+        p for f in sorted(flavours) for p in check_support(text, f, gpus, driver_version=version, notes=notes)
+    ]
+
+
+def require_artifact(root: Path, userspace: Path, version: str, flavour: str | None) -> None:
+    """`require` against the list inside user-space artifact `userspace` (read, not extracted)."""
+    from ..artifact import read_member
+
+    data = read_member(userspace, SUPPORT_FILE)
+    if data is None:
+        log.info("%s carries no supported-GPU list: GPU support not checked", userspace.name)
+        return
+    notes: list[str] = []
+    problems = check_support(data.decode(), flavour or "proprietary", node_pci_ids(root),
+                             driver_version=version, notes=notes)
+    for note in dict.fromkeys(notes):
+        log.warning("warning: %s", note)
+    if problems:
+        raise InputError(problems[0], hint="\n".join(problems[1:]) or None)
+
+
+def require(root: Path, version_dir: Path, version: str, flavour: str | None = None) -> None:
+    """Refuse (InputError, nothing changed yet) when `version` does not support the node's GPUs."""
+    notes: list[str] = []
+    problems = problems_for(root, version_dir, version, flavour, notes)
+    for note in dict.fromkeys(notes):
+        log.warning("warning: %s", note)
+    if problems is None:
+        log.info("%s carries no supported-GPU list: GPU support not checked", version)
+        return
+    if problems:
+        raise InputError(problems[0], hint="\n".join(problems[1:]) or None)
