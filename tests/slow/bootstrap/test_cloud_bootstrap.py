@@ -228,8 +228,11 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
     assert doc["discovery"]["bootstrapToken"]["caCertHashes"] == [HASH]
     assert doc["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "10.0.0.10:6443"
     reg = doc["nodeRegistration"]
+    # nodeprep.dev/unverified: the node stays unschedulable until `nodeprep verify-nodes` sees its
+    # GPU self-test verdict (cluster.verify_gpus, default true; docs/join.md)
     assert {(t["key"], t["effect"]) for t in reg["taints"]} == {("dedicated", "NoSchedule"),
-                                                               ("nvidia.com/gpu", "NoSchedule")}
+                                                               ("nvidia.com/gpu", "NoSchedule"),
+                                                               ("nodeprep.dev/unverified", "NoSchedule")}
     flag = next(a["value"] for a in reg["kubeletExtraArgs"] if a["name"] == "node-labels")
     node_labels = dict(kv.split("=", 1) for kv in flag.split(","))
     assert node_labels["nvidia.com/gpu.product"] == "Tesla-T4"
