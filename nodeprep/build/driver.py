@@ -37,10 +37,11 @@ from ..artifact import (
     canonical_json,
     input_digest,
     pack,
+    read_manifest,
     sha256_bytes,
     sha256_file,
 )
-from ..errors import CommandError, InputError, NodeprepError
+from ..errors import ArtifactError, CommandError, InputError, NodeprepError
 from ..log import step
 from ..progress import Phases, Sink
 from ..sources import drivers, runfile
@@ -554,6 +555,17 @@ def _store_hit(store: LocalStore, name: str, digest: str) -> Path | None:
     return None
 
 
+def _current_userspace(path: Path) -> bool:
+    """A published user-space artifact is reused only when this nodeprep would make it the same way
+    (a layout or compression change rebuilds it from the cached packages)."""
+    from .userspace import is_current
+
+    try:
+        return is_current(read_manifest(path))
+    except ArtifactError:
+        return False
+
+
 def _userspace(
     req: BuildRequest,
     archive: Any,
@@ -568,7 +580,7 @@ def _userspace(
             entry = store.lookup(name)
         except InputError:
             entry = None
-        if entry and (store.path / name).is_file():
+        if entry and (store.path / name).is_file() and _current_userspace(store.path / name):
             return store.path / name
     userspace = _hook("userspace")
     if userspace is None or not hasattr(userspace, "build_userspace"):
@@ -658,7 +670,8 @@ def _prebuild_userspace(
 ) -> None:
     """Make the user-space artifact in the cache in a thread (not published: `_userspace` does that
     at the end, then finding it ready by its input digest). Errors are left to that final call."""
-    if not req.userspace or (store.path / artifact_name("userspace", driver_version, arch=req.arch)).exists():
+    published = store.path / artifact_name("userspace", driver_version, arch=req.arch)
+    if not req.userspace or (published.exists() and _current_userspace(published)):
         return
     userspace = _hook("userspace")
     if userspace is None:

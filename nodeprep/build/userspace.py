@@ -234,6 +234,18 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
     return out
 
 
+def digest_params(driver_version: str, arch: str) -> dict[str, object]:
+    """The build parameters in a user-space artifact's input digest (beside its packages' sha256s)."""
+    return {"kind": "userspace", "driver_version": driver_version, "arch": arch, "layout": LAYOUT}
+
+
+def is_current(manifest: Manifest) -> bool:
+    """Whether an existing user-space artifact was made the way this nodeprep makes it: its input
+    digest, recomputed from its own recorded inputs with today's parameters, is unchanged."""
+    params = digest_params(manifest.driver_version, manifest.arch)
+    return input_digest(manifest.inputs, params) == manifest.input_digest
+
+
 def build_userspace(
     archive: Archive,
     driver_version: str,
@@ -251,8 +263,7 @@ def build_userspace(
     debs = dict(zip(chosen, paths, strict=True))
     inputs = {Path(deb).name: sha256_file(Path(deb)) for deb in debs.values()}
     os_name = archive.release.name
-    params = {"kind": "userspace", "driver_version": driver_version, "arch": arch, "layout": LAYOUT}
-    digest = input_digest(inputs, params)
+    digest = input_digest(inputs, digest_params(driver_version, arch))
     dest_dir = Path(dest_dir)
     existing = dest_dir / artifact_name("userspace", driver_version, arch=arch)
     if existing.exists():

@@ -146,3 +146,20 @@ def test_sweep_removes_only_dirs_of_dead_processes(tmp_path):
     removed = buildroot.sweep_stale(tmp_path)
     assert sorted(p.name for p in removed) == [f"build.{proc.pid}.abc", f"pack.{proc.pid}.x"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["build.1.init", "unrelated", mine.name])
+
+
+def test_published_user_space_is_reused_only_when_made_the_current_way() -> None:
+    """A store's user-space artifact made with another layout (or compression) is not reused by
+    name: its input digest, recomputed from its own inputs with today's parameters, differs."""
+    from nodeprep.artifact import Manifest, input_digest
+    from nodeprep.build import userspace
+
+    inputs = {"libcuda1_535.309.01-1_amd64.deb": "ab" * 32}
+    params = userspace.digest_params("535.309.01", "amd64")
+
+    def made_with(p: dict[str, object]) -> Manifest:
+        return Manifest(kind="userspace", driver_version="535.309.01", arch="amd64", os="debian-12",
+                        input_digest=input_digest(inputs, p), inputs=inputs)
+
+    assert userspace.is_current(made_with(params))
+    assert not userspace.is_current(made_with({**params, "layout": userspace.LAYOUT - 1}))
