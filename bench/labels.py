@@ -28,7 +28,7 @@ from nodeprep.labels import node_labels, pciids  # noqa: E402
 from nodeprep.labels.cloud import Endpoints  # noqa: E402
 from nodeprep.labels.core import LabelOptions  # noqa: E402
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 
 def hgx_sysfs(root: Path) -> Path:

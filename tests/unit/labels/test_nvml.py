@@ -1,7 +1,7 @@
 """GPU facts through NVML.
 
 There is no GPU or libnvidia-ml here, so the nvidia-ml-py module (the NVML boundary) is replaced by a
-stand-in answering with the values of the real A100-SXM4-80GB capture in shared/fixtures/nvidia-smi
+stand-in answering with the values of the real A100-SXM4-80GB capture in tests/fixtures/nvidia-smi
 (name, 81920 MiB, bus 00000000:01:00.0, device 0x20B210DE, driver 535.54.03, CUDA 12.2, MIG enabled
 with four instances of 14 SMs / 19968 MiB). NVML adds what the XML lacks: compute capability 8.0 and
 the MIG profile name; on an A100 80GB, 14 SMs with 19968 MiB is the 1g.20gb profile.
