@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_k
 from .options import profile_option, root_option
 
 DEFAULT_PROFILE = "etc/nodeprep/node.yaml"
+log = logging.getLogger("nodeprep.labels")
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -89,6 +91,8 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         source_timeout=timeout, total_timeout=timeout * 1.5,
     )
     result = node_labels(opts)
+    for w in result.warnings:
+        log.warning("warning: %s", w)
     applied = None
     if do_apply:
         from ..labels.apply import apply_labels, default_node_name, load_kubeconfig
