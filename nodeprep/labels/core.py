@@ -130,6 +130,8 @@ def _gpu_chain(opts: LabelOptions, deadline: float, warnings: list[str]) -> gpum
             warnings.append(f"gpu: {name} did not answer within {budget:.2g}s")
         elif isinstance(error, gpumod.GpuSourceUnavailable):
             log.debug("gpu: %s unavailable: %s", name, error)
+            if len(readers) == 1:  # the one source asked for (labels --source): say why it said nothing
+                warnings.append(f"gpu: {name} unavailable: {error}")
         elif error is not None:
             warnings.append(f"gpu: {name} failed: {error}")
         elif facts is not None:
