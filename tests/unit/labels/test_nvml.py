@@ -135,3 +135,30 @@ def test_nvml_init_failure_falls_back(nvml_sysfs: Path, monkeypatch: pytest.Monk
     result = node_labels(options(cloud="none", use_nvml=True))
     assert (result.sources["gpu"] == "pci"
             and result.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB")
+
+
+def test_nvml_and_the_capture_agree_as_gpu_check_compares(nvml_sysfs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          options: Callable[..., LabelOptions],
+                                                          nvidia_smi_fixtures: Path) -> None:
+    """scripts/gpu_check.py's comparison on the A100 (NVML stand-in vs the real capture it was made
+    from): every label agrees but the source's name; labels only NVML can give are allowed to be
+    missing from the capture's; a changed value is found."""
+    import importlib.util
+
+    from tests.support.fixtures import REPO
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    assert spec and spec.loader
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(["1g.20gb"] * 4))
+    nvml = node_labels(options(cloud="none", use_nvml=True)).labels
+    xml = node_labels(options(cloud="none", nvidia_smi_xml=nvidia_smi_fixtures /
+                              "a100-sxm4-80gb-mig_535.54.03.xml")).labels
+    assert nvml["nodeprep.dev/gpu-source"] == "nvml" and xml["nodeprep.dev/gpu-source"] == "nvidia-smi"
+    assert gpu_check.compare_labels(nvml, xml, only_a=set()) == []  # all agree, compute capability too
+    del xml["nvidia.com/gpu.compute.major"]  # a GPU the device table does not know: XML has no compute cap
+    assert gpu_check.compare_labels(nvml, xml, only_a=gpu_check.ONLY_NVML) == []
+    changed = {**xml, "nvidia.com/gpu.memory": "40960"}
+    assert gpu_check.compare_labels(nvml, changed, only_a=gpu_check.ONLY_NVML) == [
+        "nvidia.com/gpu.memory: '81920' != '40960'"]
