@@ -5,7 +5,6 @@ user-data pins the wheel's sha256 at the example store's URL."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import zipfile
@@ -15,26 +14,18 @@ import yaml
 
 from nodeprep import __version__
 from nodeprep.artifact import sha256_file
+from tests.support.docs import documented_block
 from tests.support.fixtures import REPO
 
 from .test_cloudinit_render import cloud_init
 
-MARKER = "<!-- docs-example: cloud-init -->"
 COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
                                      "artifacts", ".pytest_cache", ".ruff_cache", "user-data", "token")
 
 
-def documented_block(doc: Path, marker: str) -> str:
-    """The ```sh block right after `marker` in `doc`."""
-    text = doc.read_text()
-    m = re.search(re.escape(marker) + r"\s*```sh\n(.*?)```", text, re.S)
-    assert m, f"{doc}: no sh block after {marker}"
-    return m.group(1)
-
-
 def test_cloud_md_example_renders_valid_user_data(tmp_path: Path) -> None:
     cloud_init()  # fails clearly without Debian's cloud-init (scripts/deps/cloud.apt)
-    block = documented_block(REPO / "docs/cloud.md", MARKER)
+    block = documented_block("docs/cloud.md", "cloud-init")
     work = tmp_path / "checkout"
     shutil.copytree(REPO, work, ignore=COPY_IGNORE, symlinks=True)
     (work / ".venv").symlink_to(REPO / ".venv")  # what scripts/setup.sh made
