@@ -3,8 +3,10 @@ lists or runs beside the repository (under its parent directory but outside it).
 
 A lone clone must pass its tests, so nothing may read a sibling of the checkout (a fixtures
 folder next to it, another checkout). Paths elsewhere (/tmp, /usr, /proc, the test cache under
-/var/cache) are fine: only the repository's sibling tree is forbidden. tests/conftest.py installs
-the hook for the whole session and fails the test during which a forbidden path was touched.
+/var/cache) are fine: only the repository's sibling tree is forbidden, except a path the
+environment names on purpose (a `NODEPREP_*` variable, e.g. a CI setting that points tests at
+reference data beside the checkout; without it those tests skip). tests/conftest.py installs the hook
+for the whole session and fails the test during which a forbidden path was touched.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.chdir", "os.ren
 class Guard:
     """Records paths under `repo.parent` but outside `repo`, seen in audit events."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, allowed: tuple[str, ...] = ()) -> None:
         self.repo = os.path.abspath(repo)
         self.parent = os.path.dirname(self.repo)
+        self.allowed = tuple(os.path.normpath(a) for a in allowed)
         self.hits: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -38,7 +41,10 @@ class Guard:
         full = os.path.normpath(os.path.join(os.getcwd(), path))
         if full != self.parent and not full.startswith(self.parent + os.sep):
             return None
-        return None if full == self.repo or full.startswith(self.repo + os.sep) else full
+        for inside in (self.repo, *self.allowed):
+            if full == inside or full.startswith(inside + os.sep):
+                return None
+        return full
 
     def _paths(self, event: str, args: tuple[object, ...]) -> list[str]:
         if event == "os.symlink":
@@ -87,7 +93,16 @@ class Guard:
         return hits
 
 
+def allowed_by_env(environ: dict[str, str] | os._Environ[str]) -> tuple[str, ...]:
+    """Absolute paths named by NODEPREP_* variables (PATH-style lists too): explicitly configured."""
+    out = []
+    for key, value in environ.items():
+        if key.startswith("NODEPREP_"):
+            out += [os.path.abspath(v) for v in value.split(os.pathsep) if v.startswith(os.sep)]
+    return tuple(out)
+
+
 def install(repo: Path) -> Guard:
-    guard = Guard(repo)
+    guard = Guard(repo, allowed_by_env(os.environ))
     sys.addaudithook(guard.hook)
     return guard

@@ -107,6 +107,20 @@ def test_runtime_guard_records_sibling_reads_only(repository_boundary: boundary.
         assert repository_boundary.take() == [("open", str(sibling)), ("subprocess.Popen", str(REPO.parent))]
 
 
+def test_paths_named_by_the_environment_are_allowed(tmp_path: Path) -> None:
+    """A NODEPREP_* variable may point beside the checkout on purpose (CI's reference data); only
+    that path is allowed, its siblings stay forbidden."""
+    repo = tmp_path / "nodeprep"
+    named = str(tmp_path / "shared" / "k8s")
+    allowed = boundary.allowed_by_env({"NODEPREP_TEST_K8S": named, "HOME": str(tmp_path / "home"),
+                                       "NODEPREP_TEST_CACHE": "/var/cache/nodeprep-tests"})
+    guard = boundary.Guard(repo, allowed)
+    assert guard.forbidden(f"{named}/v1.31/kube-apiserver") is None and guard.forbidden(named) is None
+    assert guard.forbidden(str(tmp_path / "shared" / "fixtures")) == str(tmp_path / "shared" / "fixtures")
+    assert guard.forbidden(str(tmp_path / "home" / "x")) == str(tmp_path / "home" / "x")
+    assert guard.forbidden(str(repo / "tests")) is None and guard.forbidden("/usr/lib") is None
+
+
 def test_guard_fails_a_test_that_reads_beside_the_repository(tmp_path: Path) -> None:
     """The whole mechanism, end to end: a pytest run in this checkout of a test that opens a sibling
     path fails, naming the path; the same test reading inside the repository passes."""
