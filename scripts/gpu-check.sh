@@ -48,8 +48,8 @@ else
     echo "gpu-check: no venv module for $python (python3-venv): using it directly" >&2
     py=$python
 fi
-# module -> the distribution that provides it
-needed="click:click yaml:pyyaml jsonschema:jsonschema zstandard:zstandard requests:requests pynvml:nvidia-ml-py"
+# module:distribution, nodeprep's dependencies (pyproject.toml) and NVML's bindings
+needed="click:click yaml:pyyaml jinja2:jinja2 requests:requests zstandard:zstandard jsonschema:jsonschema tomli_w:tomli-w pynvml:nvidia-ml-py"
 missing() {
     local m out=""
     for m in $needed; do

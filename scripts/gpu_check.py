@@ -54,6 +54,14 @@ class Report:
         print(f"gpu-check: {name:<9} {word:<4} {message}", flush=True)
 
 
+def nvidia_smi(*args: str) -> str:
+    """Output of the live nvidia-smi (found on this process's PATH, as nodeprep finds it)."""
+    tool = runner.which("nvidia-smi")
+    if tool is None:
+        raise SystemExit("gpu-check: nvidia-smi is not on PATH")
+    return runner.run([tool, *args], timeout=60).stdout
+
+
 def nodeprep(*args: str) -> runner.Result:
     return runner.run([sys.executable, "-c", "from nodeprep.cli import main; main()", *args], check=False,
                       timeout=120, inherit_env=True)
@@ -81,15 +89,16 @@ def compare_labels(a: dict[str, str], b: dict[str, str], *, only_a: set[str]) ->
     return out
 
 
-def check_labels(report: Report, work: Path) -> dict[str, Any] | None:
+def check_labels(report: Report, work: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(labels --json through NVML, through nvidia-smi); None for a source that failed."""
     xml = work / "nvidia-smi.xml"
-    xml.write_text(runner.run(["nvidia-smi", "-q", "-x"], timeout=60).stdout)
+    xml.write_text(nvidia_smi("-q", "-x"))
     nvml, why_nvml = labels_from("--source", "nvml")
     smi, why_smi = labels_from("--source", "nvidia-smi")
     cap, why_cap = labels_from("--nvidia-smi-xml", str(xml))
     if nvml is None or smi is None or cap is None:
         report.line("labels", False, "; ".join(w for w in (why_nvml, why_smi, why_cap) if w))
-        return nvml or smi
+        return nvml, smi
     (work / "labels-nvml.json").write_text(json.dumps(nvml, indent=2))
     (work / "labels-nvidia-smi.json").write_text(json.dumps(smi, indent=2))
     diff = compare_labels(nvml["labels"], smi["labels"], only_a=ONLY_NVML)
@@ -98,7 +107,7 @@ def check_labels(report: Report, work: Path) -> dict[str, Any] | None:
     report.line("labels", not diff, "; ".join(diff) if diff else
                 f"NVML and nvidia-smi agree on {len(gpu)} nvidia.com labels "
                 f"({gpu.get('nvidia.com/gpu.count')} x {gpu.get('nvidia.com/gpu.product')})")
-    return nvml
+    return nvml, smi
 
 
 def userspace_libs() -> dict[str, Path]:
@@ -115,10 +124,10 @@ def userspace_libs() -> dict[str, Path]:
     return libs
 
 
-def check_versions(report: Report, nvml: dict[str, Any] | None, libs: dict[str, Path]) -> str | None:
+def check_versions(report: Report, nvml: dict[str, Any] | None, smi_labels: dict[str, Any] | None,
+                   libs: dict[str, Path]) -> str | None:
     module = loaded_version(Path("/"))
-    smi = runner.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                     timeout=60).stdout.split()
+    smi = nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader").split()
     seen = {"kernel module": module, "nvidia-smi": smi[0] if smi else None}
     if nvml is not None:
         seen["NVML"] = (nvml.get("facts", {}).get("gpu") or {}).get("driver_version")
@@ -128,11 +137,12 @@ def check_versions(report: Report, nvml: dict[str, Any] | None, libs: dict[str, 
     ok = len(versions) == 1 and None not in versions
     report.line("versions", ok, ", ".join(f"{k} {v}" for k, v in seen.items()))
     driver = module if ok else None
-    if driver and nvml is not None:
-        got = (nvml.get("facts", {}).get("gpu") or {}).get("cuda_version")
+    source, facts = ("NVML", nvml) if nvml is not None else ("nvidia-smi", smi_labels)
+    if driver and facts is not None:
+        got = (facts.get("facts", {}).get("gpu") or {}).get("cuda_version")
         got_s = ".".join(str(x) for x in got) if got else None
         table = cuda.max_cuda(driver)
-        message = f"driver {driver}: CUDA {got_s} (NVML), nodeprep/node/cuda.py's table says {table}"
+        message = f"driver {driver}: CUDA {got_s} ({source}), nodeprep/node/cuda.py's table says {table}"
         if table is None or got_s is None:
             report.line("cuda", False, message)
         elif cuda.vkey(table) < cuda.vkey(got_s):  # a CUDA release newer than the table: it is behind
@@ -201,7 +211,10 @@ def check_cdi(report: Report, work: Path, driver: str | None, libs: dict[str, Pa
     root = work / "root"
     mirrored = mirror_driver_root(root, driver, libs)
     gpus = gpumod.discover(Path("/"))
-    spec = cdi.build_spec(root, Driver(version=driver), gpus, version=driver)
+    # the spec lists the device nodes of the modules the node loads: here, those loaded now
+    loaded = tuple(m for m in Driver(version=driver).modules
+                   if Path("/sys/module", m.replace("-", "_")).is_dir())
+    spec = cdi.build_spec(root, Driver(version=driver, modules=loaded), gpus, version=driver)
     (work / "nvidia.yaml").write_bytes(cdi.render_spec(spec))
     problems = cdi.spec_problems(spec)
     base = f"/opt/nvidia/{driver}/"
@@ -232,8 +245,8 @@ def main() -> int:
     args = ap.parse_args()
     report = Report()
     libs = userspace_libs()
-    nvml = check_labels(report, args.work)
-    driver = check_versions(report, nvml, libs)
+    nvml, smi = check_labels(report, args.work)
+    driver = check_versions(report, nvml, smi, libs)
     check_doctor(report, driver)
     check_cdi(report, args.work, driver, libs)
     if report.failed:
