@@ -7,8 +7,9 @@
 #   scripts/gpu-check.sh [--keep]      (--keep: leave the temp directory for a look)
 #
 # Builds nothing and changes nothing outside one temp directory (its venv, the capture, the spec).
-# Python: a venv in the temp directory (--system-site-packages) with this checkout on PYTHONPATH;
-# missing modules come from wheels in .whl/ of the checkout (pip --no-index) or, when pip can reach
+# Python: $PYTHON (default python3) with this checkout on PYTHONPATH when it has nodeprep's
+# dependencies and nvidia-ml-py, else a venv in the temp directory (--system-site-packages) whose
+# missing packages come from wheels in .whl/ of the checkout (pip --no-index) or, when pip can reach
 # an index, from there.
 # Exit: 0 every check passed, 1 a check failed, 2 usage or setup error, 3 skipped: no NVIDIA GPU/driver.
 set -euo pipefail
@@ -41,13 +42,6 @@ cleanup() {
 trap cleanup EXIT
 export PYTHONDONTWRITEBYTECODE=1 PIP_CACHE_DIR="$work/pip-cache" PIP_DISABLE_PIP_VERSION_CHECK=1
 
-python=${PYTHON:-python3}
-if "$python" -m venv --system-site-packages "$work/venv" >/dev/null 2>&1; then
-    py="$work/venv/bin/python"
-else
-    echo "gpu-check: no venv module for $python (python3-venv): using it directly" >&2
-    py=$python
-fi
 # module:distribution, nodeprep's dependencies (pyproject.toml) and NVML's bindings
 needed="click:click yaml:pyyaml jinja2:jinja2 requests:requests zstandard:zstandard jsonschema:jsonschema tomli_w:tomli-w pynvml:nvidia-ml-py"
 missing() {
@@ -57,7 +51,17 @@ missing() {
     done
     echo "$out"
 }
+python=${PYTHON:-python3}
+py=$python
 want=$(missing)
+if [ -n "$want" ]; then  # not all there: a venv of our own that sees the system's packages
+    if "$python" -m venv --system-site-packages "$work/venv" >/dev/null 2>&1; then
+        py="$work/venv/bin/python"
+        want=$(missing)
+    else
+        echo "gpu-check: no venv module for $python (python3-venv)" >&2
+    fi
+fi
 if [ -n "$want" ] && [ "$py" != "$python" ]; then
     if [ -d "$repo/.whl" ]; then
         # shellcheck disable=SC2086  # one word per distribution
