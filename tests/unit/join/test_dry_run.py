@@ -81,7 +81,7 @@ def test_join_logs_the_real_path_under_the_root(node_root: Path, tmp_path: Path,
 def test_gpu_warning_is_printed_once(node_root: Path, tmp_path: Path) -> None:
     """No capture, no sysfs under the root: the GPU fact chain finds nothing and says so once."""
     args = ["join", "--profile", str(profile(tmp_path)), "--root", str(node_root), "--skip-preflight",
-            "--dry-run"]
+            "--skip-discovery", "--dry-run"]
     code, _, err = run_join(args)
     assert code == 0, err
     assert err.count("gpu: no source available") == 1
@@ -127,7 +127,7 @@ def test_dry_run_on_the_live_system_writes_nothing(tmp_path: Path) -> None:
     if probe.returncode != 0:
         pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
     cmd = [sys.executable, "-c", "from nodeprep.cli import main; main()", "join", "--profile", str(prof),
-           "--skip-preflight"]
+           "--skip-preflight", "--skip-discovery"]
     script = 'mount -o remount,bind,ro / && exec "$@"'
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
 

@@ -63,6 +63,7 @@ def join_args(node_root: Path, prof: Path, smi_xml: Path, *extra: str) -> list[s
         "--root",
         str(node_root),
         "--skip-preflight",
+        "--skip-discovery",  # no API server here: never contact the profile's (non-loopback) address
         "--nvidia-smi-xml",
         str(smi_xml),
         *extra,
