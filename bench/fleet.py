@@ -29,6 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
+
+use_venv()
+
 from tests.support import testhosts  # noqa: E402
 from tests.support.realbuild import ensure_real_build  # noqa: E402
 
@@ -124,11 +128,14 @@ def main() -> int:
             flush=True,
         )
     (s_first, s_rerun), (l_first, l_rerun) = med[small], med[large]
-    print(f"{large} hosts / {small} host, first run: {l_first / s_first:.2f}x   (goal <= 2.00x)")
-    print(f"re-run / first run, {small} host:  {s_rerun / s_first:.0%}   (goal <= 40%)")
-    print(f"re-run / first run, {large} hosts: {l_rerun / l_first:.0%}   (goal <= 40%)")
-    return 0
+    goals = Goals()
+    scale = goals.at_most(f"{large} hosts <= 2x {small}", l_first / s_first, 2.0)
+    print(f"{large} hosts / {small} host, first run: {l_first / s_first:.2f}x   (goal <= 2.00x)  {scale}")
+    for count, first, rerun in ((small, s_first, s_rerun), (large, l_first, l_rerun)):
+        verdict = goals.at_most(f"re-run <= 40% ({count} host(s))", rerun / first, 0.40)
+        print(f"re-run / first run, {count} host(s): {rerun / first:.0%}   (goal <= 40%)  {verdict}")
+    return goals.exit_code()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -32,6 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
+
+use_venv()
+
 from nodeprep import artifact, runner  # noqa: E402
 from nodeprep.node import ops  # noqa: E402
 
@@ -197,20 +201,24 @@ def main() -> int:
         print(f"install+activate  {install_s:8.2f} s   (fresh process, local store)")
         print(f"raw compile       {compile_s:8.1f} s   ({how}, -j{args.jobs})")
         ratio = compile_s / install_s
-        print(f"ratio             {ratio:8.1f} x   goal >= 25x  {'OK' if ratio >= 25 else 'MISSED'}")
+        goals = Goals()
+        verdict = goals.at_least("compile/install >= 25x", ratio, 25)
+        print(f"ratio             {ratio:8.1f} x   goal >= 25x  {verdict}")
         for name, cli_s, lib_s in (
             ("switch", switch_cli, switch_lib),
             ("rollback", rollback_cli, rollback_lib),
         ):
-            verdict = "OK" if cli_s <= 1 else ("OK (library)" if lib_s <= 1 else "MISSED")
+            verdict = goals.check(f"{name} <= 1 s", cli_s <= 1 or lib_s <= 1)
+            if verdict == "OK" and cli_s > 1:
+                verdict = "OK (library)"
             print(
                 f"{name:9}         {cli_s:8.2f} s   (process; library call {lib_s:.2f} s)  "
                 f"goal <= 1 s  {verdict}"
             )
-        return 0
+        return goals.exit_code()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -24,11 +24,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
+
+use_venv()
+
 from nodeprep.labels import node_labels, pciids  # noqa: E402
 from nodeprep.labels.cloud import Endpoints  # noqa: E402
 from nodeprep.labels.core import LabelOptions  # noqa: E402
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 
 def hgx_sysfs(root: Path) -> Path:
@@ -117,12 +121,11 @@ def timed(opts: LabelOptions, runs: int) -> tuple[list[float], dict[str, str], l
     return times, result.labels, result.warnings
 
 
-def report(name: str, times: list[float], goal: float) -> bool:
+def report(goals: Goals, name: str, times: list[float], goal: float) -> None:
     med, worst = statistics.median(times), max(times)
-    ok = worst <= goal
+    verdict = goals.at_most(name, worst, goal)
     print(f"{name:<52} median {med * 1000:8.1f} ms  max {worst * 1000:8.1f} ms  goal <= {goal * 1000:6.0f} ms"
-          f"  max/goal {worst / goal:5.2f}  {'OK' if ok else 'MISSED'}")
-    return ok
+          f"  max/goal {worst / goal:5.2f}  {verdict}")
 
 
 def main() -> int:
@@ -131,7 +134,7 @@ def main() -> int:
     args = ap.parse_args()
     logging.getLogger("nodeprep").setLevel(logging.ERROR)  # warnings are expected in the worst case
     dead = Endpoints(aws="http://127.0.0.1:9", gce="http://127.0.0.1:9", azure="http://127.0.0.1:9")
-    ok = True
+    goals = Goals()
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         sysfs = hgx_sysfs(t)
@@ -150,21 +153,21 @@ def main() -> int:
               f"{cold * 1000:.1f} ms (cold)")
         pciids._load.cache_clear()
         first, _, _ = timed(LabelOptions(**base, dmi_root=bare), 1)
-        ok &= report("local facts, PCI sysfs (first run: pci.ids parsed)", first, 0.100)
+        report(goals, "local facts, PCI sysfs (first run: pci.ids parsed)", first, 0.100)
         times, labels, _ = timed(LabelOptions(**base, dmi_root=bare), args.runs)
-        ok &= report("local facts, PCI sysfs (HGX H100, bare metal DMI)", times, 0.100)
+        report(goals, "local facts, PCI sysfs (HGX H100, bare metal DMI)", times, 0.100)
         assert labels["nvidia.com/gpu.count"] == "8", labels
         xml = FIXTURES / "dual-rtx-a5000_590.44.01.xml"
         if xml.is_file():
             times, labels, _ = timed(LabelOptions(**base, dmi_root=bare, nvidia_smi_xml=xml), args.runs)
-            ok &= report("local facts, nvidia-smi XML (dual A5000, 94 KB)", times, 0.100)
+            report(goals, "local facts, nvidia-smi XML (dual A5000, 94 KB)", times, 0.100)
 
         srv = aws_stub()
         aws_dmi = dmi(t / "aws", sys_vendor="Amazon EC2", product_name="p5.48xlarge")
         eps = Endpoints(aws=f"http://127.0.0.1:{srv.server_address[1]}", gce=dead.gce, azure=dead.azure)
         times, labels, warnings = timed(LabelOptions(**{**base, "endpoints": eps}, dmi_root=aws_dmi),
                                         args.runs)
-        ok &= report("AWS metadata answering (loopback stub)", times, 0.100)
+        report(goals, "AWS metadata answering (loopback stub)", times, 0.100)
         assert labels["topology.kubernetes.io/zone"] == "us-east-1a" and not warnings, (labels, warnings)
         srv.shutdown()
         srv.server_close()
@@ -173,11 +176,11 @@ def main() -> int:
         eps = Endpoints(aws=silent.url, gce=dead.gce, azure=dead.azure)
         runs = max(3, args.runs // 5)
         times, labels, warnings = timed(LabelOptions(**{**base, "endpoints": eps}, dmi_root=aws_dmi), runs)
-        ok &= report("worst case: metadata never answers (DMI fallback)", times, 1.5)
+        report(goals, "worst case: metadata never answers (DMI fallback)", times, 1.5)
         assert labels["node.kubernetes.io/instance-type"] == "p5.48xlarge" and warnings
         silent.close()
-    return 0 if ok else 1
+    return goals.exit_code()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -17,10 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
+
+use_venv()
+
+import yaml  # noqa: E402
 
 from nodeprep.errors import ProfileError  # noqa: E402
 from nodeprep.profile import load_profile  # noqa: E402
@@ -55,7 +59,7 @@ def main() -> int:
     ap.add_argument("--items", type=int, default=50_000)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    ok = True
+    goals = Goals()
     print(f"{'shape':32} {'bytes':>9} {'nodeprep':>9} {'pyyaml-py':>10} {'ratio':>6}  goal <= {GOAL_S:.1f} s")
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in shapes(args.items).items():
@@ -70,12 +74,11 @@ def main() -> int:
 
             ours_s = timed(ours, args.runs)
             theirs_s = timed(lambda text=text: yaml.load(text, Loader=yaml.SafeLoader), 1)
-            met = ours_s <= GOAL_S
-            ok &= met
+            verdict = goals.at_most(name, ours_s, GOAL_S)
             print(f"{name:32} {len(text):9d} {ours_s:8.3f}s {theirs_s:9.3f}s {theirs_s / ours_s:5.1f}x  "
-                  f"{'ok' if met else 'MISSED'}")
-    return 0 if ok else 1
+                  f"{verdict}")
+    return goals.exit_code()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

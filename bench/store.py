@@ -39,6 +39,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
+
+use_venv()
+
 from nodeprep import artifact  # noqa: E402
 from nodeprep.node.store import Store  # noqa: E402
 from nodeprep.stores import oci  # noqa: E402
@@ -250,11 +254,14 @@ def main() -> int:
                     print(f"    failure: {err}")
                 if n == max(counts) and (ratio < GOAL or failures):
                     missed.append(f"{name} at N={n}: {ratio:.0%} of the limit, {failures} failures")
+        goals = Goals()
+        goals.check(f"every store >= {GOAL:.0%} of the limit at N={max(counts)}, no failures", not missed)
         if missed:
             print("goal missed (>= 70 % of the limit, no failures): " + "; ".join(missed))
-            return 1
-        print(f"goal met: every store >= {GOAL:.0%} of the page-cache limit at N={max(counts)}, no failures")
-        return 0
+        else:
+            print(f"goal met: every store >= {GOAL:.0%} of the page-cache limit at N={max(counts)}, "
+                  "no failures")
+        return goals.exit_code()
     finally:
         for p in procs:
             p.terminate()
@@ -265,4 +272,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -391,6 +391,8 @@ def step_labels(ctx: Context) -> dict[str, Any]:
         use_nvml=ctx.live, run_nvidia_smi=ctx.live,
     )
     result = node_labels(opts)
+    for w in result.warnings:
+        log.warning("warning: %s", w)
     labels = dict(sorted(result.labels.items()))
     atomic_write(_under(ctx.root, NFD_FEATURES), render_nfd(labels))
     atomic_write(_under(ctx.root, LABELS_JSON), json.dumps(labels, indent=2, sort_keys=True) + "\n")

@@ -231,7 +231,9 @@ def store_source(store: str, *, wheel: Path | None = None, version: str = __vers
     if wheel is None:
         if "://" in store_s and not store_s.startswith("file://"):
             raise InputError(f"driver.store {store!r} is remote: pass --nodeprep-wheel FILE (the wheel "
-                             f"published at {store_s}/{TOOLS_DIR}/) so its sha256 can go into the user-data")
+                             f"published at {store_s}/{TOOLS_DIR}/) so its sha256 can go into the user-data",
+                             hint="build it from a checkout with `.venv/bin/python -m pip wheel --no-deps "
+                             "--no-build-isolation --wheel-dir dist .` (docs/cloud.md, 'Try it')")
         wheel = local_store / TOOLS_DIR / wheel_name(version)
         if not wheel.is_file():
             raise InputError(f"{wheel}: no nodeprep wheel in the store (publish one with "

@@ -8,14 +8,57 @@ tests/support/realbuild.py) and caches downloads under NODEPREP_TEST_CACHE.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+from tests.support import boundary
+from tests.support.fixtures import NVIDIA_SMI, REPO
+
+# Every path a test opens, lists or runs beside the repository is recorded (tests/support/boundary.py);
+# the test during which it happened fails, so a lone clone passes the same tests as this checkout.
+BOUNDARY = boundary.install(REPO)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Fails the test whose body read, listed or ran a path beside the repository."""
+    result = yield
+    hits = BOUNDARY.take()
+    if hits:
+        pytest.fail(f"the test touched paths outside the repository {REPO}:\n{_listed(hits)}", pytrace=False)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def repository_boundary() -> Iterator[boundary.Guard]:
+    """The guard; fails the test whose fixtures (set up or torn down) touched a path beside the
+    repository (the test body is checked by pytest_runtest_call)."""
+    yield BOUNDARY
+    hits = BOUNDARY.take()
+    if hits:
+        pytest.fail(f"the test touched paths outside the repository {REPO}:\n{_listed(hits)}", pytrace=False)
+
+
+def _listed(hits: list[tuple[str, str]]) -> str:
+    return "\n".join(f"  {event} {path}" for event, path in dict.fromkeys(hits))
+
+
+_COLLECTION_HITS: list[tuple[str, str]] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _COLLECTION_HITS.extend(BOUNDARY.take())  # module-level reads while importing test files
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Collection-time and session-teardown reads beside the repository fail the run too."""
+    hits = _COLLECTION_HITS + BOUNDARY.take()
+    if hits:
+        print(f"\nerror: paths outside the repository {REPO} were touched outside any test:\n{_listed(hits)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 # Hypothesis profiles (property tests, e.g. tests/unit/test_extraction_property.py). `ci` (default):
 # bounded so each property test stays well under 30 s; `long`: a local soak. No example database
@@ -35,10 +78,8 @@ def test_cache() -> Path:
 
 @pytest.fixture(scope="session")
 def nvidia_smi_fixtures() -> Path:
-    path = FIXTURES / "nvidia-smi"
-    if not path.is_dir():
-        pytest.fail(f"{path} is missing: the shared fixtures must sit beside the repository")
-    return path
+    """The recorded `nvidia-smi -q -x` captures kept in the repository (tests/fixtures/nvidia-smi)."""
+    return NVIDIA_SMI
 
 
 @pytest.fixture(scope="session")

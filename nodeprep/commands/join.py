@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..join import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime
+from ..join import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime, preview_join
 from ..profile import (
     load_profile,
     override_options,
@@ -41,7 +41,14 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Write the files (under --root) and print them, token masked; run nothing.",
+    help="Change nothing: print every file the join would write (diffs against what is there, token "
+    "masked) and the commands it would run.",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="With --dry-run: also write the files under DIR (DIR/etc/...), not on the node.",
 )
 @click.option(
     "--insecure-skip-ca-verification",
@@ -63,6 +70,7 @@ def join_cmd(
     root: Path,
     as_json: bool,
     dry_run: bool,
+    output_dir: Path | None,
     insecure_skip_ca_verification: bool,
     skip_preflight: bool,
     skip_discovery: bool,
@@ -86,21 +94,30 @@ def join_cmd(
         discovery=not skip_discovery,
         discovery_timeout=discovery_timeout,
     )
+    if output_dir is not None and not dry_run:
+        raise click.UsageError("--output-dir goes with --dry-run (a join writes under --root)")
     plan = plan_join(prof, options)
-    text = plan.render_text() if dry_run and not as_json else ""
-    result = apply_join(plan, run=not dry_run)
+    if dry_run:
+        result = preview_join(plan, output_dir)
+    else:
+        result = apply_join(plan, run=True)
     result["dry_run"] = dry_run
     if as_json:
         emit_json(result)
         return
     _warn(plan.warnings)
+    head = (
+        f"mode {plan.mode}, Kubernetes {plan.kubernetes_version}"
+        f"{', ' + plan.kubeadm_api if plan.kubeadm_api else ''}"
+    )
     if dry_run:
-        click.echo(text, nl=False)
-    verb = "would join" if dry_run else "joined"
+        click.echo(plan.render_text(), nl=False)
+        changed = sum(1 for f in plan.files if f.changed)
+        where = f"; files under {output_dir}" if output_dir is not None else ""
+        click.echo(f"would join: {head}; would write {changed} file(s), nothing changed{where}", err=True)
+        return
     click.echo(
-        f"{verb}: mode {plan.mode}, Kubernetes {plan.kubernetes_version}"
-        f"{', ' + plan.kubeadm_api if plan.kubeadm_api else ''}; "
-        f"{len(result['written'])} file(s) written, {len(result['ran'])} command(s) run",
+        f"joined: {head}; {len(result['written'])} file(s) written, {len(result['ran'])} command(s) run",
         err=True,
     )
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
 
 import click
 
-from ..errors import InputError, NodeprepError
+from ..errors import InputError, NodeprepError, StateError
 from ..labels import output
 from ..labels.cloud import CLOUD_CHOICES, Endpoints
 from ..labels.core import MIG_STRATEGIES, LabelOptions, node_labels
@@ -17,6 +18,8 @@ from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_k
 from .options import profile_option, root_option
 
 DEFAULT_PROFILE = "etc/nodeprep/node.yaml"
+GPU_SOURCES = ("auto", "nvml", "nvidia-smi", "pci")  # pci: sysfs only, no driver asked
+log = logging.getLogger("nodeprep.labels")
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -51,6 +54,9 @@ def _write_atomic(path: Path, text: str) -> None:
               help="Stands for /sys/class/dmi/id (default: under --sysfs-root).")
 @click.option("--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Read GPU facts from this `nvidia-smi -q -x` capture.")
+@click.option("--source", "gpu_source", type=click.Choice(GPU_SOURCES), default="auto", show_default=True,
+              help="Where GPU facts come from: auto = NVML, then nvidia-smi, then PCI sysfs; a named source "
+                   "is the only one asked, and its absence is an error (exit 1).")
 @click.option("--pci-ids", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="pci.ids database (default: the distribution's).")
 @click.option("--aws-metadata-url", envvar="NODEPREP_AWS_METADATA_URL", default=None, metavar="URL")
@@ -67,9 +73,9 @@ def _write_atomic(path: Path, text: str) -> None:
 @root_option
 def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[str, ...], cloud: str | None,
                mig_strategy: str, sysfs_root: Path, dmi_root: Path | None, nvidia_smi_xml: Path | None,
-               pci_ids: Path | None, aws_metadata_url: str | None, gce_metadata_url: str | None,
-               azure_metadata_url: str | None, timeout: float, do_apply: bool, kubeconfig: Path | None,
-               node: str | None, profile: Path | None, root: Path) -> None:
+               gpu_source: str, pci_ids: Path | None, aws_metadata_url: str | None,
+               gce_metadata_url: str | None, azure_metadata_url: str | None, timeout: float, do_apply: bool,
+               kubeconfig: Path | None, node: str | None, profile: Path | None, root: Path) -> None:
     """Compute this node's labels (GFD-compatible nvidia.com/*, instance type, topology, nodeprep.dev/*)
     and print them, write them for NFD, or apply them to the Node."""
     fmt = "json" if as_json else fmt
@@ -87,8 +93,17 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         cloud=cloud or prof.cloud, extra=extra, mig_strategy=mig_strategy, pci_ids=pci_ids,
         endpoints=Endpoints.from_env(aws=aws_metadata_url, gce=gce_metadata_url, azure=azure_metadata_url),
         source_timeout=timeout, total_timeout=timeout * 1.5,
+        use_nvml=gpu_source in ("auto", "nvml"), run_nvidia_smi=gpu_source in ("auto", "nvidia-smi"),
     )
+    if gpu_source != "auto" and nvidia_smi_xml is not None:
+        raise InputError("--source: not with --nvidia-smi-xml (the capture is the source)")
     result = node_labels(opts)
+    if gpu_source != "auto" and result.sources["gpu"] != gpu_source:
+        raise StateError(f"--source {gpu_source}: no GPU facts from it (got: {result.sources['gpu']}); "
+                         + "; ".join(w for w in result.warnings if w.startswith("gpu:")),
+                         hint="is the driver loaded? (nodeprep doctor)")
+    for w in result.warnings:
+        log.warning("warning: %s", w)
     applied = None
     if do_apply:
         from ..labels.apply import apply_labels, default_node_name, load_kubeconfig

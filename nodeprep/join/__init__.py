@@ -6,6 +6,7 @@ Public API (CLI `nodeprep join`, Ansible roles kube_join and container_runtime, 
     apply_runtime(plan) -> {"changed", "written", "ran", "warnings"}
     plan_join(profile, JoinOptions(...)) -> JoinPlan                 everything, nothing written
     apply_join(plan, run=True) -> dict                               write files, run commands
+    preview_join(plan, output_dir=None) -> dict                      dry run: write nothing (or under DIR)
     join(profile, options, dry_run=False) -> (JoinPlan, dict)
 Each plan holds FileChange objects (`target`, `content`, `mode`, `changed`, `secret`) and Actions.
 """
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         join,
         plan_join,
         plan_runtime,
+        preview_join,
     )
 
 # Driver activation imports nodeprep.join.cdi on every run; it must not pay for the planner.
@@ -35,7 +37,7 @@ __getattr__ = lazy_exports(__name__, {
     "FileChange": "files",
     **dict.fromkeys(
         ["Action", "JoinOptions", "JoinPlan", "RuntimePlan", "apply_join", "apply_runtime", "join",
-         "plan_join", "plan_runtime"],
+         "plan_join", "plan_runtime", "preview_join"],
         "plan",
     ),
 })
@@ -51,4 +53,5 @@ __all__ = [
     "join",
     "plan_join",
     "plan_runtime",
+    "preview_join",
 ]

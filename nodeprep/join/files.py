@@ -87,9 +87,16 @@ def apply_changes(changes: list[FileChange]) -> list[FileChange]:
             log.debug("%s unchanged", change.target)
             continue
         atomic_write(change.path, change.content, change.mode)
-        log.info("wrote %s", change.target)
+        log.info("wrote %s", change.path)  # the real path: under --root when there is one
         written.append(change)
     return written
+
+
+def relocated(changes: list[FileChange], directory: Path) -> list[FileChange]:
+    """The same files placed under `directory` instead of the node's root (`join --dry-run
+    --output-dir`): a dry run's preview on disk, nothing on the node touched."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return [FileChange(under(directory, c.target), c.target, c.content, c.mode, c.secret) for c in changes]
 
 
 def under(root: Path, target: str | os.PathLike[str], *, input_field: str | None = None) -> Path:

@@ -25,7 +25,7 @@ from . import containerd as ctd
 from . import gpus as gpumod
 from . import kube
 from .discovery import Discovery, discover
-from .files import FileChange, apply_changes, under
+from .files import FileChange, apply_changes, relocated, under
 from .kubeletflags import SortedArgs, check_version, sort_args
 from .token import BootstrapToken, read_token_file, redact
 
@@ -224,6 +224,7 @@ def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], lis
     live = options.live
     opts = LabelOptions(
         root=root,
+        kernel=profile.driver.kernel,  # else the running kernel on /, the root's kernel under --root
         sysfs_root=Path("/sys") if live else root / "sys",
         nvidia_smi_xml=options.nvidia_smi_xml,
         cloud=profile.labels.cloud,
@@ -475,6 +476,22 @@ def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
             "changed": bool(written) or bool(ran),
         }
     )
+    return result
+
+
+def preview_join(plan: JoinPlan, output_dir: Path | None = None) -> dict[str, Any]:
+    """A dry run: the plan's summary; nothing on the node is written and nothing runs. With
+    `output_dir`, the files are written under that directory (as they would lie under the root).
+    Refuses (StateError) when preflight found problems, like apply_join."""
+    if plan.preflight:
+        raise StateError(
+            "preflight failed: " + "; ".join(plan.preflight),
+            hint="fix it (nodeprep doctor) or pass --skip-preflight",
+        )
+    result = plan.to_dict()
+    placed = relocated(list(plan.files), output_dir) if output_dir is not None else []
+    apply_changes(placed)
+    result.update({"written": [], "ran": [], "preview": [str(f.path) for f in placed]})
     return result
 
 

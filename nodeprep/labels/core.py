@@ -1,6 +1,7 @@
 """Facts -> labels. `node_labels(options)` is the library entry point used by the CLI, join and
 bootstrap; it only reads (files, NVML, nvidia-smi, metadata services) and never raises for a missing
-or slow fact source: it records a warning and uses the next source instead."""
+or slow fact source: it records a warning and uses the next source instead. It returns the warnings
+and does not log them: each front-end prints them once."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class LabelOptions:
     extra: Mapping[str, str] = field(default_factory=dict)
     mig_strategy: str = "none"
     pci_ids: Path | None = None
-    kernel: str | None = None  # default: the running kernel
+    kernel: str | None = None  # default: the running kernel; under a --root: the root's (system.root_kernel)
     use_nvml: bool = True
     run_nvidia_smi: bool = True
     source_timeout: float = 1.0  # seconds, per fact source
@@ -129,6 +130,8 @@ def _gpu_chain(opts: LabelOptions, deadline: float, warnings: list[str]) -> gpum
             warnings.append(f"gpu: {name} did not answer within {budget:.2g}s")
         elif isinstance(error, gpumod.GpuSourceUnavailable):
             log.debug("gpu: %s unavailable: %s", name, error)
+            if len(readers) == 1:  # the one source asked for (labels --source): say why it said nothing
+                warnings.append(f"gpu: {name} unavailable: {error}")
         elif error is not None:
             warnings.append(f"gpu: {name} failed: {error}")
         elif facts is not None:
@@ -377,6 +380,4 @@ def node_labels(options: LabelOptions | None = None) -> LabelResult:
         "cloud": facts.cloud.source,
         "dmi": str(opts.dmi_dir) if facts.dmi else "none",
     }
-    for w in warnings:
-        log.warning("%s", w)
-    return LabelResult(labels, facts, sources, warnings)
+    return LabelResult(labels, facts, sources, warnings)  # the front-end reports the warnings, once

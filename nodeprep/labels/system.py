@@ -1,11 +1,15 @@
 """Host facts: OS release, kernel, and the driver nodeprep installed (read defensively: the install
-area owns /var/lib/nodeprep/state.json and may change its shape)."""
+area owns /var/lib/nodeprep/state.json and may change its shape).
+
+The kernel of a root other than / is the root's target kernel, never the kernel this process runs
+on (see `root_kernel`)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,8 +93,43 @@ def installed_driver(root: Path, kernel: str | None) -> tuple[str | None, str | 
     return version, flavour, digest
 
 
+def _release_key(release: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key for kernel releases: numbers compare as numbers (6.1.0-28 < 6.1.0-101)."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", release) if p)
+
+
+def newest_release(releases: list[str]) -> str | None:
+    return max(releases, key=_release_key) if releases else None
+
+
+def root_kernel(root: Path) -> str | None:
+    """The kernel a root (an image, a chroot) will boot, for its labels: the newest kernel the
+    active driver has modules for (/opt/nvidia/current/modules/<release>), else the newest
+    /lib/modules/<release> with a kernel in it (its modules.order or kernel/ directory), else None.
+    Never the kernel of the machine running nodeprep."""
+    kmods = root / CURRENT_LINK / "modules"
+    try:
+        with_driver = [d.name for d in kmods.iterdir() if d.is_dir()]
+    except OSError:
+        with_driver = []
+    if with_driver:
+        return newest_release(with_driver)
+    modules = root / "lib" / "modules"
+    try:
+        installed = [d.name for d in modules.iterdir()
+                     if (d / "modules.order").is_file() or (d / "kernel").is_dir()]
+    except OSError:
+        installed = []
+    return newest_release(installed)
+
+
+def is_live(root: Path) -> bool:
+    return Path(root).resolve() == Path("/")
+
+
 def system_facts(root: Path, kernel: str | None = None, problems: list[str] | None = None) -> SystemFacts:
+    """Facts of `root`; the kernel is `kernel`, else the running one on /, else `root_kernel(root)`."""
     rel = os_release(root, problems)
-    kernel = kernel or os.uname().release
+    kernel = kernel or (os.uname().release if is_live(root) else root_kernel(root))
     version, flavour, digest = installed_driver(root, kernel)
     return SystemFacts(rel.get("ID"), rel.get("VERSION_ID"), kernel, version, flavour, digest)

@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from nodeprep import runner
+from tests.support.fixtures import NVIDIA_SMI
 
 log = logging.getLogger(__name__)
 
@@ -522,7 +523,7 @@ def prepare_host(host: TestHost) -> None:
     (image / "etc").mkdir(parents=True)
     shutil.copy(host.root / "etc/ld.so.conf", image / "etc/ld.so.conf")
     shutil.copy(host.root / "usr/lib/os-release", image / "etc/os-release")
-    shutil.copy(REPO.parent / "shared/fixtures/nvidia-smi" / GPU_CAPTURE, host.root / "root/gpu.xml")
+    shutil.copy(NVIDIA_SMI / GPU_CAPTURE, host.root / "root/gpu.xml")
 
 
 def fleet_vars(workdir: Path, source: Path, version: str, kernel: str) -> dict[str, object]:

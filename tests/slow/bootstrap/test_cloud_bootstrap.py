@@ -7,7 +7,7 @@ wheel downloaded from the store over loopback HTTP with its sha256 checked; the 
 (a chroot would load modules into this machine's kernel) and with the join in dry-run.
 
 Stand-ins, each at one boundary: the GPU is the recorded `nvidia-smi -q -x` of a Tesla T4
-(/work/shared/fixtures), the artifact store is a loopback HTTP server this test starts, and there is
+(tests/fixtures/nvidia-smi), the artifact store is a loopback HTTP server this test starts, and there is
 no API server (dry-run join). The artifacts are the session's real driver build (`real_build`).
 """
 
@@ -30,13 +30,14 @@ import yaml
 from nodeprep import __version__, cloudinit, runner
 from nodeprep.errors import CommandError
 from nodeprep.labels.output import parse_nfd
+from tests.support.fixtures import NVIDIA_SMI
 from tests.support.testhosts import debian_rootfs
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-FIXTURE = REPO.parent / "shared" / "fixtures" / "nvidia-smi" / "tesla-t4_515.105.01.xml"
+FIXTURE = NVIDIA_SMI / "tesla-t4_515.105.01.xml"
 TOKEN = "abcdef.0123456789abcdef"
 HASH = "sha256:" + "0f3bda1bf4b1b4a7c3e0b9a1c5d5e3f8f1a2b3c4d5e6f708192a3b4c5d6e7f80"
 ROOTFS_EXTRA = ("python3-venv",)  # the installer makes a venv; the rest is in the test host set

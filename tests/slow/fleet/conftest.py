@@ -2,7 +2,7 @@
 served to them over HTTP from the root-namespace end of their veths, and playbook runs.
 
 Stand-ins, each at one boundary:
-- GPU facts come from a recorded `nvidia-smi -q -x` capture (shared/fixtures) copied onto each host:
+- GPU facts come from a recorded `nvidia-smi -q -x` capture (tests/fixtures/nvidia-smi) copied onto each host:
   the test hosts have no GPU.
 - The driver stack goes into an image root on each host (IMAGE_ROOT, like `--root` for an image
   build): the hosts run the CI machine's kernel, for which no NVIDIA kmod artifact exists, and the

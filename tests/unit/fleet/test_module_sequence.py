@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from nodeprep import runner
+from tests.support.fixtures import NVIDIA_SMI
 
 from .conftest import REPO
 
-CAPTURE = REPO.parent / "shared/fixtures/nvidia-smi/a100-sxm4-80gb-mig_535.54.03.xml"
+CAPTURE = NVIDIA_SMI / "a100-sxm4-80gb-mig_535.54.03.xml"
 
 
 def module(

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from nodeprep import artifact, runner
+from tests.support.fixtures import NVIDIA_SMI as FIXTURES
 
 REPO = Path(__file__).resolve().parents[3]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
 VERSION = "535.309.01"
 LIBS = {
     "libcuda.so": "libcuda.so.1",

@@ -1,7 +1,8 @@
 """`nodeprep join` end to end under a temporary root, parsed back.
 
 No kubeadm binary or API server exists here, so these tests exercise what a join writes and would
-run (--dry-run, or plan_join) and never the join itself: the rendered JoinConfiguration,
+run (a join into an offline --root, which writes the files and defers kubeadm to the booted node;
+--dry-run, which changes nothing; plan_join) and never the join itself: the rendered JoinConfiguration,
 KubeletConfiguration, bootstrap kubeconfig and kubelet drop-in are parsed back and checked field by
 field, and the bootstrap token is looked for everywhere it must not be (argv, stdout, stderr,
 --json, log records). GPU facts come from a real `nvidia-smi -q -x` capture (no GPU here); the
@@ -62,6 +63,7 @@ def join_args(node_root: Path, prof: Path, smi_xml: Path, *extra: str) -> list[s
         "--root",
         str(node_root),
         "--skip-preflight",
+        "--skip-discovery",  # no API server here: never contact the profile's (non-loopback) address
         "--nvidia-smi-xml",
         str(smi_xml),
         *extra,
@@ -75,7 +77,7 @@ def _plan(node_root: Path, prof: Path, smi_xml: Path, **kw: Any):  # type: ignor
 
 def test_v1beta3_below_1_31(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     code, _, _ = run_join(
-        join_args(node_root, profile(tmp_path, kubernetes_version="1.30"), smi_xml, "--dry-run")
+        join_args(node_root, profile(tmp_path, kubernetes_version="1.30"), smi_xml)
     )
     assert code == 0
     doc = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())
@@ -118,7 +120,6 @@ def test_v1beta4_from_1_31(node_root: Path, tmp_path: Path, smi_xml: Path) -> No
             node_root,
             profile(tmp_path, kubernetes_version="v1.31.2", node_name="gpu-1"),
             smi_xml,
-            "--dry-run",
         )
     )
     assert code == 0
@@ -142,7 +143,7 @@ def test_secrets_are_0600_and_never_printed(
     assert code == 0
     assert "# ---- /etc/nodeprep/kubeadm-join.yaml (mode 0600, new, secret)" in out
     assert "token: <redacted>" in out and "k9x2mq.****************" not in out
-    code, js, err2 = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--json"))
+    code, js, err2 = run_join(join_args(node_root, prof, smi_xml, "--json"))
     assert code == 0
     data = json.loads(js)
     assert data["token"] == "k9x2mq.****************"
@@ -169,11 +170,11 @@ def test_command_line_holds_no_token(node_root: Path, tmp_path: Path, smi_xml: P
 
 def test_second_run_changes_nothing(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     prof = profile(tmp_path)
-    code, js, _ = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--json"))
+    code, js, _ = run_join(join_args(node_root, prof, smi_xml, "--json"))
     first = json.loads(js)
     assert code == 0 and first["changed"] is True and len(first["written"]) == 5
     snapshot = {p: p.read_bytes() for p in node_root.rglob("*") if p.is_file()}
-    code, js, _ = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--json"))
+    code, js, _ = run_join(join_args(node_root, prof, smi_xml, "--json"))
     second = json.loads(js)
     assert code == 0 and second["changed"] is False and second["written"] == []
     assert all(not f["changed"] for f in second["files"])
@@ -186,7 +187,7 @@ def test_missing_ca_pins_need_the_insecure_flag(node_root: Path, tmp_path: Path,
     assert code == 2 and out == ""
     assert err.splitlines()[0] == "error: cluster.ca_cert_hashes: required to verify the cluster CA"
     assert not (node_root / "etc/nodeprep/kubeadm-join.yaml").exists()  # nothing written
-    code, _, _ = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--insecure-skip-ca-verification"))
+    code, _, _ = run_join(join_args(node_root, prof, smi_xml, "--insecure-skip-ca-verification"))
     assert code == 0
     boot = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())["discovery"][
         "bootstrapToken"
@@ -342,7 +343,7 @@ def test_default_profile_path_under_root(node_root: Path, tmp_path: Path, smi_xm
 def test_flags_override_the_profile(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     prof = profile(tmp_path, kubernetes_version="1.31")
     args = join_args(
-        node_root, prof, smi_xml, "--dry-run", "--kubernetes-version", "1.29", "--node-name", "gpu-7"
+        node_root, prof, smi_xml, "--kubernetes-version", "1.29", "--node-name", "gpu-7"
     )
     code, _, _ = run_join(args)
     assert code == 0
@@ -380,7 +381,7 @@ def test_cdi_feature_gate_on_1_28_only(node_root: Path, tmp_path: Path, smi_xml:
 
 def test_rotated_token_never_shows_the_old_one(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     prof = profile(tmp_path)
-    assert run_join(join_args(node_root, prof, smi_xml, "--dry-run"))[0] == 0
+    assert run_join(join_args(node_root, prof, smi_xml))[0] == 0
     write_token(node_root, 0o600, "newtok.1111222233334444")
     code, out, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
     assert code == 0 and "(mode 0600, changed, secret)" in out

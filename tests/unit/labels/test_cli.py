@@ -107,3 +107,22 @@ def test_apply_needs_a_kubeconfig(base_args: list[str]) -> None:
 def test_help() -> None:
     code, out, _ = run(["labels", "--help"])
     assert code == 0 and "--format" in out and "--apply" in out
+
+
+def test_source_names_the_only_gpu_fact_source(empty_sysfs: Path, empty_root: Path, tmp_path: Path,
+                                               base_args: list[str]) -> None:
+    """`--source nvml|nvidia-smi` asks that source only and fails (exit 1, the reason given) when it has
+    nothing to say - there is no driver here; `--source pci` reads sysfs only; a capture and --source
+    exclude each other (scripts/gpu-check.sh relies on all three)."""
+    dmi = write_dmi(tmp_path / "dmi2", sys_vendor="Dell Inc.", product_name="PowerEdge")
+    args = ["labels", "--root", str(empty_root), "--sysfs-root", str(empty_sysfs), "--dmi-root", str(dmi),
+            "--cloud", "none"]
+    for source in ("nvml", "nvidia-smi"):
+        code, out, err = run([*args, "--source", source])
+        assert code == 1 and out == ""
+        assert err.startswith(f"error: --source {source}: no GPU facts from it (got: pci); gpu: {source} "
+                              "unavailable: ")
+    code, out, _ = run([*args, "--source", "pci"])
+    assert code == 0 and json.loads(out)["sources"]["gpu"] == "pci"
+    code, _, err = run([*base_args, "--source", "nvml"])
+    assert code == 2 and "--source: not with --nvidia-smi-xml" in err

@@ -1,4 +1,4 @@
-"""GFD labels from the real `nvidia-smi -q -x` captures in shared/fixtures/nvidia-smi.
+"""GFD labels from the real `nvidia-smi -q -x` captures in tests/fixtures/nvidia-smi.
 
 Expected values were written by reading each XML file and GFD's rules (internal/lm/*.go), not by
 running this code: product = sanitise(product_name), count = GPUs listed, memory = fb total MiB,

@@ -1,7 +1,7 @@
 """GPU facts through NVML.
 
 There is no GPU or libnvidia-ml here, so the nvidia-ml-py module (the NVML boundary) is replaced by a
-stand-in answering with the values of the real A100-SXM4-80GB capture in shared/fixtures/nvidia-smi
+stand-in answering with the values of the real A100-SXM4-80GB capture in tests/fixtures/nvidia-smi
 (name, 81920 MiB, bus 00000000:01:00.0, device 0x20B210DE, driver 535.54.03, CUDA 12.2, MIG enabled
 with four instances of 14 SMs / 19968 MiB). NVML adds what the XML lacks: compute capability 8.0 and
 the MIG profile name; on an A100 80GB, 14 SMs with 19968 MiB is the 1g.20gb profile.
@@ -135,3 +135,30 @@ def test_nvml_init_failure_falls_back(nvml_sysfs: Path, monkeypatch: pytest.Monk
     result = node_labels(options(cloud="none", use_nvml=True))
     assert (result.sources["gpu"] == "pci"
             and result.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB")
+
+
+def test_nvml_and_the_capture_agree_as_gpu_check_compares(nvml_sysfs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          options: Callable[..., LabelOptions],
+                                                          nvidia_smi_fixtures: Path) -> None:
+    """scripts/gpu_check.py's comparison on the A100 (NVML stand-in vs the real capture it was made
+    from): every label agrees but the source's name; labels only NVML can give are allowed to be
+    missing from the capture's; a changed value is found."""
+    import importlib.util
+
+    from tests.support.fixtures import REPO
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    assert spec and spec.loader
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(["1g.20gb"] * 4))
+    nvml = node_labels(options(cloud="none", use_nvml=True)).labels
+    xml = node_labels(options(cloud="none", nvidia_smi_xml=nvidia_smi_fixtures /
+                              "a100-sxm4-80gb-mig_535.54.03.xml")).labels
+    assert nvml["nodeprep.dev/gpu-source"] == "nvml" and xml["nodeprep.dev/gpu-source"] == "nvidia-smi"
+    assert gpu_check.compare_labels(nvml, xml, only_a=set()) == []  # all agree, compute capability too
+    del xml["nvidia.com/gpu.compute.major"]  # a GPU the device table does not know: XML has no compute cap
+    assert gpu_check.compare_labels(nvml, xml, only_a=gpu_check.ONLY_NVML) == []
+    changed = {**xml, "nvidia.com/gpu.memory": "40960"}
+    assert gpu_check.compare_labels(nvml, changed, only_a=gpu_check.ONLY_NVML) == [
+        "nvidia.com/gpu.memory: '81920' != '40960'"]

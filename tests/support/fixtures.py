@@ -1,0 +1,9 @@
+"""Recorded data kept in the repository (tests/fixtures): the one place tests read it from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+NVIDIA_SMI = FIXTURES / "nvidia-smi"  # real `nvidia-smi -q -x` captures, see SOURCES.md there

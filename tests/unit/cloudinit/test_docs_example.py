@@ -1,0 +1,51 @@
+"""docs/cloud.md's "Try it" block, run exactly as written in a copy of this checkout: the wheel is
+built offline (no setuptools warnings: pyproject's SPDX licence), `nodeprep cloud-init` renders the
+annotated examples/node.yaml with it, and the real `cloud-init schema -c` accepts the result; the
+user-data pins the wheel's sha256 at the example store's URL."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from nodeprep import __version__
+from nodeprep.artifact import sha256_file
+from tests.support.docs import documented_block
+from tests.support.fixtures import REPO
+
+from .test_cloudinit_render import cloud_init
+
+COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
+                                     "artifacts", ".pytest_cache", ".ruff_cache", "user-data", "token")
+
+
+def test_cloud_md_example_renders_valid_user_data(tmp_path: Path) -> None:
+    cloud_init()  # fails clearly without Debian's cloud-init (scripts/deps/cloud.apt)
+    block = documented_block("docs/cloud.md", "cloud-init")
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO, work, ignore=COPY_IGNORE, symlinks=True)
+    (work / ".venv").symlink_to(REPO / ".venv")  # what scripts/setup.sh made
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=work, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Valid cloud-config: user-data" in run.stdout
+    assert "Warning" not in run.stderr and "project.license" not in run.stderr, run.stderr
+
+    (wheel,) = (work / "dist").glob("nodeprep-*-py3-none-any.whl")
+    assert wheel.name == f"nodeprep-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as z:
+        metadata = z.read(f"nodeprep-{__version__}.dist-info/METADATA").decode()
+        assert "nodeprep/cli.py" in z.namelist()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    assert (work / "token").stat().st_mode & 0o077 == 0
+
+    data = yaml.safe_load((work / "user-data").read_text())
+    first = data["runcmd"][0]
+    url = f"https://artifacts.example.com/nvidia/tools/{wheel.name}"
+    assert first[2:] == ["store", url, sha256_file(wheel)]
+    files = {f["path"]: f for f in data["write_files"]}
+    assert files["/etc/nodeprep/bootstrap-token"]["permissions"] == "0600"

@@ -1,0 +1,98 @@
+"""The benches as bench/README.md documents them: each starts with the documented command (`python3
+bench/X.py` re-runs itself under .venv), answers --help, exits 2 on a
+bad argument, and follows one exit convention (benchlib: 0 goals met, 1 a goal missed, 3 cannot
+measure). Only the light labels bench is run for real; the heavy ones are never run by tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from types import ModuleType
+
+import pytest
+
+from tests.support.fixtures import REPO
+
+BENCH = REPO / "bench"
+BENCHES = sorted(p.stem for p in BENCH.glob("*.py") if p.stem != "benchlib")
+
+
+def command(name: str) -> list[str]:
+    """The command the docs give for a bench (python3: it re-runs itself under .venv)."""
+    python3 = shutil.which("python3")
+    assert python3, "no python3 on PATH"
+    return [python3, f"bench/{name}.py"]
+
+
+def load(name: str) -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_every_bench_is_listed_in_the_readme() -> None:
+    readme = (BENCH / "README.md").read_text()
+    assert BENCHES == ["bootstrap", "build", "fleet", "install", "labels", "profile", "smoke", "store"]
+    for name in BENCHES:
+        assert f"`bench/{name}.py`" in readme
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_help_and_bad_arguments(name: str) -> None:
+    ok = subprocess.run([*command(name), "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("usage: ") and "Traceback" not in ok.stderr
+    bad = subprocess.run([*command(name), "--no-such-option"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "error: unrecognized arguments: --no-such-option" in bad.stderr
+
+
+def test_labels_bench_exit_code_matches_its_verdicts() -> None:
+    run = subprocess.run([*command("labels"), "--runs", "3"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    verdicts = re.findall(r"  (OK|MISSED)$", run.stdout, re.M)
+    assert len(verdicts) == 5, run.stdout + run.stderr
+    assert run.returncode == (1 if "MISSED" in verdicts else 0)
+    last = run.stdout.splitlines()[-1]
+    assert last == ("goals: all 5 met" if run.returncode == 0 else last) and last.startswith("goals: ")
+
+
+def test_benchlib_convention(capsys: pytest.CaptureFixture[str]) -> None:
+    benchlib = load("benchlib")
+    goals = benchlib.Goals()
+    assert goals.at_most("fast", 0.5, 1.0) == "OK" and goals.at_least("ratio", 30, 25) == "OK"
+    assert goals.exit_code() == 0
+    assert goals.at_most("hit <= 2 s", 2.5, 2.0) == "MISSED" and goals.exit_code() == 1
+    assert capsys.readouterr().out.splitlines() == ["goals: all 2 met", "goals: 1 of 3 missed (hit <= 2 s)"]
+
+    def crash() -> int:
+        raise RuntimeError("the build failed")
+
+    for main, code in ((lambda: 0, 0), (lambda: 1, 1), (crash, 3), (lambda: (_ for _ in ()).throw(
+            SystemExit("site.yml failed")), 3)):
+        with pytest.raises(SystemExit) as e:
+            benchlib.run(main)
+        assert e.value.code == code
+    with pytest.raises(SystemExit) as e:
+        benchlib.cannot_measure("needs root")
+    assert e.value.code == 3 and "cannot measure here: needs root" in capsys.readouterr().err
+
+
+def test_smoke_bench_picks_the_newest_kernel_by_abi_number() -> None:
+    """`bench/smoke.py` without --kernel: the newest linux-image-6.1.0-<ABI>-amd64 (ABI as a number)."""
+    smoke = load("smoke")
+    names = ["linux-image-6.1.0-9-amd64", "linux-image-6.1.0-41-amd64", "linux-image-6.1.0-100-amd64",
+             "linux-image-6.1.0-41-amd64-dbg", "linux-image-6.1.0-28-amd64"]
+    assert smoke.newest_kernel(names) == "6.1.0-100-amd64"
+    with pytest.raises(SystemExit, match="no linux-image-6.1.0"):
+        smoke.newest_kernel(["linux-image-amd64"])

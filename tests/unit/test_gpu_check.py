@@ -1,0 +1,128 @@
+"""scripts/gpu-check.sh on a machine without an NVIDIA GPU or driver (this one, CI): one clear
+`skipped` line, exit 3, nothing written (not in its temp directory's parent, not in the checkout, not
+in HOME); end to end against a simulated driver in a private mount namespace (see that test); on a
+machine with a GPU it runs for real (docs/labels.md). The shell scripts pass shellcheck (Debian's,
+scripts/deps/lint.apt)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.fixtures import REPO
+
+SCRIPT = REPO / "scripts" / "gpu-check.sh"
+SHELL_SCRIPTS = [REPO / ".ci" / "run", *sorted((REPO / "scripts").glob("*.sh"))]
+
+
+def tree(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.lstat().st_mtime_ns for p in path.rglob("*")
+            if ".venv" not in p.parts and ".git" not in p.parts}
+
+
+def test_skips_cleanly_without_a_gpu(tmp_path: Path) -> None:
+    if Path("/proc/driver/nvidia/version").exists():
+        pytest.skip("this machine has an NVIDIA driver loaded: run scripts/gpu-check.sh itself")
+    tmp, home = tmp_path / "tmp", tmp_path / "home"
+    tmp.mkdir()
+    home.mkdir()
+    before = tree(REPO)
+    env = {**os.environ, "TMPDIR": str(tmp), "HOME": str(home)}
+    run = subprocess.run([str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert run.stdout.startswith("gpu-check: skipped: no NVIDIA GPU/driver found (")
+    assert len(run.stdout.splitlines()) == 1 and run.stderr == ""
+    assert list(tmp.iterdir()) == [] and list(home.iterdir()) == []
+    assert tree(REPO) == before
+    bad = subprocess.run([str(SCRIPT), "--bogus"], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: scripts/gpu-check.sh")
+
+
+def test_shell_scripts_pass_shellcheck() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.fail("shellcheck is not installed: run scripts/setup.sh (scripts/deps/lint.apt)")
+    run = subprocess.run([shellcheck, *map(str, SHELL_SCRIPTS)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert SCRIPT in SHELL_SCRIPTS
+
+
+SIMULATE = r"""
+set -e
+mount -t tmpfs none /proc/driver
+gpu=/proc/driver/nvidia/gpus/0000:01:00.0
+mkdir -p $gpu
+printf 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.54.03  Fri Jun 16 2023\n' \
+    > /proc/driver/nvidia/version
+printf 'Model: \t\t NVIDIA A100-SXM4-80GB\nDevice Minor: \t 1\n' > $gpu/information
+mount -t tmpfs none /sys/module
+mkdir /sys/module/nvidia
+echo 535.54.03 > /sys/module/nvidia/version
+mount -t tmpfs none /sys/bus/pci/devices
+mkdir /sys/bus/pci/devices/0000:01:00.0
+echo 0x10de > /sys/bus/pci/devices/0000:01:00.0/vendor
+echo 0x20b2 > /sys/bus/pci/devices/0000:01:00.0/device
+echo 0x030200 > /sys/bus/pci/devices/0000:01:00.0/class
+mount --bind "$SIM/ld.so.cache" /etc/ld.so.cache
+exec "$@"
+"""
+
+
+def test_runs_end_to_end_against_a_simulated_driver(tmp_path: Path, nvidia_smi_fixtures: Path) -> None:
+    """Stand-ins for the GPU driver (the one boundary CI lacks), inside a private mount namespace so
+    nothing outside it changes: /proc/driver/nvidia and /sys/module/nvidia say 535.54.03 is loaded,
+    an NVIDIA PCI device is in sysfs, `nvidia-smi` on PATH answers with the recorded A100 capture, and
+    the ld cache (bind-mounted over /etc/ld.so.cache) lists libraries compiled here with NVIDIA's
+    sonames. NVML cannot start from such libraries and there are no /dev/nvidia* nodes, so `labels`,
+    `doctor` (devices) and `cdi` (device nodes only) fail; the driver versions, the CUDA table, the
+    GPU check and the CDI spec itself (schema, mounts byte for byte the live libraries) must pass.
+    $PYTHON is this venv's interpreter (it has every package: no venv, no pip)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if os.geteuid() != 0 or not shutil.which("unshare") or cc is None:
+        pytest.skip("needs root, unshare and a C compiler")
+    if Path("/proc/driver/nvidia/version").exists():
+        pytest.skip("this machine has an NVIDIA driver loaded: run scripts/gpu-check.sh itself")
+    sim, tmp = tmp_path / "sim", tmp_path / "tmp"
+    (sim / "bin").mkdir(parents=True)
+    (sim / "libs").mkdir()
+    tmp.mkdir()
+    capture = nvidia_smi_fixtures / "a100-sxm4-80gb-mig_535.54.03.xml"
+    smi = sim / "bin" / "nvidia-smi"
+    smi.write_text(f"""#!/bin/sh
+case "$*" in
+  -L) echo "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0)" ;;
+  "-q -x") cat {capture} ;;
+  "--query-gpu=driver_version --format=csv,noheader") echo 535.54.03 ;;
+  *) exit 1 ;;
+esac
+""")
+    smi.chmod(0o755)
+    (sim / "lib.c").write_text("int nodeprep_test_symbol(void) { return 1; }\n")
+    for base in ("libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler"):
+        subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{base}.so.1", "-o",
+                        sim / "libs" / f"{base}.so.535.54.03", sim / "lib.c"], check=True)
+        (sim / "libs" / f"{base}.so.1").symlink_to(f"{base}.so.535.54.03")
+    (sim / "ld.so.conf").write_text(f"{sim / 'libs'}\n" + Path("/etc/ld.so.conf").read_text())
+    subprocess.run(["ldconfig", "-C", sim / "ld.so.cache", "-f", sim / "ld.so.conf"], check=True,
+                   capture_output=True)
+    env = {**os.environ, "SIM": str(sim), "TMPDIR": str(tmp), "PYTHON": sys.executable,
+           "PATH": f"{sim / 'bin'}:{os.environ['PATH']}"}
+    run = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", SIMULATE, "sh",
+                          str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
+    lines = {line.split()[1]: line for line in run.stdout.splitlines() if line.startswith("gpu-check: ")}
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert lines["labels"].startswith("gpu-check: labels    FAIL ") and "nvml unavailable" in lines["labels"]
+    assert lines["versions"] == ("gpu-check: versions  OK   kernel module 535.54.03, nvidia-smi 535.54.03, "
+                                 "libnvidia-ml.so.1 535.54.03")
+    assert lines["cuda"].startswith("gpu-check: cuda      OK   driver 535.54.03: CUDA 12.2 (nvidia-smi)")
+    assert "gpu: 1 NVIDIA GPU(s): 0000:01:00.0" in lines["doctor"]
+    assert "devices: missing /dev/nvidiactl" in lines["doctor"]
+    cdi = lines["cdi"].removeprefix("gpu-check: cdi       FAIL ").split("; ")
+    assert cdi and all(p.startswith("no device node /dev/nvidia") for p in cdi), lines["cdi"]
+    assert run.stdout.splitlines()[-1] == "gpu-check: 3 of 5 checks failed: labels, doctor, cdi"
+    assert list(tmp.iterdir()) == []  # the temp directory is gone, nothing else was written there
