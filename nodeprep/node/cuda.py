@@ -6,6 +6,16 @@ Source: NVIDIA's CUDA release notes table "CUDA Toolkit and Corresponding Driver
 major family's minimum (11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580.65.06) with minor-version
 compatibility (PTX JIT limits apply). `min_driver` answers the strict question (the toolkit's own
 driver); `min_driver_compat` the relaxed one.
+
+`check_requirement` evaluates what `doctor --require-cuda` and the container hook
+(nodeprep.hooks.container) are given: a bare CUDA version ("12.2") or an NVIDIA requirement expression
+as CUDA images carry it in NVIDIA_REQUIRE_CUDA ("cuda>=12.2 brand=tesla,driver>=470,driver<471 ...").
+Grammar, as NVIDIA's container toolkit documents it: constraints `cuda`, `driver`, `arch`, `brand`
+with an operator (`>=`, `<=`, `>`, `<`, `=`, `==`, `!=`) and a value; space-separated alternatives are
+ORed, comma-separated constraints within one alternative are ANDed. The facts are the driver version
+and the CUDA version it supports (this table: the same source as doctor); GPU brand and compute
+architecture are not known to nodeprep, so a constraint on them never holds. This module stays
+import-light (no dataclasses/typing at run time): the container hook imports it on every start.
 """
 
 from __future__ import annotations
@@ -13,6 +23,9 @@ from __future__ import annotations
 import re
 
 from ..errors import InputError
+
+CONSTRAINT_RE = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|>|<|=)([A-Za-z0-9][A-Za-z0-9._-]*)$")
+VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 
 # CUDA release (GA) -> minimum Linux driver shipped with it
 TOOLKIT_DRIVER: dict[str, str] = {
@@ -95,3 +108,86 @@ def check(cuda: str, driver: str) -> tuple[bool, str]:
         f"CUDA {parse_cuda(cuda)} needs driver >= {need}, active driver is {driver} "
         f"(supports up to CUDA {max_cuda(driver) or 'none'}){compat}"
     )
+
+
+def parse_requirement(expr: str, *, source: str = "--require-cuda") -> list[list[tuple[str, str, str]]]:
+    """NVIDIA requirement expression -> alternatives (ORed) of (key, op, value) constraints (ANDed).
+
+    InputError names `source` and the malformed constraint."""
+    alternatives: list[list[tuple[str, str, str]]] = []
+    for alt in expr.split():
+        constraints = []
+        for part in alt.split(","):
+            m = CONSTRAINT_RE.match(part)
+            if not m:
+                raise InputError(
+                    f"{source}: malformed constraint {part!r} "
+                    "(expected e.g. cuda>=12.2 or brand=tesla,driver>=470)"
+                )
+            key, op, value = m.groups()
+            if key != "brand" and not VERSION_RE.match(value):
+                raise InputError(f"{source}: {key} needs a version, got {part!r}")
+            if key == "brand" and op not in ("=", "==", "!="):
+                raise InputError(f"{source}: brand compares with = or != only, got {part!r}")
+            constraints.append((key, op, value))
+        alternatives.append(constraints)
+    if not alternatives:
+        raise InputError(f"{source}: empty requirement")
+    return alternatives
+
+
+def _pad(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    n = max(len(a), len(b))
+    return a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+
+
+def _holds(key: str, op: str, value: str, facts: dict[str, str | None]) -> bool:
+    have = facts.get(key)
+    if have is None:
+        return False
+    if key == "brand":
+        same = have.lower() == value.lower()
+        return not same if op == "!=" else same
+    x, y = _pad(vkey(have), vkey(value))
+    return {
+        ">=": x >= y, "<=": x <= y, ">": x > y, "<": x < y, "=": x == y, "==": x == y, "!=": x != y,
+    }[op]
+
+
+def requirement_met(
+    alternatives: list[list[tuple[str, str, str]]], facts: dict[str, str | None]
+) -> bool:
+    """True when some alternative has all of its constraints hold for `facts` (pure)."""
+    return any(all(_holds(k, op, v, facts) for k, op, v in alt) for alt in alternatives)
+
+
+def validate_requirement(requirement: str, *, source: str = "--require-cuda") -> None:
+    """InputError unless `requirement` is a known CUDA version or a well-formed expression."""
+    if CUDA_RE.match(requirement.strip()):
+        parse_cuda(requirement)
+    else:
+        parse_requirement(requirement, source=source)
+
+
+def check_requirement(
+    requirement: str, driver: str, *, source: str = "--require-cuda"
+) -> tuple[bool, str]:
+    """(ok, one-line message): can CUDA applications requiring `requirement` run on `driver`?
+
+    A bare version ("12.2") is the toolkit-table check (`check`); anything else is an NVIDIA
+    requirement expression. InputError for a malformed requirement."""
+    if CUDA_RE.match(requirement.strip()):
+        return check(requirement, driver)
+    alternatives = parse_requirement(requirement, source=source)
+    supported = max_cuda(driver)
+    facts: dict[str, str | None] = {"driver": driver, "cuda": supported, "brand": None, "arch": None}
+    ok = requirement_met(alternatives, facts)
+    cuda_needs = [f"{k}{op}{v}" for alt in alternatives for k, op, v in alt if k == "cuda"]
+    if cuda_needs:
+        wanted = f"CUDA {cuda_needs[0].removeprefix('cuda')}"
+    else:
+        wanted = ",".join("".join(c) for c in alternatives[0])
+    have = f"driver {driver} supports up to CUDA {supported or 'none'}"
+    if ok:
+        return True, f"{source}: {wanted} satisfied: {have}"
+    return False, f"{source} requires {wanted}, but {have}"

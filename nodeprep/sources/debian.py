@@ -34,17 +34,26 @@ APT_TIMEOUT = 600
 class DebianRelease:
     name: str  # nodeprep's OS name, e.g. debian-12
     suite: str  # codename
+    stable: bool = True  # a release with -updates and -security suites (sid has neither)
 
     @property
-    def suites(self) -> tuple[str, str]:
-        return (self.suite, f"{self.suite}-updates")
+    def suites(self) -> tuple[str, ...]:
+        return (self.suite, f"{self.suite}-updates") if self.stable else (self.suite,)
 
     @property
     def security_suite(self) -> str:
         return f"{self.suite}-security"
 
 
-RELEASES = {r.name: r for r in (DebianRelease("debian-12", "bookworm"), DebianRelease("debian-13", "trixie"))}
+# debian-sid only serves packages that tests need from the newest release (e.g. containerd 2.x)
+RELEASES = {
+    r.name: r
+    for r in (
+        DebianRelease("debian-12", "bookworm"),
+        DebianRelease("debian-13", "trixie"),
+        DebianRelease("debian-sid", "sid", stable=False),
+    )
+}
 
 
 def release(os_name: str) -> DebianRelease:
@@ -122,7 +131,7 @@ class DebianArchive:
         for d in ("lists/partial", "archives/partial", "etc/sources.list.d", "etc/preferences.d"):
             (self.dir / d).mkdir(parents=True, exist_ok=True)
         lines = [f"deb [signed-by={KEYRING}] {self.mirror} {s} {COMPONENTS}" for s in self.release.suites]
-        if self.security_mirror:
+        if self.security_mirror and self.release.stable:
             lines.append(f"deb [signed-by={KEYRING}] {self.security_mirror} {self.release.security_suite} "
                          f"{COMPONENTS}")
         content = "\n".join(lines) + "\n"
