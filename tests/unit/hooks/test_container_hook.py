@@ -24,7 +24,9 @@ def run_hook(
     bundle = tmp_path / "bundle"
     bundle.mkdir(exist_ok=True)
     (bundle / "config.json").write_text(
-        json.dumps({"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env}, "root": {"path": "rootfs"}})
+        json.dumps(
+            {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env}, "root": {"path": "rootfs"}}
+        )
     )
     state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1, "bundle": str(bundle)}
     path, argv, hook_env = cdi.hook_command()
