@@ -1,13 +1,13 @@
 """The createContainer hook of nodeprep's CDI spec: CUDA requirement check and ld cache.
 
-    python -S -m nodeprep.hooks.container --driver VERSION [--ldconfig DIR]
+    python -S -E -c '…from nodeprep.hooks.container import main…' --driver VERSION [--ldconfig DIR]
 
 The runtime runs it in the container's mount namespace before the container's process starts, with
 the OCI state JSON on stdin; `bundle` names the directory holding the container's config.json.
 
 1. Every NVIDIA_REQUIRE_* variable in the container's environment must be met by the driver the spec
    mounts (`--driver`, written by nodeprep for the versioned root it mounts), evaluated by
-   nodeprep.node.cuda.check_requirement (the code behind `doctor --require-cuda`). Otherwise the hook
+   nodeprep.cuda.check_requirement (the code behind `doctor --require-cuda`). Otherwise the hook
    exits 1 with one line naming the requirement, the supported CUDA version and the driver: the
    runtime refuses the container. NVIDIA_DISABLE_REQUIRE=1/true skips the check.
 2. With `--ldconfig DIR` (written when NVIDIA's nvidia-cdi-hook is not installed): DIR goes into the
@@ -15,13 +15,12 @@ the OCI state JSON on stdin; `bundle` names the directory holding the container'
    ld.so.cache, so images whose loader does not search DIR by default (RHEL/UBI lib64 layouts) find
    the driver libraries.
 
-Starts on every container start: stdlib json/os/sys and nodeprep.node.cuda only (no click, yaml,
+Starts on every container start: stdlib json/os/sys and nodeprep.cuda only (no click, yaml,
 logging or argparse); `bench/container_start.py` measures what it adds.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -55,8 +54,8 @@ def requirement_problem(env: dict[str, str], driver: str) -> str | None:
     """The one-line refusal for `env` on `driver`, or None when the container may start (pure)."""
     if env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE:
         return None
+    from ..cuda import check_requirement
     from ..errors import InputError
-    from ..node.cuda import check_requirement
 
     for key in sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_")):
         if not env[key].strip():
@@ -93,11 +92,37 @@ def update_ldcache(rootfs: str, lib_dir: str) -> None:
         print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
 
 
+def _config_bytes(state: str) -> bytes | None:
+    """config.json's bytes, found through the state's `"bundle": "<path>"` without a JSON parser;
+    None when the state does not have that simple shape (then it is parsed properly)."""
+    key = '"bundle":'
+    at = state.find(key)
+    if at < 0:
+        return None
+    rest = state[at + len(key):].lstrip()
+    end = rest.find('"', 1)
+    if not rest.startswith('"') or end < 0 or "\\" in rest[:end]:
+        return None
+    try:
+        with open(os.path.join(rest[1:end], "config.json"), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     try:
-        state = json.load(sys.stdin)
-        bundle = state["bundle"]
+        state = sys.stdin.read()
+        if not args.get("ldconfig"):
+            # the common case, a container without NVIDIA_REQUIRE_*: decided without importing json
+            # (and re), which is most of the hook's start-up cost
+            raw = _config_bytes(state)
+            if raw is not None and b"NVIDIA_REQUIRE_" not in raw:
+                return 0
+        import json
+
+        bundle = json.loads(state)["bundle"]
         with open(os.path.join(bundle, "config.json")) as f:
             config = json.load(f)
     except (OSError, ValueError, KeyError, TypeError) as e:

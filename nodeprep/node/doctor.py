@@ -10,7 +10,7 @@ Checks (names usable in `checks=`):
 - devices:  /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm(-tools) exist (when the driver is loaded)
 - ldcache:  ROOT/etc/ld.so.cache resolves libcuda.so.1 and libnvidia-ml.so.1 into the active root
 - cuda:     `require_cuda` (a CUDA version or an NVIDIA_REQUIRE_CUDA expression) is satisfied by the
-            active driver (nodeprep.node.cuda.check_requirement, the same code as the container hook)
+            active driver (nodeprep.cuda.check_requirement, the same code as the container hook)
 A node without a GPU, or with a GPU but no loaded driver, is reported as such (gpu / module), and
 the checks that depend on a loaded driver are then skipped rather than failed.
 """
@@ -24,9 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import cuda
 from ..errors import CommandError
+from .. import cuda
 from ..sysfs import read_attr
-from . import cuda, system
+from . import system
 from .devices import parse_gpu_minors
 from .kmod import running_kernel
 from .layout import Layout

@@ -437,6 +437,11 @@ def _activate(
     for spec in refresh_after_activation(layout.root, version):
         changed = True
         notes.append(f"{spec} now mounts {version}")
+    from ..join.containerd import drop_in_runtime_warning
+
+    missing_runtime = drop_in_runtime_warning(layout.root)
+    if missing_runtime:
+        notes.append(missing_runtime)
     loaded = False
     if not load:
         notes.append("module loading skipped (--no-load)")

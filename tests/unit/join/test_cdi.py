@@ -58,8 +58,9 @@ def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> Non
     # image's ld cache for the library directory
     (hook,) = edits["hooks"]
     assert hook["hookName"] == "createContainer" and hook["path"] == hook["args"][0]
-    assert hook["args"][1:] == ["-S", "-m", "nodeprep.hooks.container", "--driver", VERSION,
-                                "--ldconfig", "/usr/lib/x86_64-linux-gnu"]
+    assert hook["args"][1:4] == ["-S", "-E", "-c"]
+    assert "from nodeprep.hooks.container import" in hook["args"][4]
+    assert hook["args"][5:] == ["--driver", VERSION, "--ldconfig", "/usr/lib/x86_64-linux-gnu"]
     assert "annotations" not in spec  # needs cdiVersion 0.6.0; podman 4.3 refuses the spec with it
 
 
@@ -81,7 +82,7 @@ def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
         m["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]
         for m in spec["containerEdits"]["mounts"]
     )
-    assert spec["containerEdits"]["hooks"][0]["args"][4:6] == ["--driver", VERSION]
+    assert spec["containerEdits"]["hooks"][0]["args"][5:7] == ["--driver", VERSION]
 
 
 def test_a100_capture_lists_one_of_four_gpus(node_root: Path) -> None:
@@ -106,7 +107,7 @@ def test_ldcache_hook_only_with_the_toolkit_hook(node_root: Path) -> None:
     hook.write_bytes(b"\x7fELF")
     spec = _spec(node_root, "a10g_515.105.01.xml")
     ours, toolkit = spec["containerEdits"]["hooks"]
-    assert ours["args"][3:] == ["nodeprep.hooks.container", "--driver", VERSION]  # no --ldconfig
+    assert ours["args"][5:] == ["--driver", VERSION]  # no --ldconfig: nvidia-cdi-hook does it
     assert [toolkit] == [
         {
             "hookName": "createContainer",
@@ -283,7 +284,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     assert any(h.endswith(f"libcuda.so.{new_version}") for h in hosts)
     assert spec["devices"] == old["devices"]
     assert spec["containerEdits"]["deviceNodes"] == old["containerEdits"]["deviceNodes"]
-    assert spec["containerEdits"]["hooks"][0]["args"][4:6] == ["--driver", new_version]
+    assert spec["containerEdits"]["hooks"][0]["args"][5:7] == ["--driver", new_version]
     assert foreign.read_text().startswith("cdiVersion: 0.5.0\nkind")
     assert cdi.refresh_after_activation(node_root, new_version) == []  # idempotent
 

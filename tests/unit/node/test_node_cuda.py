@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from nodeprep import cuda
 from nodeprep.errors import InputError
-from nodeprep.node import cuda
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InputError
+from .errors import InputError
 
 CONSTRAINT_RE = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|>|<|=)([A-Za-z0-9][A-Za-z0-9._-]*)$")
 VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
