@@ -35,7 +35,7 @@ import yaml
 from ..artifact import MANIFEST, Manifest
 from ..errors import StateError
 from ..profile import Driver, Runtime
-from .files import FileChange, atomic_write, under
+from .files import FileChange, atomic_write, under, writable_problem
 from .gpus import GpuDevice, GpuList
 
 log = logging.getLogger(__name__)
@@ -319,14 +319,9 @@ def _devices_from_spec(spec: dict[str, Any]) -> GpuList:
     return GpuList(source="cdi-spec", gpus=tuple(sorted(found, key=lambda g: g.index)))
 
 
-def refresh_after_activation(root: Path, version: str) -> list[str]:
-    """Rewrite the CDI specs nodeprep wrote so their mounts name the newly active `version`.
-
-    The spec mounts files of one versioned root (/opt/nvidia/<version>), so every switch of
-    /opt/nvidia/current must rewrite it; its GPU list and device nodes are kept. Specs not written
-    by nodeprep are left alone. Returns the node paths rewritten.
-    """
-    rewritten = []
+def _our_specs(root: Path) -> list[tuple[str, Path, bytes]]:
+    """(target, path, bytes) of the specs nodeprep wrote, in SPEC_LOCATIONS under `root`."""
+    found = []
     for spec_dir in SPEC_LOCATIONS:
         target = f"{spec_dir}/{SPEC_NAME}"
         try:
@@ -337,8 +332,29 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
         except StateError as e:  # the location leaves --root through a link: not ours to touch
             log.info("not refreshing %s: %s", target, e)
             continue
-        if not raw.startswith(SPEC_HEADER):
-            continue
+        if raw.startswith(SPEC_HEADER):
+            found.append((target, path, raw))
+    return found
+
+
+def refresh_problem(root: Path) -> str | None:
+    """Why activation could not rewrite a spec nodeprep wrote (checked before anything changes)."""
+    for target, path, _ in _our_specs(root):
+        problem = writable_problem(path, target)
+        if problem:
+            return problem
+    return None
+
+
+def refresh_after_activation(root: Path, version: str) -> list[str]:
+    """Rewrite the CDI specs nodeprep wrote so their mounts name the newly active `version`.
+
+    The spec mounts files of one versioned root (/opt/nvidia/<version>), so every switch of
+    /opt/nvidia/current must rewrite it; its GPU list and device nodes are kept. Specs not written
+    by nodeprep are left alone. Returns the node paths rewritten.
+    """
+    rewritten = []
+    for target, path, raw in _our_specs(root):
         old = yaml.safe_load(raw)
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (

@@ -408,6 +408,11 @@ def _activate(
             f"{version} has no kernel modules for kernel {kernel} "
             f"(it has: {', '.join(target.kernels) or 'none'})"
         )
+    from ..join.cdi import refresh_problem  # join imports node: import at use
+
+    spec_problem = refresh_problem(layout.root)
+    if spec_problem:  # the spec must follow the switch: refuse before changing anything
+        raise InputError(f"{spec_problem}; {version} not activated", hint="nothing was changed")
     previous = state.active
     changed = False
     changed |= system.write_ld_conf(layout)

@@ -292,3 +292,31 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     hosts = [m["hostPath"] for m in yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
              ["containerEdits"]["mounts"]]
     assert all(h.startswith(f"/opt/nvidia/{VERSION}/") for h in hosts)
+
+
+def test_activation_refuses_when_the_spec_cannot_follow(node_root: Path, tmp_path: Path) -> None:
+    """A spec nodeprep wrote sits in a directory that cannot be written (chattr +i): activation
+    refuses before switching anything, so the spec never names another version than `current`."""
+    import shutil
+    import subprocess
+
+    from nodeprep.errors import InputError
+    from nodeprep.node import ops
+
+    from .conftest import install_driver
+
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr (e2fsprogs) is needed to make a directory unwritable for root")
+    _spec(node_root, "a10g_515.105.01.xml")
+    install_driver(node_root, tmp_path / "work2", "535.216.03")
+    (node_root / "opt/nvidia/current").unlink()
+    (node_root / "opt/nvidia/current").symlink_to(VERSION)
+    before = (node_root / "etc/cdi/nvidia.yaml").read_bytes()
+    subprocess.run(["chattr", "+i", str(node_root / "etc/cdi")], check=True)
+    try:
+        with pytest.raises(InputError, match=r"cannot write /etc/cdi/nvidia.yaml: .* not activated"):
+            ops.activate(node_root, "535.216.03", load=False)
+    finally:
+        subprocess.run(["chattr", "-i", str(node_root / "etc/cdi")], check=True)
+    assert (node_root / "opt/nvidia/current").readlink() == Path(VERSION)
+    assert (node_root / "etc/cdi/nvidia.yaml").read_bytes() == before
