@@ -172,11 +172,14 @@ class GpuNode:
             capture_output=True, text=True, timeout=timeout, check=check, input=input,
         )
 
-    def spawn(self, argv: list[object], log: Path) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, argv: list[object], log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         """A daemon inside the namespace, stopped by `stop()`."""
         proc = subprocess.Popen(
             ["nsenter", "-t", str(self.pid), "-m", *[os.fspath(a) for a in argv]],
             stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
         self.daemons.insert(0, proc)
         return proc

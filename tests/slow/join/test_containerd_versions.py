@@ -7,9 +7,9 @@ daemon runs from `containerd config default` of its own version (root, state and
 the temp dir) in a private mount namespace: the test root's /etc/containerd is bind-mounted over
 /etc/containerd (so the main config's absolute `imports` path names the drop-in under test) and a
 tmpfs covers /run (nothing of the host's containerd is used). What containerd really merged is read
-back with `containerd config dump`; `ctr plugins ls` shows the CRI plugin loaded. No container is
-started here: `ctr` has no CDI support in 1.7 or 2.1 (CDI devices are resolved only by the CRI
-plugin, docs/join.md), and podman covers the container side (test_cdi_podman.py).
+back with `containerd config dump`; `ctr plugins ls` shows the CRI plugin loaded. Containers are
+started through the CRI in test_cri_containerd.py (`ctr` has no CDI support in 1.7 or 2.1: CDI
+devices are resolved only by the CRI plugin).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import pytest
 from nodeprep.join import containerd as ctd
 from nodeprep.join.files import apply_changes
 from nodeprep.profile import Runtime
-from nodeprep.sources.debian import DebianArchive
+
+from .criclient import containerd_bin
 
 pytestmark = pytest.mark.slow
 
@@ -44,16 +45,6 @@ while [ ! -S "$W/run/containerd.sock" ] && [ $i -lt 150 ]; do sleep 0.2; i=$((i+
 kill "$pid"
 wait "$pid" || true
 """
-
-
-def containerd_bin(test_cache: Path, os_name: str) -> Path:
-    deb = DebianArchive(test_cache, os_name=os_name).download("containerd")
-    dest = test_cache / "cdi" / deb.stem
-    if not (dest / ".done").exists():
-        shutil.rmtree(dest, ignore_errors=True)
-        DebianArchive.extract(deb, dest)
-        (dest / ".done").touch()
-    return dest / "usr/bin"
 
 
 @pytest.mark.parametrize(("os_name", "major_minor", "cri_key"), [
