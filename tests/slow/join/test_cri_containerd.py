@@ -48,6 +48,7 @@ def test_cri_container_sees_devices_and_the_active_libraries(
     for layout in ("debian", "lib64"):
         code, out = daemon.run_container(sid, sconfig, f"inspect-{layout}", layout, INSPECT)
         assert code == 0, out
+        print(f"containerd {major_minor} CRI, {layout} image:\n{out}")  # shown with -s (docs/join.md)
         assert_sees(Seen.parse(out), gpu_node, versions[0])
 
 
@@ -67,6 +68,7 @@ def test_cri_cuda_requirement_allowed_refused_bypassed(
     line = (f"nodeprep: container refused: NVIDIA_REQUIRE_CUDA requires CUDA >=12.4, but driver "
             f"{versions[0]} supports up to CUDA 12.2")
     assert line in refused.value.details(), refused.value.details()
+    print(f"StartContainer refused: {refused.value.details()}")  # shown with -s (docs/join.md)
     code, out = daemon.run_container(sid, sconfig, "bypassed", "debian", "echo started",
                                      env={"NVIDIA_REQUIRE_CUDA": REQUIRE_12_4, "NVIDIA_DISABLE_REQUIRE": "1"})
     assert (code, out.strip()) == (0, "started")
