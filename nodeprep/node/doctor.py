@@ -26,7 +26,6 @@ from typing import Any
 
 from .. import cuda
 from ..errors import CommandError
-from .. import cuda
 from ..sysfs import read_attr
 from . import system
 from .devices import parse_gpu_minors
