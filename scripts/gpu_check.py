@@ -22,12 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nodeprep import runner
+from nodeprep import cuda, runner
 from nodeprep.artifact import MANIFEST, FileEntry, Manifest, sha256_file
 from nodeprep.join import cdi
 from nodeprep.join import gpus as gpumod
 from nodeprep.labels.system import os_release
-from nodeprep.node import cuda
 from nodeprep.node.doctor import loaded_version
 from nodeprep.profile import Driver
 
@@ -142,7 +141,7 @@ def check_versions(report: Report, nvml: dict[str, Any] | None, smi_labels: dict
         got = (facts.get("facts", {}).get("gpu") or {}).get("cuda_version")
         got_s = ".".join(str(x) for x in got) if got else None
         table = cuda.max_cuda(driver)
-        message = f"driver {driver}: CUDA {got_s} ({source}), nodeprep/node/cuda.py's table says {table}"
+        message = f"driver {driver}: CUDA {got_s} ({source}), nodeprep/cuda.py's table says {table}"
         if table is None or got_s is None:
             report.line("cuda", False, message)
         elif cuda.vkey(table) < cuda.vkey(got_s):  # a CUDA release newer than the table: it is behind

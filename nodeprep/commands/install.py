@@ -180,7 +180,11 @@ def remove_cmd(version: str, root: Path, as_json: bool) -> None:
 
 @click.command("doctor")
 @click.option(
-    "--require-cuda", default=None, metavar="X.Y", help="Fail unless the active driver runs CUDA X.Y."
+    "--require-cuda",
+    default=None,
+    metavar="X.Y|EXPR",
+    help="Fail unless the active driver runs CUDA X.Y, or meets an NVIDIA_REQUIRE_CUDA expression "
+    "such as 'cuda>=12.2 brand=tesla,driver>=470,driver<471'.",
 )
 @click.option(
     "--check", "only", multiple=True, type=click.Choice(ALL_CHECKS), help="Run only this check (repeatable)."

@@ -8,11 +8,17 @@ the spec) read-only into the container:
   once under its own name and once under each soname/dev link that points at it — so no symlink hook
   is needed and glibc finds them on its default search path in Debian/Ubuntu-based images;
 - binaries at /usr/bin.
-An `update-ldcache` hook is added only when the NVIDIA Container Toolkit's nvidia-cdi-hook is
-installed on the node (it is what refreshes ld.so.cache inside the container); nodeprep does not
-pretend to have one. Devices: one per GPU by index and by UUID, plus `all` (names as nvidia-ctk's
-default `--device-name-strategy`). The spec is validated against nodeprep/data/cdi.schema.json,
-written from the CDI specification, before it is written.
+Hooks (createContainer): nodeprep's own (nodeprep.hooks.container) on every container: it refuses a
+container whose NVIDIA_REQUIRE_* the mounted driver does not meet and, when NVIDIA's nvidia-cdi-hook
+is not installed, refreshes the image's ld.so.cache for the library directory; with nvidia-cdi-hook
+installed, its `update-ldcache` does that instead. Devices: one per GPU by index and by UUID, plus
+`all` (names as nvidia-ctk's default `--device-name-strategy`).
+
+The spec declares cdiVersion 0.5.0 (device names starting with a digit) and uses nothing newer:
+podman 4.3's CDI library knows no version above 0.5.0 and refuses unknown fields. Before it is
+written the spec is validated against nodeprep/data/cdi.schema.json (written from the CDI
+specification) *and* against its declared version: `cdi_version_problems` lists every field that
+needs a later cdiVersion (the SPEC.md version history).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +35,16 @@ import yaml
 from ..artifact import MANIFEST, Manifest
 from ..errors import StateError
 from ..profile import Driver, Runtime
-from .files import FileChange, atomic_write, under
+from .files import FileChange, atomic_write, under, writable_problem
 from .gpus import GpuDevice, GpuList
 
 log = logging.getLogger(__name__)
 
-CDI_VERSION = "0.5.0"  # device names starting with a digit need 0.5.0
+CDI_VERSION = "0.5.0"  # device names starting with a digit need 0.5.0; nothing newer is used
+# Released CDI spec versions, oldest first (SPEC.md "Released versions"; 0.3.0 is the earliest the
+# reference library still accepts).
+CDI_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
+HOOK_MODULE = "nodeprep.hooks.container"
 KIND = "nvidia.com/gpu"
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "cdi.schema.json"
 DRIVER_BASE = "/opt/nvidia"
@@ -135,15 +146,7 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
         "deviceNodes": common_nodes,
         "mounts": _mounts(root, version, manifest),
     }
-    if under(root, CDI_HOOK).is_file():
-        lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
-        edits["hooks"] = [
-            {
-                "hookName": "createContainer",
-                "path": CDI_HOOK,
-                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", lib_dir],
-            }
-        ]
+    edits["hooks"] = hooks(root, version, LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"]))
     devices: list[dict[str, Any]] = []
     for g in gpus.gpus:
         node = {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"}]}
@@ -156,13 +159,89 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
             "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"} for g in gpus.gpus]},
         }
     )
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": KIND,
-        "annotations": {"nodeprep.dev/driver-version": version, "nodeprep.dev/gpu-source": gpus.source},
-        "devices": devices,
-        "containerEdits": edits,
-    }
+    return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
+
+
+def hook_command() -> tuple[str, list[str], list[str]]:
+    """(path, argv, env) running nodeprep's container hook with this interpreter and this nodeprep.
+
+    It runs on every container start, so it starts lean: `-S` (no site: no third-party package is
+    needed), `-E`, and `-c` instead of `-m` (runpy alone costs ~20 ms); the directory holding this
+    nodeprep package goes first on sys.path, so a venv, a source checkout or the Ansible zipapp
+    all work."""
+    python = sys.executable or "/usr/bin/python3"
+    package_parent = str(Path(__file__).resolve().parents[2])
+    code = (
+        f"import sys;sys.path.insert(0,{package_parent!r});"
+        f"from {HOOK_MODULE} import main;sys.exit(main())"
+    )
+    return python, [python, "-S", "-E", "-c", code], []
+
+
+def hooks(root: Path, version: str, lib_dir: str) -> list[dict[str, Any]]:
+    """createContainer hooks: nodeprep's requirement check (+ ld cache without the toolkit), then
+    NVIDIA's update-ldcache when nvidia-cdi-hook is installed."""
+    path, argv, env = hook_command()
+    toolkit = under(root, CDI_HOOK).is_file()
+    argv = [*argv, "--driver", version, *([] if toolkit else ["--ldconfig", lib_dir])]
+    ours: dict[str, Any] = {"hookName": "createContainer", "path": path, "args": argv}
+    out: list[dict[str, Any]] = [{**ours, "env": env} if env else ours]
+    if toolkit:
+        out.append(
+            {
+                "hookName": "createContainer",
+                "path": CDI_HOOK,
+                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", lib_dir],
+            }
+        )
+    return out
+
+
+def _edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    edits = [spec.get("containerEdits") or {}]
+    edits += [d.get("containerEdits") or {} for d in spec.get("devices", []) if isinstance(d, dict)]
+    return [e for e in edits if isinstance(e, dict)]
+
+
+def cdi_features(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """(minimum cdiVersion, feature) for every versioned feature `spec` uses (pure; from SPEC.md's
+    version history)."""
+    found: list[tuple[str, str]] = []
+    devices = [d for d in spec.get("devices", []) if isinstance(d, dict)]
+    edits = _edits_of(spec)
+    if any(m.get("type") for e in edits for m in e.get("mounts", []) if isinstance(m, dict)):
+        found.append(("0.4.0", "mounts[].type"))
+    if any(str(d.get("name", ""))[:1].isdigit() for d in devices):
+        found.append(("0.5.0", "device names starting with a digit"))
+    if any(n.get("hostPath") for e in edits for n in e.get("deviceNodes", []) if isinstance(n, dict)):
+        found.append(("0.5.0", "deviceNodes[].hostPath"))
+    if spec.get("annotations") or any(d.get("annotations") for d in devices):
+        found.append(("0.6.0", "annotations"))
+    if "." in str(spec.get("kind", "")).partition("/")[2]:
+        found.append(("0.6.0", "'.' in the kind's class"))
+    if any(e.get("intelRdt") for e in edits):
+        found.append(("0.7.0", "intelRdt"))
+    if any(e.get("additionalGids") for e in edits):
+        found.append(("0.7.0", "additionalGids"))
+    if any(e.get("netDevices") for e in edits):
+        found.append(("1.1.0", "netDevices"))
+    rdt = [e["intelRdt"] for e in edits if isinstance(e.get("intelRdt"), dict)]
+    if any("schemata" in r or r.get("enableMonitoring") for r in rdt):
+        found.append(("1.1.0", "intelRdt.schemata/enableMonitoring"))
+    return found
+
+
+def cdi_version_problems(spec: dict[str, Any]) -> list[str]:
+    """Problems of the declared cdiVersion: unknown, or older than a feature the spec uses."""
+    declared = spec.get("cdiVersion")
+    if declared not in CDI_VERSIONS:
+        return [f"cdiVersion: {declared!r} is not a released CDI version ({', '.join(CDI_VERSIONS)})"]
+    rank = CDI_VERSIONS.index
+    return [
+        f"cdiVersion: {feature} needs cdiVersion >= {needed}, the spec declares {declared}"
+        for needed, feature in cdi_features(spec)
+        if rank(needed) > rank(declared)
+    ]
 
 
 def spec_problems(spec: Any) -> list[str]:
@@ -178,6 +257,8 @@ def spec_problems(spec: Any) -> list[str]:
     names = [d.get("name") for d in spec.get("devices", [])] if isinstance(spec, dict) else []
     dupes = sorted({n for n in names if names.count(n) > 1})
     out += [f"devices: name {n!r} is used more than once" for n in dupes]
+    if isinstance(spec, dict) and not any(p.startswith("cdiVersion") for p in out):
+        out += cdi_version_problems(spec)
     return out
 
 
@@ -235,18 +316,12 @@ def _devices_from_spec(spec: dict[str, Any]) -> GpuList:
         minor = path.removeprefix("/dev/nvidia")
         if "index" in entry and minor.isdigit():
             found.append(GpuDevice(index=entry["index"], minor=int(minor), uuid=entry.get("uuid")))
-    source = spec.get("annotations", {}).get("nodeprep.dev/gpu-source", "cdi-spec")
-    return GpuList(source=source, gpus=tuple(sorted(found, key=lambda g: g.index)))
+    return GpuList(source="cdi-spec", gpus=tuple(sorted(found, key=lambda g: g.index)))
 
 
-def refresh_after_activation(root: Path, version: str) -> list[str]:
-    """Rewrite the CDI specs nodeprep wrote so their mounts name the newly active `version`.
-
-    The spec mounts files of one versioned root (/opt/nvidia/<version>), so every switch of
-    /opt/nvidia/current must rewrite it; its GPU list and device nodes are kept. Specs not written
-    by nodeprep are left alone. Returns the node paths rewritten.
-    """
-    rewritten = []
+def _our_specs(root: Path) -> list[tuple[str, Path, bytes]]:
+    """(target, path, bytes) of the specs nodeprep wrote, in SPEC_LOCATIONS under `root`."""
+    found = []
     for spec_dir in SPEC_LOCATIONS:
         target = f"{spec_dir}/{SPEC_NAME}"
         try:
@@ -257,8 +332,29 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
         except StateError as e:  # the location leaves --root through a link: not ours to touch
             log.info("not refreshing %s: %s", target, e)
             continue
-        if not raw.startswith(SPEC_HEADER):
-            continue
+        if raw.startswith(SPEC_HEADER):
+            found.append((target, path, raw))
+    return found
+
+
+def refresh_problem(root: Path) -> str | None:
+    """Why activation could not rewrite a spec nodeprep wrote (checked before anything changes)."""
+    for target, path, _ in _our_specs(root):
+        problem = writable_problem(path, target)
+        if problem:
+            return problem
+    return None
+
+
+def refresh_after_activation(root: Path, version: str) -> list[str]:
+    """Rewrite the CDI specs nodeprep wrote so their mounts name the newly active `version`.
+
+    The spec mounts files of one versioned root (/opt/nvidia/<version>), so every switch of
+    /opt/nvidia/current must rewrite it; its GPU list and device nodes are kept. Specs not written
+    by nodeprep are left alone. Returns the node paths rewritten.
+    """
+    rewritten = []
+    for target, path, raw in _our_specs(root):
         old = yaml.safe_load(raw)
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (

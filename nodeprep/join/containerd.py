@@ -272,3 +272,34 @@ def nvidia_runtime_of(config: dict[str, Any]) -> dict[str, Any] | None:
     version = config.get("version", 1)
     cri = config.get("plugins", {}).get(cri_key(version), {})
     return cri.get("containerd", {}).get("runtimes", {}).get(RUNTIME_NAME)
+
+
+def missing_runtime_warning(root: Path, binary: str) -> str | None:
+    """One line when the `nvidia` runtime's BinaryName is not installed on the node at `root`."""
+    try:
+        present = under(root, binary).exists()
+    except Exception:  # noqa: BLE001 - a link out of --root: cannot tell, say nothing
+        return None
+    if present:
+        return None
+    return (
+        f"nvidia-container-runtime is not installed ({binary}): the containerd runtime `nvidia` "
+        "(RuntimeClass nvidia) cannot start containers; CDI devices (nvidia.com/gpu=...) work without it"
+    )
+
+
+def drop_in_runtime_warning(root: Path, main_target: str = "/etc/containerd/config.toml") -> str | None:
+    """missing_runtime_warning for the BinaryName nodeprep's drop-in registered, if it did."""
+    target = f"{drop_in_dir(main_target)}/{DROP_IN_NAME}"
+    try:
+        _, data = _read(under(root, target), target)
+    except Exception:  # noqa: BLE001 - activation must not fail over a report line
+        return None
+    for table in data.get("plugins", {}).values():
+        if not isinstance(table, dict):
+            continue
+        runtime = table.get("containerd", {}).get("runtimes", {}).get(RUNTIME_NAME)
+        binary = (runtime or {}).get("options", {}).get("BinaryName")
+        if isinstance(binary, str) and binary.startswith("/"):
+            return missing_runtime_warning(root, binary)
+    return None

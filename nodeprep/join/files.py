@@ -79,8 +79,26 @@ def atomic_write(path: Path, content: bytes, mode: int) -> None:
         raise
 
 
+def writable_problem(path: Path, target: str) -> str | None:
+    """Why `path` (the node's `target`) cannot be written, or None: its nearest existing ancestor
+    must be a writable directory (access(2) also reports read-only mounts and immutable dirs)."""
+    d = path.parent
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    if not d.is_dir():
+        return f"cannot write {target}: {d} is not a directory"
+    if not os.access(d, os.W_OK):
+        return f"cannot write {target}: directory {d} is not writable"
+    return None
+
+
 def apply_changes(changes: list[FileChange]) -> list[FileChange]:
-    """Write every changed file; returns the ones that were written."""
+    """Write every changed file; returns the ones that were written. Every target is checked
+    first, so a file that cannot be written leaves all of them as they were (InputError)."""
+    for change in changes:
+        problem = writable_problem(change.path, change.target) if change.changed else None
+        if problem:
+            raise InputError(problem, hint="nothing was written")
     written = []
     for change in changes:
         if not change.changed:

@@ -172,6 +172,9 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
         else:
             files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
     warnings += _containerd_version_warnings(profile, options)
+    if profile.runtime.nvidia_runtime:
+        missing = ctd.missing_runtime_warning(root, profile.runtime.nvidia_runtime_path)
+        warnings += [missing] if missing else []
     actions: list[Action] = []
     if any(f.changed for f in files if "containerd" in f.target) and options.live:
         actions.append(

@@ -9,7 +9,8 @@ Checks (names usable in `checks=`):
 - kmod:     the active version has modules for the running kernel (live systems only)
 - devices:  /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm(-tools) exist (when the driver is loaded)
 - ldcache:  ROOT/etc/ld.so.cache resolves libcuda.so.1 and libnvidia-ml.so.1 into the active root
-- cuda:     `require_cuda` is satisfied by the active driver (table in nodeprep.node.cuda)
+- cuda:     `require_cuda` (a CUDA version or an NVIDIA_REQUIRE_CUDA expression) is satisfied by the
+            active driver (nodeprep.cuda.check_requirement, the same code as the container hook)
 - support:  the active version and flavour support every NVIDIA GPU of the node (its
             supported-GPU list against the PCI ids in ROOT/sys; nodeprep.node.support)
 A node without a GPU, or with a GPU but no loaded driver, is reported as such (gpu / module), and
@@ -25,9 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import cuda
 from ..errors import CommandError
 from ..sysfs import read_attr
-from . import cuda, support, system
+from . import support, system
 from .devices import parse_gpu_minors
 from .kmod import running_kernel
 from .layout import Layout
@@ -186,7 +188,7 @@ def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | No
     if require_cuda is None:
         wanted.discard("cuda")
     else:
-        cuda.parse_cuda(require_cuda)
+        cuda.validate_requirement(require_cuda)
         wanted.add("cuda")  # asking for a CUDA version always checks it
     state = load_state(layout.root)
     active = state.active
@@ -284,6 +286,6 @@ def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | No
         if active is None:
             out.append(Check("cuda", False, f"CUDA {require_cuda} required but no driver is active"))
         else:
-            ok, message = cuda.check(require_cuda, active)
+            ok, message = cuda.check_requirement(require_cuda, active)
             out.append(Check("cuda", ok, message))
     return DoctorReport(root=str(layout.root), active=active, checks=out)

@@ -431,6 +431,11 @@ def _activate(
             f"(it has: {', '.join(target.kernels) or 'none'})"
         )
     complete.check(layout, layout.version_dir(version), version, action="activate")
+    from ..join.cdi import refresh_problem  # join imports node: import at use
+
+    spec_problem = refresh_problem(layout.root)
+    if spec_problem:  # the spec must follow the switch: refuse before changing anything
+        raise InputError(f"{spec_problem}; {version} not activated", hint="nothing was changed")
     previous = state.active
     changed = False
     changed |= system.write_ld_conf(layout)
@@ -460,6 +465,11 @@ def _activate(
     for spec in refresh_after_activation(layout.root, version):
         changed = True
         notes.append(f"{spec} now mounts {version}")
+    from ..join.containerd import drop_in_runtime_warning
+
+    missing_runtime = drop_in_runtime_warning(layout.root)
+    if missing_runtime:
+        notes.append(missing_runtime)
     loaded = False
     if not load:
         notes.append("module loading skipped (--no-load)")

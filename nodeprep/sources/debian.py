@@ -32,8 +32,14 @@ URI_RE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<s
 
 
 def release(os_name: str, kernel: str | None = None) -> Archive:
-    """The archive suites of `os_name` (and of the kernel line `kernel` belongs to): nodeprep.targets."""
-    return targets.archive(os_name, kernel)
+    """The archive suites of `os_name` (and of the kernel line `kernel` belongs to): nodeprep.targets;
+    `debian-sid` is archive access only (the newest packages of a kind, e.g. containerd 2.x for the
+    container-runtime tests), never a build target."""
+    return ARCHIVE_ONLY.get(os_name) or targets.archive(os_name, kernel)
+
+
+ARCHIVE_ONLY = {"debian-sid": Archive(name="debian-sid", suite="sid", suites=("sid",), security_suite=None,
+                                      key="debian-sid")}
 
 
 def debian_version_to_driver(version: str) -> str:

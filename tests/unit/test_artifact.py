@@ -337,7 +337,7 @@ def test_header_size_must_match_the_manifest(tmp_path: Path) -> None:
 def test_free_space_is_checked_first(tmp_path: Path) -> None:
     dest = _fresh(tmp_path / "dest")
     st = os.statvfs(dest)
-    claim = st.f_blocks * st.f_frsize + 1  # more than the whole filesystem: never fits, whatever else frees space
+    claim = st.f_blocks * st.f_frsize + 1  # more than the whole filesystem: never fits
     files = {"huge": artifact.FileEntry("0" * 64, claim, 0o644)}
     path = ra.write(tmp_path / "huge.tar.zst", [], ra.manifest_for([], files=files))
     roomy = safetar.Limits(member_bytes=1 << 62, total_bytes=1 << 62)

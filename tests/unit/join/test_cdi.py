@@ -54,7 +54,14 @@ def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> Non
         "/dev/nvidia-uvm-tools",
         "/dev/nvidia-modeset",
     ]
-    assert "hooks" not in edits  # no nvidia-cdi-hook on this node: no hook pretended
+    # no nvidia-cdi-hook on this node: nodeprep's own hook checks NVIDIA_REQUIRE_* and refreshes the
+    # image's ld cache for the library directory
+    (hook,) = edits["hooks"]
+    assert hook["hookName"] == "createContainer" and hook["path"] == hook["args"][0]
+    assert hook["args"][1:4] == ["-S", "-E", "-c"]
+    assert "from nodeprep.hooks.container import" in hook["args"][4]
+    assert hook["args"][5:] == ["--driver", VERSION, "--ldconfig", "/usr/lib/x86_64-linux-gnu"]
+    assert "annotations" not in spec  # needs cdiVersion 0.6.0; podman 4.3 refuses the spec with it
 
 
 def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
@@ -75,7 +82,7 @@ def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
         m["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]
         for m in spec["containerEdits"]["mounts"]
     )
-    assert spec["annotations"]["nodeprep.dev/driver-version"] == VERSION
+    assert spec["containerEdits"]["hooks"][0]["args"][5:7] == ["--driver", VERSION]
 
 
 def test_a100_capture_lists_one_of_four_gpus(node_root: Path) -> None:
@@ -99,7 +106,9 @@ def test_ldcache_hook_only_with_the_toolkit_hook(node_root: Path) -> None:
     hook.parent.mkdir(parents=True)
     hook.write_bytes(b"\x7fELF")
     spec = _spec(node_root, "a10g_515.105.01.xml")
-    assert spec["containerEdits"]["hooks"] == [
+    ours, toolkit = spec["containerEdits"]["hooks"]
+    assert ours["args"][5:] == ["--driver", VERSION]  # no --ldconfig: nvidia-cdi-hook does it
+    assert [toolkit] == [
         {
             "hookName": "createContainer",
             "path": "/usr/bin/nvidia-cdi-hook",
@@ -142,6 +151,47 @@ def test_schema_catches_bad_specs(node_root: Path, mutate, where: str) -> None: 
     mutate(spec)
     problems = cdi.spec_problems(spec)
     assert problems and any(p.startswith(where) for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needs"),
+    [
+        # the mismatch podman 4.3 hit: `annotations` with cdiVersion 0.5.0 ("json: unknown field")
+        pytest.param(lambda s: s.update(annotations={"nodeprep.dev/driver-version": VERSION}),
+                     "annotations needs cdiVersion >= 0.6.0", id="annotations"),
+        pytest.param(lambda s: s["devices"][0].update(annotations={"a": "b"}),
+                     "annotations needs cdiVersion >= 0.6.0", id="device-annotations"),
+        pytest.param(lambda s: s.update(kind="nvidia.com/gpu.x"),
+                     "'.' in the kind's class needs cdiVersion >= 0.6.0", id="dot-in-class"),
+        pytest.param(lambda s: s["containerEdits"].update(additionalGids=[44]),
+                     "additionalGids needs cdiVersion >= 0.7.0", id="additional-gids"),
+        pytest.param(lambda s: s.update(cdiVersion="0.4.0"),
+                     "device names starting with a digit needs cdiVersion >= 0.5.0", id="digit-names"),
+        pytest.param(lambda s: s.update(cdiVersion="0.9.0"), "'0.9.0' is not a released CDI version",
+                     id="unknown-version"),
+    ],
+)
+def test_version_check_catches_fields_newer_than_the_declared_cdi_version(
+    node_root: Path, mutate, needs: str  # type: ignore[no-untyped-def]
+) -> None:
+    spec = _spec(node_root, "a10g_515.105.01.xml")
+    assert cdi.cdi_version_problems(spec) == []
+    mutate(spec)
+    jsonschema.Draft7Validator(SCHEMA).validate(spec)  # the schema alone lets these through
+    problems = cdi.spec_problems(spec)
+    assert any(p.startswith("cdiVersion: ") and needs in p for p in problems), problems
+    with pytest.raises(StateError, match="generated CDI spec is invalid: cdiVersion"):
+        cdi.render_spec(spec)
+
+
+def test_features_with_a_later_declared_version_are_fine(node_root: Path) -> None:
+    spec = _spec(node_root, "a10g_515.105.01.xml")
+    spec.update(cdiVersion="0.6.0", annotations={"a": "b"})
+    assert cdi.spec_problems(spec) == []
+    assert cdi.cdi_features(spec) == [
+        ("0.5.0", "device names starting with a digit"),
+        ("0.6.0", "annotations"),
+    ]
 
 
 def test_render_refuses_an_invalid_spec_it_would_write(node_root: Path) -> None:
@@ -234,7 +284,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     assert any(h.endswith(f"libcuda.so.{new_version}") for h in hosts)
     assert spec["devices"] == old["devices"]
     assert spec["containerEdits"]["deviceNodes"] == old["containerEdits"]["deviceNodes"]
-    assert spec["annotations"]["nodeprep.dev/driver-version"] == new_version
+    assert spec["containerEdits"]["hooks"][0]["args"][5:7] == ["--driver", new_version]
     assert foreign.read_text().startswith("cdiVersion: 0.5.0\nkind")
     assert cdi.refresh_after_activation(node_root, new_version) == []  # idempotent
 
@@ -242,3 +292,31 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     hosts = [m["hostPath"] for m in yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
              ["containerEdits"]["mounts"]]
     assert all(h.startswith(f"/opt/nvidia/{VERSION}/") for h in hosts)
+
+
+def test_activation_refuses_when_the_spec_cannot_follow(node_root: Path, tmp_path: Path) -> None:
+    """A spec nodeprep wrote sits in a directory that cannot be written (chattr +i): activation
+    refuses before switching anything, so the spec never names another version than `current`."""
+    import shutil
+    import subprocess
+
+    from nodeprep.errors import InputError
+    from nodeprep.node import ops
+
+    from .conftest import install_driver
+
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr (e2fsprogs) is needed to make a directory unwritable for root")
+    _spec(node_root, "a10g_515.105.01.xml")
+    install_driver(node_root, tmp_path / "work2", "535.216.03")
+    (node_root / "opt/nvidia/current").unlink()
+    (node_root / "opt/nvidia/current").symlink_to(VERSION)
+    before = (node_root / "etc/cdi/nvidia.yaml").read_bytes()
+    subprocess.run(["chattr", "+i", str(node_root / "etc/cdi")], check=True)
+    try:
+        with pytest.raises(InputError, match=r"cannot write /etc/cdi/nvidia.yaml: .* not activated"):
+            ops.activate(node_root, "535.216.03", load=False)
+    finally:
+        subprocess.run(["chattr", "-i", str(node_root / "etc/cdi")], check=True)
+    assert (node_root / "opt/nvidia/current").readlink() == Path(VERSION)
+    assert (node_root / "etc/cdi/nvidia.yaml").read_bytes() == before

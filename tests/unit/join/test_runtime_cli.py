@@ -106,3 +106,51 @@ def test_offline_root_without_gpu_facts_skips_the_cdi_spec(node_root: Path, tmp_
     ]
     assert any("CDI spec not written" in w for w in data["warnings"])
     assert not (node_root / "etc/cdi").exists()
+
+
+def test_missing_nvidia_container_runtime_is_one_line(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    """No NVIDIA Container Toolkit in this root: the drop-in still registers the `nvidia` runtime
+    (installing the toolkit later makes it work), runtime and activation say so in one line."""
+    from nodeprep.node import ops
+
+    args = ["runtime", "--profile", str(_profile(tmp_path)), "--root", str(node_root),
+            "--nvidia-smi-xml", str(smi_xml)]
+    code, _, err = run(args)
+    lines = [line for line in err.splitlines() if "nvidia-container-runtime is not installed" in line]
+    assert code == 0 and lines == [
+        "warning: nvidia-container-runtime is not installed (/usr/bin/nvidia-container-runtime): the "
+        "containerd runtime `nvidia` (RuntimeClass nvidia) cannot start containers; CDI devices "
+        "(nvidia.com/gpu=...) work without it"
+    ], err
+    assert (node_root / "etc/cdi/nvidia.yaml").exists()
+    (node_root / "usr/bin").mkdir(parents=True, exist_ok=True)
+    (node_root / "usr/bin/nvidia-container-runtime").write_bytes(b"\x7fELF")
+    code, _, err = run(args)
+    assert code == 0 and "nvidia-container-runtime is not installed" not in err
+    (node_root / "usr/bin/nvidia-container-runtime").unlink()
+    notes = ops.activate(node_root, "535.309.01", load=False).notes
+    assert any(n.startswith("nvidia-container-runtime is not installed") for n in notes), notes
+
+
+def test_spec_directory_not_writable_changes_nothing(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    """An immutable /etc/cdi (chattr +i; root ignores mode bits): one error line naming the file,
+    exit 2, and neither the containerd files nor the spec written."""
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        import pytest
+
+        pytest.skip("chattr (e2fsprogs) is needed to make a directory unwritable for root")
+    cdi_dir = node_root / "etc/cdi"
+    cdi_dir.mkdir(parents=True)
+    subprocess.run(["chattr", "+i", str(cdi_dir)], check=True)
+    try:
+        code, out, err = run(["runtime", "--profile", str(_profile(tmp_path)), "--root", str(node_root),
+                              "--nvidia-smi-xml", str(smi_xml)])
+    finally:
+        subprocess.run(["chattr", "-i", str(cdi_dir)], check=True)
+    assert code == 2
+    first = err.splitlines()[0]
+    assert first == f"error: cannot write /etc/cdi/nvidia.yaml: directory {cdi_dir} is not writable"
+    assert not (node_root / "etc/containerd").exists() and list(cdi_dir.iterdir()) == []

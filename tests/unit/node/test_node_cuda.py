@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from nodeprep import cuda
 from nodeprep.errors import InputError
-from nodeprep.node import cuda
 
 
 @pytest.mark.parametrize(
@@ -52,3 +52,67 @@ def test_table_is_monotonic() -> None:
 def test_bad_cuda_version(bad: str) -> None:
     with pytest.raises(InputError, match="--require-cuda"):
         cuda.min_driver(bad)
+
+
+# Real NVIDIA_REQUIRE_CUDA values of NVIDIA's CUDA images (container-images/cuda dist/<ver>/…/base
+# Dockerfiles, amd64), abbreviated after the brand alternatives that matter here.
+REQUIRE_12_2 = (
+    "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 "
+    "brand=nvidia,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 "
+    "brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526"
+)
+REQUIRE_12_4 = (
+    "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 "
+    "brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 "
+    "brand=tesla,driver>=535,driver<536 brand=unknown,driver>=535,driver<536"
+)
+
+
+def test_parse_requirement_alternatives_and_constraints() -> None:
+    alts = cuda.parse_requirement("cuda>=12.2 brand=tesla,driver>=470,driver<471")
+    assert alts == [
+        [("cuda", ">=", "12.2")],
+        [("brand", "=", "tesla"), ("driver", ">=", "470"), ("driver", "<", "471")],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("facts", "expected"),
+    [
+        ({"driver": "535.309.01", "cuda": "12.2"}, True),  # cuda>=12.2 holds
+        ({"driver": "525.147.05", "cuda": "12.0"}, False),  # no alternative holds (brand unknown)
+        ({"driver": "525.147.05", "cuda": "12.0", "brand": "Tesla"}, True),  # brand=tesla,525.x
+        ({"driver": "470.82.01", "cuda": "11.4", "brand": "geforce"}, True),
+        ({"driver": "471.0", "cuda": "11.4", "brand": "geforce"}, False),  # driver<471 fails
+    ],
+)
+def test_requirement_met_ors_alternatives_and_ands_constraints(facts: dict, expected: bool) -> None:  # type: ignore[type-arg]
+    assert cuda.requirement_met(cuda.parse_requirement(REQUIRE_12_2), facts) is expected
+
+
+def test_check_requirement_messages() -> None:
+    ok, msg = cuda.check_requirement(REQUIRE_12_2, "535.309.01", source="NVIDIA_REQUIRE_CUDA")
+    assert ok and "supports up to CUDA 12.2" in msg
+    ok, msg = cuda.check_requirement(REQUIRE_12_4, "535.309.01", source="NVIDIA_REQUIRE_CUDA")
+    assert not ok
+    assert msg == "NVIDIA_REQUIRE_CUDA requires CUDA >=12.4, but driver 535.309.01 supports up to CUDA 12.2"
+    ok, msg = cuda.check_requirement("driver>=550", "535.216.03")
+    assert not ok and msg.startswith("--require-cuda requires driver>=550, but driver 535.216.03")
+    # a bare version is the toolkit-table check doctor always did
+    assert cuda.check_requirement("12.4", "535.309.01") == cuda.check("12.4", "535.309.01")
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [
+        ("cuda>>12.2", "malformed constraint 'cuda>>12.2'"),
+        ("cuda>=twelve", "cuda needs a version"),
+        ("gpu>=1", "malformed constraint 'gpu>=1'"),
+        ("brand>=tesla", "brand compares with = or != only"),
+        ("cuda>=12.2,", "malformed constraint ''"),
+        ("   ", "empty requirement"),
+    ],
+)
+def test_malformed_requirements(bad: str, where: str) -> None:
+    with pytest.raises(InputError, match="NVIDIA_REQUIRE_CUDA: " + where.replace("(", r"\(")):
+        cuda.parse_requirement(bad, source="NVIDIA_REQUIRE_CUDA")

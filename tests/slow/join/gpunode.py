@@ -1,0 +1,260 @@
+"""A GPU node for real container runtimes, without a GPU: what is real and what stands in.
+
+Real: the driver user space (the shared real 535.309.01 build, and Debian's tesla-535 535.216.03
+built by the node tests' helpers), installed and activated by `nodeprep install/activate --root`
+into a Debian 12 root; the CDI spec and containerd drop-in written by `nodeprep runtime --root`;
+podman 4.3 (Debian 12), containerd 1.7 (trixie) and 2.1 (sid) unpacked from Debian's .debs fetched
+through nodeprep's own archive access; container root filesystems made by mmdebstrap.
+
+Stand-ins (there is no GPU): the device nodes /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-modeset
+(NVIDIA's major 195) and /dev/nvidia-uvm(-tools) (major 509, a typical dynamic major) are made with
+mknod inside the test's own mount namespace, over an overlay of /dev; the GPU list comes from a
+procfs file under the node root written in the driver's format (recorded from a Tesla T4).
+
+The runtimes run in one private mount namespace per session (`unshare -m`) in which the node root's
+/opt is bind-mounted over /opt and its /etc/cdi over /run/cdi (a tmpfs over /run hides the host's
+/run, so no host daemon socket is ever used): the spec's hostPaths are the node's own paths
+(/opt/nvidia/<version>/...), exactly as on a booted node, and the runtimes bind them from there.
+Podman runs with --root/--runroot/--tmpdir under the session's temp directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+GPU_UUID = "GPU-5a1b2c3d-0000-1111-2222-333344445555"
+PROCFS_INFO = (  # /proc/driver/nvidia/gpus/<bus>/information of a Tesla T4 (recorded layout)
+    "Model: \t\t Tesla T4\nIRQ:   \t\t 36\nGPU UUID: \t " + GPU_UUID + "\nVideo BIOS: \t 90.04.96.00.01\n"
+    "Bus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\nBus Location: \t 0000:00:1e.0\n"
+    "Device Minor: \t 0\nGPU Excluded:\t No\n"
+)
+STAND_IN_NODES = (  # path, major, minor
+    ("/dev/nvidiactl", 195, 255),
+    ("/dev/nvidia0", 195, 0),
+    ("/dev/nvidia-modeset", 195, 254),
+    ("/dev/nvidia-uvm", 509, 0),
+    ("/dev/nvidia-uvm-tools", 509, 1),
+)
+NAMESPACE_SETUP = r"""
+set -e
+R=$1; W=$2; shift 2
+mount --bind "$R/opt" /opt
+mkdir -p "$W/olddev" "$W/devup" "$W/devwork"
+mount --rbind /dev "$W/olddev"
+mount -t overlay overlay -o "lowerdir=/dev,upperdir=$W/devup,workdir=$W/devwork" /dev
+for m in pts shm mqueue; do
+  if [ -d "$W/olddev/$m" ]; then mount --rbind "$W/olddev/$m" "/dev/$m"; fi
+done
+while [ $# -gt 0 ]; do mknod -m 666 "$1" c "$2" "$3"; shift 3; done
+mount -t tmpfs tmpfs /run
+mkdir /run/cdi
+mount --bind "$R/etc/cdi" /run/cdi
+: > "$W/ready"
+exec sleep infinity
+"""
+PROBE_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <sys/stat.h>
+/* dlopen each library as an application would and print the file ld.so loaded: path dev:ino */
+int main(int argc, char **argv) {
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        void *h = dlopen(argv[i], RTLD_LAZY);
+        struct link_map *lm = NULL;
+        struct stat st;
+        if (!h || dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || stat(lm->l_name, &st) != 0) {
+            printf("%s NOTFOUND\n", argv[i]);
+            rc = 1;
+            continue;
+        }
+        printf("%s %s %lu:%lu\n", argv[i], lm->l_name, (unsigned long)st.st_dev, (unsigned long)st.st_ino);
+    }
+    return rc;
+}
+"""
+PODMAN_SANDBOX = [
+    # This CI sandbox caps RLIMIT_NOFILE/NPROC below podman's defaults for containers (1048576),
+    # which runc cannot raise: ask for limits inside the sandbox's.
+    "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
+]
+
+
+def run(argv: list[object], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([os.fspath(a) for a in argv], check=True, capture_output=True, text=True,  # type: ignore[call-overload]
+                          timeout=kw.pop("timeout", 600), **kw)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """A real `python -m nodeprep.cli` process."""
+    env = {k: v for k, v in os.environ.items() if k != "NODEPREP_CRASH_AT"}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([os.sys.executable, "-m", "nodeprep.cli", *args], capture_output=True,  # type: ignore[attr-defined]
+                          text=True, env=env, cwd=REPO, timeout=600)
+
+
+def file_id(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def make_rootfs_tar(cache: Path) -> Path:
+    """Debian 12 `essential` rootfs (mmdebstrap), cached: the container image of both layouts."""
+    tar = cache / "debian12-essential.tar"
+    if not tar.exists():
+        tmp = tar.with_suffix(".part.tar")
+        run(["mmdebstrap", "--quiet", "--variant=essential", "bookworm", tmp], timeout=1800)
+        tmp.rename(tar)
+    return tar
+
+
+def unpack_rootfs(tar: Path, dest: Path, probe: Path, *, layout: str) -> Path:
+    """A container rootfs: `debian` (multiarch, as built) or `lib64` standing for RHEL/UBI images:
+    no multiarch entry in ld.so.conf(.d), /usr/lib64 the only configured directory, its ld.so.cache
+    rebuilt from that (a RHEL loader searches /lib64:/usr/lib64 and its cache, not the Debian
+    multiarch directory; Debian's loader keeps that directory built in, so for this layout the tests
+    assert on the image's ld.so.cache)."""
+    dest.mkdir(parents=True)
+    with tarfile.open(tar) as t:
+        t.extractall(dest, filter="fully_trusted")
+    shutil.copy(probe, dest / "usr/local/bin/probe")
+    if layout == "lib64":
+        for conf in (dest / "etc/ld.so.conf.d").glob("*.conf"):
+            conf.unlink()
+        (dest / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n/usr/lib64\n")
+        run(["chroot", dest, "ldconfig"])
+    return dest
+
+
+@dataclass
+class GpuNode:
+    """The node root, the private mount namespace and podman's private storage."""
+
+    root: Path
+    work: Path
+    pid: int = 0
+    rootfs: dict[str, Path] = field(default_factory=dict)
+    daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # -- namespace -----------------------------------------------------------------------------
+    def start(self) -> None:
+        nodes = [str(x) for n in STAND_IN_NODES for x in n]
+        holder = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", NAMESPACE_SETUP, "sh",
+             str(self.root), str(self.work), *nodes],
+            stdout=subprocess.DEVNULL, stderr=open(self.work / "namespace.log", "wb"),
+            start_new_session=True,
+        )
+        self.daemons.append(holder)
+        for _ in range(200):
+            if (self.work / "ready").exists():
+                break
+            if holder.poll() is not None:
+                raise RuntimeError((self.work / "namespace.log").read_text())
+            time.sleep(0.05)
+        self.pid = holder.pid
+
+    def ns(self, argv: list[object], *, check: bool = True, timeout: float = 300,
+           input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run argv inside the node's mount namespace."""
+        return subprocess.run(
+            ["nsenter", "-t", str(self.pid), "-m", *[os.fspath(a) for a in argv]],
+            capture_output=True, text=True, timeout=timeout, check=check, input=input,
+        )
+
+    def spawn(
+        self, argv: list[object], log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A daemon inside the namespace, stopped by `stop()`."""
+        proc = subprocess.Popen(
+            ["nsenter", "-t", str(self.pid), "-m", *[os.fspath(a) for a in argv]],
+            stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.daemons.insert(0, proc)
+        return proc
+
+    def stop(self) -> None:
+        """Remove every podman container, stop daemons (containerd) and the namespace holder."""
+        if self.pid:
+            self.ns(self.podman_base() + ["rm", "--force", "--all", "--time", "0"], check=False)
+        for proc in self.daemons:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=20)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=20)
+
+    # -- podman --------------------------------------------------------------------------------
+    def podman_base(self) -> list[object]:
+        p = self.work / "podman"
+        return ["podman", "--root", p / "root", "--runroot", p / "run", "--tmpdir", p / "tmp",
+                "--cgroup-manager", "cgroupfs", "--events-backend", "none"]
+
+    def podman_run(self, layout: str, script: str, *, device: str = "nvidia.com/gpu=all",
+                   env: dict[str, str] | None = None, detach: bool = False,
+                   name: str | None = None) -> subprocess.CompletedProcess[str]:
+        argv: list[object] = [*self.podman_base(), "run", "--network", "none", *PODMAN_SANDBOX,
+                              "--device", device]
+        argv += ["--detach"] if detach else ["--rm"]
+        argv += ["--name", name] if name else []
+        for k, v in (env or {}).items():
+            argv += ["--env", f"{k}={v}"]
+        argv += ["--rootfs", self.rootfs[layout], "sh", "-c", script]
+        return self.ns(argv, check=False)
+
+    def podman_exec(self, name: str, script: str) -> subprocess.CompletedProcess[str]:
+        return self.ns([*self.podman_base(), "exec", name, "sh", "-c", script], check=False)
+
+
+INSPECT = (
+    # what an application sees: device nodes, the ld cache, the files ld.so loads, nvidia-smi
+    "for d in /dev/nvidia*; do echo \"node $d $(stat -c '%F %t:%T' $d)\"; done; "
+    "ldconfig -p | sed -n 's/^\\t\\(lib[a-z-]*\\.so\\.1\\) .* => \\(.*\\)$/cache \\1 \\2/p'; "
+    "probe libcuda.so.1 libnvidia-ml.so.1 | sed 's/^/probe /'; "
+    # the source (root field) of the bind mount at .../libcuda.so.1
+    "sed -n 's|^[0-9]* [0-9]* [0-9:]* \\([^ ]*\\) [^ ]*/libcuda\\.so\\.1 .*|mount \\1|p' "
+    "/proc/self/mountinfo; "
+    "nvidia-smi >/dev/null 2>&1; echo \"smi $?\""
+)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What INSPECT printed inside a container."""
+
+    nodes: dict[str, str]
+    cache: dict[str, str]
+    probe: dict[str, tuple[str, str]]
+    mounts: list[str]
+    smi: int
+
+    @classmethod
+    def parse(cls, out: str) -> Seen:
+        nodes, cache, probe, mounts, smi = {}, {}, {}, [], -1
+        for line in out.splitlines():
+            kind, _, rest = line.partition(" ")
+            parts = rest.split()
+            if kind == "node":
+                nodes[parts[0]] = " ".join(parts[1:])
+            elif kind == "cache":
+                cache[parts[0]] = parts[1]
+            elif kind == "probe" and len(parts) == 3:
+                probe[parts[0]] = (parts[1], parts[2])
+            elif kind == "mount":
+                mounts.append(parts[0])
+            elif kind == "smi":
+                smi = int(parts[0])
+        return cls(nodes, cache, probe, mounts, smi)

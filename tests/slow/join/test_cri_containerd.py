@@ -1,0 +1,74 @@
+"""Containers started by containerd 1.7 (Debian 13) and 2.1 (Debian sid) through the CRI, as kubelet
+starts them: a pod sandbox, then a container whose CRI request carries the CDI device
+nvidia.com/gpu=all, resolved by containerd's CRI plugin with nodeprep's drop-in (enable_cdi) against
+the spec nodeprep wrote. How containerd, the images and the CRI client are set up: criclient.py;
+the GPU node and its stand-ins: gpunode.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .criclient import Containerd, containerd_bin, cri_modules, oci_archive
+from .gpunode import INSPECT, GpuNode, Seen
+from .test_cdi_podman import REQUIRE_12_2, REQUIRE_12_4, assert_sees
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def images(gpu_node: GpuNode, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return oci_archive(gpu_node.rootfs, tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(scope="module", params=[("debian-13", "1.7"), ("debian-sid", "2.1")], ids=["1.7", "2.1"])
+def containerd(  # type: ignore[no-untyped-def]
+    request, gpu_node: GpuNode, images: Path, test_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Containerd, str]]:
+    os_name, major_minor = request.param
+    pytest.importorskip("grpc_tools", reason="grpcio-tools (pyproject [test] extras)")
+    work = tmp_path_factory.mktemp(f"containerd-{major_minor}")
+    pb, stubs = cri_modules(tmp_path_factory.mktemp("cri-gen"))
+    daemon = Containerd(gpu_node, containerd_bin(test_cache, os_name), work, pb, stubs)
+    try:
+        daemon.start(images)
+        yield daemon, major_minor
+    finally:
+        daemon.stop()
+
+
+def test_cri_container_sees_devices_and_the_active_libraries(
+    containerd: tuple[Containerd, str], gpu_node: GpuNode, versions: tuple[str, str]
+) -> None:
+    daemon, major_minor = containerd
+    assert daemon.version().runtime_version.lstrip("v").startswith(f"{major_minor}.")
+    sid, sconfig = daemon.run_pod("inspect")
+    for layout in ("debian", "lib64"):
+        code, out = daemon.run_container(sid, sconfig, f"inspect-{layout}", layout, INSPECT)
+        assert code == 0, out
+        print(f"containerd {major_minor} CRI, {layout} image:\n{out}")  # shown with -s (docs/join.md)
+        assert_sees(Seen.parse(out), gpu_node, versions[0])
+
+
+def test_cri_cuda_requirement_allowed_refused_bypassed(
+    containerd: tuple[Containerd, str], versions: tuple[str, str]
+) -> None:
+    import grpc
+
+    daemon, _ = containerd
+    sid, sconfig = daemon.run_pod("require")
+    code, out = daemon.run_container(sid, sconfig, "allowed", "debian", "echo started",
+                                     env={"NVIDIA_REQUIRE_CUDA": REQUIRE_12_2})
+    assert (code, out.strip()) == (0, "started")
+    with pytest.raises(grpc.RpcError) as refused:
+        daemon.run_container(sid, sconfig, "refused", "debian", "echo started",
+                             env={"NVIDIA_REQUIRE_CUDA": REQUIRE_12_4})
+    line = (f"nodeprep: container refused: NVIDIA_REQUIRE_CUDA requires CUDA >=12.4, but driver "
+            f"{versions[0]} supports up to CUDA 12.2")
+    assert line in refused.value.details(), refused.value.details()
+    print(f"StartContainer refused: {refused.value.details()}")  # shown with -s (docs/join.md)
+    code, out = daemon.run_container(sid, sconfig, "bypassed", "debian", "echo started",
+                                     env={"NVIDIA_REQUIRE_CUDA": REQUIRE_12_4, "NVIDIA_DISABLE_REQUIRE": "1"})
+    assert (code, out.strip()) == (0, "started")
