@@ -230,5 +230,11 @@ def test_build_driver_publishes_to_the_registry(real_build, published: Published
     listed = cli("artifacts", "list", f"{location}@{out['pushed_index']}", "--registry-auth", str(p.auth),
                  "--ca-file", str(p.registry.ca), "--json")
     by_name = {e["name"]: e for e in json.loads(listed.stdout)}
-    assert by_name[p.kmod.name]["sha256"] == p.kmod.sha256  # reproducible: the same bytes
-    assert by_name[p.userspace.name]["sha256"] == p.userspace.sha256
+    # the same build into a directory store: the registry holds exactly those bytes
+    plain = cli("build-driver", "--driver", p.version, "--kernel", p.kernel, "--flavour", real_build.flavour,
+                "--cache", str(real_build.cache), "--no-smoke-test", "--store", str(tmp_path / "dir"),
+                "--json")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    local = {e.name: e for e in artifact.LocalStore(tmp_path / "dir").entries()}
+    assert by_name[p.kmod.name]["sha256"] == local[p.kmod.name].sha256
+    assert by_name[p.userspace.name]["sha256"] == local[p.userspace.name].sha256
