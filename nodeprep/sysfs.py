@@ -28,7 +28,7 @@ def open_regular(path: Path, *, follow: bool = False) -> int:
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        if e.errno == errno.ELOOP:
+        if e.errno == errno.ELOOP and not follow:  # O_NOFOLLOW met a link (with follow: a loop)
             raise UnsafeFile(e.errno, "is a symbolic link") from None
         raise
     st = os.fstat(fd)

@@ -19,8 +19,7 @@ with the Python composer below, which enforces the limits.
 from __future__ import annotations
 
 import codecs
-import os
-import stat
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
 from .errors import InputFileError
+from .sysfs import UnsafeFile, read_bytes
 
 MAX_BYTES = 1 << 20  # 1 MiB: a real profile is a few KiB
 MAX_DEPTH = 64
@@ -67,33 +67,16 @@ def read_input_bytes(path: Path, *, limit: int = MAX_BYTES, source: str | None =
     FIFO, never reads more than limit + 1 bytes)."""
     src = source or str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        return read_bytes(path, limit=limit, follow=True)
     except FileNotFoundError:
         raise error(["file not found"], source=src) from None
-    except OSError as e:
-        raise error([f"cannot read ({e.strerror})"], source=src) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise error(["not a regular file"], source=src)
-        if st.st_size > limit:
-            raise error([f"{st.st_size} bytes is larger than the {_human(limit)} limit for this file "
-                         "(refused before parsing)"], source=src)
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
+    except UnsafeFile as e:
+        if e.errno == errno.EFBIG:
             raise error([f"larger than the {_human(limit)} limit for this file (refused before parsing)"],
-                        source=src)
-        return b"".join(chunks)
+                        source=src) from None
+        raise error([e.strerror or "not a regular file"], source=src) from None
     except OSError as e:
         raise error([f"cannot read ({e.strerror})"], source=src) from None
-    finally:
-        os.close(fd)
 
 
 def decode_text(raw: bytes, *, source: str, error: type[InputFileError] = InputFileError) -> str:
