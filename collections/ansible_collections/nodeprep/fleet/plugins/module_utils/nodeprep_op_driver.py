@@ -1,10 +1,11 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_driver does on the node (its documentation is in
-plugins/modules/nodeprep_driver.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_driver.py). Its entry point is main()."""
 
 from __future__ import annotations
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     doctor_problems,
@@ -117,3 +118,6 @@ def run(module):
             module.fail_json(msg="doctor: " + "; ".join(problems), **out)
     module.exit_json(**out)
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
