@@ -3,8 +3,9 @@
 
 Runs real ansible-playbook over SSH against network-namespace test hosts (tests/support/testhosts.py)
 with the shared real driver build as the artifact store, served over HTTP on the hosts' veths.
-Goals: 4 hosts <= 2x one host (Ansible's forks make a fleet cost about one node), and a re-run
-<= 40 % of the first run (every role checks before it writes). Needs root (namespaces, chroots).
+Goal: 4 hosts <= 2x one host (Ansible's forks make a fleet cost about one node). The re-run ratio
+is printed for information; its goal (<= 40 % of the first run) was retired in issue 16.
+Needs root (namespaces, chroots).
 
 Each host count is measured on --repeat fresh fleets (a first run, then --reruns re-runs each) and
 the medians are compared, all in this one process, one after the other. The CPU line says how busy
@@ -131,9 +132,8 @@ def main() -> int:
     goals = Goals()
     scale = goals.at_most(f"{large} hosts <= 2x {small}", l_first / s_first, 2.0)
     print(f"{large} hosts / {small} host, first run: {l_first / s_first:.2f}x   (goal <= 2.00x)  {scale}")
-    for count, first, rerun in ((small, s_first, s_rerun), (large, l_first, l_rerun)):
-        verdict = goals.at_most(f"re-run <= 40% ({count} host(s))", rerun / first, 0.40)
-        print(f"re-run / first run, {count} host(s): {rerun / first:.0%}   (goal <= 40%)  {verdict}")
+    for count, first, rerun in ((small, s_first, s_rerun), (large, l_first, l_rerun)):  # no goal (issue 16)
+        print(f"re-run / first run, {count} host(s): {rerun / first:.0%}   (for information)")
     return goals.exit_code()
 
 

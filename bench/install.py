@@ -37,6 +37,7 @@ from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, nex
 use_venv()
 
 from nodeprep import artifact, runner  # noqa: E402
+from nodeprep.join.activation import HOOKS  # noqa: E402
 from nodeprep.node import ops  # noqa: E402
 
 
@@ -175,10 +176,10 @@ def main() -> int:
         switch_cli = cli("activate", V_OLD, "--root", str(root))
         rollback_cli = cli("rollback", "--root", str(root))
         t = time.monotonic()
-        ops.activate(root, V_OLD)
+        ops.activate(root, V_OLD, hooks=HOOKS)
         switch_lib = time.monotonic() - t
         t = time.monotonic()
-        ops.rollback(root)
+        ops.rollback(root, hooks=HOOKS)
         rollback_lib = time.monotonic() - t
 
         if args.compile_seconds is not None:

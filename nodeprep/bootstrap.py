@@ -349,8 +349,11 @@ def step_driver(ctx: Context) -> dict[str, Any]:
 
     options = StoreOptions(registry_auth=on_node(drv.registry_auth), ca_file=on_node(drv.ca_file),
                            insecure_http=drv.insecure_http)
+    from .join.activation import HOOKS
+
     result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
-                     activate=True, load=False, modules=tuple(drv.modules), store_options=options)
+                     activate=True, load=False, modules=tuple(drv.modules), store_options=options,
+                     hooks=HOOKS)
     data = result.to_dict()
     data["summary"] = (f"{result.version} active for kernel {result.kernel}"
                        + ("" if result.changed else " (already installed)"))

@@ -8,9 +8,11 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..join.activation import HOOKS
 from ..node import ops
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.kmod import DEFAULT_LOAD, MODULES
+from ..node.plan import InstallPlan
 from ..node.state import load_state, version_key
 from .options import emit_json, json_option, registry_options, root_option, store_options
 
@@ -62,6 +64,10 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 @click.option(
     "--no-load", is_flag=True, help="Do not load the kernel modules now (the unit loads them at boot)."
 )
+@click.option(
+    "--check", "check_only", is_flag=True,
+    help="Print what would change (the plan) and change nothing; no artifact is fetched.",
+)
 @modules_option
 @registry_options
 @root_option
@@ -74,6 +80,7 @@ def install_cmd(
     arch: str,
     do_activate: bool,
     no_load: bool,
+    check_only: bool,
     modules: str,
     registry_auth: str | None,
     ca_file: str | None,
@@ -82,6 +89,16 @@ def install_cmd(
     as_json: bool,
 ) -> None:
     """Install a driver version from a store into /opt/nvidia/VERSION (side by side)."""
+    if check_only:
+        _, todo = ops.plan(
+            root, store, version, kernel=kernel, flavour=flavour, arch=arch, activate=do_activate,
+            modules=_modules(modules), store_options=store_options(registry_auth, ca_file, insecure_http),
+        )
+        if as_json:
+            emit_json(todo.to_dict())
+        else:
+            _print_plan(todo)
+        return
     result = ops.install(
         root,
         store,
@@ -93,6 +110,7 @@ def install_cmd(
         load=not no_load,
         modules=_modules(modules),
         store_options=store_options(registry_auth, ca_file, insecure_http),
+        hooks=HOOKS,
     )
     if as_json:
         emit_json(result.to_dict())
@@ -105,6 +123,27 @@ def install_cmd(
     _print_notes(tuple(n for n in result.notes if not n.endswith("is already installed")))
     if result.activation:
         _print_activation(result.activation)
+
+
+def _print_plan(todo: InstallPlan) -> None:
+    version, kernel = todo.request.version, todo.request.kernel
+    if todo.new_version:
+        assert todo.userspace is not None and todo.kmod is not None
+        click.echo(f"would install {version} for kernel {kernel} ({todo.userspace.name}, {todo.kmod.name})")
+    elif todo.kmod is not None:
+        click.echo(f"would add the kernel modules of {version} for kernel {kernel} ({todo.kmod.name})")
+    else:
+        click.echo(f"unchanged: {version} for kernel {kernel} is already installed")
+    act = todo.activation
+    if act is not None and act.switch:
+        click.echo(f"would activate {version} (active now: {act.active or 'none'})")
+    elif act is not None:
+        click.echo(f"{version} is already active")
+    for path in act.drift if act else ():
+        click.echo(f"would rewrite {path}")
+    _print_notes(tuple(n for n in todo.notes if not n.endswith("(the store was not read)")))
+    if not todo.changes:
+        click.echo("nothing to do")
 
 
 def _print_activation(result: ops.ActivateResult) -> None:
@@ -124,7 +163,9 @@ def activate_cmd(
     version: str, kernel: str | None, no_load: bool, modules: str, root: Path, as_json: bool
 ) -> None:
     """Make an installed VERSION the active driver (atomic switch of /opt/nvidia/current)."""
-    result = ops.activate(root, version, kernel=kernel, load=not no_load, modules=_modules(modules))
+    result = ops.activate(
+        root, version, kernel=kernel, load=not no_load, modules=_modules(modules), hooks=HOOKS
+    )
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -138,7 +179,7 @@ def activate_cmd(
 @json_option
 def rollback_cmd(no_load: bool, modules: str, root: Path, as_json: bool) -> None:
     """Activate the previously active driver version."""
-    result = ops.rollback(root, load=not no_load, modules=_modules(modules))
+    result = ops.rollback(root, load=not no_load, modules=_modules(modules), hooks=HOOKS)
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -189,11 +230,16 @@ def remove_cmd(version: str, root: Path, as_json: bool) -> None:
 @click.option(
     "--check", "only", multiple=True, type=click.Choice(ALL_CHECKS), help="Run only this check (repeatable)."
 )
+@click.option(
+    "--expect-version", default=None, metavar="VERSION", help="Fail unless VERSION is the active driver."
+)
 @root_option
 @json_option
-def doctor_cmd(require_cuda: str | None, only: tuple[str, ...], root: Path, as_json: bool) -> None:
+def doctor_cmd(
+    require_cuda: str | None, only: tuple[str, ...], expect_version: str | None, root: Path, as_json: bool
+) -> None:
     """Check the active driver: loaded module vs user space, device nodes, ld cache, CUDA."""
-    report = doctor(root, require_cuda=require_cuda, checks=set(only) or None)
+    report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version)
     if as_json:
         emit_json(report.to_dict())
     else:

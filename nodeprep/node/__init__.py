@@ -1,8 +1,10 @@
 """Node side: versioned driver roots under /opt/nvidia, atomic activate/rollback, ldconfig, modules,
 device nodes, systemd unit, doctor. Library API (used by the CLI, bootstrap and Ansible modules):
 
-    install(root, store, version, ...) -> InstallResult(changed, ...)
-    activate(root, version, ...) / rollback(root) -> ActivateResult(changed, ...)
+    plan(root, store, version, ...) -> (State, InstallPlan)        what install would change
+    install(root, store, version, hooks=..., ...) -> InstallResult(changed, ...)
+    activate(root, version, hooks=..., ...) / rollback(root, hooks=...) -> ActivateResult(changed, ...)
+    (hooks: what follows an activation above the node, nodeprep.join.activation.HOOKS; node/hooks.py)
     remove(root, version) -> RemoveResult(changed, ...)
     load_state(root) -> State(installed, active, previous)
     nodeprep.node.doctor.doctor(root, require_cuda=None, checks=None) -> DoctorReport(ok, checks, to_dict())

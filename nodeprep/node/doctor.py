@@ -107,7 +107,9 @@ def loaded_version(root: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def _check_state(layout: Layout, state: State) -> Check:
+def _check_state(layout: Layout, state: State, expect_version: str | None = None) -> Check:
+    if expect_version and state.active != expect_version:
+        return Check("state", False, f"active driver is {state.active or 'none'}, expected {expect_version}")
     if not state.installed:
         return Check(
             "state", False, "no NVIDIA driver installed by nodeprep (nodeprep install --driver VERSION)"
@@ -174,8 +176,12 @@ def _node(layout: Layout, path: Path) -> str:
         return str(path)
 
 
-def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | None = None) -> DoctorReport:
-    """Check the node under `root`; `checks` limits which checks run (default: all)."""
+def doctor(
+    root: Path, *, require_cuda: str | None = None, checks: set[str] | None = None,
+    expect_version: str | None = None,
+) -> DoctorReport:
+    """Check the node under `root`; `checks` limits which checks run (default: all); with
+    `expect_version` the state check also fails unless that version is the active one."""
     layout = Layout(Path(root))
     wanted = set(checks) if checks else set(ALL_CHECKS)
     unknown = wanted - set(ALL_CHECKS)
@@ -190,6 +196,8 @@ def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | No
     else:
         cuda.validate_requirement(require_cuda)
         wanted.add("cuda")  # asking for a CUDA version always checks it
+    if expect_version is not None:
+        wanted.add("state")  # so does asking for a version
     state = load_state(layout.root)
     active = state.active
     out: list[Check] = []
@@ -197,7 +205,7 @@ def doctor(root: Path, *, require_cuda: str | None = None, checks: set[str] | No
     loaded = loaded_version(layout.root)
 
     if "state" in wanted:
-        out.append(_check_state(layout, state))
+        out.append(_check_state(layout, state, expect_version))
     if "gpu" in wanted:
         out.append(
             Check("gpu", True, f"{len(gpus)} NVIDIA GPU(s): {', '.join(gpus)}")

@@ -14,15 +14,17 @@ A version is installed, and `current` switched to it, only when it is complete (
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..artifact import MANIFEST, IndexEntry, Manifest, extract, find
-from ..errors import InputError, StateError
+from ..artifact import MANIFEST, IndexEntry, Manifest, extract
+from ..errors import InputError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
 from ..sysfs import read_attr
@@ -30,17 +32,28 @@ from . import complete, support, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
+from .hooks import ActivationHooks
 from .kmod import (
     DEFAULT_LOAD,
     check_modules,
     kernel_vermagic,
     parse_vermagic,
+    running_kernel,
     target_kernel,
     vermagic_problem,
 )
 from .layout import TEMP_PREFIXES, Layout, check_version
 from .lock import locked
-from .state import State, load_state, now, save_state, version_key
+from .plan import (
+    InstallPlan,
+    InstallRequest,
+    needs_index,
+    plan_activate,
+    plan_install,
+    plan_remove,
+    rollback_target,
+)
+from .state import State, load_state, now, save_state
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -130,54 +143,6 @@ def clean_leftovers(layout: Layout) -> list[Path]:
     return removed
 
 
-def _has_kernel(state: State, version: str, kernel: str) -> bool:
-    have = state.installed.get(version)
-    return have is not None and kernel in have.kernels
-
-
-def _pick(
-    src: Store, version: str, kernel: str, arch: str, flavour: str | None
-) -> tuple[IndexEntry, IndexEntry]:
-    """(user-space entry, kmod entry) of `version` for `kernel` from the store's index."""
-    entries = src.entries()
-    us_entry = find(entries, "userspace", version, arch=arch)
-    if us_entry is None:
-        have = sorted({e.driver_version for e in entries if e.kind == "userspace"}, key=version_key)
-        raise InputError(
-            f"--driver: no user-space artifact for {version} ({arch}) in the store "
-            f"(available: {', '.join(have) or 'none'})"
-        )
-    return us_entry, _pick_kmod(entries, version, kernel, flavour)
-
-
-def _pick_kmod(entries: list[IndexEntry], version: str, kernel: str, flavour: str | None) -> IndexEntry:
-    kmods = [
-        e
-        for e in entries
-        if e.kind == "kmod" and e.driver_version == version and (flavour is None or e.flavour == flavour)
-    ]
-    exact = [e for e in kmods if e.kernel_release == kernel]
-    if not exact:
-        if kmods:
-            others = ", ".join(sorted({str(e.kernel_release) for e in kmods}))
-            raise InputError(
-                f"driver {version}: the store's kmod artifacts are built for kernel {others}, "
-                f"the target kernel is {kernel} (vermagic mismatch); build one for {kernel}"
-            )
-        raise InputError(
-            f"driver {version}: no kmod artifact in the store" + (f" (flavour {flavour})" if flavour else "")
-        )
-    if len(exact) > 1 and flavour is None:
-        flavours = ", ".join(sorted(str(e.flavour) for e in exact))
-        raise InputError(f"--flavour: driver {version} for {kernel} exists as {flavours}; pick one")
-    entry = exact[0]
-    if entry.vermagic:
-        problem = vermagic_problem(parse_vermagic(entry.vermagic), kernel)
-        if problem:
-            raise InputError(f"{entry.name}: {problem}")
-    return entry
-
-
 def _stage_kmod(layout: Layout, kmod_path: Path, kernel: str, dest: Path) -> Manifest:
     """Unpack the kmod artifact into `dest` (= <staging>/modules/<rel>) after checking each .ko's
     vermagic against the target kernel."""
@@ -211,11 +176,54 @@ def _stage_kmod(layout: Layout, kmod_path: Path, kernel: str, dest: Path) -> Man
     return manifest
 
 
+def _request(layout: Layout, version: str, kernel: str | None, flavour: str | None, arch: str,
+             activate: bool) -> InstallRequest:
+    check_version(version)
+    return InstallRequest(version=version, kernel=target_kernel(layout, kernel), flavour=flavour, arch=arch,
+                          activate=activate)
+
+
+def _live_kernel(layout: Layout) -> str | None:
+    return running_kernel() if layout.live else None
+
+
+def _plan_install(
+    layout: Layout, index: Callable[[], list[IndexEntry]], request: InstallRequest, modules: tuple[str, ...]
+) -> InstallPlan:
+    """plan_install over this root's state, reading the store's index only when it is needed."""
+    state = load_state(layout.root)
+    entries = index() if needs_index(state, request.version, request.kernel) else None
+    drift = system.drift(layout, modules) if request.activate else ()
+    return plan_install(state, request, entries, live_kernel=_live_kernel(layout), drift=drift)
+
+
+def plan(
+    root: Path,
+    store: str,
+    version: str,
+    *,
+    kernel: str | None = None,
+    flavour: str | None = None,
+    arch: str = "amd64",
+    activate: bool = False,
+    modules: tuple[str, ...] = DEFAULT_LOAD,
+    store_options: StoreOptions | None = None,
+) -> tuple[State, InstallPlan]:
+    """What install() with these arguments would change (nothing written, no artifact fetched):
+    the node's state now and the plan. `nodeprep install --check` and Ansible's check mode."""
+    layout = Layout(Path(root))
+    request = _request(layout, version, kernel, flavour, arch, activate)
+    state = load_state(layout.root)
+    src = Store(store, store_options or StoreOptions())
+    return state, _plan_install(layout, src.entries, request, modules)
+
+
 def install(
     root: Path,
     store: str,
     version: str,
     *,
+    hooks: ActivationHooks,
     kernel: str | None = None,
     flavour: str | None = None,
     arch: str = "amd64",
@@ -225,46 +233,29 @@ def install(
     store_options: StoreOptions | None = None,
 ) -> InstallResult:
     """Install user space + kmod of `version` from `store` into ROOT/opt/nvidia/<version>.
-    `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py)."""
+    `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py);
+    `hooks`: what follows an activation above the node (nodeprep.join.activation.HOOKS)."""
     layout = Layout(Path(root))
-    check_version(version)
-    rel = target_kernel(layout, kernel)
+    request = _request(layout, version, kernel, flavour, arch, activate)
+    rel = request.kernel
     src = Store(store, store_options or StoreOptions())
-    # The store is read before taking the lock (bad input fails fast, nothing changed), and only
-    # when something is missing: a version installed for this kernel needs nothing from it, so a
-    # re-run does not depend on the store being reachable (nor pay for asking it).
-    picked = None if _has_kernel(load_state(layout.root), version, rel) else _pick(
-        src, version, rel, arch, flavour)
-    if picked is not None and src.local is not None:  # the node's GPUs against the driver's list,
-        _require_support(layout, src, picked[0], picked[1], version)  # before anything changes
-    notes: list[str] = []
+    # Planned before taking the lock (bad input fails fast, nothing changed), then again under it.
+    index = functools.cache(src.entries)  # read at most once, and only when something is missing
+    first = _plan_install(layout, index, request, modules)
+    if first.userspace is not None and first.kmod is not None and src.local is not None:
+        _require_support(layout, src, first.userspace, first.kmod, version)  # the node's GPUs first
     with locked(layout):
         crash_point("install:locked")
         clean_leftovers(layout)
-        state = load_state(layout.root)
-        have = state.installed.get(version)
-        installed_us = installed_kmod = False
-        if not _has_kernel(state, version, rel) and picked is None:  # removed since the first look
-            picked = _pick(src, version, rel, arch, flavour)
-        if have is None:
-            assert picked is not None
+        todo = _plan_install(layout, index, request, modules)
+        if todo.new_version:
+            assert todo.userspace is not None and todo.kmod is not None
             with step(f"Installing NVIDIA driver {version} for kernel {rel}"):
-                _install_version(layout, src, picked[0], picked[1], version, rel)
-            installed_us = installed_kmod = True
-        else:
-            if picked is not None and have.input_digest != picked[0].input_digest:
-                notes.append(
-                    f"{version} is installed from another build (input digest "
-                    f"{have.input_digest[:12]}…, store has {picked[0].input_digest[:12]}…); "
-                    f"remove it first to replace it"
-                )
-            if rel not in have.kernels:
-                assert picked is not None
-                with step(f"Adding the kmod of {version} for kernel {rel}"):
-                    _add_kmod(layout, src, picked[1], version, rel)
-                installed_kmod = True
-            else:
-                notes.append(f"{version} for kernel {rel} is already installed (the store was not read)")
+                _install_version(layout, src, todo.userspace, todo.kmod, version, rel)
+        elif todo.kmod is not None:
+            with step(f"Adding the kmod of {version} for kernel {rel}"):
+                _add_kmod(layout, src, todo.kmod, version, rel)
+        installed_us, installed_kmod = todo.new_version, todo.kmod is not None
         crash_point("install:unpacked")
         fw_link = system.link_firmware(layout, version)
         crash_point("install:firmware-linked")
@@ -283,7 +274,8 @@ def install(
         activation = None
         if activate:
             activation = _activate(
-                layout, version, kernel=rel if not layout.live else None, load=load, modules=modules
+                layout, version, kernel=rel if not layout.live else None, load=load, modules=modules,
+                hooks=hooks,
             )
             changed = changed or activation.changed
         elif installed_kmod and version == state.active:
@@ -296,7 +288,7 @@ def install(
         installed_userspace=installed_us,
         installed_kmod=installed_kmod,
         activation=activation,
-        notes=tuple(notes),
+        notes=todo.notes,
     )
 
 
@@ -381,62 +373,44 @@ def activate(
     kernel: str | None = None,
     load: bool = True,
     modules: tuple[str, ...] = DEFAULT_LOAD,
+    hooks: ActivationHooks,
 ) -> ActivateResult:
-    """Make installed `version` the active driver root (atomic switch of /opt/nvidia/current)."""
+    """Make installed `version` the active driver root (atomic switch of /opt/nvidia/current).
+    `hooks`: what follows an activation above the node (nodeprep.join.activation.HOOKS)."""
     layout = Layout(Path(root))
     check_version(version)
     with locked(layout):
         clean_leftovers(layout)
-        return _activate(layout, version, kernel=kernel, load=load, modules=modules)
+        return _activate(layout, version, kernel=kernel, load=load, modules=modules, hooks=hooks)
 
 
-def rollback(root: Path, *, load: bool = True, modules: tuple[str, ...] = DEFAULT_LOAD) -> ActivateResult:
+def rollback(
+    root: Path, *, load: bool = True, modules: tuple[str, ...] = DEFAULT_LOAD, hooks: ActivationHooks
+) -> ActivateResult:
     """Activate the previously active version."""
     layout = Layout(Path(root))
     with locked(layout):
         clean_leftovers(layout)
-        state = load_state(layout.root)
-        if not state.previous:
-            raise StateError(
-                "nothing to roll back to: no previously active version is installed",
-                hint=f"installed: {', '.join(sorted(state.installed)) or 'none'}",
-            )
-        return _activate(layout, state.previous, kernel=None, load=load, modules=modules)
+        version = rollback_target(load_state(layout.root))
+        return _activate(layout, version, kernel=None, load=load, modules=modules, hooks=hooks)
 
 
 def _activate(
-    layout: Layout, version: str, *, kernel: str | None, load: bool, modules: tuple[str, ...]
+    layout: Layout, version: str, *, kernel: str | None, load: bool, modules: tuple[str, ...],
+    hooks: ActivationHooks,
 ) -> ActivateResult:
     crash_point("activate:start")
     state = load_state(layout.root)
-    target = state.installed.get(version)
-    if target is None:
-        raise InputError(
-            f"{version}: not installed (installed: "
-            f"{', '.join(sorted(state.installed, key=version_key)) or 'none'})"
-        )
+    live_kernel = target_kernel(layout, kernel) if layout.live else None
+    todo = plan_activate(state, version, kernel=None if layout.live else kernel, live_kernel=live_kernel)
+    target = state.installed[version]
     support.require(layout.root, layout.version_dir(version), version)  # the node's GPUs
     notes: list[str] = []
-    if layout.live:
-        rel = target_kernel(layout, kernel)
-        if rel not in target.kernels:
-            raise InputError(
-                f"{version} has no kernel modules for the running kernel {rel} "
-                f"(it has: {', '.join(target.kernels) or 'none'}); "
-                f"nodeprep install --driver {version} adds them"
-            )
-    elif kernel and kernel not in target.kernels:
-        raise InputError(
-            f"{version} has no kernel modules for kernel {kernel} "
-            f"(it has: {', '.join(target.kernels) or 'none'})"
-        )
     complete.check(layout, layout.version_dir(version), version, action="activate")
-    from ..join.cdi import refresh_problem  # join imports node: import at use
-
-    spec_problem = refresh_problem(layout.root)
+    spec_problem = hooks.refusal(layout.root)
     if spec_problem:  # the spec must follow the switch: refuse before changing anything
         raise InputError(f"{spec_problem}; {version} not activated", hint="nothing was changed")
-    previous = state.active
+    previous = todo.active
     changed = False
     changed |= system.write_ld_conf(layout)
     crash_point("activate:ld-conf")
@@ -460,16 +434,9 @@ def _activate(
     for rel in sorted(set(target.kernels) | set(stale)):
         system.depmod(layout, rel)
     crash_point("activate:depmod")
-    from ..join.cdi import refresh_after_activation  # join imports node: import at use
-
-    for spec in refresh_after_activation(layout.root, version):
-        changed = True
-        notes.append(f"{spec} now mounts {version}")
-    from ..join.containerd import drop_in_runtime_warning
-
-    missing_runtime = drop_in_runtime_warning(layout.root)
-    if missing_runtime:
-        notes.append(missing_runtime)
+    followed = hooks.follow(layout.root, version)
+    changed |= bool(followed.rewritten)
+    notes.extend(followed.notes)
     loaded = False
     if not load:
         notes.append("module loading skipped (--no-load)")
@@ -521,14 +488,9 @@ def remove(root: Path, version: str) -> RemoveResult:
     with locked(layout):
         clean_leftovers(layout)
         state = load_state(layout.root)
-        entry = state.installed.get(version)
-        if entry is None:
+        if not plan_remove(state, version).remove:
             return RemoveResult(version=version, changed=False)
-        if version == state.active:
-            raise InputError(
-                f"{version} is the active driver; activate another version first "
-                f"(nodeprep activate VERSION or nodeprep rollback)"
-            )
+        entry = state.installed[version]
         removed: list[str] = []
         if system.unlink_firmware(layout, version, entry.firmware_link):
             removed.append(str(entry.firmware_link))

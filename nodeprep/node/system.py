@@ -172,6 +172,24 @@ WantedBy=multi-user.target
 """
 
 
+def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_LOAD) -> tuple[str, ...]:
+    """Node paths of the files activation writes whose content differs from what it would write."""
+    want = {
+        layout.ld_conf: LD_CONF,
+        layout.modprobe_conf: MODPROBE_CONF,
+        layout.unit: render_unit(nodeprep_command(layout), modules),
+    }
+    out = []
+    for path, text in want.items():
+        try:
+            same = path.read_text() == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            out.append(layout.node_path(path))
+    return tuple(out)
+
+
 def write_unit(layout: Layout, modules: tuple[str, ...] = DEFAULT_LOAD) -> bool:
     changed = atomic_write(
         layout.unit, render_unit(nodeprep_command(layout), modules), point="activate:unit-tmp"

@@ -15,6 +15,7 @@ import yaml
 
 from nodeprep import runner
 from tests.support.fixtures import NVIDIA_SMI
+from tests.support.standin import KERNEL, standin_store, tree
 
 from .conftest import REPO
 
@@ -108,6 +109,34 @@ def test_labels_module_sequence(tmp_path: Path) -> None:
     assert module("nodeprep_labels", args, check=True)[0] == "SUCCESS"
     status, result = module("nodeprep_labels", {**args, "extra": {"bad key!": "x"}})
     assert status == "FAILED!" and "bad key!" in str(result["msg"]) and result["exit_code"] == 2
+
+
+def test_driver_module_sequence(tmp_path: Path) -> None:
+    """nodeprep_driver on a root, from a store of small real artifacts (tests/support/standin.py):
+    check mode reports the library's plan and writes nothing, the run installs and activates, a
+    re-run and a check after it change nothing; the doctor's version gate is the library's."""
+    version = "535.309.01"
+    store = standin_store(tmp_path / "work", tmp_path / "store", version)
+    root = tmp_path / "root"
+    root.mkdir()
+    args = {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
+    status, result = module("nodeprep_driver", args, check=True)
+    assert status == "CHANGED" and result["active"] == version and result["previous"] is None, result
+    plan = result["plan"]
+    assert plan["install_kmod"].startswith(f"nvidia-kmod-{version}") and plan["activation"]["switch"] is True
+    assert tree(root) == {}
+    status, result = module("nodeprep_driver", args)
+    assert status == "CHANGED" and result["active"] == version and result["installed"] == [version], result
+    assert (root / "opt/nvidia/current").readlink() == Path(version)
+    assert module("nodeprep_driver", args)[0] == "SUCCESS"
+    status, result = module("nodeprep_driver", args, check=True)
+    assert status == "SUCCESS" and result["plan"]["changes"] is False, result
+    status, result = module("nodeprep_doctor", {"root": str(root), "checks": ["state"],
+                                                "expect_version": "535.216.03"})
+    assert status == "FAILED!"
+    assert result["msg"] == f"doctor: state: active driver is {version}, expected 535.216.03"
+    status, _ = module("nodeprep_doctor", {"root": str(root), "checks": ["state"], "expect_version": version})
+    assert status == "SUCCESS"
 
 
 def test_doctor_module_fails_with_the_problems(tmp_path: Path) -> None:

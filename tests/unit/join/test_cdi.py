@@ -260,6 +260,7 @@ def test_gpus_from_pci_sysfs_warn(tmp_path: Path) -> None:
 def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_path: Path) -> None:
     """`nodeprep activate` (the real node code) switches /opt/nvidia/current; the CDI spec nodeprep
     wrote must follow, or containers would get the old version's libraries."""
+    from nodeprep.join.activation import HOOKS
     from nodeprep.node import ops
 
     from .conftest import install_driver
@@ -275,7 +276,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     foreign.parent.mkdir(parents=True)
     foreign.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")  # not ours: untouched
 
-    result = ops.activate(node_root, new_version, load=False)
+    result = ops.activate(node_root, new_version, load=False, hooks=HOOKS)
     assert result.changed and "/etc/cdi/nvidia.yaml now mounts 535.216.03" in result.notes
     spec = yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
     jsonschema.Draft7Validator(SCHEMA).validate(spec)
@@ -288,7 +289,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     assert foreign.read_text().startswith("cdiVersion: 0.5.0\nkind")
     assert cdi.refresh_after_activation(node_root, new_version) == []  # idempotent
 
-    ops.rollback(node_root, load=False)
+    ops.rollback(node_root, load=False, hooks=HOOKS)
     hosts = [m["hostPath"] for m in yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
              ["containerEdits"]["mounts"]]
     assert all(h.startswith(f"/opt/nvidia/{VERSION}/") for h in hosts)
@@ -301,6 +302,7 @@ def test_activation_refuses_when_the_spec_cannot_follow(node_root: Path, tmp_pat
     import subprocess
 
     from nodeprep.errors import InputError
+    from nodeprep.join.activation import HOOKS
     from nodeprep.node import ops
 
     from .conftest import install_driver
@@ -315,7 +317,7 @@ def test_activation_refuses_when_the_spec_cannot_follow(node_root: Path, tmp_pat
     subprocess.run(["chattr", "+i", str(node_root / "etc/cdi")], check=True)
     try:
         with pytest.raises(InputError, match=r"cannot write /etc/cdi/nvidia.yaml: .* not activated"):
-            ops.activate(node_root, "535.216.03", load=False)
+            ops.activate(node_root, "535.216.03", load=False, hooks=HOOKS)
     finally:
         subprocess.run(["chattr", "-i", str(node_root / "etc/cdi")], check=True)
     assert (node_root / "opt/nvidia/current").readlink() == Path(VERSION)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from nodeprep import artifact, runner
 from nodeprep.cli import main
 from tests.support import rawartifact as ra
+from tests.support.standin import standin_kmod, tree, userspace_artifact
 from tests.unit.join.conftest import build_payload, install_driver
 
 V1, V2 = "535.216.03", "535.309.01"
@@ -32,31 +32,6 @@ def error_line(result) -> str:  # type: ignore[no-untyped-def]
     lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     return lines[0]
-
-
-def tree(top: Path) -> dict[str, str]:
-    """Everything under `top`, links not followed: path -> link text, 'dir' or file sha256."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(top):
-        for n in dirnames + filenames:
-            p = Path(dirpath, n)
-            rel = str(p.relative_to(top))
-            if rel.endswith("var/lib/nodeprep/lock"):
-                continue
-            kind = "link:" + os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else ""
-            out[rel] = kind or artifact.sha256_file(p)
-    return out
-
-
-def userspace_artifact(work: Path, version: str, store: Path, *, drop: tuple[str, ...] = ()) -> Path:
-    payload = build_payload(work, version)
-    for pattern in drop:
-        for p in (payload / "lib64").glob(pattern):
-            p.unlink()
-    manifest = artifact.Manifest(kind="userspace", driver_version=version, arch="amd64", os="debian-12",
-                                 input_digest="0" * 64, inputs={})
-    path, _ = artifact.pack(payload, manifest, store)
-    return path
 
 
 def test_install_refuses_the_issue_kmod(tmp_path: Path) -> None:
@@ -143,24 +118,6 @@ def test_activate_refuses_a_library_the_ld_cache_cannot_use(tmp_path: Path) -> N
     assert os.readlink(root / "opt/nvidia/current") == V1 and tree(root) == before
 
 
-def _standin_kmod(work: Path, version: str, store: Path) -> tuple[Path, artifact.Manifest]:
-    """A kmod artifact whose nvidia.ko is an object file compiled here with a real `.modinfo`
-    section (vermagic of KERNEL, version): real modinfo reads it like a module; no code inside."""
-    work.mkdir(parents=True, exist_ok=True)
-    src = work / "modinfo.c"
-    info = f"version={version}\\0vermagic={KERNEL} SMP preempt mod_unload modversions \\0name=nvidia"
-    src.write_text(f'__attribute__((section(".modinfo"), used, aligned(1))) '
-                   f'static const char modinfo[] = "{info}";\n')
-    ko = work / "nvidia.ko"
-    cc = runner.which("cc") or runner.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the stand-in module")
-    runner.run([cc, "-c", "-o", ko, src], timeout=60)
-    members = [ra.file(f"modules/{KERNEL}/nvidia.ko", ko.read_bytes())]
-    manifest = ra.manifest_for(members, kind="kmod", version=version, kernel=KERNEL)
-    return ra.write(store / manifest.name, members, manifest), manifest
-
-
 def test_install_refuses_an_incomplete_user_space(tmp_path: Path) -> None:
     """`install --activate` proves completeness before its rename: with V1 active, a V2 user space
     without libnvidia-ml is refused (exit 2), nothing of V2 stays, V1 stays active."""
@@ -171,7 +128,7 @@ def test_install_refuses_an_incomplete_user_space(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
     us = userspace_artifact(tmp_path / "work", V2, store, drop=("libnvidia-ml.so.*",))
-    kmod, kmod_manifest = _standin_kmod(tmp_path / "ko", V2, store)
+    kmod, kmod_manifest = standin_kmod(tmp_path / "ko", V2, store)
     ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
     before = tree(root)
     args = ("--store", str(store), "--driver", V2, "--kernel", KERNEL, "--root", str(root), "--activate")

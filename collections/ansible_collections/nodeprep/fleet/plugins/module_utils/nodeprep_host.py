@@ -165,12 +165,14 @@ def change_diffs(files):
 
 def doctor_problems(doctor_mod, root, checks, require_cuda, expect_version):
     """Run the library's doctor on `root`: (problems as "check: message", checks as dicts, active)."""
-    report = doctor_mod.doctor(root, require_cuda=require_cuda or None, checks=set(checks) or None)
-    active = report.active
+    report = doctor_mod.doctor(
+        root,
+        require_cuda=require_cuda or None,
+        checks=set(checks) or None,
+        expect_version=expect_version or None,
+    )
     problems = [f"{c.name}: {c.message}" for c in report.problems()]
-    if expect_version and active != expect_version:
-        problems.append(f"active driver is {active or 'none'}, expected {expect_version}")
-    return problems, report.to_dict().get("checks", []), active
+    return problems, report.to_dict().get("checks", []), report.active
 
 
 def load_profile(module, profile_mod, root, path):

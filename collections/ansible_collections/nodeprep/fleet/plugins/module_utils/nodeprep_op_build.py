@@ -1,10 +1,11 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_build does on the node (its documentation is in
-plugins/modules/nodeprep_build.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_build.py). Its entry point is main()."""
 
 from __future__ import annotations
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     fail_from,
@@ -64,3 +65,6 @@ def run(module):
         fail_from(module, e)
     module.exit_json(changed=not result.cached, cached=result.cached, build=result.to_dict())
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))

@@ -1,10 +1,11 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_doctor does on the node (its documentation is in
-plugins/modules/nodeprep_doctor.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_doctor.py). Its entry point is main()."""
 
 from __future__ import annotations
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     doctor_problems,
@@ -40,3 +41,6 @@ def run(module):
         module.fail_json(msg="doctor: " + "; ".join(problems), ok=False, checks=checks, active=active)
     module.exit_json(changed=False, ok=True, checks=checks, active=active)
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))

@@ -1,10 +1,11 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_driver does on the node (its documentation is in
-plugins/modules/nodeprep_driver.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_driver.py). Its entry point is main()."""
 
 from __future__ import annotations
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     doctor_problems,
@@ -44,54 +45,46 @@ def snapshot(state):
     }
 
 
-def predict(state, version, kernel, activate):
-    """The state check mode reports: what install (+ activate) would leave behind."""
-    installed = {v: sorted(i.kernels) for v, i in sorted(state.installed.items())}
-    installed[version] = sorted(set(installed.get(version, [])) | ({kernel} if kernel else set()))
-    return {"active": version if activate else state.active, "installed": installed}
-
-
 def run(module):
     """The nodeprep_driver task on a validated AnsibleModule (see modules/nodeprep_driver.py)."""
     p = module.params
-    ops, state_mod, kmod, oci = import_nodeprep(
-        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.kmod", "nodeprep.stores.oci"
+    ops, state_mod, oci, join_activation = import_nodeprep(
+        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.stores.oci", "nodeprep.join.activation"
     )
     from pathlib import Path
 
     root = Path(p["root"])
     activate = p["state"] == "active"
+    request = {
+        "kernel": p["kernel"],
+        "flavour": p["flavour"],
+        "arch": p["arch"],
+        "activate": activate,
+        "modules": tuple(p["modules"]),
+        "store_options": oci.Options(
+            registry_auth=p["registry_auth"], ca_file=p["ca_file"], insecure_http=p["insecure_http"]
+        ),
+    }
     try:
-        before = state_mod.load_state(root)
-        kernel = p["kernel"] or (kmod.running_kernel() if root.resolve() == Path("/") else None)
-        if module.check_mode:
-            after = predict(before, p["version"], kernel, activate)
-            old = snapshot(before)
+        if module.check_mode:  # the library's own plan: what install would change
+            before, plan = ops.plan(root, p["store"], p["version"], **request)
+            after = plan.after(before)
             module.exit_json(
-                changed=after != old,
+                changed=plan.changes,
                 version=p["version"],
-                kernel=kernel,
-                active=after["active"],
+                kernel=plan.request.kernel,
+                active=after.active,
                 previous=before.active,
-                installed=sorted(after["installed"]),
+                installed=sorted(after.installed),
                 loaded=False,
                 reboot_required=False,
-                notes=["check mode: nothing fetched or written"],
-                diff={"before": old, "after": after},
+                notes=["check mode: nothing fetched or written"] + list(plan.notes),
+                plan=plan.to_dict(),
+                diff={"before": snapshot(before), "after": snapshot(after)},
             )
+        before = state_mod.load_state(root)
         result = ops.install(
-            root,
-            p["store"],
-            p["version"],
-            kernel=p["kernel"],
-            flavour=p["flavour"],
-            arch=p["arch"],
-            activate=activate,
-            load=p["load"],
-            modules=tuple(p["modules"]),
-            store_options=oci.Options(
-                registry_auth=p["registry_auth"], ca_file=p["ca_file"], insecure_http=p["insecure_http"]
-            ),
+            root, p["store"], p["version"], load=p["load"], hooks=join_activation.HOOKS, **request
         )
         after = state_mod.load_state(root)
     except nodeprep_errors(module) as e:
@@ -125,3 +118,6 @@ def run(module):
             module.fail_json(msg="doctor: " + "; ".join(problems), **out)
     module.exit_json(**out)
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))

@@ -1,7 +1,7 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_info does on the node (its documentation is in
-plugins/modules/nodeprep_info.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_info.py). Its entry point is main()."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import importlib
 import os
 import sys
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     file_is,
@@ -135,3 +136,6 @@ def run(module):
         out["dependencies"] = versions
     module.exit_json(version=getattr(nodeprep, "__version__", "?"), **out)
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))

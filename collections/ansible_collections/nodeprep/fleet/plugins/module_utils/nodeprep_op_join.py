@@ -1,12 +1,13 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_join does on the node (its documentation is in
-plugins/modules/nodeprep_join.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_join.py). Its entry point is main()."""
 
 from __future__ import annotations
 
 import os
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     change_diffs,
@@ -90,3 +91,6 @@ def run(module):
         out["diff"] = diffs
     module.exit_json(**out)
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))

@@ -1,10 +1,11 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_runtime does on the node (its documentation is in
-plugins/modules/nodeprep_runtime.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_runtime.py). Its entry point is main()."""
 
 from __future__ import annotations
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     COMMON_ARGUMENT_SPEC,
     change_diffs,
@@ -51,3 +52,6 @@ def run(module):
         out["diff"] = diffs
     module.exit_json(**out)
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))

@@ -1,7 +1,7 @@
 # Copyright: nodeprep maintainers
 # Apache-2.0
 """What nodeprep.fleet.nodeprep_unpack does on the node (its documentation is in
-plugins/modules/nodeprep_unpack.py). Shared by that module and the nodeprep_node dispatcher."""
+plugins/modules/nodeprep_unpack.py). Its entry point is main()."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import shutil
 import zipfile
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
     ZIPAPP_STAMP,
     read_stamp,
@@ -71,3 +72,6 @@ def run(module):
         out["diff"] = diffs
     module.exit_json(**out)
 
+
+def main():
+    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))

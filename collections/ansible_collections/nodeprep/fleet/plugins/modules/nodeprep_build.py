@@ -16,10 +16,6 @@ description:
     artifact of that name (the input digest is not recomputed in check mode).
 version_added: "0.1.0"
 options:
-  nodeprep_path:
-    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
-    type: path
-    default: /usr/local/lib/nodeprep/lib
   root:
     description: Unused; accepted so every nodeprep module takes the same common options.
     type: path
@@ -73,10 +69,9 @@ attributes:
     details: Nothing is compiled; C(changed) is based on the artifact name in the store index.
   diff_mode:
     support: none
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
+  - nodeprep.fleet.nodeprep.node
 """
 
 EXAMPLES = r"""
@@ -100,14 +95,7 @@ cached:
   type: bool
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_build import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_build import main
 
 if __name__ == "__main__":
     main()

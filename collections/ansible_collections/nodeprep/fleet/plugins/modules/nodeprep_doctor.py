@@ -12,14 +12,6 @@ description:
     Used as the gate after each batch of a rolling driver upgrade. Never changes anything.
 version_added: "0.1.0"
 options:
-  nodeprep_path:
-    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
-    type: path
-    default: /usr/local/lib/nodeprep/lib
-  root:
-    description: Root of the node's filesystem.
-    type: path
-    default: /
   checks:
     description: Checks to run; empty runs all (state, gpu, module, kmod, devices, ldcache, cuda).
     type: list
@@ -32,14 +24,11 @@ options:
     description: Fail unless this driver version is the active one.
     type: str
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: none
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
+  - nodeprep.fleet.nodeprep.node
 """
 
 EXAMPLES = r"""
@@ -64,14 +53,7 @@ active:
   type: str
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_doctor import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_doctor import main
 
 if __name__ == "__main__":
     main()

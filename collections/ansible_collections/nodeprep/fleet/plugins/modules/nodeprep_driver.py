@@ -13,13 +13,12 @@ description:
     with O(state=active), switches C(/opt/nvidia/current) atomically, writes the ld.so.conf.d,
     modprobe.d and systemd files and rebuilds the ld cache.
   - C(changed) is the library's own answer (something was unpacked, linked, written or switched).
-  - In check mode nothing is fetched or written; the state file is compared with the request.
+  - In check mode nothing is fetched or written; the result is the library's install plan
+    (C(nodeprep install --check)), which says what is missing for the version and kernel, whether
+    C(current) would switch and which files of the activation would be rewritten. The store's
+    index is read when something is missing.
 version_added: "0.1.0"
 options:
-  nodeprep_path:
-    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
-    type: path
-    default: /usr/local/lib/nodeprep/lib
   root:
     description:
       - Root of the node's filesystem.
@@ -92,15 +91,9 @@ options:
   require_cuda:
     description: CUDA version the driver must support, checked with O(doctor).
     type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
+  - nodeprep.fleet.nodeprep.node
 """
 
 EXAMPLES = r"""
@@ -145,20 +138,19 @@ notes:
   returned: always
   type: list
   elements: str
+plan:
+  description:
+    - The library's install plan (C(changes), C(install_userspace), C(install_kmod), C(activation) with
+      C(switch) and C(rewrite), C(notes)), as C(nodeprep install --check --json) prints it.
+  returned: in check mode
+  type: dict
 doctor:
   description: The doctor gate run in this call (C(ok), C(checks)).
   returned: when O(doctor) is set and nothing changed
   type: dict
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_driver import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_driver import main
 
 if __name__ == "__main__":
     main()

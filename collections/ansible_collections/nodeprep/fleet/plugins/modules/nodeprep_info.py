@@ -21,10 +21,6 @@ description:
     every run); the full import check runs when the role (re)installs.
 version_added: "0.1.0"
 options:
-  nodeprep_path:
-    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
-    type: path
-    default: /usr/local/lib/nodeprep/lib
   root:
     description: Root of the node's filesystem; O(profile_path) is looked up under it.
     type: path
@@ -54,14 +50,11 @@ options:
     type: str
     default: /etc/nodeprep/node.yaml
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: none
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
+  - nodeprep.fleet.nodeprep.node
 """
 
 EXAMPLES = r"""
@@ -102,14 +95,7 @@ profile_current:
   type: bool
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_info import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_info import main
 
 if __name__ == "__main__":
     main()

@@ -20,10 +20,6 @@ description:
   - A node whose kubelet.conf exists is not joined again.
 version_added: "0.1.0"
 options:
-  nodeprep_path:
-    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
-    type: path
-    default: /usr/local/lib/nodeprep/lib
   root:
     description: Root of the node's filesystem (V(/) or an image directory; commands are then deferred).
     type: path
@@ -61,15 +57,9 @@ options:
     description: Where O(token) goes (as the node sees it, under O(root)); the profile's C(token_file).
     type: str
     default: /etc/nodeprep/bootstrap-token
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
+  - nodeprep.fleet.nodeprep.node
 """
 
 EXAMPLES = r"""
@@ -94,14 +84,7 @@ commands:
   elements: list
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_join import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_join import main
 
 if __name__ == "__main__":
     main()

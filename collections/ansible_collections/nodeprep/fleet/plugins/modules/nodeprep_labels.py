@@ -14,10 +14,6 @@ description:
   - C(changed) is true only when a file's content (or mode) differs.
 version_added: "0.1.0"
 options:
-  nodeprep_path:
-    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
-    type: path
-    default: /usr/local/lib/nodeprep/lib
   root:
     description: Root directory of the node's filesystem (for images and chroots).
     type: path
@@ -50,15 +46,9 @@ options:
     description: JSON file with all labels and the kubelet/API split; empty to skip.
     type: str
     default: /var/lib/nodeprep/labels.json
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
+  - nodeprep.fleet.nodeprep.node
 """
 
 EXAMPLES = r"""
@@ -94,14 +84,7 @@ warnings_seen:
   elements: str
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_labels import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_labels import main
 
 if __name__ == "__main__":
     main()

@@ -15,10 +15,6 @@ description:
     with the one on disk.
 version_added: "0.1.0"
 options:
-  nodeprep_path:
-    description: The nodeprep library on the node (the directory nodeprep_install unpacks, or a zipapp).
-    type: path
-    default: /usr/local/lib/nodeprep/lib
   root:
     description: Root of the node's filesystem (V(/) or an image directory).
     type: path
@@ -30,15 +26,9 @@ options:
   nvidia_smi_xml:
     description: Read the GPU list for the CDI spec from this C(nvidia-smi -q -x) capture.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
+  - nodeprep.fleet.nodeprep.node
 """
 
 EXAMPLES = r"""
@@ -64,14 +54,7 @@ warnings_seen:
   elements: str
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_runtime import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_runtime import main
 
 if __name__ == "__main__":
     main()

@@ -30,15 +30,8 @@ options:
     description: Python interpreter the wrapper runs.
     type: str
     default: /usr/bin/python3
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
 """
 
 EXAMPLES = r"""
@@ -55,14 +48,7 @@ sha256:
   type: str
 """
 
-# Tasks run this as nodeprep_node, through the action plugin of the same name (collection README).
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_unpack import argument_spec, run
-
-
-def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
-
+from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_unpack import main
 
 if __name__ == "__main__":
     main()

@@ -34,15 +34,8 @@ options:
     description: Interpreter written into the zipapp's shebang line.
     type: str
     default: /usr/bin/python3
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
-author:
-  - nodeprep maintainers
+extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep
 """
 
 EXAMPLES = r"""

@@ -1,0 +1,35 @@
+"""join's part of a driver activation (nodeprep.node.hooks): the CDI specs nodeprep wrote follow
+the new version, and a containerd runtime binary that went missing is reported.
+
+The front-ends (CLI, bootstrap, the Ansible module) pass `HOOKS` to nodeprep.node's install,
+activate and rollback. cdi and containerd are imported when an activation runs, not when this
+module is imported: an install that activates nothing does not pay for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..node.hooks import ActivationHooks, FollowUp
+
+
+def refusal(root: Path) -> str | None:
+    """Why the specs could not follow the switch (checked before anything changes)."""
+    from .cdi import refresh_problem
+
+    return refresh_problem(root)
+
+
+def follow(root: Path, version: str) -> FollowUp:
+    from .cdi import refresh_after_activation
+    from .containerd import drop_in_runtime_warning
+
+    rewritten = tuple(refresh_after_activation(root, version))
+    notes = [f"{spec} now mounts {version}" for spec in rewritten]
+    missing_runtime = drop_in_runtime_warning(root)
+    if missing_runtime:
+        notes.append(missing_runtime)
+    return FollowUp(rewritten=rewritten, notes=tuple(notes))
+
+
+HOOKS = ActivationHooks(refusal=refusal, follow=follow)
