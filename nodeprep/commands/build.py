@@ -10,6 +10,7 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -299,6 +300,11 @@ def build_driver_cmd(
 @click.command("build-matrix")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
+    "--expand", is_flag=True,
+    help="Resolve the matrix against each OS's archive: exact kernels and drivers of the cells that "
+    "exist; the impossible ones are refused on stderr with their reason (needed for channel selectors).",
+)
+@click.option(
     "--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix)."
 )
 @click.option(
@@ -307,7 +313,7 @@ def build_driver_cmd(
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Cells built at the same time (with --build).",
+    help="Cells built at the same time (with --build), sharing one cache.",
 )
 @store_option
 @cache_option
@@ -318,6 +324,7 @@ def build_driver_cmd(
 @json_option
 def build_matrix_cmd(
     file: Path,
+    expand: bool,
     do_build: bool,
     jobs: int,
     store: str,
@@ -330,15 +337,24 @@ def build_matrix_cmd(
     insecure_http: bool,
     as_json: bool,
 ) -> None:
-    """Expand a drivers x kernels x flavours matrix (YAML) for a CI system, or build it.
+    """Expand an OS x kernels x drivers x flavours matrix (YAML) for a CI system, or build it.
 
-    Without --build, prints `{"include": [cells]}` (one build-driver invocation per cell)."""
+    Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
+    invocation per cell): as written, or with --expand the cells that exist in the archive."""
     from ..build import matrix
     from ..build.driver import BuildRequest
 
-    cells = matrix.load(file)
+    spec = matrix.load(file)
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = _target(store, cache, options)
+    refused: list[matrix.Refusal] = []
+    if expand:
+        expansion = matrix.expand(spec, matrix.archives(cache))
+        cells, refused = expansion.cells, expansion.refused
+        for r in refused:
+            click.echo(r.line(), err=True)
+    else:
+        cells = spec.cells()
     if not do_build:
         emit_json({"include": [c.to_dict() for c in cells]})
         return
@@ -372,6 +388,7 @@ def build_matrix_cmd(
             pushed = _push(registry, store_dir, names, options, as_json)
     if as_json:
         emit_json({"results": results, "failed": len(failed),
+                   **({"refused": [asdict(r) for r in refused]} if expand else {}),
                    **({"pushed_index": pushed} if pushed else {})})
     else:
         for r in results:
