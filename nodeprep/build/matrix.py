@@ -21,6 +21,7 @@ target OSes, their kernel channels, the flavours, the driver spelling); every pr
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from ..yamlinput import Document, load_yaml, parse_yaml
 from . import headers
 
 DEFAULT = ("default", "latest")
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "matrix.schema.json"
 EXCLUDE_KEYS = ("os", "driver", "kernel", "flavour")
 
 
@@ -116,6 +118,11 @@ def json_schema() -> dict[str, Any]:
             },
         },
     }
+
+
+def render_schema() -> str:
+    """The schema as published at nodeprep/data/matrix.schema.json (a test keeps it in step)."""
+    return json.dumps(json_schema(), indent=2) + "\n"
 
 
 def _path_text(path: Any) -> str:

@@ -167,3 +167,10 @@ def test_kernel_refusals_name_the_kernel_once():
     assert refused[("ubuntu-22.04", "backports:newest=1", "*", "*")].startswith(
         "ubuntu-22.04 has no kernel channel")
     assert [k for k in refused if k[2] != "*"] == []  # nothing else: the kernel decides
+
+
+def test_published_schema_is_in_step():
+    """nodeprep/data/matrix.schema.json is what json_schema() builds from the vocabularies;
+    regenerate with `python -c 'from nodeprep.build import matrix;
+    matrix.SCHEMA_PATH.write_text(matrix.render_schema())'`."""
+    assert matrix.SCHEMA_PATH.read_text() == matrix.render_schema()
