@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,20 +83,42 @@ def pick_version(versions: list[str], op: str | None, wanted: str | None) -> str
     return versions[0]
 
 
+def current_default(archive: Any, *, arch: str = "amd64", names: list[str] | None = None) -> str:
+    """The archive's current default kernel release: what `linux-headers-<arch>` depends on (else
+    the newest release with headers of that flavour)."""
+    try:
+        meta = archive.info(f"linux-headers-{arch}")
+    except InputError:
+        meta = {}
+    release = default_release(meta.get("Depends", ""))
+    if release is None:
+        names = archive.packages(r"^linux-headers-[0-9]") if names is None else names
+        rels = available_releases(names, arch)
+        if not rels:
+            raise InputError(f"no linux-headers-*-{arch} packages in the Debian archive")
+        release = rels[0]
+    return release
+
+
+def served_releases(archive: Any, *, arch: str = "amd64", names: list[str] | None = None,
+                    match: Callable[[str], bool] = lambda r: True, limit: int | None = None) -> list[str]:
+    """Up to `limit` kernel releases of flavour `arch` (and `match`) whose headers the archive
+    serves now, newest first (names in the lists whose package has no version are left out)."""
+    names = archive.packages(r"^linux-headers-[0-9]") if names is None else names
+    out: list[str] = []
+    for r in available_releases(names, arch):
+        if limit is not None and len(out) >= limit:
+            break
+        if match(r) and archive.versions(f"linux-headers-{r}"):
+            out.append(r)
+    return out
+
+
 def resolve(archive: Any, release: str | None, *, arch: str = "amd64") -> KernelHeaders:
     """Packages providing the headers of `release` (None: the current default kernel)."""
     names = archive.packages(r"^linux-headers-[0-9]")
     if release is None:
-        try:
-            meta = archive.info(f"linux-headers-{arch}")
-        except InputError:
-            meta = {}
-        release = default_release(meta.get("Depends", ""))
-        if release is None:
-            rels = available_releases(names, arch)
-            if not rels:
-                raise InputError(f"no linux-headers-*-{arch} packages in the Debian archive")
-            release = rels[0]
+        release = current_default(archive, arch=arch, names=names)
     package = f"linux-headers-{release}"
     if package not in names or not archive.versions(package):
         avail = all_releases(names)

@@ -1,31 +1,211 @@
-"""Build matrices: drivers x kernels x flavours for one OS, from a small YAML file.
+"""Build matrices: OS releases x kernels x drivers x flavours, from a small YAML file.
 
-    os: debian-12                  # a target OS of nodeprep.targets (default debian-12)
-    drivers: [535.309.01, "535"]   # exact versions, branches, or "latest"
-    kernels: [6.1.0-56-amd64, latest]
+    os: [debian-12, debian-13]     # target OSes of nodeprep.targets (default debian-12)
+    kernels:                       # default [default]
+      - default                    # the OS's current default kernel (main channel; also "latest")
+      - 6.1.0-56-amd64             # an exact kernel release
+      - {channel: backports}       # the current default kernel of a kernel channel
+      - {channel: main, newest: 2} # the 2 newest kernels the channel serves
+    drivers: [default, "535", 535.309.01]   # "default"/"latest": the channel's newest driver
     flavours: [proprietary, open]  # default [proprietary]
     exclude:                       # optional: drop cells matching every given key
       - {driver: "535", flavour: open}
 
-`expand` gives one cell per combination (a CI system runs one `nodeprep build-driver` per cell);
-`nodeprep build-matrix FILE --build -j N` builds them here.
+The file is checked against `json_schema()` (built from the same vocabularies the CLI uses: the
+target OSes, their kernel channels, the flavours, the driver spelling); every problem is one
+`field: message` of an InputFileError naming the file. `Matrix.cells()` gives the cells as written
+(no archive needed); `expand()` resolves them against each OS's archive to the cells that exist
+(exact kernel releases, exact driver versions) and the refused ones with their reason.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .. import targets
-from ..errors import ProfileError
+from ..errors import InputError, InputFileError
+from ..sources import drivers as driver_sources
 from ..sources.drivers import DRIVER_RE, FLAVOURS
+from ..targets import facts
+from ..yamlinput import Document, load_yaml, parse_yaml
+from . import headers
 
-KEYS = {"os", "drivers", "kernels", "flavours", "exclude"}
-LATEST = ("latest", "default", None)
+DEFAULT = ("default", "latest")
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "matrix.schema.json"
+EXCLUDE_KEYS = ("os", "driver", "kernel", "flavour")
+
+
+class MatrixError(InputFileError):
+    """The matrix file has one or more invalid fields; `problems` holds one line per field."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The file's schema (vocabularies from nodeprep.targets and nodeprep.sources.drivers)
+
+
+def _channels() -> list[str]:
+    return sorted({c.name for t in map(targets.get, targets.names()) for c in t.channels})
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of a matrix file. `x-message` is the message nodeprep gives for a value that
+    fails there (after the field's path; `{value}` is the value)."""
+    known = ", ".join(targets.names())
+    os_name = {"enum": targets.names(), "x-message": f"unknown OS {{value}} (known: {known})"}
+    driver = {
+        "anyOf": [
+            {"type": "string", "pattern": DRIVER_RE.pattern},
+            {"enum": list(DEFAULT)},
+            {"type": "integer", "minimum": 100, "maximum": 999},
+        ],
+        "x-message": "{value} is not a driver version or branch (or 'default')",
+    }
+    channels, flavours = ", ".join(_channels()), ", ".join(FLAVOURS)
+    kernel = {
+        "anyOf": [
+            {"enum": list(DEFAULT)},
+            {"type": "string", "pattern": headers.RELEASE_RE.pattern},
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "channel": {"enum": _channels(),
+                                "x-message": f"{{value}} is not a kernel channel ({channels})"},
+                    "newest": {"type": "integer", "minimum": 1,
+                               "x-message": "must be a whole number of at least 1"},
+                    "default": {"const": True, "x-message": "must be true (or use newest: N)"},
+                },
+                "not": {"required": ["newest", "default"]},
+                "x-message": "takes newest: N or default: true, not both",
+            },
+        ],
+        "x-message": "{value} is not a kernel release, 'default' or {{channel: NAME, newest: N}}",
+    }
+
+    def listed(item: dict[str, Any], what: str) -> dict[str, Any]:
+        return {"type": "array", "minItems": 1, "items": item, "x-message": "must be a non-empty list",
+                "description": what}
+
+    exclude_entry = "must be a list of mappings like {{driver: ..., kernel: ..., flavour: ...}}"
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://nodeprep.invalid/schemas/matrix.schema.json",
+        "title": "nodeprep build matrix",
+        "type": "object",
+        "x-message": "must be a mapping with os, kernels, drivers, flavours",
+        "additionalProperties": False,
+        "properties": {
+            "os": {"anyOf": [os_name, listed(os_name, "")], "x-message": os_name["x-message"],
+                   "description": "target OS releases (one name or a list)", "default": targets.DEFAULT},
+            "kernels": listed(kernel, "kernel releases or selectors of a kernel channel"),
+            "drivers": listed(driver, "driver versions, branches, or default"),
+            "flavours": listed({"enum": list(FLAVOURS), "x-message": f"{{value}} is not one of {flavours}"},
+                               "module flavours"),
+            "exclude": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {k: {"type": ["string", "integer"]} for k in EXCLUDE_KEYS},
+                    "x-message": exclude_entry,
+                },
+                "x-message": exclude_entry,
+            },
+        },
+    }
+
+
+def render_schema() -> str:
+    """The schema as published at nodeprep/data/matrix.schema.json (a test keeps it in step)."""
+    return json.dumps(json_schema(), indent=2) + "\n"
+
+
+def _path_text(path: Any) -> str:
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
+    return out
+
+
+def _leaves(error: Any) -> Iterator[Any]:
+    """The errors that say what is wrong: inside anyOf, those of the one branch the value's type
+    fits (none or several: the anyOf itself)."""
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        branches: dict[Any, list[Any]] = {}
+        for sub in error.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        fitting = [errs for errs in branches.values()
+                   if not any(e.validator in ("type", "enum", "const") and not e.relative_path for e in errs)]
+        if len(fitting) == 1:
+            for sub in fitting[0]:
+                yield from _leaves(sub)
+            return
+    yield error
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _messages(error: Any) -> Iterator[tuple[list[Any], str]]:
+    """(path, message) for one schema error."""
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        props = error.schema.get("properties", {})
+        for k in sorted(set(error.instance) - set(props), key=str):
+            yield [*path, k], f"unknown key (known: {', '.join(props)})"
+        return
+    holder = error
+    while holder is not None and "x-message" not in holder.schema:  # the nearest one that says
+        holder = holder.parent
+    text = holder.schema["x-message"] if holder is not None else None
+    yield path, text.format(value=_show(error.instance)) if text else error.message
+
+
+def validate(data: Any, document: Document | None = None) -> list[str]:
+    """One `field: message` per problem of the parsed matrix file `data` (empty: valid); with the
+    line when `document` is the parsed file."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json_schema())
+    problems: list[str] = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        for leaf in _leaves(error):
+            for path, text in _messages(leaf):
+                line = document.line(*path) if document is not None and path else None
+                msg = (f"{_path_text(path)}: " if path else "") + text + (f" (line {line})" if line else "")
+                if msg not in problems:
+                    problems.append(msg)
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The parsed matrix
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One entry of `kernels:`: an exact release, or the default / newest N of a channel."""
+
+    release: str | None = None
+    channel: str | None = None  # None: the OS's main (first) channel
+    newest: int | None = None
+
+    @property
+    def needs_archive(self) -> bool:
+        return self.release is None and (self.channel is not None or self.newest is not None)
+
+    def text(self) -> str:
+        if self.release:
+            return self.release
+        what = f"newest={self.newest}" if self.newest else "default"
+        return f"{self.channel}:{what}" if self.channel else what
 
 
 @dataclass(frozen=True)
@@ -34,6 +214,8 @@ class Cell:
     driver: str | None  # None: newest served
     flavour: str
     kernel: str | None  # None: the OS's default kernel
+    channel: str | None = None  # expanded cells: the kernel channel
+    source: str | None = None  # expanded cells: the Debian driver source package=version
 
     def args(self) -> list[str]:
         out = ["--os", self.os, "--flavour", self.flavour]
@@ -43,63 +225,224 @@ class Cell:
             out += ["--kernel", self.kernel]
         return out
 
+    def name(self) -> str:
+        return f"{self.os} {self.kernel or 'default'} {self.driver or 'default'} {self.flavour}"
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"args": self.args()}
+        data = {k: v for k, v in asdict(self).items() if v is not None or k in ("driver", "kernel")}
+        return data | {"name": self.name(), "args": self.args()}
 
 
-def _list(data: dict[str, Any], key: str, default: list[Any], problems: list[str]) -> list[Any]:
-    value = data.get(key, default)
-    if isinstance(value, (str, int, float)):
-        value = [value]
-    if not isinstance(value, list) or not value:
-        problems.append(f"{key}: must be a non-empty list")
-        return []
-    return [None if v in LATEST else str(v) for v in value]
+@dataclass(frozen=True)
+class Refusal:
+    """A cell that cannot exist, and why."""
+
+    os: str
+    kernel: str
+    driver: str
+    flavour: str
+    reason: str
+
+    def line(self) -> str:
+        return f"refused: {self.os} {self.kernel} {self.driver} {self.flavour}: {self.reason}"
 
 
-def parse(text: str, *, source: str = "matrix") -> list[Cell]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ProfileError([f"not valid YAML ({str(e).splitlines()[0]})"], source=source) from None
-    if not isinstance(data, dict):
-        raise ProfileError(["must be a mapping with drivers, kernels, flavours"], source=source)
-    problems = [f"{k}: unknown key (known: {', '.join(sorted(KEYS))})" for k in data if k not in KEYS]
-    os_name = str(data.get("os", targets.DEFAULT))
-    if os_name not in targets.names():
-        problems.append(f"os: unknown OS {os_name!r} (known: {', '.join(targets.names())})")
-    drivers = _list(data, "drivers", [None], problems)
-    kernels = _list(data, "kernels", [None], problems)
-    flavours = _list(data, "flavours", ["proprietary"], problems)
-    for i, d in enumerate(drivers):
-        if d is not None and not DRIVER_RE.match(d):
-            problems.append(f"drivers[{i}]: {d!r} is not a driver version or branch (or 'latest')")
-    for i, f in enumerate(flavours):
-        if f not in FLAVOURS:
-            problems.append(f"flavours[{i}]: {f!r} is not one of {', '.join(FLAVOURS)}")
-    excludes = data.get("exclude", []) or []
-    if not isinstance(excludes, list) or not all(isinstance(e, dict) for e in excludes):
-        problems.append("exclude: must be a list of mappings like {driver: ..., kernel: ..., flavour: ...}")
-        excludes = []
-    for i, e in enumerate(excludes):
-        for k in e:
-            if k not in ("driver", "kernel", "flavour"):
-                problems.append(f"exclude[{i}].{k}: unknown key (driver, kernel, flavour)")
+@dataclass(frozen=True)
+class Matrix:
+    oses: tuple[str, ...]
+    kernels: tuple[KernelSpec, ...]
+    drivers: tuple[str | None, ...]
+    flavours: tuple[str, ...]
+    exclude: tuple[dict[str, str], ...] = ()
+    source: str = "matrix"
+
+    @property
+    def needs_archive(self) -> bool:
+        return any(k.needs_archive for k in self.kernels)
+
+    def excluded(self, **values: tuple[str, ...]) -> bool:
+        """True when an exclude entry matches: every key it names equals one spelling of the cell's
+        value (as written in the file, or as resolved)."""
+        return any(all(str(v) in values.get(k, ()) for k, v in e.items()) for e in self.exclude)
+
+    def cells(self) -> list[Cell]:
+        """The cells as written (build-driver resolves each one); InputError when a kernel
+        selector needs the archive (`expand`)."""
+        if self.needs_archive:
+            picked = next(k.text() for k in self.kernels if k.needs_archive)
+            raise InputError(f"{self.source}: kernels: {picked!r} is resolved against the archive: "
+                             "use --expand")
+        out: list[Cell] = []
+        for os_name, k, d, f in itertools.product(self.oses, self.kernels, self.drivers, self.flavours):
+            cell = Cell(os=os_name, driver=d, flavour=f, kernel=k.release)
+            spell = {"os": (os_name,), "driver": (d or "latest", d or "default"),
+                     "kernel": (k.release or "latest", k.release or "default"), "flavour": (f,)}
+            if not self.excluded(**spell) and cell not in out:
+                out.append(cell)
+        return out
+
+
+def _kernel_spec(value: Any) -> KernelSpec:
+    if isinstance(value, dict):
+        return KernelSpec(channel=value.get("channel"), newest=value.get("newest"))
+    return KernelSpec() if value in DEFAULT else KernelSpec(release=str(value))
+
+
+def from_data(data: Any, *, source: str = "matrix", document: Document | None = None) -> Matrix:
+    """A Matrix from the parsed file; MatrixError listing every problem otherwise."""
+    if data is None:
+        data = {}
+    problems = validate(data, document)
     if problems:
-        raise ProfileError(problems, source=source)
-    cells = []
-    for d, k, f in itertools.product(drivers, kernels, flavours):
-        cell = Cell(os=os_name, driver=d, flavour=f or "proprietary", kernel=k)
-        if any(all(str(getattr(cell, key) or "latest") == str(v) for key, v in e.items()) for e in excludes):
-            continue
-        if cell not in cells:
-            cells.append(cell)
-    return cells
+        raise MatrixError(problems, source=source, hint="see docs/build.md, Build matrices")
+    oses = data.get("os", targets.DEFAULT)
+    return Matrix(
+        oses=tuple([oses] if isinstance(oses, str) else oses),
+        kernels=tuple(_kernel_spec(k) for k in data.get("kernels", ["default"])),
+        drivers=tuple(dict.fromkeys(None if d in DEFAULT else str(d)
+                                    for d in data.get("drivers", ["default"]))),
+        flavours=tuple(dict.fromkeys(data.get("flavours", ["proprietary"]))),
+        exclude=tuple(data.get("exclude", []) or []),
+        source=source,
+    )
 
 
-def load(path: Path) -> list[Cell]:
+def parse(text: str, *, source: str = "matrix") -> Matrix:
+    doc = parse_yaml(text, source=source, error=MatrixError)
+    return from_data(doc.data, source=source, document=doc)
+
+
+def load(path: Path) -> Matrix:
+    """Read (bounded, duplicate keys refused: nodeprep.yamlinput) and check a matrix file."""
+    _, doc = load_yaml(Path(path), error=MatrixError)
+    return from_data(doc.data, source=str(path), document=doc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Expansion against the archive
+
+
+ArchiveFor = Callable[[str, str], Any]  # (OS name, channel name) -> its DebianArchive
+
+
+@dataclass
+class Expansion:
+    cells: list[Cell] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+    def refuse(self, refusal: Refusal) -> None:
+        if refusal not in self.refused:
+            self.refused.append(refusal)
+
+    def to_json(self) -> dict[str, Any]:
+        """GitHub Actions' `strategy.matrix` shape: `{"include": [cell, ...]}`."""
+        return {"include": [c.to_dict() for c in self.cells]}
+
+
+def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64") -> Expansion:
+    """The cells of `matrix` that exist in the archives `archive_for` gives (kernels and drivers
+    resolved to exact releases and versions), and the refused ones with their reason."""
+    out = Expansion()
+    catalogs: dict[tuple[str, str], dict[str, list[str]]] = {}
+
+    def catalog(source_os: Any, line: Any) -> dict[str, list[str]]:
+        key = (source_os.name, line.name)
+        if key not in catalogs:
+            catalogs[key] = driver_sources.load_catalog(
+                archive_for(*key), driver_sources.source_packages(source_os))
+        return catalogs[key]
+
+    for os_name in matrix.oses:
+        for spec in matrix.kernels:
+            kernels, why = _kernels(os_name, spec, archive_for, arch)
+            if why:  # no kernel: one refusal for every driver and flavour of it
+                out.refuse(Refusal(os_name, spec.text(), "*", "*", why))
+                continue
+            product = itertools.product(kernels, matrix.flavours, matrix.drivers)
+            for (kernel, channel), flavour, driver in product:
+                spell = {"os": (os_name,), "kernel": (kernel, spec.text()), "flavour": (flavour,),
+                         "driver": (driver or "default", driver or "latest")}
+                if matrix.excluded(**spell):
+                    continue
+                cell, reason = _cell(os_name, kernel, channel, driver, flavour, catalog)
+                if reason:
+                    out.refuse(Refusal(os_name, kernel, driver or "default", flavour, reason))
+                elif cell is not None and not matrix.excluded(**spell | {"driver": (str(cell.driver),)}) \
+                        and cell not in out.cells:
+                    out.cells.append(cell)
+    return out
+
+
+def _kernels(os_name: str, spec: KernelSpec, archive_for: ArchiveFor,
+             arch: str) -> tuple[list[tuple[str, Any]], str | None]:
+    """([(kernel release, its channel)], None) for one kernels entry of one OS, or ([], why not)."""
+    target = targets.get(os_name)
+    if spec.release is not None:
+        try:
+            channel = target.channel_for(spec.release)
+        except ValueError as e:
+            return [], str(e)
+    else:
+        try:
+            channel = target.channel_named(spec.channel) if spec.channel else target.channels[0]
+        except ValueError as e:
+            return [], str(e)
+    if target.borrows_sources or not target.suite:
+        if spec.release is None:
+            return [], f"{os_name} has no kernel archive nodeprep can reach: name its kernels explicitly"
+        return [(spec.release, channel)], None  # the kernel's own image provides the headers
+    archive = archive_for(os_name, channel.name)
+    names = archive.packages(r"^linux-headers-[0-9]")
+    where = f"{os_name} {channel.name} ({', '.join(channel.suites)})"
+    if spec.release is not None:
+        if f"linux-headers-{spec.release}" in names and archive.versions(f"linux-headers-{spec.release}"):
+            return [(spec.release, channel)], None
+        newest = ", ".join(headers.served_releases(archive, arch=arch, names=names, match=channel.matches,
+                                                   limit=3)) or "none"
+        return [], f"no headers for kernel {spec.release} in the archive of {where} (newest: {newest})"
+    if spec.newest is not None:
+        found = headers.served_releases(archive, arch=arch, names=names, match=channel.matches,
+                                        limit=spec.newest)
+        if not found:
+            return [], f"the archive of {where} serves no {arch} kernel of that channel"
+        return [(r, channel) for r in found], None
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ProfileError([f"cannot read ({e.strerror})"], source=str(path)) from None
-    return parse(text, source=str(path))
+        default = headers.current_default(archive, arch=arch, names=names)
+    except InputError as e:
+        return [], str(e)
+    if not channel.matches(default):
+        return [], f"the default kernel of {where} is {default}, not a kernel of that channel"
+    return [(default, channel)], None
+
+
+def _cell(os_name: str, kernel: str, channel: Any, driver: str | None, flavour: str,
+          catalog: Callable[[Any, Any], dict[str, list[str]]]) -> tuple[Cell | None, str | None]:
+    """The cell for an existing kernel, or why it is refused (the driver is not served for that
+    kernel's line, the branch has no open modules, a known build failure)."""
+    if driver is not None and (why := facts.refusal(driver, flavour, kernel)):
+        return None, why
+    source_os, line, described = driver_sources.source_line(os_name, kernel, channel)
+    try:
+        src = driver_sources.resolve_in_line(catalog(source_os, line), driver, flavour,
+                                             version_tag=line.driver_version_tag, line=described)
+    except InputError as e:
+        return None, str(e).split(": ", 1)[1] if str(e).startswith("--") else str(e)
+    if why := facts.refusal(src.driver_version, flavour, kernel):
+        return None, why
+    return Cell(os=os_name, driver=src.driver_version, flavour=flavour, kernel=kernel, channel=channel.name,
+                source=f"{src.package}={src.debian_version}"), None
+
+
+def archives(cache: Path, *, arch: str = "amd64") -> ArchiveFor:
+    """`archive_for` over the real archive: one DebianArchive per (OS, channel), with its apt lists
+    under `<cache>/apt/` (the same lists build-driver reads, refreshed when older than an hour)."""
+    from ..sources.debian import DebianArchive
+
+    made: dict[tuple[str, str], Any] = {}
+
+    def archive_for(os_name: str, channel: str) -> Any:
+        if (os_name, channel) not in made:
+            made[os_name, channel] = DebianArchive(cache, os_name=os_name, arch=arch, channel=channel)
+        return made[os_name, channel]
+
+    return archive_for

@@ -6,23 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import shlex
-import signal
 import sys
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import artifact, log, targets
-from ..errors import InputError, NodeprepError
+from ..build import parallel
+from ..errors import InputError
 from ..paths import DEFAULT_STORE, default_cache
+from ..stores.verify import verify_store
 from . import progress as render
 from .options import emit_json, json_option, registry_options, store_options
 
@@ -124,21 +122,6 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
         "nodeprep cloud-init --profile node.yaml --out user-data"
     )
     return lines
-
-
-_TERMINATED = False
-
-
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM unwinds like Ctrl-C, so temporary directories are removed on the way out."""
-    if threading.current_thread() is threading.main_thread():
-
-        def handler(signum: int, frame: Any) -> None:
-            global _TERMINATED
-            _TERMINATED = True
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGTERM, handler)
 
 
 @click.command("build-driver")
@@ -293,7 +276,7 @@ def build_driver_cmd(
         if code == 0 and registry:
             _push(registry, store_dir, None, options, as_json)
         click.get_current_context().exit(code)
-    _sigterm_as_interrupt()
+    parallel.sigterm_as_interrupt()
     with _progress_renderer() as progress:
         result = build_driver(req, progress=progress)
     pushed = None
@@ -317,6 +300,11 @@ def build_driver_cmd(
 @click.command("build-matrix")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
+    "--expand", is_flag=True,
+    help="Resolve the matrix against each OS's archive: exact kernels and drivers of the cells that "
+    "exist; the impossible ones are refused on stderr with their reason (needed for channel selectors).",
+)
+@click.option(
     "--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix)."
 )
 @click.option(
@@ -325,7 +313,7 @@ def build_driver_cmd(
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Cells built at the same time (with --build).",
+    help="Cells built at the same time (with --build), sharing one cache.",
 )
 @store_option
 @cache_option
@@ -336,6 +324,7 @@ def build_driver_cmd(
 @json_option
 def build_matrix_cmd(
     file: Path,
+    expand: bool,
     do_build: bool,
     jobs: int,
     store: str,
@@ -348,19 +337,28 @@ def build_matrix_cmd(
     insecure_http: bool,
     as_json: bool,
 ) -> None:
-    """Expand a drivers x kernels x flavours matrix (YAML) for a CI system, or build it.
+    """Expand an OS x kernels x drivers x flavours matrix (YAML) for a CI system, or build it.
 
-    Without --build, prints `{"include": [cells]}` (one build-driver invocation per cell)."""
+    Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
+    invocation per cell): as written, or with --expand the cells that exist in the archive."""
     from ..build import matrix
     from ..build.driver import BuildRequest
 
-    cells = matrix.load(file)
+    spec = matrix.load(file)
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = _target(store, cache, options)
+    refused: list[matrix.Refusal] = []
+    if expand:
+        expansion = matrix.expand(spec, matrix.archives(cache))
+        cells, refused = expansion.cells, expansion.refused
+        for r in refused:
+            click.echo(r.line(), err=True)
+    else:
+        cells = spec.cells()
     if not do_build:
         emit_json({"include": [c.to_dict() for c in cells]})
         return
-    _sigterm_as_interrupt()
+    parallel.sigterm_as_interrupt()
     per_cell = max(1, (os.cpu_count() or 1) // jobs)
     work = [
         (
@@ -380,19 +378,7 @@ def build_matrix_cmd(
         )
         for cell in cells
     ]
-    # One process per running cell: a terminal's Ctrl-C reaches them all (same process group) and
-    # each unwinds like build-driver does (compiler killed, workspace removed, nothing published).
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
-    try:
-        results = list(pool.map(_matrix_cell, work))
-    except (KeyboardInterrupt, BrokenProcessPool):
-        if _TERMINATED:  # SIGTERM went to us only: pass it on (workers unwind on SIGTERM too)
-            for pid in list(getattr(pool, "_processes", {}) or {}):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise KeyboardInterrupt from None
-    pool.shutdown(wait=True)
+    results = parallel.build_cells(work, jobs)
     failed = [r for r in results if not r["ok"]]
     pushed = None
     if registry:  # one push for the whole matrix: one index update, no racing publishers
@@ -402,6 +388,7 @@ def build_matrix_cmd(
             pushed = _push(registry, store_dir, names, options, as_json)
     if as_json:
         emit_json({"results": results, "failed": len(failed),
+                   **({"refused": [asdict(r) for r in refused]} if expand else {}),
                    **({"pushed_index": pushed} if pushed else {})})
     else:
         for r in results:
@@ -414,17 +401,6 @@ def build_matrix_cmd(
             )
     if failed:
         click.get_current_context().exit(1)
-
-
-def _matrix_cell(item: tuple[dict[str, Any], Any]) -> dict[str, Any]:
-    """One build-matrix cell, in a worker process."""
-    from ..build.driver import build_driver
-
-    cell, req = item
-    try:
-        return {"cell": cell, "ok": True, **build_driver(req).to_dict()}
-    except NodeprepError as e:
-        return {"cell": cell, "ok": False, "error": str(e)}
 
 
 @click.group("artifacts")
@@ -466,38 +442,6 @@ def artifacts_list(store: str, registry_auth: str | None, ca_file: str | None, i
     for e in entries:
         what = f"{e.flavour} {e.kernel_release}" if e.kind == "kmod" else e.arch
         click.echo(f"{e.name}  {e.kind} {e.driver_version} {what}  {e.size} bytes  sha256 {e.sha256[:12]}…")
-
-
-def verify_store(path: Path) -> list[str]:
-    """One line per problem in the store directory `path` (empty: all good)."""
-    problems: list[str] = []
-    try:
-        entries = artifact.LocalStore(path).entries()
-    except NodeprepError as e:
-        return [str(e)]
-    listed = {e.name for e in entries}
-    for e in entries:
-        f = path / e.name
-        if not f.is_file():
-            problems.append(f"{e.name}: listed in {artifact.INDEX} but missing")
-            continue
-        actual = artifact.sha256_file(f)
-        if actual != e.sha256:
-            problems.append(
-                f"{e.name}: sha256 {actual[:16]}… does not match {artifact.INDEX} ({e.sha256[:16]}…)"
-            )
-        problems += [f"{e.name}: {p}" for p in artifact.verify(f)]
-        if not any(p for p in problems if p.startswith(e.name)):
-            try:
-                m = artifact.read_manifest(f)
-                if m.input_digest != e.input_digest:
-                    problems.append(f"{e.name}: manifest input digest differs from {artifact.INDEX}")
-            except NodeprepError as err:
-                problems.append(f"{e.name}: {err}")
-    for f in sorted(path.glob("*.tar.zst")):
-        if f.name not in listed:
-            problems.append(f"{f.name}: not listed in {artifact.INDEX}")
-    return problems
 
 
 @artifacts_group.command("push")

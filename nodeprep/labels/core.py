@@ -334,15 +334,23 @@ def host_labels(facts: Facts) -> dict[str, str]:
                        (f"{PREFIX}/cloud", c.cloud),
                        (f"{PREFIX}/os", f"{facts.system.os_id}-{facts.system.os_version}"
                         if facts.system.os_id and facts.system.os_version else facts.system.os_id),
-                       (f"{PREFIX}/kernel", facts.system.kernel),
+                       (f"{PREFIX}/kernel", kernel_value(facts.system.kernel)),
                        (f"{PREFIX}/driver-version", facts.system.driver_version),
                        (f"{PREFIX}/driver-flavour", facts.system.flavour),
                        (f"{PREFIX}/artifact-digest", _short_digest(facts.system.artifact_digest)),
+                       (f"{PREFIX}/artifact-kernel", kernel_value(facts.system.artifact_kernel)),
+                       (f"{PREFIX}/artifact-os", facts.system.artifact_os),
                        (f"{PREFIX}/gpu-source", facts.gpu.source if facts.gpu and facts.gpu.gpus else None)):
         v = label_value(value)
         if v:
             out[key] = v
     return out
+
+
+def kernel_value(release: str | None) -> str | None:
+    """A kernel release as a label value: '+' (Debian 13's and the backports kernels' 6.12.94+deb13-amd64)
+    is not allowed there and becomes '_' (6.12.94_deb13-amd64), so the name stays readable."""
+    return release.replace("+", "_") if release else release
 
 
 def _short_digest(digest: str | None) -> str | None:

@@ -31,6 +31,10 @@ class SystemFacts:
     driver_version: str | None = None  # nodeprep's active driver
     flavour: str | None = None
     artifact_digest: str | None = None
+    # The kmod artifact actually installed: for `kernel` when the active driver has modules for it,
+    # else its newest one (a node booted into a kernel without modules shows both kernels).
+    artifact_kernel: str | None = None
+    artifact_os: str | None = None  # nodeprep's target OS of that artifact (e.g. debian-13)
 
 
 def os_release(root: Path, problems: list[str] | None = None) -> dict[str, str]:
@@ -66,8 +70,17 @@ def _first_str(data: dict[str, Any], *keys: str) -> str | None:
     return None
 
 
-def installed_driver(root: Path, kernel: str | None) -> tuple[str | None, str | None, str | None]:
-    """(driver version, flavour, artifact digest) of nodeprep's active driver, or Nones."""
+@dataclass(frozen=True)
+class InstalledDriver:
+    version: str | None = None
+    flavour: str | None = None
+    digest: str | None = None
+    artifact_kernel: str | None = None
+    artifact_os: str | None = None
+
+
+def installed_driver(root: Path, kernel: str | None) -> InstalledDriver:
+    """nodeprep's active driver under `root` and the artifact installed for `kernel`."""
     # The filesystem is the truth (nodeprep/node/state.py): /opt/nvidia/current names the active
     # version; state.json is only consulted when the link is missing.
     state = _json(root / STATE_FILE)
@@ -84,13 +97,26 @@ def installed_driver(root: Path, kernel: str | None) -> tuple[str | None, str | 
         version = version or active
     version = version or _first_str(state, "active_version", "current", "driver_version")
     flavour = flavour or _first_str(state, "flavour", "flavor")
-    if version:
-        base = root / "opt/nvidia" / version
-        kmod = _json(base / "modules" / kernel / "manifest.json") if kernel else {}
-        user = _json(base / "manifest.json")
-        flavour = flavour or _first_str(kmod, "flavour")
-        digest = digest or _first_str(kmod, "input_digest") or _first_str(user, "input_digest")
-    return version, flavour, digest
+    if not version:
+        return InstalledDriver(None, flavour, digest)
+    base = root / "opt/nvidia" / version
+    kmod = _json(base / "modules" / kernel / "manifest.json") if kernel else {}
+    user = _json(base / "manifest.json")
+    flavour = flavour or _first_str(kmod, "flavour")
+    digest = digest or _first_str(kmod, "input_digest") or _first_str(user, "input_digest")
+    built_for = kernel if kmod else newest_release(module_kernels(base))
+    artifact = kmod or (_json(base / "modules" / built_for / "manifest.json") if built_for else {})
+    return InstalledDriver(version, flavour, digest, _first_str(artifact, "kernel_release") or built_for,
+                           _first_str(artifact, "os") or _first_str(user, "os"))
+
+
+def module_kernels(base: Path) -> list[str]:
+    """Kernels a driver root has modules for: its modules/<release>/manifest.json files (what
+    nodeprep.node.state counts as installed)."""
+    try:
+        return [d.name for d in (base / "modules").iterdir() if (d / "manifest.json").is_file()]
+    except OSError:
+        return []
 
 
 def _release_key(release: str) -> tuple[tuple[int, int | str], ...]:
@@ -131,5 +157,6 @@ def system_facts(root: Path, kernel: str | None = None, problems: list[str] | No
     """Facts of `root`; the kernel is `kernel`, else the running one on /, else `root_kernel(root)`."""
     rel = os_release(root, problems)
     kernel = kernel or (os.uname().release if is_live(root) else root_kernel(root))
-    version, flavour, digest = installed_driver(root, kernel)
-    return SystemFacts(rel.get("ID"), rel.get("VERSION_ID"), kernel, version, flavour, digest)
+    d = installed_driver(root, kernel)
+    return SystemFacts(rel.get("ID"), rel.get("VERSION_ID"), kernel, d.version, d.flavour, d.digest,
+                       d.artifact_kernel, d.artifact_os)

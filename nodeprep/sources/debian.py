@@ -31,10 +31,17 @@ APT_TIMEOUT = 600
 URI_RE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})", re.M)
 
 
-def release(os_name: str, kernel: str | None = None) -> Archive:
-    """The archive suites of `os_name` (and of the kernel line `kernel` belongs to): nodeprep.targets;
+def release(os_name: str, kernel: str | None = None, channel: str | None = None) -> Archive:
+    """The archive suites of `os_name` (and of the kernel line `kernel` belongs to, or of the line
+    named `channel`): nodeprep.targets;
     `debian-sid` is archive access only (the newest packages of a kind, e.g. containerd 2.x for the
     container-runtime tests), never a build target."""
+    if channel is not None and os_name not in ARCHIVE_ONLY:
+        target = targets.get(os_name)
+        try:
+            return target.archive(target.channel_named(channel))
+        except ValueError as e:
+            raise InputError(str(e)) from None
     return ARCHIVE_ONLY.get(os_name) or targets.archive(os_name, kernel)
 
 
@@ -93,8 +100,8 @@ class DebianArchive:
 
     def __init__(self, cache_dir: Path, *, os_name: str = targets.DEFAULT, arch: str = "amd64",
                  mirror: str | None = None, security_mirror: str | None = None,
-                 kernel: str | None = None) -> None:
-        self.release = release(os_name, kernel)
+                 kernel: str | None = None, channel: str | None = None) -> None:
+        self.release = release(os_name, kernel, channel)
         self.arch = arch
         self.dir = Path(cache_dir) / "apt" / f"{self.release.key}-{arch}"
         self.debs = Path(cache_dir) / "debs"

@@ -162,20 +162,36 @@ def load_catalog(archive: Any, packages: tuple[str, ...] | None = None) -> dict[
     return {p: v for p, v in found.items() if v}
 
 
+def source_line(os_name: str, kernel: str | None, channel: Any = None) -> tuple[Any, Any, str]:
+    """(the OS whose driver sources a build for `os_name`/`kernel` takes, the kernel line those
+    sources are chosen in, that line described for messages). `channel` (a targets.Channel of
+    `os_name`) names the line when the kernel is not known yet."""
+    from .. import targets
+
+    target = targets.get(os_name)
+    source_os = targets.get(target.sources_from or target.name) if target.borrows_sources else target
+    if target.borrows_sources:
+        line = source_os.channels[0]
+    else:
+        line = channel if channel is not None else targets.channel(target, kernel)
+    return source_os, line, f"{target.name} {line.name} kernel {kernel or '(default)'}, {line.kernel_series}"
+
+
+def source_packages(source_os: Any) -> tuple[str, ...]:
+    """Every driver source package of a target OS, all flavours."""
+    return tuple(p for pkgs in source_os.driver_packages.values() for p in pkgs)
+
+
 def resolve_for_target(
     archive: Any, os_name: str, kernel: str | None, driver: str | None, flavour: str
 ) -> DriverSource:
     """The driver source for a build for `os_name`/`kernel` from `archive` (that OS's archive, or
     the one it borrows): the OS entry's source packages of `flavour`, within the kernel's line."""
-    from .. import targets
-
-    target = targets.get(os_name)
-    source_os = targets.get(target.sources_from or target.name) if target.borrows_sources else target
-    line = source_os.channels[0] if target.borrows_sources else targets.channel(target, kernel)
+    source_os, line, described = source_line(os_name, kernel)
     return resolve_in_line(
-        load_catalog(archive, tuple(p for pkgs in source_os.driver_packages.values() for p in pkgs)),
+        load_catalog(archive, source_packages(source_os)),
         driver,
         flavour,
         version_tag=line.driver_version_tag,
-        line=f"{target.name} {line.name} kernel {kernel or '(default)'}, {line.kernel_series}",
+        line=described,
     )

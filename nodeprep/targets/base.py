@@ -78,6 +78,14 @@ class TargetOS:
         lines = "; ".join(f"{c.name}: {c.kernel_series} like /{c.kernel_re}/" for c in self.channels)
         raise ValueError(f"{kernel!r} is not a kernel release of {self.name} ({lines})")
 
+    def channel_named(self, name: str) -> Channel:
+        """The kernel line called `name` ("main", "backports"); ValueError naming the lines otherwise."""
+        for ch in self.channels:
+            if ch.name == name:
+                return ch
+        raise ValueError(f"{self.name} has no kernel channel {name!r} "
+                         f"(channels: {', '.join(c.name for c in self.channels)})")
+
     def archive(self, channel: Channel | None = None) -> Archive:
         """The archive suites of `channel` (default: the main line) of this Debian target."""
         if not self.suite:

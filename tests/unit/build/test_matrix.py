@@ -1,4 +1,11 @@
-"""Build matrix YAML -> cells, and `nodeprep build-matrix FILE` output (parsed back)."""
+"""Build matrix files: the schema check (every problem one `field: message`), the cells as written,
+`nodeprep build-matrix FILE` output parsed back, and the refusal logic of `--expand`.
+
+The refusal tests answer the archive from data recorded from Debian's real archive
+(data/debian12-archive.json, debian12-backports-archive.json, debian13-archive.json; see their
+_comment) through `RecordedArchive` at the archive boundary only. What the expansion gives against
+the real archive is tests/slow/build/test_matrix_expand.py.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,9 @@ from click.testing import CliRunner
 
 from nodeprep.build import matrix
 from nodeprep.cli import main
-from nodeprep.errors import ProfileError
+from nodeprep.targets import facts
+
+from .conftest import DATA, RecordedArchive
 
 YAML = """
 os: debian-12
@@ -22,41 +31,40 @@ exclude:
 """
 
 
-def test_expand_with_excludes():
-    cells = matrix.parse(YAML)
+def test_cells_as_written_with_excludes():
+    cells = matrix.parse(YAML).cells()
     assert len(cells) == 3 * 2 * 2 - 2 - 2
     assert matrix.Cell("debian-12", "525", "open", "6.1.0-56-amd64") not in cells
     assert matrix.Cell("debian-12", None, "proprietary", "6.1.0-50-amd64") not in cells
     assert matrix.Cell("debian-12", None, "open", "6.1.0-56-amd64") in cells
     assert cells[0].args() == [
-        "--os",
-        "debian-12",
-        "--flavour",
-        "proprietary",
-        "--driver",
-        "535.309.01",
-        "--kernel",
-        "6.1.0-56-amd64",
+        "--os", "debian-12", "--flavour", "proprietary", "--driver", "535.309.01",
+        "--kernel", "6.1.0-56-amd64",
     ]
 
 
 def test_defaults():
-    cells = matrix.parse("drivers: [535]\n")
-    assert cells == [matrix.Cell("debian-12", "535", "proprietary", None)]
+    assert matrix.parse("drivers: [535]\n").cells() == [matrix.Cell("debian-12", "535", "proprietary", None)]
 
 
-def test_every_problem_is_reported_with_its_field():
-    with pytest.raises(ProfileError) as e:
+def test_every_problem_is_reported_with_its_field_and_line():
+    with pytest.raises(matrix.MatrixError) as e:
         matrix.parse(
-            "os: debian-14\ndrivers: [abc, 535]\nflavours: [closed]\nkernel: x\nexclude: [{arch: arm64}]\n",
+            "os: [debian-14]\ndrivers: [abc, 535]\nflavours: [closed]\nkernel: x\nexclude: [{arch: arm64}]\n"
+            "kernels: [default, {channel: bpo, newest: 0}, {newest: 2, default: true}, 5]\n",
             source="m.yaml",
         )
     assert e.value.problems == [
-        "kernel: unknown key (known: drivers, exclude, flavours, kernels, os)",
-        "os: unknown OS 'debian-14' (known: debian-12, debian-13, rhel-9, ubuntu-22.04, ubuntu-24.04)",
-        "drivers[0]: 'abc' is not a driver version or branch (or 'latest')",
-        "flavours[0]: 'closed' is not one of proprietary, open",
-        "exclude[0].arch: unknown key (driver, kernel, flavour)",
+        "kernel: unknown key (known: os, kernels, drivers, flavours, exclude) (line 4)",
+        "drivers[0]: 'abc' is not a driver version or branch (or 'default') (line 2)",
+        "exclude[0].arch: unknown key (known: os, driver, kernel, flavour) (line 5)",
+        "flavours[0]: 'closed' is not one of proprietary, open (line 3)",
+        "kernels[1].channel: 'bpo' is not a kernel channel (backports, main) (line 6)",
+        "kernels[1].newest: must be a whole number of at least 1 (line 6)",
+        "kernels[2]: takes newest: N or default: true, not both (line 6)",
+        "kernels[3]: 5 is not a kernel release, 'default' or {channel: NAME, newest: N} (line 6)",
+        "os[0]: unknown OS 'debian-14' (known: debian-12, debian-13, rhel-9, ubuntu-22.04, ubuntu-24.04)"
+        " (line 1)",
     ]
 
 
@@ -66,7 +74,7 @@ def test_cli_prints_matrix_json(tmp_path):
     res = CliRunner().invoke(main, ["build-matrix", str(f)])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert len(data["include"]) == 8
+    assert list(data) == ["include"] and len(data["include"]) == 8
     assert data["include"][0]["args"][:2] == ["--os", "debian-12"]
 
 
@@ -75,6 +83,94 @@ def test_cli_bad_matrix_exits_2_with_one_line(tmp_path):
     f.write_text("drivers: {a: 1}\n")
     res = CliRunner().invoke(main, ["build-matrix", str(f)])
     assert res.exit_code == 2
-    assert res.stderr.strip() == f"error: {f}: drivers: must be a non-empty list"
+    assert res.stderr.splitlines()[0] == f"error: {f}: drivers: must be a non-empty list (line 1)"
     res = CliRunner().invoke(main, ["build-matrix", str(tmp_path / "missing.yaml")])
     assert res.exit_code == 2 and "missing.yaml" in res.stderr
+    f.write_text("kernels: [{channel: backports}]\n")  # a channel selector needs the archive
+    res = CliRunner().invoke(main, ["build-matrix", str(f)])
+    assert res.exit_code == 2
+    assert res.stderr.startswith(f"error: {f}: kernels: 'backports:default' is resolved against the archive")
+
+
+# -- refusals (recorded archive data) ---------------------------------------------------------
+
+RECORDED = {
+    ("debian-12", "main"): "debian12-archive.json",
+    ("debian-12", "backports"): "debian12-backports-archive.json",
+    ("debian-13", "main"): "debian13-archive.json",
+}
+
+
+def _archive_for(os_name: str, channel: str) -> RecordedArchive:
+    return RecordedArchive(json.loads((DATA / RECORDED[os_name, channel]).read_text()))
+
+
+def _refused(text: str) -> dict[tuple[str, str, str, str], str]:
+    expansion = matrix.expand(matrix.parse(text), _archive_for)
+    return {(r.os, r.kernel, r.driver, r.flavour): r.reason for r in expansion.refused}
+
+
+def test_open_flavour_of_a_branch_without_open_modules_is_refused():
+    refused = _refused("kernels: [6.1.0-56-amd64]\ndrivers: ['470', '525']\nflavours: [open]\n")
+    assert refused[("debian-12", "6.1.0-56-amd64", "470", "open")] == (
+        "branch 470 has no open kernel modules (NVIDIA publishes them from R515 on)")
+    # 525 has open modules upstream, but Debian 12 serves none of that branch
+    assert refused[("debian-12", "6.1.0-56-amd64", "525", "open")].startswith(
+        "driver 525 (open) is not served by Debian's archive (served: ")
+
+
+def test_driver_too_old_for_the_kernel_is_refused_with_the_known_failure():
+    """550.163.01 against trixie's 6.12.117 (the recorded default): refused in both flavours, for
+    the default driver and for the exact version; 535.274.02 on the same kernel is not refused."""
+    refused = _refused(
+        "os: debian-13\ndrivers: [default, 550.163.01, '535']\nflavours: [proprietary, open]\n")
+    reason = refused[("debian-13", "6.12.117+deb13-amd64", "default", "open")]
+    assert "pci_resize_resource" in reason and "6.12.107" in reason
+    assert refused[("debian-13", "6.12.117+deb13-amd64", "550.163.01", "proprietary")] == reason
+    assert ("debian-13", "6.12.117+deb13-amd64", "535", "proprietary") not in refused
+    assert refused[("debian-13", "6.12.117+deb13-amd64", "535", "open")].startswith(
+        "driver 535 (open) is not served")
+
+
+def test_kernel_limit_boundaries():
+    limit = facts.KERNEL_LIMITS[0]
+    assert limit.refuses("550.163.01", "open", "6.12.107+deb13-amd64")
+    assert limit.refuses("550.163.01", "proprietary", "6.12.117+deb12-amd64")
+    assert not limit.refuses("550.163.01", "open", "6.12.94+deb13-amd64")
+    assert not limit.refuses("550.163.01", "open", "6.1.0-56-amd64")  # an ABI name: no patch level
+    assert not limit.refuses("535.274.02", "open", "6.12.117+deb13-amd64")
+    assert facts.refusal("515.43.04", "open", "6.1.0-56-amd64") is None
+
+
+def test_backports_channel_refusals():
+    """The backports line offers only its ~bpo12 driver builds: a mainline driver and the open
+    flavour are refused naming the line's own choices."""
+    refused = _refused(
+        "kernels: [{channel: backports}]\ndrivers: [535.309.01]\nflavours: [proprietary, open]\n")
+    reason = refused[("debian-12", "6.12.95+deb12-amd64", "535.309.01", "proprietary")]
+    assert reason.startswith("driver 535.309.01 (proprietary) is not built for debian-12 backports kernel")
+    assert "proprietary: 535.216.03, 470.256.02" in reason
+    assert ("debian-12", "6.12.95+deb12-amd64", "535.309.01", "open") in refused
+
+
+def test_kernel_refusals_name_the_kernel_once():
+    refused = _refused(
+        "os: [debian-12, debian-13, ubuntu-22.04]\n"
+        "kernels: [6.1.0-999-amd64, {channel: backports, newest: 1}]\ndrivers: [default, '535']\n")
+    assert refused[("debian-12", "6.1.0-999-amd64", "*", "*")].startswith(
+        "no headers for kernel 6.1.0-999-amd64 in the archive of debian-12 main (bookworm, bookworm-updates) "
+        "(newest: 6.1.0-56-amd64, 6.1.0-50-amd64)")
+    assert refused[("debian-13", "backports:newest=1", "*", "*")] == (
+        "debian-13 has no kernel channel 'backports' (channels: main)")
+    assert refused[("debian-13", "6.1.0-999-amd64", "*", "*")].startswith(
+        "'6.1.0-999-amd64' is not a kernel release of debian-13")
+    assert refused[("ubuntu-22.04", "backports:newest=1", "*", "*")].startswith(
+        "ubuntu-22.04 has no kernel channel")
+    assert [k for k in refused if k[2] != "*"] == []  # nothing else: the kernel decides
+
+
+def test_published_schema_is_in_step():
+    """nodeprep/data/matrix.schema.json is what json_schema() builds from the vocabularies;
+    regenerate with `python -c 'from nodeprep.build import matrix;
+    matrix.SCHEMA_PATH.write_text(matrix.render_schema())'`."""
+    assert matrix.SCHEMA_PATH.read_text() == matrix.render_schema()

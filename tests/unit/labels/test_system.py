@@ -48,6 +48,19 @@ def test_other_kernel_has_no_kmod_facts(empty_root: Path, options: Callable[...,
     assert labels["nodeprep.dev/artifact-digest"] == "1" * 32  # the userspace artifact's
 
 
+def test_artifact_kernel_and_os_when_the_kernel_has_no_modules(
+        empty_root: Path, options: Callable[..., LabelOptions]) -> None:
+    """A node on a kernel the active driver has no modules for: the labels name that kernel and,
+    apart, the kernel and target OS of the kmod artifact that is installed."""
+    install_tree(empty_root)
+    labels = node_labels(options(cloud="none", kernel="6.12.94+deb13-amd64")).labels
+    assert labels["nodeprep.dev/kernel"] == "6.12.94_deb13-amd64"  # '+' is not allowed in a value
+    assert labels["nodeprep.dev/artifact-kernel"] == KERNEL
+    assert labels["nodeprep.dev/artifact-os"] == "debian-12"
+    labels = node_labels(options(cloud="none", kernel=KERNEL)).labels
+    assert labels["nodeprep.dev/artifact-kernel"] == labels["nodeprep.dev/kernel"] == KERNEL
+
+
 def test_state_without_link_and_garbage_state(empty_root: Path, options: Callable[..., LabelOptions]) -> None:
     state = empty_root / "var/lib/nodeprep/state.json"
     state.parent.mkdir(parents=True)

@@ -1,0 +1,75 @@
+"""Known facts about NVIDIA drivers and kernels that decide whether a build can exist at all.
+
+Each fact says where it was seen. `nodeprep build-matrix --expand` refuses the cells they rule out,
+with the fact's reason, instead of spending a compile on them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..sources.drivers import version_key
+
+# NVIDIA's open GPU kernel modules were first published with R515 (515.43.04, May 2022; the
+# NVIDIA/open-gpu-kernel-modules repository starts at that tag). Older branches (470 and before)
+# have no open flavour at all.
+OPEN_MODULES_FIRST_BRANCH = 515
+
+
+@dataclass(frozen=True)
+class KernelLimit:
+    """A driver release that does not build against a kernel series from one version on."""
+
+    driver: str  # exact driver version, or a branch ("550")
+    flavours: tuple[str, ...]
+    series: str  # upstream kernel series, e.g. "6.12"
+    since: str  # first upstream kernel version it fails on, e.g. "6.12.107"
+    reason: str
+    source: str  # where this was seen
+
+    def refuses(self, driver: str, flavour: str, kernel_release: str) -> bool:
+        if flavour not in self.flavours:
+            return False
+        if driver != self.driver and not driver.startswith(self.driver + "."):
+            return False
+        upstream = upstream_version(kernel_release)
+        if upstream is None or not upstream.startswith(self.series + "."):
+            return False
+        return version_key(upstream) >= version_key(self.since)
+
+
+def upstream_version(kernel_release: str) -> str | None:
+    """The upstream kernel version a Debian release name carries: '6.12.107+deb13-amd64' ->
+    '6.12.107'; None for names without the patch level ('6.1.0-56-amd64' is an ABI name)."""
+    m = re.match(r"^(\d+\.\d+\.\d+)\+", kernel_release)
+    return m[1] if m else None
+
+
+KERNEL_LIMITS: tuple[KernelLimit, ...] = (
+    # Seen compiling 550.163.01 (open) against Debian 13's 6.12.107+deb13-amd64 and later
+    # (tests/slow/build/test_real_build_trixie.py, docs/build.md "Target OSes"): 6.12.107 backported
+    # the pci_resize_resource() change that added an argument, and nv-pci.c:237 fails with "too few
+    # arguments to function 'pci_resize_resource'"; 6.12.94 is the newest trixie kernel it builds
+    # against. nv-pci.c belongs to the kernel interface layer, the same file in both flavours' trees.
+    KernelLimit(
+        driver="550.163.01",
+        flavours=("proprietary", "open"),
+        series="6.12",
+        since="6.12.107",
+        reason="550.163.01 does not build against kernels 6.12.107 and later: they changed "
+        "pci_resize_resource() (nv-pci.c: too few arguments to function 'pci_resize_resource')",
+        source="tests/slow/build/test_real_build_trixie.py",
+    ),
+)
+
+
+def refusal(driver: str, flavour: str, kernel_release: str) -> str | None:
+    """Why the cell (driver version, flavour, kernel release) cannot be built, or None."""
+    if flavour == "open" and driver[:3].isdigit() and int(driver[:3]) < OPEN_MODULES_FIRST_BRANCH:
+        return (f"branch {driver[:3]} has no open kernel modules (NVIDIA publishes them from "
+                f"R{OPEN_MODULES_FIRST_BRANCH} on)")
+    for limit in KERNEL_LIMITS:
+        if limit.refuses(driver, flavour, kernel_release):
+            return limit.reason
+    return None

@@ -1,0 +1,106 @@
+"""`nodeprep build-matrix --expand` against the real Debian archive (apt lists under the test cache,
+the same index build-driver reads; no compile): the cells that exist, the refused ones, and the
+GitHub Actions matrix JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from nodeprep.build import headers
+from nodeprep.sources.debian import DebianArchive
+
+from .test_real_build import cli
+
+pytestmark = pytest.mark.slow
+
+MATRIX = """
+os: [debian-12, debian-13]
+kernels:
+  - default
+  - {channel: main, newest: 2}
+  - {channel: backports}
+  - 6.12.94+deb13-amd64
+drivers: [default, "535", "470"]
+flavours: [proprietary, open]
+exclude:
+  - {os: debian-12, kernel: 6.12.94+deb13-amd64}
+"""
+
+
+def test_expand_against_the_real_archive(test_cache: Path, tmp_path: Path) -> None:
+    f = tmp_path / "matrix.yaml"
+    f.write_text(MATRIX)
+    res = cli("build-matrix", str(f), "--expand", "--json", "--cache", str(test_cache))
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert list(data) == ["include"]  # GitHub Actions' strategy.matrix shape, nothing else
+    cells = data["include"]
+    keys = [(c["os"], c["kernel"], c["driver"], c["flavour"]) for c in cells]
+    assert len(keys) == len(set(keys)), "a cell twice"
+
+    # every cell exists in its archive: the kernel's headers and the driver source package version
+    for c in cells:
+        archive = DebianArchive(test_cache, os_name=c["os"], channel=c["channel"])
+        assert archive.versions(f"linux-headers-{c['kernel']}"), c
+        package, version = c["source"].split("=", 1)
+        assert version in archive.versions(package), c
+        assert c["args"] == ["--os", c["os"], "--flavour", c["flavour"], "--driver", c["driver"],
+                             "--kernel", c["kernel"]]
+
+    # "default" is the kernel build-driver picks; "newest 2" the two newest of the main line
+    bookworm = DebianArchive(test_cache)
+    default12 = headers.resolve(bookworm, None).release
+    assert re.fullmatch(r"6\.1\.0-\d+-amd64", default12)
+    main12 = sorted({c["kernel"] for c in cells if c["os"] == "debian-12" and c["channel"] == "main"},
+                    key=lambda k: int(k.split("-")[1]), reverse=True)
+    assert default12 in main12 and len(main12) == 2
+    assert main12 == headers.served_releases(bookworm, match=lambda r: r.startswith("6.1.0-"), limit=2)
+
+    # the backports line: its default 6.12 kernel with the ~bpo12 driver builds only, no open cell
+    bpo = [c for c in cells if c["channel"] == "backports"]
+    assert bpo and all(re.fullmatch(r"6\.12\.\d+\+deb12-amd64", c["kernel"]) for c in bpo)
+    assert all("~bpo12" in c["source"] and c["flavour"] == "proprietary" for c in bpo)
+    assert {c["driver"] for c in bpo} >= {"470.256.02"} and any(c["driver"].startswith("535.") for c in bpo)
+
+    # trixie 6.12.94 builds 550.163.01 open (seen for real); the refusals name their reason
+    assert ("debian-13", "6.12.94+deb13-amd64", "550.163.01", "open") in keys
+    refused = [line for line in res.stderr.splitlines() if line.startswith("refused: ")]
+    assert all(re.match(r"refused: \S+ \S+ \S+ \S+: .+", line) for line in refused)
+    for os_name, kernel in {(c["os"], c["kernel"]) for c in cells} | {("debian-12", default12)}:
+        assert f"refused: {os_name} {kernel} 470 open: branch 470 has no open kernel modules" in res.stderr
+    no_bpo = "refused: debian-13 backports:default * *: debian-13 has no kernel channel 'backports'"
+    assert no_bpo in res.stderr
+    assert "6.12.94+deb13-amd64" not in {c["kernel"] for c in cells if c["os"] == "debian-12"}  # excluded
+    trixie = headers.resolve(DebianArchive(test_cache, os_name="debian-13"), None).release
+    if tuple(map(int, trixie.split("+")[0].split("."))) >= (6, 12, 107):
+        assert ("debian-13", trixie, "550.163.01", "open") not in keys
+        assert re.search(rf"refused: debian-13 {re.escape(trixie)} default open: .*pci_resize_resource",
+                         res.stderr)
+
+
+def test_build_expanded_matrix_in_parallel(real_build, tmp_path: Path) -> None:
+    """`build-matrix --expand --build -j 2`: the refused cell is reported and not built, the
+    existing one (the real build's, a cache hit in a copy of its store) is built from the exact
+    versions the expansion resolved; one shared cache."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(real_build.store, store, ignore=shutil.ignore_patterns(".lock"))
+    f = tmp_path / "matrix.yaml"
+    f.write_text(f"kernels: [{real_build.kernel_release}]\ndrivers: [{real_build.driver_version}, '470']\n"
+                 "flavours: [proprietary, open]\nexclude: [{driver: '470', flavour: proprietary}, "
+                 "{driver: " + real_build.driver_version + ", flavour: open}]\n")
+    res = cli("build-matrix", str(f), "--expand", "--build", "-j", "2", "--store", str(store), "--cache",
+              str(real_build.cache), "--no-smoke-test", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(res.stdout)
+    assert data["failed"] == 0 and len(data["results"]) == 1
+    (only,) = data["results"]
+    assert only["ok"] and only["cached"] is True and only["name"] == real_build.kmod.name
+    assert only["cell"]["source"].startswith("nvidia-kernel-source=") or "tesla" in only["cell"]["source"]
+    assert [(r["driver"], r["flavour"]) for r in data["refused"]] == [("470", "open")]
+    assert f"refused: debian-12 {real_build.kernel_release} 470 open: branch 470 has no open" in res.stderr
