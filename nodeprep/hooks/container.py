@@ -1,21 +1,23 @@
-"""The createContainer hook of nodeprep's CDI spec: CUDA requirement check and ld cache.
+"""The createContainer hook of nodeprep's CDI spec: CUDA requirement check, ld cache only if shadowed.
 
     python -S -E -c '…from nodeprep.hooks.container import main…' --driver VERSION [--ldconfig DIR]
 
-The runtime runs it in the container's mount namespace before the container's process starts, with
-the OCI state JSON on stdin; `bundle` names the directory holding the container's config.json.
+The runtime runs it in the container's mount namespace (mounts done, before pivot_root and before
+the container's process starts), with the OCI state JSON on stdin; `bundle` names the directory
+holding the container's config.json.
 
 1. Every NVIDIA_REQUIRE_* variable in the container's environment must be met by the driver the spec
    mounts (`--driver`, written by nodeprep for the versioned root it mounts), evaluated by
    nodeprep.cuda.check_requirement (the code behind `doctor --require-cuda`). Otherwise the hook
    exits 1 with one line naming the requirement, the supported CUDA version and the driver: the
    runtime refuses the container. NVIDIA_DISABLE_REQUIRE=1/true skips the check.
-2. With `--ldconfig DIR` (written when NVIDIA's nvidia-cdi-hook is not installed): DIR goes into the
-   image's /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and the image's own ldconfig rebuilds its
-   ld.so.cache, so images whose loader does not search DIR by default (RHEL/UBI lib64 layouts) find
-   the driver libraries.
+2. With `--ldconfig DIR` (written when NVIDIA's nvidia-cdi-hook is not installed): the spec mounts
+   the driver libraries into the loader's default directories of both image layouts, so they are
+   found without an ld cache entry. Only an image whose own /etc/ld.so.cache names a library of the
+   same name elsewhere (it would win over the default directories) gets DIR written into its
+   /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its ld.so.cache rebuilt by its own ldconfig.
 
-Starts on every container start: stdlib json/os/sys and nodeprep.cuda only (no click, yaml,
+Starts on every container start: stdlib os/sys only on the common path (no json, re, click, yaml,
 logging or argparse); `bench/container_start.py` measures what it adds.
 """
 
@@ -26,6 +28,8 @@ import sys
 
 CONF_NAME = "00-nodeprep-nvidia.conf"
 LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+LD_CACHE = "/etc/ld.so.cache"
+LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory; the spec mounts the libraries there too
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -69,6 +73,43 @@ def requirement_problem(env: dict[str, str], driver: str) -> str | None:
     return None
 
 
+def mounted_libraries(config: bytes, lib_dir: str) -> set[str]:
+    """Names of the files mounted into `lib_dir` (`"destination": "<lib_dir>/NAME"` in config.json;
+    pure, no JSON parser: the names are plain file names)."""
+    names: set[str] = set()
+    needle = ('"' + lib_dir.rstrip("/") + "/").encode()
+    at = config.find(needle)
+    while at >= 0:
+        start = at + len(needle)
+        end = config.find(b'"', start)
+        name = config[start:end]
+        if end > start and b"/" not in name and b"\\" not in name:
+            names.add(name.decode(errors="replace"))
+        at = config.find(needle, max(end, start))
+    return names
+
+
+def shadowing_entries(cache: bytes, names: set[str], mounted_dirs: tuple[str, ...]) -> list[str]:
+    """What in an ld.so.cache would make the loader take another file than the mounted one (pure).
+
+    The cache's string table (NUL-terminated) holds each entry's key (soname) and path. Named: every
+    path outside `mounted_dirs` whose file name is one of `names`, and every key in `names` with no
+    path `<mounted dir>/<key>` (its file lies elsewhere under another name). Conservative: a false
+    hit only costs an ldconfig run."""
+    dirs = {d.rstrip("/") for d in mounted_dirs}
+    strings = {raw.decode(errors="replace") for raw in cache.split(b"\0") if raw}
+    out = set()
+    for s in strings:
+        parent, slash, name = s.rpartition("/")
+        if name not in names:
+            continue
+        if slash and s.startswith("/") and parent not in dirs:
+            out.add(s)
+        elif not slash and not any(f"{d}/{s}" in strings for d in dirs):
+            out.add(s)
+    return sorted(out)
+
+
 def update_ldcache(rootfs: str, lib_dir: str) -> None:
     """Add `lib_dir` to the image's ld.so.conf.d and run the image's ldconfig (chroot)."""
     conf_dir = os.path.join(rootfs, "etc/ld.so.conf.d")
@@ -76,7 +117,7 @@ def update_ldcache(rootfs: str, lib_dir: str) -> None:
         os.makedirs(conf_dir, exist_ok=True)
         with open(os.path.join(conf_dir, CONF_NAME), "w") as f:
             f.write(lib_dir + "\n")
-    except OSError as e:  # read-only image: the default search path has to do
+    except OSError as e:  # read-only image: its own copies stay first
         print(f"nodeprep hook: ld cache not updated ({e.strerror}: {conf_dir})", file=sys.stderr)
         return
     tool = next((t for t in LDCONFIG if os.path.lexists(rootfs + t)), None)
@@ -92,49 +133,76 @@ def update_ldcache(rootfs: str, lib_dir: str) -> None:
         print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
 
 
-def _config_bytes(state: str) -> bytes | None:
-    """config.json's bytes, found through the state's `"bundle": "<path>"` without a JSON parser;
-    None when the state does not have that simple shape (then it is parsed properly)."""
-    key = '"bundle":'
-    at = state.find(key)
-    if at < 0:
+def _string_value(text: bytes, key: bytes) -> str | None:
+    """The string value of `"key"` when it occurs exactly once, is a plain string (no escapes) and
+    follows its key directly; None otherwise (then the caller parses the JSON properly)."""
+    quoted = b'"' + key + b'"'
+    at = text.find(quoted)
+    if at < 0 or text.find(quoted, at + 1) >= 0:
         return None
-    rest = state[at + len(key):].lstrip()
-    end = rest.find('"', 1)
-    if not rest.startswith('"') or end < 0 or "\\" in rest[:end]:
+    rest = text[at + len(quoted):].lstrip()
+    if not rest.startswith(b":"):
         return None
+    rest = rest[1:].lstrip()
+    end = rest.find(b'"', 1)
+    if not rest.startswith(b'"') or end < 0 or b"\\" in rest[:end]:
+        return None
+    return rest[1:end].decode()
+
+
+def _root_path(config: bytes) -> str | None:
+    """root.path of config.json without a JSON parser (None: parse it properly)."""
+    at = config.find(b'"root"')
+    return _string_value(config[at:], b"path") if at >= 0 and config.count(b'"root"') == 1 else None
+
+
+def _read(path: str) -> bytes | None:
     try:
-        with open(os.path.join(rest[1:end], "config.json"), "rb") as f:
+        with open(path, "rb") as f:
             return f.read()
     except OSError:
         return None
 
 
+def check_ldcache(config: bytes, rootfs: str, lib_dir: str) -> None:
+    """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else."""
+    cache = _read(rootfs + LD_CACHE)
+    if not cache:
+        return
+    names = mounted_libraries(config, lib_dir)
+    if names and shadowing_entries(cache, names, (lib_dir, LIB64)):
+        update_ldcache(rootfs, lib_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     try:
-        state = sys.stdin.read()
-        if not args.get("ldconfig"):
-            # the common case, a container without NVIDIA_REQUIRE_*: decided without importing json
-            # (and re), which is most of the hook's start-up cost
-            raw = _config_bytes(state)
-            if raw is not None and b"NVIDIA_REQUIRE_" not in raw:
-                return 0
-        import json
+        state = sys.stdin.read().encode()
+        bundle = _string_value(state, b"bundle")
+        raw = _read(os.path.join(bundle, "config.json")) if bundle else None
+        root = _root_path(raw) if raw is not None else None
+        config = None
+        if raw is None or root is None or b"NVIDIA_REQUIRE_" in raw:
+            # the common case, a container without NVIDIA_REQUIRE_*, is decided without importing
+            # json (and re), which is most of the hook's start-up cost
+            import json
 
-        bundle = json.loads(state)["bundle"]
-        with open(os.path.join(bundle, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+            bundle = json.loads(state)["bundle"]
+            with open(os.path.join(bundle, "config.json"), "rb") as f:
+                raw = f.read()
+            config = json.loads(raw)
+            root = config.get("root", {}).get("path", "rootfs")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep hook: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
-    problem = requirement_problem(container_env(config), args["driver"])
-    if problem:
-        print(f"nodeprep: container refused: {problem}", file=sys.stderr)
-        return 1
+    if config is not None:
+        problem = requirement_problem(container_env(config), args["driver"])
+        if problem:
+            print(f"nodeprep: container refused: {problem}", file=sys.stderr)
+            return 1
     if args.get("ldconfig"):
-        root = config.get("root", {}).get("path", "rootfs")
-        update_ldcache(root if os.path.isabs(root) else os.path.join(bundle, root), args["ldconfig"])
+        rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
+        check_ldcache(raw, rootfs, args["ldconfig"])
     return 0
 
 
