@@ -90,23 +90,17 @@ def mounted_libraries(config: bytes, lib_dir: str) -> set[str]:
 
 
 def shadowing_entries(cache: bytes, names: set[str], mounted_dirs: tuple[str, ...]) -> list[str]:
-    """What in an ld.so.cache would make the loader take another file than the mounted one (pure).
-
-    The cache's string table (NUL-terminated) holds each entry's key (soname) and path. Named: every
-    path outside `mounted_dirs` whose file name is one of `names`, and every key in `names` with no
-    path `<mounted dir>/<key>` (its file lies elsewhere under another name). Conservative: a false
-    hit only costs an ldconfig run."""
+    """Paths in an ld.so.cache outside `mounted_dirs` whose file name is one of `names` (pure): the
+    loader would take them before its default directories. ldconfig records every library under
+    its soname link's path, and the paths are NUL-terminated strings of the cache's string table,
+    so no parsing of its binary entries is needed; a false hit would only cost an ldconfig run."""
     dirs = {d.rstrip("/") for d in mounted_dirs}
-    strings = {raw.decode(errors="replace") for raw in cache.split(b"\0") if raw}
     out = set()
-    for s in strings:
-        parent, slash, name = s.rpartition("/")
-        if name not in names:
-            continue
-        if slash and s.startswith("/") and parent not in dirs:
-            out.add(s)
-        elif not slash and not any(f"{d}/{s}" in strings for d in dirs):
-            out.add(s)
+    for raw in cache.split(b"\0"):
+        if raw.startswith(b"/"):
+            parent, _, name = raw.decode(errors="replace").rpartition("/")
+            if name in names and parent not in dirs:
+                out.add(f"{parent}/{name}")
     return sorted(out)
 
 
