@@ -17,8 +17,9 @@ holding the container's config.json.
    same name elsewhere (it would win over the default directories) gets DIR written into its
    /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its ld.so.cache rebuilt by its own ldconfig.
 
-Starts on every container start: stdlib os/sys only on the common path (no json, re, click, yaml,
-logging or argparse); `bench/container_start.py` measures what it adds.
+Starts on every container start, so it imports only os, sys, CPython's C JSON scanner and (for a
+container with a requirement) nodeprep.cuda: no json (its decoder imports re), re, click, yaml,
+logging or argparse; `bench/container_start.py` measures what it adds.
 """
 
 from __future__ import annotations
@@ -56,14 +57,13 @@ def container_env(config: dict) -> dict[str, str]:  # type: ignore[type-arg]
 
 def requirement_problem(env: dict[str, str], driver: str) -> str | None:
     """The one-line refusal for `env` on `driver`, or None when the container may start (pure)."""
-    if env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE:
+    keys = sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_") and env[k].strip())
+    if not keys or env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE:
         return None
     from ..cuda import check_requirement
     from ..errors import InputError
 
-    for key in sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_")):
-        if not env[key].strip():
-            continue
+    for key in keys:
         try:
             ok, message = check_requirement(env[key], driver, source=key)
         except InputError as e:
@@ -73,20 +73,14 @@ def requirement_problem(env: dict[str, str], driver: str) -> str | None:
     return None
 
 
-def mounted_libraries(config: bytes, lib_dir: str) -> set[str]:
-    """Names of the files mounted into `lib_dir` (`"destination": "<lib_dir>/NAME"` in config.json;
-    pure, no JSON parser: the names are plain file names)."""
-    names: set[str] = set()
-    needle = ('"' + lib_dir.rstrip("/") + "/").encode()
-    at = config.find(needle)
-    while at >= 0:
-        start = at + len(needle)
-        end = config.find(b'"', start)
-        name = config[start:end]
-        if end > start and b"/" not in name and b"\\" not in name:
-            names.add(name.decode(errors="replace"))
-        at = config.find(needle, max(end, start))
-    return names
+def mounted_libraries(config: dict, lib_dir: str) -> set[str]:  # type: ignore[type-arg]
+    """Names of the files the container's config mounts into `lib_dir` (pure)."""
+    out = set()
+    for m in config.get("mounts") or []:
+        parent, _, name = str(m.get("destination", "") if isinstance(m, dict) else "").rpartition("/")
+        if parent == lib_dir.rstrip("/") and name:
+            out.add(name)
+    return out
 
 
 def shadowing_entries(cache: bytes, names: set[str], mounted_dirs: tuple[str, ...]) -> list[str]:
@@ -127,27 +121,35 @@ def update_ldcache(rootfs: str, lib_dir: str) -> None:
         print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
 
 
-def _string_value(text: bytes, key: bytes) -> str | None:
-    """The string value of `"key"` when it occurs exactly once, is a plain string (no escapes) and
-    follows its key directly; None otherwise (then the caller parses the JSON properly)."""
-    quoted = b'"' + key + b'"'
-    at = text.find(quoted)
-    if at < 0 or text.find(quoted, at + 1) >= 0:
-        return None
-    rest = text[at + len(quoted):].lstrip()
-    if not rest.startswith(b":"):
-        return None
-    rest = rest[1:].lstrip()
-    end = rest.find(b'"', 1)
-    if not rest.startswith(b'"') or end < 0 or b"\\" in rest[:end]:
-        return None
-    return rest[1:end].decode()
+class _Decoder:
+    """What the C scanner of CPython's json accelerator reads from its context (json.JSONDecoder's
+    defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity
 
 
-def _root_path(config: bytes) -> str | None:
-    """root.path of config.json without a JSON parser (None: parse it properly)."""
-    at = config.find(b'"root"')
-    return _string_value(config[at:], b"path") if at >= 0 and config.count(b'"root"') == 1 else None
+def loads(text: str) -> object:
+    """json.loads without importing json (whose decoder imports re: most of the hook's start-up
+    cost): CPython's C scanner (_json) directly; the json module where it is missing."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # pragma: no cover - CPython always has it
+        import json
+
+        return json.loads(text)
+    text = text.lstrip(" \t\n\r")
+    try:
+        value, end = make_scanner(_Decoder())(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError(f"extra data after position {end}")
+    return value
 
 
 def _read(path: str) -> bytes | None:
@@ -158,7 +160,7 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def check_ldcache(config: bytes, rootfs: str, lib_dir: str) -> None:
+def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ignore[type-arg]
     """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else."""
     cache = _read(rootfs + LD_CACHE)
     if not cache:
@@ -171,32 +173,21 @@ def check_ldcache(config: bytes, rootfs: str, lib_dir: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     try:
-        state = sys.stdin.read().encode()
-        bundle = _string_value(state, b"bundle")
-        raw = _read(os.path.join(bundle, "config.json")) if bundle else None
-        root = _root_path(raw) if raw is not None else None
-        config = None
-        if raw is None or root is None or b"NVIDIA_REQUIRE_" in raw:
-            # the common case, a container without NVIDIA_REQUIRE_*, is decided without importing
-            # json (and re), which is most of the hook's start-up cost
-            import json
-
-            bundle = json.loads(state)["bundle"]
-            with open(os.path.join(bundle, "config.json"), "rb") as f:
-                raw = f.read()
-            config = json.loads(raw)
-            root = config.get("root", {}).get("path", "rootfs")
+        bundle = loads(sys.stdin.read())["bundle"]  # type: ignore[index]
+        with open(os.path.join(bundle, "config.json"), encoding="utf-8") as f:
+            config = loads(f.read())
+        env = container_env(config)  # type: ignore[arg-type]
+        root = config.get("root", {}).get("path", "rootfs")  # type: ignore[union-attr]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep hook: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
-    if config is not None:
-        problem = requirement_problem(container_env(config), args["driver"])
-        if problem:
-            print(f"nodeprep: container refused: {problem}", file=sys.stderr)
-            return 1
+    problem = requirement_problem(env, args["driver"])
+    if problem:
+        print(f"nodeprep: container refused: {problem}", file=sys.stderr)
+        return 1
     if args.get("ldconfig"):
         rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
-        check_ldcache(raw, rootfs, args["ldconfig"])
+        check_ldcache(config, rootfs, args["ldconfig"])  # type: ignore[arg-type]
     return 0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.hooks.container import LIB64, mounted_libraries, requirement_problem, shadowing_entries
+from nodeprep.hooks.container import LIB64, loads, mounted_libraries, requirement_problem, shadowing_entries
 from nodeprep.join import cdi
 
 REQUIRE_12_2 = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
@@ -106,15 +106,33 @@ def test_shadowing_entries_of_a_real_ld_cache(tmp_path: Path) -> None:
     assert shadowing_entries(raw, {"libnvidia-ml.so.1"}, (lib, LIB64)) == []
 
 
-def test_mounted_libraries_from_config_bytes() -> None:
-    config = json.dumps({"mounts": [
+def test_mounted_libraries_from_the_config() -> None:
+    config = {"mounts": [
         {"destination": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "source": "/opt/nvidia/5/lib64/a.so"},
         {"destination": "/usr/lib64/libcuda.so.1", "source": "/opt/nvidia/5/lib64/a.so"},
         {"destination": "/usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.1", "source": "/x"},
         {"destination": "/usr/bin/nvidia-smi", "source": "/opt/nvidia/5/bin/nvidia-smi"},
-    ]}).encode()
+    ]}
     assert mounted_libraries(config, "/usr/lib/x86_64-linux-gnu") == {"libcuda.so.1"}
-    assert mounted_libraries(config.replace(b'": "', b'":"'), "/usr/lib64") == {"libcuda.so.1"}
+    assert mounted_libraries(config, "/usr/lib64/") == {"libcuda.so.1"}
+    assert mounted_libraries({}, "/usr/lib64") == set()
+
+
+@pytest.mark.parametrize("text", [
+    '{"bundle": "/run/c/1", "pid": 12, "annotations": {"a": "\\u003e=12 \\"q\\" \\ud83d\\ude00"}}',
+    json.dumps({"process": {"env": ["NVIDIA_REQUIRE_CUDA=cuda>=12.2", "X=é"]}, "n": [1.5, -2, None, True]}),
+    " [] ", '"x"', "1e3",
+])
+def test_loads_is_json_loads(text: str) -> None:
+    assert loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", "{", "{} {}", "{'a': 1}", "nul"])
+def test_loads_refuses_what_json_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        loads(text)
 
 
 @pytest.mark.parametrize("shadowed", [True, False])
