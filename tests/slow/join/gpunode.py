@@ -139,11 +139,11 @@ def unpack_rootfs(
 
     `lib64`: every shared library of /usr/lib/x86_64-linux-gnu moved to /usr/lib64 (/lib64 is a link
     to it), glibc replaced by a real glibc built for /lib64 (Debian's libc6-amd64, the same glibc
-    2.36 source built with slibdir=/lib64, libdir=/usr/lib64: unpacked from `lib64_glibc`, its loader
-    at /usr/lib64/ld-linux-x86-64.so.2), ld.so.conf naming only /usr/lib64 and the ld.so.cache
-    rebuilt from that. Its loader searches /etc/ld.so.cache, then /lib64 and /usr/lib64 — not the
-    Debian multiarch directory (`ld.so --help`: "System search path"), exactly like a RHEL/UBI
-    loader, so a library found there without an ld cache entry is found the way it would be on UBI."""
+    2.36 source: unpacked from `lib64_glibc`, its loader at /usr/lib64/ld-linux-x86-64.so.2),
+    ld.so.conf naming only /usr/lib64 and the ld.so.cache rebuilt from that. Its loader searches
+    /etc/ld.so.cache, then /lib64, /usr/lib64, /lib, /usr/lib — not the Debian multiarch directory
+    (`ld.so --help`, "system search path"), like a RHEL/UBI loader (/lib64, /usr/lib64), so a library
+    found without an ld cache entry is found the way it would be on UBI."""
     dest.mkdir(parents=True)
     with tarfile.open(tar) as t:
         t.extractall(dest, filter="fully_trusted")
