@@ -25,11 +25,13 @@ logging or argparse; `bench/container_start.py` measures what it adds.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 CONF_NAME = "00-nodeprep-nvidia.conf"
 LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 LD_CACHE = "/etc/ld.so.cache"
+MAX_CACHE = 64 << 20  # a big image's cache is a few MB
 LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory; the spec mounts the libraries there too
 TRUE = ("1", "true", "yes", "on")
 
@@ -98,12 +100,29 @@ def shadowing_entries(cache: bytes, names: set[str], mounted_dirs: tuple[str, ..
     return sorted(out)
 
 
+def in_image(rootfs: str, rel: str) -> str | None:
+    """rootfs/rel, or None when a component of `rel` is a symbolic link: the hook runs before
+    pivot_root, so an image's link would resolve against the node's root."""
+    path = rootfs.rstrip("/")
+    for part in rel.strip("/").split("/"):
+        path = f"{path}/{part}"
+        if os.path.islink(path):
+            return None
+    return path
+
+
 def update_ldcache(rootfs: str, lib_dir: str) -> None:
     """Add `lib_dir` to the image's ld.so.conf.d and run the image's ldconfig (chroot)."""
-    conf_dir = os.path.join(rootfs, "etc/ld.so.conf.d")
+    conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
+    if conf_dir is None:
+        print("nodeprep hook: ld cache not updated (a link in the image's /etc/ld.so.conf.d path)",
+              file=sys.stderr)
+        return
     try:
         os.makedirs(conf_dir, exist_ok=True)
-        with open(os.path.join(conf_dir, CONF_NAME), "w") as f:
+        fd = os.open(os.path.join(conf_dir, CONF_NAME), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                     0o644)
+        with os.fdopen(fd, "w") as f:
             f.write(lib_dir + "\n")
     except OSError as e:  # read-only image: its own copies stay first
         print(f"nodeprep hook: ld cache not updated ({e.strerror}: {conf_dir})", file=sys.stderr)
@@ -152,17 +171,26 @@ def loads(text: str) -> object:
     return value
 
 
-def _read(path: str) -> bytes | None:
+def read_ld_cache(rootfs: str) -> bytes | None:
+    """The image's /etc/ld.so.cache when it is a regular file reached without links (at most
+    MAX_CACHE bytes), else None."""
+    path = in_image(rootfs, LD_CACHE)
+    if path is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE:
+            return None
+        return f.read(MAX_CACHE)
 
 
 def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ignore[type-arg]
     """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else."""
-    cache = _read(rootfs + LD_CACHE)
+    cache = read_ld_cache(rootfs)
     if not cache:
         return
     names = mounted_libraries(config, lib_dir)

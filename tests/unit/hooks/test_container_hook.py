@@ -157,3 +157,27 @@ def test_hook_rebuilds_the_ld_cache_only_when_it_names_another_copy(tmp_path: Pa
         assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"
     else:
         assert not conf.exists() and r.stderr == ""
+
+
+def test_hook_follows_no_link_of_the_image(tmp_path: Path) -> None:
+    """The hook runs before pivot_root: an image's links would resolve against the node's root. A
+    cache that is a link is not read; a link in the ld.so.conf.d path is not written through."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    cache = real_ld_cache(tmp_path)
+    (rootfs / "etc/ld.so.cache").symlink_to(cache)  # would name a shadowing libcuda.so.1
+    lib = "/usr/lib/x86_64-linux-gnu"
+    config = {"root": {"path": str(rootfs)},
+              "mounts": [{"destination": f"{lib}/libcuda.so.1", "source": "/x", "options": ["rbind"]}]}
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib], config=config)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert not (rootfs / "etc/ld.so.conf.d").exists()
+
+    (rootfs / "etc/ld.so.cache").unlink()
+    (rootfs / "etc/ld.so.cache").write_bytes(cache.read_bytes())
+    outside = tmp_path / "node-etc"
+    outside.mkdir()
+    (rootfs / "etc/ld.so.conf.d").symlink_to(outside)
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib], config=config)
+    assert r.returncode == 0 and "a link in the image's /etc/ld.so.conf.d path" in r.stderr
+    assert list(outside.iterdir()) == []
