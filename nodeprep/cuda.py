@@ -15,17 +15,38 @@ with an operator (`>=`, `<=`, `>`, `<`, `=`, `==`, `!=`) and a value; space-sepa
 ORed, comma-separated constraints within one alternative are ANDed. The facts are the driver version
 and the CUDA version it supports (this table: the same source as doctor); GPU brand and compute
 architecture are not known to nodeprep, so a constraint on them never holds. This module stays
-import-light (no dataclasses/typing at run time): the container hook imports it on every start.
+import-light (no re, dataclasses or typing at run time): the container hook imports it on every
+container start that carries a requirement.
 """
 
 from __future__ import annotations
 
-import re
-
 from .errors import InputError
 
-CONSTRAINT_RE = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|>|<|=)([A-Za-z0-9][A-Za-z0-9._-]*)$")
-VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+KEYS = ("cuda", "driver", "arch", "brand")
+OPERATORS = (">=", "<=", "!=", "==", ">", "<", "=")  # two-character ones first
+VALUE_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+VALUE_CHARS = VALUE_START | frozenset("._-")
+
+
+def is_version(text: str) -> bool:
+    """Dot-separated ASCII decimal numbers ("535", "12.2", "535.309.01")."""
+    return all(p.isascii() and p.isdigit() for p in text.split("."))
+
+
+def split_constraint(part: str) -> tuple[str, str, str] | None:
+    """`key op value` (e.g. "driver>=470") -> (key, op, value); None when malformed."""
+    key = next((k for k in KEYS if part.startswith(k)), None)
+    if key is None:
+        return None
+    rest = part[len(key):]
+    op = next((o for o in OPERATORS if rest.startswith(o)), None)
+    if op is None:
+        return None
+    value = rest[len(op):]
+    if not value or value[0] not in VALUE_START or not set(value) <= VALUE_CHARS:
+        return None
+    return key, op, value
 
 # CUDA release (GA) -> minimum Linux driver shipped with it
 TOOLKIT_DRIVER: dict[str, str] = {
@@ -57,7 +78,14 @@ FAMILY: dict[int, tuple[str, str | None]] = {
     13: ("580.65.06", None),
 }
 
-CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
+
+
+def cuda_release(text: str) -> tuple[int, int] | None:
+    """(major, minor) of "12.2" or "12.2.1"; None for anything else."""
+    parts = text.split(".")
+    if len(parts) not in (2, 3) or not is_version(text):
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 def vkey(version: str) -> tuple[int, ...]:
@@ -65,10 +93,10 @@ def vkey(version: str) -> tuple[int, ...]:
 
 
 def parse_cuda(version: str) -> str:
-    m = CUDA_RE.match(version.strip())
-    if not m:
+    release = cuda_release(version.strip())
+    if release is None:
         raise InputError(f"--require-cuda: {version!r} is not a CUDA version (e.g. 12.2)")
-    key = f"{int(m[1])}.{int(m[2])}"
+    key = f"{release[0]}.{release[1]}"
     if key not in TOOLKIT_DRIVER:
         raise InputError(
             f"--require-cuda: CUDA {key} is not in nodeprep's table "
@@ -118,14 +146,14 @@ def parse_requirement(expr: str, *, source: str = "--require-cuda") -> list[list
     for alt in expr.split():
         constraints = []
         for part in alt.split(","):
-            m = CONSTRAINT_RE.match(part)
-            if not m:
+            found = split_constraint(part)
+            if found is None:
                 raise InputError(
                     f"{source}: malformed constraint {part!r} "
                     "(expected e.g. cuda>=12.2 or brand=tesla,driver>=470)"
                 )
-            key, op, value = m.groups()
-            if key != "brand" and not VERSION_RE.match(value):
+            key, op, value = found
+            if key != "brand" and not is_version(value):
                 raise InputError(f"{source}: {key} needs a version, got {part!r}")
             if key == "brand" and op not in ("=", "==", "!="):
                 raise InputError(f"{source}: brand compares with = or != only, got {part!r}")
@@ -163,7 +191,7 @@ def requirement_met(
 
 def validate_requirement(requirement: str, *, source: str = "--require-cuda") -> None:
     """InputError unless `requirement` is a known CUDA version or a well-formed expression."""
-    if CUDA_RE.match(requirement.strip()):
+    if cuda_release(requirement.strip()):
         parse_cuda(requirement)
     else:
         parse_requirement(requirement, source=source)
@@ -176,7 +204,7 @@ def check_requirement(
 
     A bare version ("12.2") is the toolkit-table check (`check`); anything else is an NVIDIA
     requirement expression. InputError for a malformed requirement."""
-    if CUDA_RE.match(requirement.strip()):
+    if cuda_release(requirement.strip()):
         return check(requirement, driver)
     alternatives = parse_requirement(requirement, source=source)
     supported = max_cuda(driver)

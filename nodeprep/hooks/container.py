@@ -1,31 +1,38 @@
-"""The createContainer hook of nodeprep's CDI spec: CUDA requirement check and ld cache.
+"""The createContainer hook of nodeprep's CDI spec: CUDA requirement check, ld cache only if shadowed.
 
     python -S -E -c '…from nodeprep.hooks.container import main…' --driver VERSION [--ldconfig DIR]
 
-The runtime runs it in the container's mount namespace before the container's process starts, with
-the OCI state JSON on stdin; `bundle` names the directory holding the container's config.json.
+The runtime runs it in the container's mount namespace (mounts done, before pivot_root and before
+the container's process starts), with the OCI state JSON on stdin; `bundle` names the directory
+holding the container's config.json.
 
 1. Every NVIDIA_REQUIRE_* variable in the container's environment must be met by the driver the spec
    mounts (`--driver`, written by nodeprep for the versioned root it mounts), evaluated by
    nodeprep.cuda.check_requirement (the code behind `doctor --require-cuda`). Otherwise the hook
    exits 1 with one line naming the requirement, the supported CUDA version and the driver: the
    runtime refuses the container. NVIDIA_DISABLE_REQUIRE=1/true skips the check.
-2. With `--ldconfig DIR` (written when NVIDIA's nvidia-cdi-hook is not installed): DIR goes into the
-   image's /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and the image's own ldconfig rebuilds its
-   ld.so.cache, so images whose loader does not search DIR by default (RHEL/UBI lib64 layouts) find
-   the driver libraries.
+2. With `--ldconfig DIR` (written when NVIDIA's nvidia-cdi-hook is not installed): the spec mounts
+   the driver libraries into the loader's default directories of both image layouts, so they are
+   found without an ld cache entry. Only an image whose own /etc/ld.so.cache names a library of the
+   same name elsewhere (it would win over the default directories) gets DIR written into its
+   /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its ld.so.cache rebuilt by its own ldconfig.
 
-Starts on every container start: stdlib json/os/sys and nodeprep.cuda only (no click, yaml,
-logging or argparse); `bench/container_start.py` measures what it adds.
+Starts on every container start, so it imports only os, sys, CPython's C JSON scanner and (for a
+container with a requirement) nodeprep.cuda: no json (its decoder imports re), re, click, yaml,
+logging or argparse; `bench/container_start.py` measures what it adds.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 CONF_NAME = "00-nodeprep-nvidia.conf"
 LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+LD_CACHE = "/etc/ld.so.cache"
+MAX_CACHE = 64 << 20  # a big image's cache is a few MB
+LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory; the spec mounts the libraries there too
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -52,14 +59,13 @@ def container_env(config: dict) -> dict[str, str]:  # type: ignore[type-arg]
 
 def requirement_problem(env: dict[str, str], driver: str) -> str | None:
     """The one-line refusal for `env` on `driver`, or None when the container may start (pure)."""
-    if env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE:
+    keys = sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_") and env[k].strip())
+    if not keys or env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE:
         return None
     from ..cuda import check_requirement
     from ..errors import InputError
 
-    for key in sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_")):
-        if not env[key].strip():
-            continue
+    for key in keys:
         try:
             ok, message = check_requirement(env[key], driver, source=key)
         except InputError as e:
@@ -69,14 +75,56 @@ def requirement_problem(env: dict[str, str], driver: str) -> str | None:
     return None
 
 
+def mounted_libraries(config: dict, lib_dir: str) -> set[str]:  # type: ignore[type-arg]
+    """Names of the files the container's config mounts into `lib_dir` (pure)."""
+    out = set()
+    for m in config.get("mounts") or []:
+        parent, _, name = str(m.get("destination", "") if isinstance(m, dict) else "").rpartition("/")
+        if parent == lib_dir.rstrip("/") and name:
+            out.add(name)
+    return out
+
+
+def shadowing_entries(cache: bytes, names: set[str], mounted_dirs: tuple[str, ...]) -> list[str]:
+    """Paths in an ld.so.cache outside `mounted_dirs` whose file name is one of `names` (pure): the
+    loader would take them before its default directories. ldconfig records every library under
+    its soname link's path, and the paths are NUL-terminated strings of the cache's string table,
+    so no parsing of its binary entries is needed; a false hit would only cost an ldconfig run."""
+    dirs = {d.rstrip("/") for d in mounted_dirs}
+    out = set()
+    for raw in cache.split(b"\0"):
+        if raw.startswith(b"/"):
+            parent, _, name = raw.decode(errors="replace").rpartition("/")
+            if name in names and parent not in dirs:
+                out.add(f"{parent}/{name}")
+    return sorted(out)
+
+
+def in_image(rootfs: str, rel: str) -> str | None:
+    """rootfs/rel, or None when a component of `rel` is a symbolic link: the hook runs before
+    pivot_root, so an image's link would resolve against the node's root."""
+    path = rootfs.rstrip("/")
+    for part in rel.strip("/").split("/"):
+        path = f"{path}/{part}"
+        if os.path.islink(path):
+            return None
+    return path
+
+
 def update_ldcache(rootfs: str, lib_dir: str) -> None:
     """Add `lib_dir` to the image's ld.so.conf.d and run the image's ldconfig (chroot)."""
-    conf_dir = os.path.join(rootfs, "etc/ld.so.conf.d")
+    conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
+    if conf_dir is None:
+        print("nodeprep hook: ld cache not updated (a link in the image's /etc/ld.so.conf.d path)",
+              file=sys.stderr)
+        return
     try:
         os.makedirs(conf_dir, exist_ok=True)
-        with open(os.path.join(conf_dir, CONF_NAME), "w") as f:
+        fd = os.open(os.path.join(conf_dir, CONF_NAME), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                     0o644)
+        with os.fdopen(fd, "w") as f:
             f.write(lib_dir + "\n")
-    except OSError as e:  # read-only image: the default search path has to do
+    except OSError as e:  # read-only image: its own copies stay first
         print(f"nodeprep hook: ld cache not updated ({e.strerror}: {conf_dir})", file=sys.stderr)
         return
     tool = next((t for t in LDCONFIG if os.path.lexists(rootfs + t)), None)
@@ -92,49 +140,82 @@ def update_ldcache(rootfs: str, lib_dir: str) -> None:
         print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
 
 
-def _config_bytes(state: str) -> bytes | None:
-    """config.json's bytes, found through the state's `"bundle": "<path>"` without a JSON parser;
-    None when the state does not have that simple shape (then it is parsed properly)."""
-    key = '"bundle":'
-    at = state.find(key)
-    if at < 0:
-        return None
-    rest = state[at + len(key):].lstrip()
-    end = rest.find('"', 1)
-    if not rest.startswith('"') or end < 0 or "\\" in rest[:end]:
+class _Decoder:
+    """What the C scanner of CPython's json accelerator reads from its context (json.JSONDecoder's
+    defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity
+
+
+def loads(text: str) -> object:
+    """json.loads without importing json (whose decoder imports re: most of the hook's start-up
+    cost): CPython's C scanner (_json) directly; the json module where it is missing."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # pragma: no cover - CPython always has it
+        import json
+
+        return json.loads(text)
+    text = text.lstrip(" \t\n\r")
+    try:
+        value, end = make_scanner(_Decoder())(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError(f"extra data after position {end}")
+    return value
+
+
+def read_ld_cache(rootfs: str) -> bytes | None:
+    """The image's /etc/ld.so.cache when it is a regular file reached without links (at most
+    MAX_CACHE bytes), else None."""
+    path = in_image(rootfs, LD_CACHE)
+    if path is None:
         return None
     try:
-        with open(os.path.join(rest[1:end], "config.json"), "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE:
+            return None
+        return f.read(MAX_CACHE)
+
+
+def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ignore[type-arg]
+    """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else."""
+    cache = read_ld_cache(rootfs)
+    if not cache:
+        return
+    names = mounted_libraries(config, lib_dir)
+    if names and shadowing_entries(cache, names, (lib_dir, LIB64)):
+        update_ldcache(rootfs, lib_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     try:
-        state = sys.stdin.read()
-        if not args.get("ldconfig"):
-            # the common case, a container without NVIDIA_REQUIRE_*: decided without importing json
-            # (and re), which is most of the hook's start-up cost
-            raw = _config_bytes(state)
-            if raw is not None and b"NVIDIA_REQUIRE_" not in raw:
-                return 0
-        import json
-
-        bundle = json.loads(state)["bundle"]
-        with open(os.path.join(bundle, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        bundle = loads(sys.stdin.read())["bundle"]  # type: ignore[index]
+        with open(os.path.join(bundle, "config.json"), encoding="utf-8") as f:
+            config = loads(f.read())
+        env = container_env(config)  # type: ignore[arg-type]
+        root = config.get("root", {}).get("path", "rootfs")  # type: ignore[union-attr]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep hook: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
-    problem = requirement_problem(container_env(config), args["driver"])
+    problem = requirement_problem(env, args["driver"])
     if problem:
         print(f"nodeprep: container refused: {problem}", file=sys.stderr)
         return 1
     if args.get("ldconfig"):
-        root = config.get("root", {}).get("path", "rootfs")
-        update_ldcache(root if os.path.isabs(root) else os.path.join(bundle, root), args["ldconfig"])
+        rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
+        check_ldcache(config, rootfs, args["ldconfig"])  # type: ignore[arg-type]
     return 0
 
 

@@ -4,14 +4,16 @@ The driver root is /opt/nvidia/current -> <version>; its userspace manifest
 (/opt/nvidia/<version>/manifest.json) lists lib64/ and bin/. The spec mounts the versioned files
 (not `current`, so a driver switch never changes a running container's mounts; activation rewrites
 the spec) read-only into the container:
-- libraries at the image's multiarch directory (/usr/lib/x86_64-linux-gnu on amd64), each real file
-  once under its own name and once under each soname/dev link that points at it — so no symlink hook
-  is needed and glibc finds them on its default search path in Debian/Ubuntu-based images;
+- libraries at the image loader's default directories of both layouts — the multiarch directory
+  (/usr/lib/x86_64-linux-gnu on amd64, searched by Debian/Ubuntu's glibc) and /usr/lib64 (searched
+  by RHEL/UBI's) — each real file once under its own name and once under each soname/dev link that
+  points at it: no symlink hook and no ld cache entry is needed for glibc to find them;
 - binaries at /usr/bin.
 Hooks (createContainer): nodeprep's own (nodeprep.hooks.container) on every container: it refuses a
 container whose NVIDIA_REQUIRE_* the mounted driver does not meet and, when NVIDIA's nvidia-cdi-hook
-is not installed, refreshes the image's ld.so.cache for the library directory; with nvidia-cdi-hook
-installed, its `update-ldcache` does that instead. Devices: one per GPU by index and by UUID, plus
+is not installed, rebuilds the image's ld.so.cache only if that cache names a library of the same
+name elsewhere (which the loader would take first); with nvidia-cdi-hook installed, its
+`update-ldcache` refreshes the cache on every start instead. Devices: one per GPU by index and by UUID, plus
 `all` (names as nvidia-ctk's default `--device-name-strategy`).
 
 The spec declares cdiVersion 0.5.0 (device names starting with a digit) and uses nothing newer:
@@ -34,6 +36,7 @@ import yaml
 
 from ..artifact import MANIFEST, Manifest
 from ..errors import StateError
+from ..hooks.container import LIB64
 from ..profile import Driver, Runtime
 from .files import FileChange, atomic_write, under, writable_problem
 from .gpus import GpuDevice, GpuList
@@ -104,10 +107,11 @@ def _mounts(root: Path, version: str, manifest: Manifest) -> list[dict[str, Any]
             f"driver root {host_base} is missing {len(missing)} file(s) from its manifest, e.g. {missing[0]}",
             hint="run `nodeprep doctor`",
         )
+    lib_dirs = (lib_dir, LIB64)
     for rel in sorted(regular):
         name = Path(rel).name
         if rel.startswith("lib64/") and rel.count("/") == 1:
-            mounts.append(_mount(f"{host_base}/{rel}", f"{lib_dir}/{name}"))
+            mounts += [_mount(f"{host_base}/{rel}", f"{d}/{name}") for d in lib_dirs]
         elif rel.startswith("bin/") and rel.count("/") == 1:
             mounts.append(_mount(f"{host_base}/{rel}", f"/usr/bin/{name}"))
     for rel in sorted(links):
@@ -119,7 +123,7 @@ def _mounts(root: Path, version: str, manifest: Manifest) -> list[dict[str, Any]
         except ValueError:
             continue  # points outside the driver root: not ours to mount
         if real_rel in regular and real_rel.startswith("lib64/"):
-            mounts.append(_mount(f"{host_base}/{real_rel}", f"{lib_dir}/{Path(rel).name}"))
+            mounts += [_mount(f"{host_base}/{real_rel}", f"{d}/{Path(rel).name}") for d in lib_dirs]
     return mounts
 
 
@@ -179,8 +183,8 @@ def hook_command() -> tuple[str, list[str], list[str]]:
 
 
 def hooks(root: Path, version: str, lib_dir: str) -> list[dict[str, Any]]:
-    """createContainer hooks: nodeprep's requirement check (+ ld cache without the toolkit), then
-    NVIDIA's update-ldcache when nvidia-cdi-hook is installed."""
+    """createContainer hooks: nodeprep's requirement check (+ the ld cache check without the
+    toolkit), then NVIDIA's update-ldcache when nvidia-cdi-hook is installed."""
     path, argv, env = hook_command()
     toolkit = under(root, CDI_HOOK).is_file()
     argv = [*argv, "--driver", version, *([] if toolkit else ["--ldconfig", lib_dir])]

@@ -13,7 +13,7 @@ import pytest
 from nodeprep import artifact
 from nodeprep.sources.debian import DebianArchive
 
-from .gpunode import PROBE_C, PROCFS_INFO, GpuNode, cli, make_rootfs_tar, run, unpack_rootfs
+from .gpunode import PROBE_C, PROCFS_INFO, GpuNode, cli, make_rootfs_tar, run, unpack_rootfs, unpacked_deb
 
 V_OLD = "535.216.03"  # Debian's tesla-535 user space (as in tests/slow/node)
 
@@ -82,8 +82,11 @@ def gpu_node(  # type: ignore[no-untyped-def]
     (work / "probe.c").write_text(PROBE_C)
     run(["gcc", "-O2", "-o", work / "probe", work / "probe.c"])
     node = GpuNode(root=root, work=work)
+    # glibc built for /lib64 (Debian 12's libc6-amd64, an i386 package) for the RHEL/UBI-like image
+    glibc = unpacked_deb(test_cache, "libc6-amd64", arch="i386")
     for layout in ("debian", "lib64"):
-        node.rootfs[layout] = unpack_rootfs(tar, work / f"rootfs-{layout}", work / "probe", layout=layout)
+        node.rootfs[layout] = unpack_rootfs(tar, work / f"rootfs-{layout}", work / "probe", layout=layout,
+                                            lib64_glibc=glibc)
     try:
         node.start()
         yield node

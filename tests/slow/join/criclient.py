@@ -29,9 +29,8 @@ from typing import Any
 from nodeprep.join import containerd as ctd
 from nodeprep.join.files import apply_changes
 from nodeprep.profile import Runtime
-from nodeprep.sources.debian import DebianArchive
 
-from .gpunode import GpuNode, run
+from .gpunode import GpuNode, run, unpacked_deb
 
 PROTO_DIR = Path(__file__).resolve().parent / "cri"
 IMAGE = "docker.io/nodeprep-test/rootfs"
@@ -97,13 +96,7 @@ def oci_archive(rootfs: dict[str, Path], work: Path) -> Path:
 
 
 def containerd_bin(test_cache: Path, os_name: str) -> Path:
-    deb = DebianArchive(test_cache, os_name=os_name).download("containerd")
-    dest = test_cache / "cdi" / deb.stem
-    if not (dest / ".done").exists():
-        shutil.rmtree(dest, ignore_errors=True)
-        DebianArchive.extract(deb, dest)
-        (dest / ".done").touch()
-    return dest / "usr/bin"
+    return unpacked_deb(test_cache, "containerd", os_name=os_name) / "usr/bin"
 
 
 @dataclass

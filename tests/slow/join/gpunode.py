@@ -118,17 +118,46 @@ def make_rootfs_tar(cache: Path) -> Path:
     return tar
 
 
-def unpack_rootfs(tar: Path, dest: Path, probe: Path, *, layout: str) -> Path:
-    """A container rootfs: `debian` (multiarch, as built) or `lib64` standing for RHEL/UBI images:
-    no multiarch entry in ld.so.conf(.d), /usr/lib64 the only configured directory, its ld.so.cache
-    rebuilt from that (a RHEL loader searches /lib64:/usr/lib64 and its cache, not the Debian
-    multiarch directory; Debian's loader keeps that directory built in, so for this layout the tests
-    assert on the image's ld.so.cache)."""
+def unpacked_deb(test_cache: Path, package: str, *, os_name: str = "debian-12", arch: str = "amd64") -> Path:
+    """The newest .deb of `package` in `os_name`/`arch`, fetched through nodeprep's own archive
+    access and unpacked once under the test cache (cdi/<deb name>)."""
+    from nodeprep.sources.debian import DebianArchive
+
+    deb = DebianArchive(test_cache, os_name=os_name, arch=arch).download(package)
+    dest = test_cache / "cdi" / deb.stem
+    if not (dest / ".done").exists():
+        shutil.rmtree(dest, ignore_errors=True)
+        DebianArchive.extract(deb, dest)
+        (dest / ".done").touch()
+    return dest
+
+
+def unpack_rootfs(
+    tar: Path, dest: Path, probe: Path, *, layout: str, lib64_glibc: Path | None = None
+) -> Path:
+    """A container rootfs: `debian` (multiarch, as built) or `lib64` standing for RHEL/UBI images.
+
+    `lib64`: every shared library of /usr/lib/x86_64-linux-gnu moved to /usr/lib64 (/lib64 is a link
+    to it), glibc replaced by a real glibc built for /lib64 (Debian's libc6-amd64, the same glibc
+    2.36 source: unpacked from `lib64_glibc`, its loader at /usr/lib64/ld-linux-x86-64.so.2),
+    ld.so.conf naming only /usr/lib64 and the ld.so.cache rebuilt from that. Its loader searches
+    /etc/ld.so.cache, then /lib64, /usr/lib64, /lib, /usr/lib — not the Debian multiarch directory
+    (`ld.so --help`, "system search path"), like a RHEL/UBI loader (/lib64, /usr/lib64), so a library
+    found without an ld cache entry is found the way it would be on UBI."""
     dest.mkdir(parents=True)
     with tarfile.open(tar) as t:
         t.extractall(dest, filter="fully_trusted")
     shutil.copy(probe, dest / "usr/local/bin/probe")
     if layout == "lib64":
+        assert lib64_glibc is not None
+        multiarch, lib64 = dest / "usr/lib/x86_64-linux-gnu", dest / "usr/lib64"
+        for p in sorted(multiarch.iterdir()):
+            if ".so" in p.name and (p.is_symlink() or p.is_file()):
+                (lib64 / p.name).unlink(missing_ok=True)
+                p.rename(lib64 / p.name)  # links are relative to their own directory
+        for p in sorted((lib64_glibc / "lib64").iterdir()):
+            (lib64 / p.name).unlink(missing_ok=True)
+            shutil.copy2(p, lib64 / p.name, follow_symlinks=False)
         for conf in (dest / "etc/ld.so.conf.d").glob("*.conf"):
             conf.unlink()
         (dest / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n/usr/lib64\n")

@@ -4,15 +4,20 @@ stands in for the GPU: gpunode.py)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from .gpunode import GPU_UUID, INSPECT, GpuNode, Seen, file_id
+from .gpunode import GPU_UUID, INSPECT, GpuNode, Seen, file_id, make_rootfs_tar, run, unpack_rootfs
 
 pytestmark = pytest.mark.slow
 
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
+# where each image's loader finds the mounted libraries without an ld cache entry: the first of its
+# default directories (Debian: /lib/x86_64-linux-gnu then /usr/lib/x86_64-linux-gnu; RHEL/UBI: /lib64
+# then /usr/lib64), which in merged-/usr images is a link to the directory the spec mounts into
+FOUND_IN = {"debian": "/lib/x86_64-linux-gnu", "lib64": "/lib64"}
 
 
 def active_files(node: GpuNode, version: str) -> dict[str, str]:
@@ -21,19 +26,21 @@ def active_files(node: GpuNode, version: str) -> dict[str, str]:
             for name in ("libcuda.so.1", "libnvidia-ml.so.1")}
 
 
-def assert_sees(seen: Seen, node: GpuNode, version: str) -> None:
+def assert_sees(seen: Seen, node: GpuNode, version: str, layout: str) -> None:
     assert seen.nodes["/dev/nvidia0"] == "character special file c3:0", seen  # 195:0 in hex
     assert seen.nodes["/dev/nvidiactl"] == "character special file c3:ff"
     assert {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"} <= set(seen.nodes)
-    # ld.so.cache (nodeprep's hook ran the image's ldconfig) and what dlopen really loads: the very
-    # files of the active version (same device and inode as on the node)
+    # what dlopen really loads: the very files of the active version (same device and inode as on
+    # the node), found in the loader's default directory of the layout: the image's ld.so.cache has
+    # no entry for them (no ldconfig ran at container start)
     for lib, ident in active_files(node, version).items():
-        assert seen.cache[lib] == f"{LIB_DIR}/{lib}", seen.cache
-        assert seen.probe[lib] == (f"{LIB_DIR}/{lib}", ident), (lib, seen.probe)
-    # the mount names the versioned root, never `current` (the node root's /opt is bound over /opt
-    # in the test's namespace, so the source shows under the node root's path)
-    assert len(seen.mounts) == 1
-    assert seen.mounts[0].endswith(f"/opt/nvidia/{version}/lib64/libcuda.so.{version}")
+        assert lib not in seen.cache, seen.cache
+        assert seen.probe[lib] == (f"{FOUND_IN[layout]}/{lib}", ident), (lib, seen.probe)
+    # the mounts (multiarch directory and /usr/lib64) name the versioned root, never `current` (the
+    # node root's /opt is bound over /opt in the test's namespace, so the source shows under the
+    # node root's path)
+    assert len(seen.mounts) == 2
+    assert all(m.endswith(f"/opt/nvidia/{version}/lib64/libcuda.so.{version}") for m in seen.mounts)
     assert seen.smi == 9  # NVML found, no kernel driver; 12 would mean the library was not found
 
 
@@ -43,7 +50,44 @@ def test_podman_container_sees_devices_and_the_active_libraries(
 ) -> None:
     r = gpu_node.podman_run(layout, INSPECT)
     assert r.returncode == 0, r.stderr
-    assert_sees(Seen.parse(r.stdout), gpu_node, versions[0])
+    print(f"podman, {layout} image:\n{r.stdout}")  # shown with -s (docs/join.md)
+    assert_sees(Seen.parse(r.stdout), gpu_node, versions[0], layout)
+    # the image's own loader: the lib64 image's does not search the multiarch directory at all
+    search = gpu_node.podman_run(layout, "/lib64/ld-linux-x86-64.so.2 --help | grep 'system search path'")
+    dirs = [line.split()[0] for line in search.stdout.splitlines()]
+    assert ("/usr/lib/x86_64-linux-gnu" in dirs) == (layout == "debian"), dirs
+    assert ("/usr/lib64" in dirs) == (layout == "lib64"), dirs
+
+
+def test_podman_image_whose_ld_cache_names_another_libcuda(
+    gpu_node: GpuNode, versions: tuple[str, str], cdi_cache: Path
+) -> None:
+    """An image with its own libcuda.so.1 in its ld.so.cache (as CUDA's forward-compatibility
+    libraries registered through an ld.so.conf.d entry would be; here the real 535.216.03 file):
+    the cache comes before the loader's default directories, so nodeprep's hook rebuilds it with
+    the mounted directory first and the container loads the active version's file."""
+    first, second = versions
+    work = gpu_node.work
+    rootfs = unpack_rootfs(make_rootfs_tar(cdi_cache), work / "rootfs-compat", work / "probe",
+                           layout="debian")
+    compat = rootfs / "usr/local/cuda/compat"
+    compat.mkdir(parents=True)
+    shutil.copy(gpu_node.root / f"opt/nvidia/{second}/lib64/libcuda.so.{second}", compat)
+    (rootfs / "etc/ld.so.conf.d/000_cuda_compat.conf").write_text("/usr/local/cuda/compat\n")
+    run(["chroot", rootfs, "ldconfig"])
+    # without nodeprep's hook the image's loader takes its own file (the cache wins)
+    assert run(["chroot", rootfs, "probe", "libcuda.so.1"]).stdout.split()[1] == \
+        "/usr/local/cuda/compat/libcuda.so.1"
+    gpu_node.rootfs["compat"] = rootfs
+    r = gpu_node.podman_run("compat", INSPECT)
+    assert r.returncode == 0, r.stderr
+    print(f"podman, image with its own libcuda.so.1 in its ld cache:\n{r.stdout}")  # docs/join.md
+    seen = Seen.parse(r.stdout)
+    ident = active_files(gpu_node, first)["libcuda.so.1"]
+    assert seen.probe["libcuda.so.1"] == (f"{LIB_DIR}/libcuda.so.1", ident)
+    in_cache = [line.split()[2] for line in r.stdout.splitlines() if line.startswith("cache libcuda.so.1 ")]
+    assert in_cache == [f"{LIB_DIR}/libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1"]  # ours first
+    assert (rootfs / "etc/ld.so.conf.d/00-nodeprep-nvidia.conf").read_text() == f"{LIB_DIR}\n"
 
 
 @pytest.mark.parametrize("device", ["0", GPU_UUID])

@@ -34,7 +34,7 @@ def test_switch_new_containers_follow_running_ones_keep_their_version(
 
         new = gpu_node.podman_run("lib64", INSPECT)
         assert new.returncode == 0, new.stderr
-        assert_sees(Seen.parse(new.stdout), gpu_node, second)
+        assert_sees(Seen.parse(new.stdout), gpu_node, second, "lib64")
 
         old = gpu_node.podman_exec("running", INSPECT)
         assert old.returncode == 0, old.stderr
@@ -47,7 +47,7 @@ def test_switch_new_containers_follow_running_ones_keep_their_version(
         assert r.returncode == 0, r.stderr
         back = gpu_node.podman_run("debian", INSPECT)
         assert back.returncode == 0, back.stderr
-        assert_sees(Seen.parse(back.stdout), gpu_node, first)
+        assert_sees(Seen.parse(back.stdout), gpu_node, first, "debian")
     finally:
         gpu_node.ns([*gpu_node.podman_base(), "rm", "--force", "--time", "0", "running"], check=False)
         cli("activate", first, "--root", root, "--no-load")  # the session's node stays on `first`

@@ -49,7 +49,7 @@ def test_cri_container_sees_devices_and_the_active_libraries(
         code, out = daemon.run_container(sid, sconfig, f"inspect-{layout}", layout, INSPECT)
         assert code == 0, out
         print(f"containerd {major_minor} CRI, {layout} image:\n{out}")  # shown with -s (docs/join.md)
-        assert_sees(Seen.parse(out), gpu_node, versions[0])
+        assert_sees(Seen.parse(out), gpu_node, versions[0], layout)
 
 
 def test_cri_cuda_requirement_allowed_refused_bypassed(

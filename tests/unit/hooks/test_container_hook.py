@@ -1,17 +1,18 @@
 """nodeprep's createContainer hook as the runtime runs it: a real process started the way the CDI
 spec says (`python -S -m nodeprep.hooks.container --driver V`), the OCI state JSON on stdin and the
 container's config.json in the bundle (written here in the OCI runtime-spec layout). The container
-start itself is in tests/slow/join/test_cdi_runtimes.py."""
+start itself is in tests/slow/join/test_cdi_podman.py and test_cri_containerd.py."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from nodeprep.hooks.container import requirement_problem
+from nodeprep.hooks.container import LIB64, loads, mounted_libraries, requirement_problem, shadowing_entries
 from nodeprep.join import cdi
 
 REQUIRE_12_2 = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
@@ -19,19 +20,21 @@ REQUIRE_12_4 = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver
 
 
 def run_hook(
-    tmp_path: Path, env: list[str], driver: str = "535.309.01"
+    tmp_path: Path, env: list[str], driver: str = "535.309.01", *, extra: list[str] | None = None,
+    config: dict | None = None,  # type: ignore[type-arg]
 ) -> subprocess.CompletedProcess[str]:
     bundle = tmp_path / "bundle"
     bundle.mkdir(exist_ok=True)
     (bundle / "config.json").write_text(
         json.dumps(
-            {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env}, "root": {"path": "rootfs"}}
+            {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env}, "root": {"path": "rootfs"},
+             **(config or {})}
         )
     )
     state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1, "bundle": str(bundle)}
     path, argv, hook_env = cdi.hook_command()
     return subprocess.run(
-        [*argv, "--driver", driver],
+        [*argv, "--driver", driver, *(extra or [])],
         executable=path,
         input=json.dumps(state),
         capture_output=True,
@@ -76,3 +79,105 @@ def test_malformed_requirement_and_bad_state(tmp_path: Path) -> None:
 )
 def test_every_require_variable_counts(env: dict[str, str], refused: bool) -> None:
     assert (requirement_problem(env, "535.216.03") is not None) is refused
+
+
+def real_ld_cache(tmp_path: Path) -> Path:
+    """An ld.so.cache written by the real ldconfig (-C/-f: no chroot) for a directory holding a
+    real shared object with soname libcuda.so.1, standing for an image's CUDA compat libraries."""
+    compat = tmp_path / "compat"
+    compat.mkdir()
+    (tmp_path / "cuda.c").write_text("int cuInit(unsigned int flags) { return flags ? 1 : 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                    compat / "libcuda.so.550.54.15", tmp_path / "cuda.c"], check=True, timeout=120)
+    (tmp_path / "ld.so.conf").write_text(f"{compat}\n")
+    cache = tmp_path / "ld.so.cache"
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    subprocess.run([ldconfig, "-C", cache, "-f", tmp_path / "ld.so.conf"], check=True, timeout=120)
+    return cache
+
+
+def test_shadowing_entries_of_a_real_ld_cache(tmp_path: Path) -> None:
+    raw = real_ld_cache(tmp_path).read_bytes()
+    compat = f"{tmp_path}/compat"
+    lib = "/usr/lib/x86_64-linux-gnu"
+    names = {"libcuda.so.1", "libcuda.so.535.309.01"}
+    assert shadowing_entries(raw, names, (lib, LIB64)) == [f"{compat}/libcuda.so.1"]
+    assert shadowing_entries(raw, {"libcuda.so.1"}, (compat,)) == []  # the mounted copy is the cached one
+    assert shadowing_entries(raw, {"libnvidia-ml.so.1"}, (lib, LIB64)) == []
+
+
+def test_mounted_libraries_from_the_config() -> None:
+    config = {"mounts": [
+        {"destination": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "source": "/opt/nvidia/5/lib64/a.so"},
+        {"destination": "/usr/lib64/libcuda.so.1", "source": "/opt/nvidia/5/lib64/a.so"},
+        {"destination": "/usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.1", "source": "/x"},
+        {"destination": "/usr/bin/nvidia-smi", "source": "/opt/nvidia/5/bin/nvidia-smi"},
+    ]}
+    assert mounted_libraries(config, "/usr/lib/x86_64-linux-gnu") == {"libcuda.so.1"}
+    assert mounted_libraries(config, "/usr/lib64/") == {"libcuda.so.1"}
+    assert mounted_libraries({}, "/usr/lib64") == set()
+
+
+@pytest.mark.parametrize("text", [
+    '{"bundle": "/run/c/1", "pid": 12, "annotations": {"a": "\\u003e=12 \\"q\\" \\ud83d\\ude00"}}',
+    json.dumps({"process": {"env": ["NVIDIA_REQUIRE_CUDA=cuda>=12.2", "X=é"]}, "n": [1.5, -2, None, True]}),
+    " [] ", '"x"', "1e3",
+])
+def test_loads_is_json_loads(text: str) -> None:
+    assert loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", "{", "{} {}", "{'a': 1}", "nul"])
+def test_loads_refuses_what_json_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        loads(text)
+
+
+@pytest.mark.parametrize("shadowed", [True, False])
+def test_hook_rebuilds_the_ld_cache_only_when_it_names_another_copy(tmp_path: Path, shadowed: bool) -> None:
+    """The hook process with `--ldconfig`: an image whose cache names its own libcuda.so.1 gets the
+    mounted directory written into its ld.so.conf.d (this image has no ldconfig, so it says so and
+    the container still starts); an image whose cache does not is left untouched."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    cache = real_ld_cache(tmp_path) if shadowed else None
+    (rootfs / "etc/ld.so.cache").write_bytes(cache.read_bytes() if cache else b"glibc-ld.so.cache1.1")
+    lib = "/usr/lib/x86_64-linux-gnu"
+    source = "/opt/nvidia/535.309.01/lib64/libcuda.so.535.309.01"
+    mounts = [{"destination": f"{d}/libcuda.so.1", "source": source, "options": ["ro", "rbind"]}
+              for d in (lib, LIB64)]
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib],
+                 config={"root": {"path": str(rootfs)}, "mounts": mounts})
+    assert r.returncode == 0
+    conf = rootfs / "etc/ld.so.conf.d/00-nodeprep-nvidia.conf"
+    if shadowed:
+        assert conf.read_text() == f"{lib}\n"
+        assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"
+    else:
+        assert not conf.exists() and r.stderr == ""
+
+
+def test_hook_follows_no_link_of_the_image(tmp_path: Path) -> None:
+    """The hook runs before pivot_root: an image's links would resolve against the node's root. A
+    cache that is a link is not read; a link in the ld.so.conf.d path is not written through."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    cache = real_ld_cache(tmp_path)
+    (rootfs / "etc/ld.so.cache").symlink_to(cache)  # would name a shadowing libcuda.so.1
+    lib = "/usr/lib/x86_64-linux-gnu"
+    config = {"root": {"path": str(rootfs)},
+              "mounts": [{"destination": f"{lib}/libcuda.so.1", "source": "/x", "options": ["rbind"]}]}
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib], config=config)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert not (rootfs / "etc/ld.so.conf.d").exists()
+
+    (rootfs / "etc/ld.so.cache").unlink()
+    (rootfs / "etc/ld.so.cache").write_bytes(cache.read_bytes())
+    outside = tmp_path / "node-etc"
+    outside.mkdir()
+    (rootfs / "etc/ld.so.conf.d").symlink_to(outside)
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib], config=config)
+    assert r.returncode == 0 and "a link in the image's /etc/ld.so.conf.d path" in r.stderr
+    assert list(outside.iterdir()) == []

@@ -54,8 +54,8 @@ def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> Non
         "/dev/nvidia-uvm-tools",
         "/dev/nvidia-modeset",
     ]
-    # no nvidia-cdi-hook on this node: nodeprep's own hook checks NVIDIA_REQUIRE_* and refreshes the
-    # image's ld cache for the library directory
+    # no nvidia-cdi-hook on this node: nodeprep's own hook checks NVIDIA_REQUIRE_* and rebuilds the
+    # image's ld cache when that cache names another copy of a mounted library
     (hook,) = edits["hooks"]
     assert hook["hookName"] == "createContainer" and hook["path"] == hook["args"][0]
     assert hook["args"][1:4] == ["-S", "-E", "-c"]
@@ -67,13 +67,16 @@ def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> Non
 def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
     spec = _spec(node_root, "tesla-t4_515.105.01.xml")
     mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
-    lib = "/usr/lib/x86_64-linux-gnu"
     base = f"/opt/nvidia/{VERSION}"
-    assert mounts[f"{lib}/libcuda.so.{VERSION}"] == f"{base}/lib64/libcuda.so.{VERSION}"
-    assert mounts[f"{lib}/libcuda.so.1"] == f"{base}/lib64/libcuda.so.{VERSION}"  # link from the artifact
-    assert (
-        mounts[f"{lib}/libnvidia-ml.so.1"] == f"{base}/lib64/libnvidia-ml.so.{VERSION}"
-    )  # made by ldconfig -n
+    # the default loader directories of Debian/Ubuntu (multiarch) and RHEL/UBI (lib64) images
+    for lib in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"):
+        assert mounts[f"{lib}/libcuda.so.{VERSION}"] == f"{base}/lib64/libcuda.so.{VERSION}"
+        assert mounts[f"{lib}/libcuda.so.1"] == f"{base}/lib64/libcuda.so.{VERSION}"  # link from the artifact
+        assert (
+            mounts[f"{lib}/libnvidia-ml.so.1"] == f"{base}/lib64/libnvidia-ml.so.{VERSION}"
+        )  # made by ldconfig -n
+    libs = [m for m in mounts if m.startswith("/usr/lib")]
+    assert len([m for m in libs if m.startswith("/usr/lib64/")]) * 2 == len(libs)
     assert mounts["/usr/bin/nvidia-smi"] == f"{base}/bin/nvidia-smi"
     assert not any("firmware" in h for h in mounts.values())
     for host in mounts.values():  # every mount source exists in the installed root

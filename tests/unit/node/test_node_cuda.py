@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeprep import cuda
 from nodeprep.errors import InputError
@@ -116,3 +120,25 @@ def test_check_requirement_messages() -> None:
 def test_malformed_requirements(bad: str, where: str) -> None:
     with pytest.raises(InputError, match="NVIDIA_REQUIRE_CUDA: " + where.replace("(", r"\(")):
         cuda.parse_requirement(bad, source="NVIDIA_REQUIRE_CUDA")
+
+
+# The requirement grammar as regular expressions (the way NVIDIA's toolkit documents it): nodeprep.cuda
+# parses it without `re` (the container hook imports it on every start); these say what it must accept.
+CONSTRAINT_GRAMMAR = r"(cuda|driver|arch|brand)(>=|<=|!=|==|>|<|=)([A-Za-z0-9][A-Za-z0-9._-]*)"
+CUDA_GRAMMAR = r"(\d+)\.(\d+)(?:\.\d+)?"
+ALPHABET = "cudarivebnt=<>!.,_-0123456789aZ é\u0663"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(
+    st.text(alphabet=ALPHABET, max_size=14),
+    st.builds("".join, st.lists(st.sampled_from(
+        ["cuda", "driver", "arch", "brand", ">=", "<=", "!=", "==", ">", "<", "=", "12", ".", "2", "x",
+         "-", "_", "535", "é"]), max_size=6)),
+))
+def test_constraint_and_version_parsing_follow_the_grammar(text: str) -> None:
+    m = re.fullmatch(CONSTRAINT_GRAMMAR, text)
+    assert cuda.split_constraint(text) == (m.groups() if m else None)
+    c = re.fullmatch(CUDA_GRAMMAR, text, flags=re.ASCII)
+    assert cuda.cuda_release(text) == ((int(c[1]), int(c[2])) if c else None)
+    assert cuda.is_version(text) == bool(re.fullmatch(r"\d+(\.\d+)*", text, flags=re.ASCII))
