@@ -100,10 +100,15 @@ class DebianArchive:
 
     def __init__(self, cache_dir: Path, *, os_name: str = targets.DEFAULT, arch: str = "amd64",
                  mirror: str | None = None, security_mirror: str | None = None,
-                 kernel: str | None = None, channel: str | None = None) -> None:
+                 kernel: str | None = None, channel: str | None = None, security: bool = True) -> None:
+        """`security=False` leaves the release's security suite out (its own lists directory): for
+        lookups where the newest security update does not matter and the security mirror's index
+        for that architecture may be unusable (a mirror in mid-sync serves a mismatched index)."""
         self.release = release(os_name, kernel, channel)
         self.arch = arch
-        self.dir = Path(cache_dir) / "apt" / f"{self.release.key}-{arch}"
+        self.security = security
+        suffix = "" if security else "-nosecurity"
+        self.dir = Path(cache_dir) / "apt" / f"{self.release.key}-{arch}{suffix}"
         self.debs = Path(cache_dir) / "debs"
         host_archive, host_security = host_mirrors()
         self.mirror = (mirror or os.environ.get("NODEPREP_DEBIAN_MIRROR") or host_archive or "").rstrip("/")
@@ -118,7 +123,7 @@ class DebianArchive:
         for d in ("lists/partial", "archives/partial", "etc/sources.list.d", "etc/preferences.d"):
             (self.dir / d).mkdir(parents=True, exist_ok=True)
         lines = [f"deb [signed-by={KEYRING}] {self.mirror} {s} {COMPONENTS}" for s in self.release.suites]
-        if self.security_mirror and self.release.security_suite:
+        if self.security and self.security_mirror and self.release.security_suite:
             lines.append(f"deb [signed-by={KEYRING}] {self.security_mirror} {self.release.security_suite} "
                          f"{COMPONENTS}")
         content = "\n".join(lines) + "\n"

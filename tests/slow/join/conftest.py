@@ -83,7 +83,9 @@ def gpu_node(  # type: ignore[no-untyped-def]
     run(["gcc", "-O2", "-o", work / "probe", work / "probe.c"])
     node = GpuNode(root=root, work=work)
     # glibc built for /lib64 (Debian 12's libc6-amd64, an i386 package) for the RHEL/UBI-like image
-    glibc = unpacked_deb(test_cache, "libc6-amd64", arch="i386")
+    # (from bookworm itself: any glibc 2.36 build will do, and the security mirror's i386 index has
+    # been seen mid-sync, "File has unexpected size", which would fail the whole fixture)
+    glibc = unpacked_deb(test_cache, "libc6-amd64", arch="i386", security=False)
     for layout in ("debian", "lib64"):
         node.rootfs[layout] = unpack_rootfs(tar, work / f"rootfs-{layout}", work / "probe", layout=layout,
                                             lib64_glibc=glibc)

@@ -118,12 +118,13 @@ def make_rootfs_tar(cache: Path) -> Path:
     return tar
 
 
-def unpacked_deb(test_cache: Path, package: str, *, os_name: str = "debian-12", arch: str = "amd64") -> Path:
+def unpacked_deb(test_cache: Path, package: str, *, os_name: str = "debian-12", arch: str = "amd64",
+                 security: bool = True) -> Path:
     """The newest .deb of `package` in `os_name`/`arch`, fetched through nodeprep's own archive
     access and unpacked once under the test cache (cdi/<deb name>)."""
     from nodeprep.sources.debian import DebianArchive
 
-    deb = DebianArchive(test_cache, os_name=os_name, arch=arch).download(package)
+    deb = DebianArchive(test_cache, os_name=os_name, arch=arch, security=security).download(package)
     dest = test_cache / "cdi" / deb.stem
     if not (dest / ".done").exists():
         shutil.rmtree(dest, ignore_errors=True)
