@@ -206,13 +206,13 @@ def check_archive(members: list[ra.M]) -> None:
             assert error.exit_code == 2 and "\n" not in str(error)
 
 
-@settings(derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of(member_lists(), self_loops()))
 def test_extraction_rules_fixed_seed(members: list[ra.M]) -> None:
     check_archive(members)
 
 
-@settings(derandomize=False, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(derandomize=False, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of(member_lists(), self_loops()))
 def test_extraction_rules_random(members: list[ra.M]) -> None:
     check_archive(members)
@@ -232,7 +232,7 @@ def safe_member_lists(draw: st.DrawFn) -> list[ra.M]:
     return members
 
 
-@settings(derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(safe_member_lists())
 def test_well_formed_archives_extract(members: list[ra.M]) -> None:
     """The rules are not so strict that they refuse what `pack` makes: files and relative links."""
