@@ -206,13 +206,15 @@ def check_archive(members: list[ra.M]) -> None:
             assert error.exit_code == 2 and "\n" not in str(error)
 
 
-@settings(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of(member_lists(), self_loops()))
 def test_extraction_rules_fixed_seed(members: list[ra.M]) -> None:
     check_archive(members)
 
 
-@settings(derandomize=False, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(derandomize=False, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of(member_lists(), self_loops()))
 def test_extraction_rules_random(members: list[ra.M]) -> None:
     check_archive(members)
