@@ -16,7 +16,9 @@ the same way (no server, no network stack), measured right before and right afte
 wave and averaged (the machine may be shared with other work).
 
 Printed per store and N (medians of --rounds interleaved rounds): aggregate MiB/s, the limit, their
-ratio, per-node p50/p99 fetch time over all rounds, failures. Goal: at N = 32, aggregate >= 70 %
+ratio, per-node p50/p99 fetch time over all rounds, failures, and where the CPU went: seconds per
+GiB delivered of the nodes, of the server (with its workers, from /proc) and of the limit's copy;
+the load average before and after. Goal: at N = 32, aggregate >= 70 %
 of the limit and no failure (exit 1 otherwise).
 """
 
