@@ -20,8 +20,8 @@ under the cache (`staging_store`), and the host pushes what it holds with the sa
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,8 @@ from typing import Any
 
 from .. import runner, targets
 from ..errors import InputError
+
+log = logging.getLogger(__name__)
 
 ENGINES = ("podman", "docker")
 REPO = Path(__file__).resolve().parents[2]
@@ -206,10 +208,6 @@ def check_engine(engine: str) -> str:
     return path
 
 
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def run_in_container(cb: ContainerBuild, *, capture: bool = False) -> runner.Result:
     """Build the image (cached by the engine) and run the build in it; its Result (stdout and
     stderr captured only with `capture`, else on this process's)."""
@@ -219,6 +217,7 @@ def run_in_container(cb: ContainerBuild, *, capture: bool = False) -> runner.Res
     cb.store.mkdir(parents=True, exist_ok=True)
     cb.cache.mkdir(parents=True, exist_ok=True)
     env = engine_env()
-    # the image build's output goes to stderr: stdout is the build's (its --json result)
-    runner.run(build_image_argv(cb), timeout=3600, env=env, on_line=_to_stderr)
+    # the image build's output is logged (stderr; its tail is in the error if it fails): stdout is
+    # the build's (its --json result)
+    runner.run(build_image_argv(cb), timeout=3600, env=env, on_line=log.info)
     return runner.run(run_argv(cb), capture=capture, check=False, timeout=4 * 3600, env=env)
