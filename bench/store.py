@@ -16,7 +16,9 @@ the same way (no server, no network stack), measured right before and right afte
 wave and averaged (the machine may be shared with other work).
 
 Printed per store and N (medians of --rounds interleaved rounds): aggregate MiB/s, the limit, their
-ratio, per-node p50/p99 fetch time over all rounds, failures. Goal: at N = 32, aggregate >= 70 %
+ratio, per-node p50/p99 fetch time over all rounds, failures, and where the CPU went: seconds per
+GiB delivered of the nodes, of the server (with its workers, from /proc) and of the limit's copy;
+the load average before and after. Goal: at N = 32, aggregate >= 70 %
 of the limit and no failure (exit 1 otherwise).
 """
 
@@ -26,6 +28,7 @@ import argparse
 import hashlib
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -106,13 +109,35 @@ def start_nginx(work: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
     sys.exit(f"nginx did not start: {(work / 'error.log').read_text()[-1000:]}")
 
 
-def _node(args: tuple[str, Any, str, str, str, Any]) -> tuple[float, int, str]:
-    """One node: the real fetch path into its own root. Returns (seconds, bytes, error)."""
+def cpu_self() -> float:
+    """CPU seconds (user + system) this process has used."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` and its descendants still running (nginx's
+    workers) from /proc; 0 for a process that is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                total += cpu_of(int(child))
+    except (OSError, IndexError, ValueError):
+        pass
+    return total
+
+
+def _node(args: tuple[str, Any, str, str, str, Any]) -> tuple[float, int, str, float]:
+    """One node: the real fetch path into its own root. Returns (seconds, bytes, error, CPU s)."""
     location, options, version, kernel, work, barrier = args
     root = Path(tempfile.mkdtemp(prefix="node-", dir=work))
     try:
         barrier.wait()
-        t = time.monotonic()
+        t, c = time.monotonic(), cpu_self()
         store = Store(location, options)
         entries = store.entries()
         us = artifact.find(entries, "userspace", version)
@@ -121,21 +146,21 @@ def _node(args: tuple[str, Any, str, str, str, Any]) -> tuple[float, int, str]:
         got = 0
         for e in (us, km):
             got += store.fetch(e, root / "var/cache/nodeprep").stat().st_size
-        return time.monotonic() - t, got, ""
+        return time.monotonic() - t, got, "", cpu_self() - c
     except Exception as e:  # a failure is a result here, counted and printed
-        return 0.0, 0, f"{type(e).__name__}: {e}"
+        return 0.0, 0, f"{type(e).__name__}: {e}", 0.0
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _copy_node(args: tuple[list[str], list[str], str, Any]) -> tuple[float, int, str]:
+def _copy_node(args: tuple[list[str], list[str], str, Any]) -> tuple[float, int, str, float]:
     """The limit: copy the same files from page cache into an own root, hashing them on the way
     (sha256, as the fetch path does while it downloads)."""
     files, digests, work, barrier = args
     root = Path(tempfile.mkdtemp(prefix="copy-", dir=work))
     try:
         barrier.wait()
-        t = time.monotonic()
+        t, c = time.monotonic(), cpu_self()
         got = 0
         for src, digest in zip(files, digests, strict=True):
             dest = root / Path(src).name
@@ -145,29 +170,33 @@ def _copy_node(args: tuple[list[str], list[str], str, Any]) -> tuple[float, int,
                     h.update(chunk)
                     fo.write(chunk)
             if h.hexdigest() != digest:
-                return 0.0, 0, f"{dest}: sha256 mismatch"
+                return 0.0, 0, f"{dest}: sha256 mismatch", 0.0
             got += dest.stat().st_size
-        return time.monotonic() - t, got, ""
+        return time.monotonic() - t, got, "", cpu_self() - c
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str]], make: Callable[[Any], Any]
-             ) -> dict[str, Any]:
+def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: Callable[[Any], Any],
+             server: tuple[int, ...] | list[int] = ()) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
     with ctx.Manager() as mgr:
         barrier = mgr.Barrier(n)
         with ctx.Pool(n) as pool:
             t = time.monotonic()
+            s0 = sum(cpu_of(p) for p in server)
             results = pool.map(fn, [make(barrier) for _ in range(n)])
+            server_cpu = sum(cpu_of(p) for p in server) - s0
             wall = time.monotonic() - t
     times = sorted(r[0] for r in results if not r[2])
     total = sum(r[1] for r in results)
     errors = [r[2] for r in results if r[2]]
     # aggregate over the span the fetches ran (the slowest node), not the pool's start-up
     span = max(times) if times else wall
+    gib = total / 2**30 or 1.0
     return {"n": n, "mib_s": total / span / 2**20 if span else 0.0, "bytes": total, "times": times,
-            "failures": len(errors), "errors": errors[:3]}
+            "failures": len(errors), "errors": errors[:3],
+            "node_cpu": sum(r[3] for r in results) / gib, "server_cpu": server_cpu / gib}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -209,11 +238,11 @@ def main() -> int:
     procs: list[Any] = []
     registry = None
     try:
-        locations: dict[str, tuple[str, Any]] = {}
+        locations: dict[str, tuple[str, Any, list[int]]] = {}
         if "http" in args.stores:
             proc, url = start_nginx(work / "nginx", store_dir)
             procs.append(proc)
-            locations["http (nginx)"] = (url, oci.Options())
+            locations["http (nginx)"] = (url, oci.Options(), [proc.pid])
         if "registry" in args.stores:
             registry = start_registry(work / "registry")
             auth = write_auth_file(work / "auth.json", registry.host)
@@ -221,24 +250,35 @@ def main() -> int:
             location = registry.url("bench/nvidia")
             reg = oci.connect(location, options, push=True)
             oci.publish_directory(reg, store_dir)
-            locations["registry (TLS+auth)"] = (location, options)
+            assert registry.proc is not None
+            locations["registry (TLS+auth)"] = (location, options, [registry.proc.pid])
         roots = work / "roots"
         roots.mkdir()
         print(f"per node: {per_node / 2**20:.1f} MiB ({us.name}, {km.name}); cores: {os.cpu_count()}")
+        print(f"load average before: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
+              f"{os.getloadavg()[2]:.1f}")
         print(f"{'store':<22}{'N':>4}{'MiB/s':>10}{'limit MiB/s':>13}{'ratio':>8}{'p50 s':>8}{'p99 s':>8}"
-              f"{'fail':>6}")
+              f"{'fail':>6}{'CPU s/GiB node/server/limit':>30}")
         missed = []
+        limit_cpu: list[float] = []
+
         def limit_now(n: int) -> float:
-            return float(run_wave(n, _copy_node, lambda b: (files, digests, str(roots), b))["mib_s"])
+            res = run_wave(n, _copy_node, lambda b: (files, digests, str(roots), b))
+            limit_cpu.append(res["node_cpu"])
+            return float(res["mib_s"])
 
         for n in counts:
-            for name, (loc, opts) in locations.items():
+            for name, (loc, opts, pids) in locations.items():
                 rates, limits, ratios, times, failures, errors = [], [], [], [], 0, []
+                node_cpu, server_cpu = [], []
+                limit_cpu.clear()
                 for _ in range(args.rounds):
                     # the limit right before and right after the store's wave (the machine is shared)
                     before = limit_now(n)
                     res = run_wave(n, _node, lambda b, loc=loc, opts=opts: (
-                        loc, opts, build.driver_version, build.kernel_release, str(roots), b))
+                        loc, opts, build.driver_version, build.kernel_release, str(roots), b), pids)
+                    node_cpu.append(res["node_cpu"])
+                    server_cpu.append(res["server_cpu"])
                     limit = (before + limit_now(n)) / 2
                     rates.append(res["mib_s"])
                     limits.append(limit)
@@ -249,11 +289,15 @@ def main() -> int:
                 ratio = statistics.median(ratios)
                 print(f"{name:<22}{n:>4}{statistics.median(rates):>10.0f}{statistics.median(limits):>13.0f}"
                       f"{ratio:>8.0%}{percentile(times, 0.5):>8.2f}{percentile(times, 0.99):>8.2f}"
-                      f"{failures:>6}   (ratios {', '.join(f'{r:.0%}' for r in ratios)})", flush=True)
+                      f"{failures:>6}{statistics.median(node_cpu):>12.2f}/{statistics.median(server_cpu):.2f}/"
+                      f"{statistics.median(limit_cpu):.2f}   (ratios "
+                      f"{', '.join(f'{r:.0%}' for r in ratios)})", flush=True)
                 for err in errors[:3]:
                     print(f"    failure: {err}")
                 if n == max(counts) and (ratio < GOAL or failures):
                     missed.append(f"{name} at N={n}: {ratio:.0%} of the limit, {failures} failures")
+        print(f"load average after: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
+              f"{os.getloadavg()[2]:.1f}")
         goals = Goals()
         goals.check(f"every store >= {GOAL:.0%} of the limit at N={max(counts)}, no failures", not missed)
         if missed:

@@ -11,12 +11,18 @@ the same arguments:
   `nodeprep-builder:<os>-<kernel>`; `--kernel` is required) and runs `--builder host` inside.
 
 Only the argv is built here; `run_in_container` checks that the engine exists and answers first.
+
+An `oci://` store never enters the container: the container builds into a fresh directory store
+under the cache (`staging_store`), and the host pushes what it holds with the same code as
+`nodeprep artifacts push` (nodeprep/commands/build.py), so registry credentials stay on the host
+(not in the container's argv, environment or mounts).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Sequence
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +30,18 @@ from typing import Any
 from .. import runner, targets
 from ..errors import InputError
 
+log = logging.getLogger(__name__)
+
 ENGINES = ("podman", "docker")
 REPO = Path(__file__).resolve().parents[2]
+# The engine's own configuration passed through to it (runner.run starts commands with a clean
+# environment): which engine/daemon, its config and storage files. Nothing of it reaches the
+# container (no --env-host; the container gets only the -e of run_argv).
+ENGINE_ENV = (
+    "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "CONTAINER_HOST",
+    "CONTAINER_CONNECTION", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY",
+    "DOCKER_CERT_PATH", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME",
+)
 
 
 def inner_builder(os_name: str) -> str:
@@ -161,6 +177,20 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
     )
 
 
+def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The ENGINE_ENV variables set in `environ` (default: this process's environment)."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in ENGINE_ENV if k in env}
+
+
+def staging_store(cache: Path) -> Path:
+    """A fresh, empty directory store under `<cache>/oci-publish/` for one container build whose
+    result the host pushes to a registry (everything in it is that build's; remove it after)."""
+    parent = cache / "oci-publish"
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="container-", dir=parent))
+
+
 def check_engine(engine: str) -> str:
     if engine not in ENGINES:
         raise InputError(f"--builder: {engine!r} is not one of chroot, {', '.join(ENGINES)}")
@@ -169,7 +199,7 @@ def check_engine(engine: str) -> str:
         raise InputError(
             f"--builder {engine}: {engine} is not installed (use --builder chroot, or install {engine})"
         )
-    res = runner.run([engine, "info"], check=False, timeout=30)
+    res = runner.run([engine, "info"], check=False, timeout=30, env=engine_env())
     if res.returncode != 0:
         first = (res.stderr or res.stdout).strip().splitlines()
         raise InputError(
@@ -178,12 +208,16 @@ def check_engine(engine: str) -> str:
     return path
 
 
-def run_in_container(cb: ContainerBuild, argv_hook: Sequence[str] | None = None) -> int:
-    """Build the image (cached by the engine) and run the build in it; returns its exit code."""
+def run_in_container(cb: ContainerBuild, *, capture: bool = False) -> runner.Result:
+    """Build the image (cached by the engine) and run the build in it; its Result (stdout and
+    stderr captured only with `capture`, else on this process's)."""
     check_engine(cb.engine)
     if not cb.containerfile.is_file():
         raise InputError(f"--builder {cb.engine}: no {cb.containerfile} for OS {cb.os_name}")
     cb.store.mkdir(parents=True, exist_ok=True)
     cb.cache.mkdir(parents=True, exist_ok=True)
-    runner.run(build_image_argv(cb), capture=False, timeout=3600)
-    return runner.run(run_argv(cb), capture=False, check=False, timeout=4 * 3600).returncode
+    env = engine_env()
+    # the image build's output is logged (stderr; its tail is in the error if it fails): stdout is
+    # the build's (its --json result)
+    runner.run(build_image_argv(cb), timeout=3600, env=env, on_line=log.info)
+    return runner.run(run_argv(cb), capture=capture, check=False, timeout=4 * 3600, env=env)

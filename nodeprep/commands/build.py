@@ -18,7 +18,7 @@ import click
 
 from .. import artifact, log, targets
 from ..build import parallel
-from ..errors import InputError
+from ..errors import InputError, NodeprepError
 from ..paths import DEFAULT_STORE, default_cache
 from ..stores.verify import verify_store
 from . import progress as render
@@ -91,6 +91,38 @@ def _push(location: str, staging: Path, names: list[str] | None, options: Any, a
     if not as_json:
         click.echo(f"pushed {count} artifacts to {location}; index {digest}", err=True)
     return digest
+
+
+def _container_to_registry(builder: str, req: Any, registry: str, options: Any, as_json: bool) -> int:
+    """build-driver --builder podman|docker --store oci://...: the container builds into a fresh
+    directory store under the cache (it never sees the registry or its credentials); on success
+    the host pushes everything in it, then removes it. Returns the container's exit code."""
+    import dataclasses
+    import json
+    import shutil
+
+    from ..build import container
+
+    staging = container.staging_store(req.cache)
+    try:
+        cb = container.for_request(builder, dataclasses.replace(req, store=staging), as_json=as_json)
+        res = container.run_in_container(cb, capture=as_json)
+        if as_json:
+            sys.stderr.write(res.stderr)
+        if res.returncode != 0:
+            sys.stdout.write(res.stdout)
+            return res.returncode
+        names = [e.name for e in artifact.LocalStore(staging).entries()]
+        pushed = _push(registry, staging, names, options, as_json)
+        if as_json:
+            try:
+                emit_json({**json.loads(res.stdout), "pushed_index": pushed})
+            except ValueError:
+                raise NodeprepError(f"--builder {builder}: the build in the container printed no JSON "
+                                    "result") from None
+        return 0
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[str]:
@@ -271,10 +303,11 @@ def build_driver_cmd(
     )
     validate_request(req)
     if in_container:
-        cb = container.for_request(builder, req, as_json=as_json)
-        code = container.run_in_container(cb)
-        if code == 0 and registry:
-            _push(registry, store_dir, None, options, as_json)
+        if registry:
+            code = _container_to_registry(builder, req, registry, options, as_json)
+        else:
+            cb = container.for_request(builder, req, as_json=as_json)
+            code = container.run_in_container(cb).returncode
         click.get_current_context().exit(code)
     parallel.sigterm_as_interrupt()
     with _progress_renderer() as progress:

@@ -6,10 +6,13 @@ measure). Only the light labels bench is run for real; the heavy ones are never 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from types import ModuleType
 
 import pytest
@@ -97,3 +100,20 @@ def test_smoke_bench_picks_the_newest_kernel_by_abi_number() -> None:
     assert smoke.newest_kernel(names) == "6.1.0-100-amd64"
     with pytest.raises(SystemExit, match="no linux-image-6.1.0"):
         smoke.newest_kernel(["linux-image-amd64"])
+
+
+def test_store_bench_counts_the_cpu_of_a_server_and_its_workers() -> None:
+    """bench/store.py's cpu_of: a server's CPU includes its still running descendants (nginx's
+    workers); a process that is gone counts 0."""
+    store = load("store")
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    proc = subprocess.Popen(["sh", "-c", f"{sys.executable} -c '{burn}' & wait"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while store.cpu_of(proc.pid) < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.cpu_of(proc.pid) >= 0.25
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the shell and its python child: the group we started
+        proc.wait()
+    assert store.cpu_of(proc.pid) == 0.0

@@ -4,6 +4,8 @@ test_oci_registry.py for what is real)."""
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +32,7 @@ class Published:
 
 @pytest.fixture(scope="session")
 def published(real_build, oci_registry: Registry,  # type: ignore[no-untyped-def]
-              tmp_path_factory: pytest.TempPathFactory) -> Published:
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
     work = tmp_path_factory.mktemp("oci-client")
     auth = write_auth_file(work / "config.json", oci_registry.host)
     location = oci_registry.url(REPO_NAME)
@@ -42,7 +44,11 @@ def published(real_build, oci_registry: Registry,  # type: ignore[no-untyped-def
     us = artifact.find(entries, "userspace", real_build.driver_version)
     if kmod is None or us is None:
         pytest.fail(f"the real build's store lacks the kmod or the user space: {real_build.store}")
-    return Published(oci_registry, location, auth, json.loads(r.stdout)["index"],
-                     real_build.driver_version, real_build.kernel_release, kmod, us)
+    yield Published(oci_registry, location, auth, json.loads(r.stdout)["index"],
+                    real_build.driver_version, real_build.kernel_release, kmod, us)
+    # the staging stores build-driver/build-matrix made for this session's registry (its port is
+    # new each session, so nothing later reuses them)
+    shutil.rmtree(Path(real_build.cache) / "oci-publish" / oci_registry.host.replace(":", "_"),
+                  ignore_errors=True)
 
 

@@ -65,13 +65,14 @@ def assert_refused(r, code: int, needle: str) -> None:  # type: ignore[no-untype
     assert "s3cret" not in r.stderr + r.stdout
 
 
-def registry_get(p: Published, path: str, accept: str = "application/json") -> bytes:
+def registry_get(p: Published, path: str, accept: str = "application/json", *,
+                 repo: str = REPO_NAME) -> bytes:
     import base64
 
     from tests.support.registry import PASSWORD, USER
 
     basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    req = urllib.request.Request(f"https://{p.registry.host}/v2/{REPO_NAME}/{path}",
+    req = urllib.request.Request(f"https://{p.registry.host}/v2/{repo}/{path}",
                                  headers={"Accept": accept, "Authorization": "Basic " + basic})
     ctx = ssl.create_default_context(cafile=str(p.registry.ca))
     with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:

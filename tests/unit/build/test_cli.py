@@ -277,3 +277,18 @@ def test_artifacts_list_over_http(tmp_path):
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
+
+
+def test_container_engine_env_and_registry_staging(tmp_path):
+    """The engine gets only its own configuration variables (never a registry credentials path),
+    and a registry build's container gets a fresh directory store under the cache as /store."""
+    env = {"CONTAINERS_CONF": "/etc/c.conf", "DOCKER_HOST": "unix:///run/d.sock", "PATH": "/usr/bin",
+           "NODEPREP_REGISTRY_AUTH": str(tmp_path / "config.json"), "HTTPS_PROXY": "http://p:3128"}
+    assert container.engine_env(env) == {"CONTAINERS_CONF": "/etc/c.conf",
+                                         "DOCKER_HOST": "unix:///run/d.sock"}
+    first, second = container.staging_store(tmp_path), container.staging_store(tmp_path)
+    assert first != second and first.parent == second.parent == tmp_path / "oci-publish"
+    assert not list(first.iterdir())
+    cb = container.for_request("podman", BuildRequest(store=first, cache=tmp_path))
+    argv = container.run_argv(cb)
+    assert f"{first.resolve()}:/store" in argv and not any("oci://" in a for a in argv)
