@@ -26,7 +26,6 @@ from typing import Any
 from .. import download
 from ..errors import InputError, NodeprepError
 from ..stores import is_oci
-from .crash import crash_point
 from .fsutil import atomic_write, fsync_dir
 from .hooks import ActivationHooks
 from .kmod import running_kernel
@@ -310,7 +309,6 @@ def kernel_removed(root: Path, kernel: str) -> HookResult:
             doomed = kdir.parent / f".removing-{kernel}-{os.getpid()}"
             os.rename(kdir, doomed)
             fsync_dir(kdir.parent)
-            crash_point("kernel-hook:kmod-renamed")
             shutil.rmtree(doomed)
             removed.append(layout.node_path(kdir))
     message = (f"nodeprep kernel hook: removed the NVIDIA modules of kernel {kernel} ({', '.join(removed)})"
