@@ -172,8 +172,8 @@ def render_hold(value: str, kernel: str, kept: str, version: str) -> str:
     return (
         f"# Written by nodeprep (kernel hook, driver.keep_boot_kernel): kernel {kernel} has no NVIDIA\n"
         f"# {version} modules in the store, so the boot default stays on {kept}, which has them.\n"
-        f"# nodeprep removes this file when a newly installed kernel gets its modules; to undo it by\n"
-        f"# hand, delete it and run update-grub (docs/node.md, \"Kernel updates\").\n"
+        f"# nodeprep removes this file once every installed kernel has them; to undo it by hand,\n"
+        f"# delete it and run update-grub (docs/node.md, \"Kernel updates\").\n"
         f"GRUB_DEFAULT={shlex.quote(value)}\n"
     )
 
@@ -200,9 +200,13 @@ def hold_boot(layout: Layout, kernel: str, kept: str, version: str) -> Path:
     return path
 
 
-def release_hold(layout: Layout) -> Path | None:
+def release_hold(layout: Layout, kernels: tuple[str, ...]) -> Path | None:
+    """Remove the boot-default drop-in once every installed kernel (an image in ROOT/boot) has the
+    driver's modules (`kernels`): until then the newest kernel may still be one without them."""
     path = layout.root / HOLD_FILE
-    if not path.exists():
+    images = (p.name.removeprefix("vmlinuz-") for p in (layout.root / "boot").glob("vmlinuz-*"))
+    lacking = [k for k in images if k not in kernels and _installed_kernel(layout, k)]
+    if not path.exists() or lacking:
         return None
     path.unlink()
     fsync_dir(path.parent)
@@ -244,7 +248,7 @@ def kernel_installed(root: Path, kernel: str, *, hooks: ActivationHooks) -> Hook
         return HookResult("postinst", kernel, version, message=f"nodeprep kernel hook: {why}; nothing to do")
     have = state.installed[version].kernels
     if kernel in have:
-        hold = release_hold(layout)
+        hold = release_hold(layout, have)
         return HookResult("postinst", kernel, version, changed=hold is not None,
                           boot_hold=_node(layout, hold),
                           message=f"nodeprep kernel hook: {version} already has modules for {kernel}")
@@ -258,7 +262,7 @@ def kernel_installed(root: Path, kernel: str, *, hooks: ActivationHooks) -> Hook
                                       insecure_http=config.insecure_http))
     except NodeprepError as e:
         return _missing(layout, kernel, version, have, config, str(e))
-    hold = release_hold(layout)
+    hold = release_hold(layout, (*have, kernel))
     return HookResult("postinst", kernel, version, changed=True, boot_hold=_node(layout, hold),
                       message=f"nodeprep kernel hook: installed the NVIDIA {version} modules "
                       f"for kernel {kernel}"
@@ -311,6 +315,10 @@ def kernel_removed(root: Path, kernel: str) -> HookResult:
             fsync_dir(kdir.parent)
             shutil.rmtree(doomed)
             removed.append(layout.node_path(kdir))
+        active = state.installed.get(state.active or "")
+        hold = release_hold(layout, tuple(k for k in active.kernels if k != kernel)) if active else None
+        if hold:  # the kernel that lacked the driver is gone
+            removed.append(layout.node_path(hold))
     message = (f"nodeprep kernel hook: removed the NVIDIA modules of kernel {kernel} ({', '.join(removed)})"
                if removed else f"nodeprep kernel hook: no NVIDIA modules for kernel {kernel}")
     return HookResult("postrm", kernel, changed=bool(removed), message=message, removed=tuple(removed))

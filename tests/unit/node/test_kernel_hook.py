@@ -179,3 +179,19 @@ def test_install_records_node_paths(tmp_path: Path) -> None:
     assert kernelhook.node_view(layout, "oci://reg.example/gpu/drivers") == "oci://reg.example/gpu/drivers"
     assert kernelhook.node_view(layout, "https://h.example/s") == "https://h.example/s"
     assert os.path.basename(kernelhook.hook_path(layout, "postinst")) == "nodeprep"
+
+
+def test_the_boot_default_stays_kept_while_an_installed_kernel_lacks_modules(tmp_path: Path) -> None:
+    root = node_root(tmp_path, store="/srv/no-store", keep=True)
+    (root / "boot" / f"vmlinuz-{K_NEW}").touch()
+    assert CliRunner().invoke(main, ["kernel-hook", "postinst", K_NEW, "--root", str(root)]).exit_code == 1
+    hold = root / kernelhook.HOLD_FILE
+    assert hold.is_file()
+    r = CliRunner().invoke(main, ["kernel-hook", "postinst", K_OLD, "--root", str(root), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["boot_hold"] is None
+    assert hold.is_file()  # K_NEW, the newest kernel, still has no modules
+    (root / "boot" / f"vmlinuz-{K_NEW}").unlink()  # K_NEW removed
+    (root / "lib/modules" / K_NEW / "kernel").rmdir()
+    r = CliRunner().invoke(main, ["kernel-hook", "postinst", K_OLD, "--root", str(root), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["boot_hold"] == f"/{kernelhook.HOLD_FILE}"
+    assert not hold.exists()
