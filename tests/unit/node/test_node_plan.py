@@ -77,6 +77,12 @@ def test_fresh_root_plan_then_install(store: Path, tmp_path: Path) -> None:
     assert not again.changes
     _, same = ops.plan(root, str(store), V, kernel=KERNEL, activate=True)
     assert not same.changes and same.kernel_hook is not None and same.kernel_hook.recorded
+    written = {p: p.stat().st_mtime_ns for p in (root / "etc/kernel/postinst.d/nodeprep",
+                                                root / "etc/kernel/postrm.d/nodeprep",
+                                                root / "var/lib/nodeprep/state.json")}
+    rerun = install(store, root, KERNEL, "--json")
+    assert rerun.exit_code == 0 and json.loads(rerun.stdout)["changed"] is False, rerun.output
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # a re-run with no change wrote nothing
     shown = install(store, root, KERNEL, "--check")
     assert "nothing to do" in shown.output and f"{V} is already active" in shown.output
 
