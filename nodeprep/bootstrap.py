@@ -353,7 +353,7 @@ def step_driver(ctx: Context) -> dict[str, Any]:
 
     result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
                      activate=True, load=False, modules=tuple(drv.modules), store_options=options,
-                     hooks=HOOKS)
+                     hooks=HOOKS, keep_boot_kernel=drv.keep_boot_kernel)
     data = result.to_dict()
     data["summary"] = (f"{result.version} active for kernel {result.kernel}"
                        + ("" if result.changed else " (already installed)"))

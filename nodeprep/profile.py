@@ -74,6 +74,7 @@ class Driver:
     ca_file: str | None = None
     insecure_http: bool = False
     persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
+    keep_boot_kernel: bool = False  # kernel hook: keep booting a kernel that has the driver
 
 
 @dataclass(frozen=True)
@@ -570,6 +571,14 @@ FIELDS: tuple[Field, ...] = (
         _enum("any", "enabled", "disabled"),
         {"enum": ["any", "enabled", "disabled"]},
         "GPU persistence mode the self-test (nodeprep verify-gpus) expects on every GPU",
+    ),
+    Field(
+        "driver",
+        "keep_boot_kernel",
+        _bool,
+        _BOOL,
+        "When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
+        "default (GRUB) on a kernel that has them",
     ),
     # labels
     Field(

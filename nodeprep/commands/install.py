@@ -68,6 +68,11 @@ def _print_notes(notes: tuple[str, ...]) -> None:
     "--check", "check_only", is_flag=True,
     help="Print what would change (the plan) and change nothing; no artifact is fetched.",
 )
+@click.option(
+    "--keep-boot-kernel", is_flag=True,
+    help="When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
+    "default (GRUB) on a kernel that has them.",
+)
 @modules_option
 @registry_options
 @root_option
@@ -81,6 +86,7 @@ def install_cmd(
     do_activate: bool,
     no_load: bool,
     check_only: bool,
+    keep_boot_kernel: bool,
     modules: str,
     registry_auth: str | None,
     ca_file: str | None,
@@ -93,6 +99,7 @@ def install_cmd(
         _, todo = ops.plan(
             root, store, version, kernel=kernel, flavour=flavour, arch=arch, activate=do_activate,
             modules=_modules(modules), store_options=store_options(registry_auth, ca_file, insecure_http),
+            keep_boot_kernel=keep_boot_kernel,
         )
         if as_json:
             emit_json(todo.to_dict())
@@ -111,6 +118,7 @@ def install_cmd(
         modules=_modules(modules),
         store_options=store_options(registry_auth, ca_file, insecure_http),
         hooks=HOOKS,
+        keep_boot_kernel=keep_boot_kernel,
     )
     if as_json:
         emit_json(result.to_dict())
@@ -141,6 +149,11 @@ def _print_plan(todo: InstallPlan) -> None:
         click.echo(f"{version} is already active")
     for path in act.drift if act else ():
         click.echo(f"would rewrite {path}")
+    hook = todo.kernel_hook
+    for path in hook.write if hook else ():
+        click.echo(f"would write the kernel hook {path}")
+    if hook is not None and not hook.recorded:
+        click.echo("would record the kernel hook's store and options in state.json")
     _print_notes(tuple(n for n in todo.notes if not n.endswith("(the store was not read)")))
     if not todo.changes:
         click.echo("nothing to do")
@@ -262,4 +275,30 @@ def load_modules_cmd(modules: str, as_json: bool) -> None:
         click.echo(f"loaded {modules}; created {', '.join(made) or 'no new device nodes'}", err=True)
 
 
-COMMANDS: list = [install_cmd, activate_cmd, rollback_cmd, list_cmd, remove_cmd, doctor_cmd, load_modules_cmd]
+@click.command("kernel-hook")
+@click.argument("event", type=click.Choice(["postinst", "postrm"]))
+@click.argument("kernel")
+@click.argument("image", required=False)
+@root_option
+@json_option
+def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_json: bool) -> None:
+    """Run by /etc/kernel/{postinst,postrm}.d/nodeprep for KERNEL: install (or, once removed, delete)
+    the active driver's modules for it. Exit 1 with one line when the store has none for it."""
+    from ..node import kernelhook
+
+    if event == "postinst":
+        result = kernelhook.kernel_installed(root, kernel, hooks=HOOKS)
+    else:
+        result = kernelhook.kernel_removed(root, kernel)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(result.message, err=True)
+    if not result.ok:
+        raise SystemExit(1)
+
+
+COMMANDS: list = [
+    install_cmd, activate_cmd, rollback_cmd, list_cmd, remove_cmd, doctor_cmd, load_modules_cmd,
+    kernel_hook_cmd,
+]

@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
 from ..sysfs import read_attr
-from . import complete, support, system
+from . import complete, kernelhook, support, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
@@ -188,13 +188,17 @@ def _live_kernel(layout: Layout) -> str | None:
 
 
 def _plan_install(
-    layout: Layout, index: Callable[[], list[IndexEntry]], request: InstallRequest, modules: tuple[str, ...]
+    layout: Layout, index: Callable[[], list[IndexEntry]], request: InstallRequest, modules: tuple[str, ...],
+    hook: kernelhook.HookConfig | None,
 ) -> InstallPlan:
-    """plan_install over this root's state, reading the store's index only when it is needed."""
+    """plan_install over this root's state, reading the store's index only when it is needed.
+    `hook`: the kernel hook to set up (None: none)."""
     state = load_state(layout.root)
     entries = index() if needs_index(state, request.version, request.kernel) else None
     drift = system.drift(layout, modules) if request.activate else ()
-    return plan_install(state, request, entries, live_kernel=_live_kernel(layout), drift=drift)
+    hook_drift = kernelhook.drift(layout, system.nodeprep_command(layout)) if hook else ()
+    return plan_install(state, request, entries, live_kernel=_live_kernel(layout), drift=drift,
+                        kernel_hook=hook.to_dict() if hook else None, hook_drift=hook_drift)
 
 
 def plan(
@@ -208,6 +212,8 @@ def plan(
     activate: bool = False,
     modules: tuple[str, ...] = DEFAULT_LOAD,
     store_options: StoreOptions | None = None,
+    keep_boot_kernel: bool = False,
+    kernel_hook: bool = True,
 ) -> tuple[State, InstallPlan]:
     """What install() with these arguments would change (nothing written, no artifact fetched):
     the node's state now and the plan. `nodeprep install --check` and Ansible's check mode."""
@@ -215,7 +221,8 @@ def plan(
     request = _request(layout, version, kernel, flavour, arch, activate)
     state = load_state(layout.root)
     src = Store(store, store_options or StoreOptions())
-    return state, _plan_install(layout, src.entries, request, modules)
+    hook = _hook_config(layout, store, arch, store_options, keep_boot_kernel) if kernel_hook else None
+    return state, _plan_install(layout, src.entries, request, modules, hook)
 
 
 def install(
@@ -231,23 +238,28 @@ def install(
     load: bool = True,
     modules: tuple[str, ...] = DEFAULT_LOAD,
     store_options: StoreOptions | None = None,
+    keep_boot_kernel: bool = False,
+    kernel_hook: bool = True,
 ) -> InstallResult:
     """Install user space + kmod of `version` from `store` into ROOT/opt/nvidia/<version>.
     `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py);
-    `hooks`: what follows an activation above the node (nodeprep.join.activation.HOOKS)."""
+    `hooks`: what follows an activation above the node (nodeprep.join.activation.HOOKS);
+    `kernel_hook`: record the store and write the kernel hooks (kernelhook.py) that install this
+    driver's modules for kernels installed later; `keep_boot_kernel` is the hook's boot-default choice."""
     layout = Layout(Path(root))
     request = _request(layout, version, kernel, flavour, arch, activate)
     rel = request.kernel
     src = Store(store, store_options or StoreOptions())
     # Planned before taking the lock (bad input fails fast, nothing changed), then again under it.
     index = functools.cache(src.entries)  # read at most once, and only when something is missing
-    first = _plan_install(layout, index, request, modules)
+    hook = _hook_config(layout, store, arch, store_options, keep_boot_kernel) if kernel_hook else None
+    first = _plan_install(layout, index, request, modules, hook)
     if first.userspace is not None and first.kmod is not None and src.local is not None:
         _require_support(layout, src, first.userspace, first.kmod, version)  # the node's GPUs first
     with locked(layout):
         crash_point("install:locked")
         clean_leftovers(layout)
-        todo = _plan_install(layout, index, request, modules)
+        todo = _plan_install(layout, index, request, modules, hook)
         if todo.new_version:
             assert todo.userspace is not None and todo.kmod is not None
             with step(f"Installing NVIDIA driver {version} for kernel {rel}"):
@@ -269,8 +281,13 @@ def install(
             },
         )
         changed = installed_us or installed_kmod
+        if todo.kernel_hook is not None:
+            state = replace(state, kernel_hook=todo.kernel_hook.record)
+            changed |= not todo.kernel_hook.recorded
         save_state(layout, state, point="install:state-tmp")
         crash_point("install:state-written")
+        if todo.kernel_hook is not None and todo.kernel_hook.write:
+            changed |= kernelhook.write_hooks(layout, system.nodeprep_command(layout))
         activation = None
         if activate:
             activation = _activate(
@@ -290,6 +307,17 @@ def install(
         activation=activation,
         notes=todo.notes,
     )
+
+
+def _hook_config(layout: Layout, store: str, arch: str, options: StoreOptions | None,
+                 keep_boot_kernel: bool) -> kernelhook.HookConfig:
+    """What the kernel hook needs, as the node sees it (paths under --root lose the prefix)."""
+    opts = options or StoreOptions()
+    return kernelhook.HookConfig(
+        store=str(kernelhook.node_view(layout, store)), arch=arch,
+        registry_auth=kernelhook.node_view(layout, opts.registry_auth),
+        ca_file=kernelhook.node_view(layout, opts.ca_file), insecure_http=opts.insecure_http,
+        keep_boot_kernel=keep_boot_kernel)
 
 
 def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntry, version: str) -> None:

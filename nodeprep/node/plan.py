@@ -50,6 +50,23 @@ class ActivatePlan:
 
 
 @dataclass(frozen=True)
+class KernelHookPlan:
+    """The kernel hook an install sets up (nodeprep.node.kernelhook): its record in state.json and
+    the hook scripts under /etc/kernel."""
+
+    record: dict[str, Any]  # state.json's kernel_hook after the install
+    recorded: bool  # state.json records exactly that already
+    write: tuple[str, ...] = ()  # node paths of hook scripts that are missing or differ
+
+    @property
+    def changes(self) -> bool:
+        return not self.recorded or bool(self.write)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"record": self.record, "update_record": not self.recorded, "write": list(self.write)}
+
+
+@dataclass(frozen=True)
 class InstallPlan:
     request: InstallRequest
     userspace: IndexEntry | None  # the store's user space of the version (None: the index was not read)
@@ -57,19 +74,23 @@ class InstallPlan:
     new_version: bool  # the version is not installed: unpack `userspace` and `kmod` into a new root
     activation: ActivatePlan | None
     notes: tuple[str, ...] = ()
+    kernel_hook: KernelHookPlan | None = None  # None: the install sets up no kernel hook
 
     @property
     def changes(self) -> bool:
-        return bool(self.new_version or self.kmod or (self.activation and self.activation.changes))
+        return bool(self.new_version or self.kmod or (self.activation and self.activation.changes)
+                    or (self.kernel_hook and self.kernel_hook.changes))
 
     def after(self, state: State) -> State:
         """The state this plan leaves behind (the Ansible diff's `after`)."""
         have = state.installed.get(self.request.version) or Installed(version=self.request.version)
         kernels = tuple(sorted(set(have.kernels) | {self.request.kernel}))
         installed = {**state.installed, self.request.version: replace(have, kernels=kernels)}
+        hook = self.kernel_hook.record if self.kernel_hook else state.kernel_hook
         if self.activation is None or not self.activation.switch:
-            return replace(state, installed=installed)
-        return replace(state, installed=installed, active=self.request.version, previous=state.active)
+            return replace(state, installed=installed, kernel_hook=hook)
+        return replace(state, installed=installed, kernel_hook=hook, active=self.request.version,
+                       previous=state.active)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +100,7 @@ class InstallPlan:
             "install_userspace": self.userspace.name if self.new_version and self.userspace else None,
             "install_kmod": self.kmod.name if self.kmod else None,
             "activation": self.activation.to_dict() if self.activation else None,
+            "kernel_hook": self.kernel_hook.to_dict() if self.kernel_hook else None,
             "notes": list(self.notes),
         }
 
@@ -102,10 +124,13 @@ def needs_index(state: State, version: str, kernel: str) -> bool:
 def plan_install(
     state: State, request: InstallRequest, entries: list[IndexEntry] | None, *,
     live_kernel: str | None = None, drift: tuple[str, ...] = (),
+    kernel_hook: dict[str, Any] | None = None, hook_drift: tuple[str, ...] = (),
 ) -> InstallPlan:
     """The install of `request` on a node in `state` from a store with index `entries` (None when
     needs_index() said no). `live_kernel`: the running kernel of a live system; `drift`: files an
-    activation would rewrite (system.drift)."""
+    activation would rewrite (system.drift); `kernel_hook`: the kernel hook's record to keep in
+    state.json (None: no kernel hook), `hook_drift`: its scripts that are missing or differ
+    (kernelhook.drift)."""
     version, kernel = request.version, request.kernel
     have = state.installed.get(version)
     notes: list[str] = []
@@ -129,8 +154,10 @@ def plan_install(
         after = replace(state, installed=installed)
         activation = plan_activate(after, version, kernel=None if live_kernel else kernel,
                                    live_kernel=live_kernel, drift=drift)
+    hook = None if kernel_hook is None else KernelHookPlan(
+        record=kernel_hook, recorded=state.kernel_hook == kernel_hook, write=hook_drift)
     return InstallPlan(request=request, userspace=us, kmod=kmod, new_version=have is None,
-                       activation=activation, notes=tuple(notes))
+                       activation=activation, notes=tuple(notes), kernel_hook=hook)
 
 
 def plan_activate(

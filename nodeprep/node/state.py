@@ -44,12 +44,14 @@ class State:
     installed: dict[str, Installed] = field(default_factory=dict)
     active: str | None = None
     previous: str | None = None
+    kernel_hook: dict[str, Any] | None = None  # what the kernel hook needs (kernelhook.HookConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": STATE_FORMAT,
             "active": self.active,
             "previous": self.previous,
+            "kernel_hook": self.kernel_hook,
             "installed": {
                 v: {**asdict(i), "kernels": list(i.kernels)}
                 for v, i in sorted(self.installed.items(), key=lambda kv: version_key(kv[0]))
@@ -130,7 +132,9 @@ def load_state(root: Path) -> State:
     previous = recorded.get("previous")
     if previous not in installed or previous == active:
         previous = None
-    return State(installed=installed, active=active, previous=previous)
+    hook = recorded.get("kernel_hook")
+    return State(installed=installed, active=active, previous=previous,
+                 kernel_hook=hook if isinstance(hook, dict) else None)
 
 
 def save_state(layout: Layout, state: State, *, point: str | None = None) -> bool:

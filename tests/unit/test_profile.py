@@ -102,6 +102,10 @@ def test_minimal_profile_gets_defaults() -> None:
             id="insecure-http",
         ),
         pytest.param(
+            "driver", "keep_boot_kernel", "on", "driver.keep_boot_kernel: expected true or false, got 'on'",
+            id="keep-boot-kernel",
+        ),
+        pytest.param(
             "driver",
             "kernel",
             "linux",
@@ -366,7 +370,7 @@ def test_every_problem_is_collected_with_did_you_mean() -> None:
 def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
     assert problems == ["driver.zzz: unknown key (allowed: version, flavour, store, registry_auth, ca_file, "
-                        "insecure_http, kernel, modules, persistence_mode)"]
+                        "insecure_http, kernel, modules, persistence_mode, keep_boot_kernel)"]
 
 
 def test_missing_driver_and_bad_top_level() -> None:

@@ -75,35 +75,44 @@ def popen(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
     )
 
 
-def _kernel_headers(archive: DebianArchive, dest: Path) -> tuple[str, Path, dict[str, str]]:
-    """Newest Debian 12 amd64 kernel headers unpacked under `dest`; (release, build dir, inputs)."""
-    meta = archive.info("linux-headers-amd64")
-    pkg = re.search(r"linux-headers-\S+-amd64", meta["Depends"]).group(0)  # type: ignore[union-attr]
+def _kernel_headers(
+    archive: DebianArchive, dest: Path, release: str | None = None
+) -> tuple[str, Path, dict[str, str]]:
+    """Debian 12 amd64 kernel headers (the newest, or of `release`) unpacked under `dest`;
+    (release, build dir, inputs)."""
+    if release:
+        pkg = f"linux-headers-{release}"
+    else:
+        meta = archive.info("linux-headers-amd64")
+        pkg = re.search(r"linux-headers-\S+-amd64", meta["Depends"]).group(0)  # type: ignore[union-attr]
     release = pkg[len("linux-headers-") :]
     deps = archive.info(pkg)["Depends"]
     common = re.search(r"linux-headers-\S+-common", deps).group(0)  # type: ignore[union-attr]
-    kbuild = re.search(r"linux-kbuild-[\d.]+", deps).group(0)  # type: ignore[union-attr]
+    m = re.search(r"(linux-kbuild-[\d.]+)(?: \(= ([^)]+)\))?", deps)
+    assert m, deps
+    kbuild, kbuild_version = m.group(1), m.group(2)  # the headers' own kbuild (an older ABI's too)
     inputs = {}
     tree = dest / f"headers-{release}"
     if not (tree / ".done").exists():
         shutil.rmtree(tree, ignore_errors=True)
         for p in (pkg, common, kbuild):
-            deb = archive.download(p)
+            deb = archive.download(p, kbuild_version if p == kbuild else None)
             archive.extract(deb, tree)
         build = tree / "usr" / "src" / pkg
         mk = build / "Makefile"
         mk.write_text(mk.read_text().replace("include /usr/src/", f"include {tree}/usr/src/"))
         (tree / ".done").touch()
     for p in (pkg, common, kbuild):
-        deb = archive.download(p)
+        deb = archive.download(p, kbuild_version if p == kbuild else None)
         inputs[deb.name] = artifact.sha256_file(deb)
     return release, tree / "usr" / "src" / pkg, inputs
 
 
 def build_stub_kmod(
-    archive: DebianArchive, cache: Path, version: str, out: Path
+    archive: DebianArchive, cache: Path, version: str, out: Path, release: str | None = None
 ) -> tuple[Path, artifact.Manifest]:
-    release, build, inputs = _kernel_headers(archive, cache)
+    """Stub modules of `version` compiled for the newest Debian 12 kernel (or `release`), packed."""
+    release, build, inputs = _kernel_headers(archive, cache, release)
     src = cache / f"stub-{version}-{release}"
     if not (src / ".done").exists():
         shutil.rmtree(src, ignore_errors=True)

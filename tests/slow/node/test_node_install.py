@@ -65,10 +65,16 @@ def test_install_activate_rollback_in_debian_rootfs(node_store: NodeStore, rootf
     gone = rootfs.parent / "no-such-store"
     r = cli("install", "--store", str(gone), "--driver", V_NEW, "--kernel", node_store.kernel,
             "--root", str(rootfs), "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["changed"] is False, r.stderr
+    assert r.returncode == 0, r.stderr
+    done = json.loads(r.stdout)
+    assert not done["installed_userspace"] and not done["installed_kmod"]
+    # its one change: the kernel hook's record in state.json names the store given
+    assert done["changed"] is True and load_state(rootfs).kernel_hook["store"] == str(gone)
     r = cli("install", "--store", str(gone), "--driver", V_NEW, "--kernel", "6.1.0-99-amd64",
             "--root", str(rootfs))
     assert r.returncode == 2 and str(gone) in r.stderr and "Traceback" not in r.stderr
+    assert install(node_store, rootfs, V_NEW)["changed"] is True  # the record names the store again
+    assert install(node_store, rootfs, V_NEW)["changed"] is False
 
     r = cli("activate", V_NEW, "--root", str(rootfs))
     assert r.returncode == 0, r.stderr

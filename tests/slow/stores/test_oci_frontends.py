@@ -51,6 +51,7 @@ def test_ansible_role_installs_from_the_registry(published: Published, tmp_path:
         "nvidia_driver_registry_auth": str(p.auth), "nvidia_driver_ca_file": str(p.registry.ca),
         "nvidia_driver_root": str(root), "nvidia_driver_kernel_release": p.kernel,
         "nvidia_driver_doctor_checks": ["state"], "nvidia_driver_nodeprep_path": str(REPO),
+        "nvidia_driver_keep_boot_kernel": True,
     }
     env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_HOME": str(tmp_path / ".ansible"),
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "default"}
@@ -60,6 +61,11 @@ def test_ansible_role_installs_from_the_registry(published: Published, tmp_path:
     assert "changed=1" in first.stdout, first.stdout[-2000:]
     assert os.readlink(root / "opt/nvidia/current") == p.version
     assert (root / "opt/nvidia" / p.version / "modules" / p.kernel / "nvidia.ko").is_file()
+    # the role leaves the kernel hook, with what it needs recorded (tests/slow/node/test_kernel_hook.py)
+    assert os.access(root / "etc/kernel/postinst.d/nodeprep", os.X_OK)
+    hook = json.loads((root / "var/lib/nodeprep/state.json").read_text())["kernel_hook"]
+    assert hook["store"] == p.location and hook["registry_auth"] == str(p.auth)
+    assert hook["keep_boot_kernel"] is True
     second = runner.run(argv, check=False, timeout=600, cwd=REPO, env=env, inherit_env=True)
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-2000:]
     assert "s3cret" not in first.stdout + second.stdout
@@ -97,3 +103,7 @@ def test_cloud_init_writes_registry_credentials_and_bootstrap_installs_from_the_
     assert steps_of(r) == {s: "done" for s in ("driver", "modules", "labels", "runtime", "join")}
     assert os.readlink(root / "opt/nvidia/current") == p.version
     assert "s3cret" not in r.stdout + r.stderr
+    # bootstrap leaves the kernel hook; the files it records are the node's own (no --root prefix)
+    assert os.access(root / "etc/kernel/postinst.d/nodeprep", os.X_OK)
+    hook = json.loads((root / "var/lib/nodeprep/state.json").read_text())["kernel_hook"]
+    assert hook["registry_auth"] == "/etc/nodeprep/registry-auth.json" and hook["keep_boot_kernel"] is False

@@ -50,12 +50,16 @@ def test_fresh_root_plan_then_install(store: Path, tmp_path: Path) -> None:
     assert todo.activation is not None and todo.activation.switch and todo.activation.active is None
     assert "/etc/ld.so.conf.d/00-nvidia.conf" in todo.activation.drift
     assert todo.after(before).active == V and todo.after(before).installed[V].kernels == (KERNEL,)
+    assert todo.kernel_hook is not None and not todo.kernel_hook.recorded
+    assert todo.kernel_hook.write == ("/etc/kernel/postinst.d/nodeprep", "/etc/kernel/postrm.d/nodeprep")
+    assert todo.after(before).kernel_hook == todo.kernel_hook.record
 
     snapshot = tree(tmp_path)
     shown = install(store, root, KERNEL, "--check")
     assert shown.exit_code == 0, shown.output
     assert f"would install {V} for kernel {KERNEL}" in shown.output
     assert f"would activate {V} (active now: none)" in shown.output
+    assert "would write the kernel hook /etc/kernel/postinst.d/nodeprep" in shown.output
     as_json = json.loads(install(store, root, KERNEL, "--check", "--json").stdout)
     assert as_json["changes"] is True and as_json["install_kmod"] == todo.kmod.name
     assert tree(tmp_path) == snapshot  # --check wrote nothing, not even the lock
@@ -66,7 +70,19 @@ def test_fresh_root_plan_then_install(store: Path, tmp_path: Path) -> None:
     after = load_state(root)
     assert (after.active, after.installed[V].kernels) == (V, (KERNEL,))
     _, again = ops.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True)
-    assert not again.changes and again.userspace is None  # the store was not even read
+    assert again.userspace is None  # the store was not even read
+    assert again.kernel_hook is not None and again.kernel_hook.write == ()  # the hooks are in place,
+    assert again.changes and not again.kernel_hook.recorded  # only the recorded store would change
+    _, again = ops.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True, kernel_hook=False)
+    assert not again.changes
+    _, same = ops.plan(root, str(store), V, kernel=KERNEL, activate=True)
+    assert not same.changes and same.kernel_hook is not None and same.kernel_hook.recorded
+    written = {p: p.stat().st_mtime_ns for p in (root / "etc/kernel/postinst.d/nodeprep",
+                                                root / "etc/kernel/postrm.d/nodeprep",
+                                                root / "var/lib/nodeprep/state.json")}
+    rerun = install(store, root, KERNEL, "--json")
+    assert rerun.exit_code == 0 and json.loads(rerun.stdout)["changed"] is False, rerun.output
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # a re-run with no change wrote nothing
     shown = install(store, root, KERNEL, "--check")
     assert "nothing to do" in shown.output and f"{V} is already active" in shown.output
 

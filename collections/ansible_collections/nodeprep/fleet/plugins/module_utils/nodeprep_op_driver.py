@@ -34,6 +34,7 @@ def argument_spec():
         doctor={"type": "bool", "default": False},
         doctor_checks={"type": "list", "elements": "str", "default": []},
         require_cuda={"type": "str"},
+        keep_boot_kernel={"type": "bool", "default": False},
     )
     return spec
 
@@ -64,6 +65,7 @@ def run(module):
         "store_options": oci.Options(
             registry_auth=p["registry_auth"], ca_file=p["ca_file"], insecure_http=p["insecure_http"]
         ),
+        "keep_boot_kernel": p["keep_boot_kernel"],
     }
     try:
         if module.check_mode:  # the library's own plan: what install would change

@@ -12,11 +12,14 @@ description:
     C(/opt/nvidia/<version>), verified against the store index and each artifact's manifest) and,
     with O(state=active), switches C(/opt/nvidia/current) atomically, writes the ld.so.conf.d,
     modprobe.d and systemd files and rebuilds the ld cache.
+  - Writes the kernel hooks C(/etc/kernel/postinst.d/nodeprep) and C(/etc/kernel/postrm.d/nodeprep) and
+    records the store in C(/var/lib/nodeprep/state.json), so a kernel package installed later gets the
+    active driver's modules from the store before the reboot.
   - C(changed) is the library's own answer (something was unpacked, linked, written or switched).
   - In check mode nothing is fetched or written; the result is the library's install plan
     (C(nodeprep install --check)), which says what is missing for the version and kernel, whether
-    C(current) would switch and which files of the activation would be rewritten. The store's
-    index is read when something is missing.
+    C(current) would switch, which files of the activation would be rewritten and which kernel
+    hook files would be written. The store's index is read when something is missing.
 version_added: "0.1.0"
 options:
   root:
@@ -91,6 +94,13 @@ options:
   require_cuda:
     description: CUDA version the driver must support, checked with O(doctor).
     type: str
+  keep_boot_kernel:
+    description:
+      - When a kernel package installed later has no modules of the active driver in the store, the
+        kernel hook keeps the boot default (GRUB, C(/etc/default/grub.d/zz-nodeprep-keep-kernel.cfg)) on
+        a kernel that has them. Without it the hook only prints one line.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
