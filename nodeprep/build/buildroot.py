@@ -59,8 +59,9 @@ class BuildRootSpec:
         )[:16]
 
 
-def spec_for(os_name: str) -> BuildRootSpec:
-    """The chroot build root recipe of target OS `os_name` (nodeprep.targets holds the packages)."""
+def spec_for(os_name: str, kernel: str | None = None) -> BuildRootSpec:
+    """The chroot build root recipe of target OS `os_name` for the kernel line of `kernel`
+    (nodeprep.targets holds the packages: the OS's, plus the line's `buildroot_extra`)."""
     target = targets.get(os_name)
     if not target.has_buildroot or target.suite is None:
         have = [n for n in targets.names() if targets.get(n).has_buildroot]
@@ -68,7 +69,8 @@ def spec_for(os_name: str) -> BuildRootSpec:
             f"--os: {os_name} has no chroot build root (its builder is {target.builder}; chroot "
             f"build roots: {', '.join(have)}); use --builder host or podman/docker"
         )
-    return BuildRootSpec(os_name=target.name, suite=target.suite, packages=target.buildroot_packages)
+    extra = targets.channel(target, kernel).buildroot_extra
+    return BuildRootSpec(os_name=target.name, suite=target.suite, packages=target.buildroot_packages + extra)
 
 
 @dataclass(frozen=True)
