@@ -38,8 +38,8 @@ def test_cell_built_with_the_kernels_own_compiler(cell: str, license_: str, pack
     assert m.extra["build"]["build_compiler"].split()[-1] == m.compiler.split()[-1]
     assert "cc_mismatch" not in m.extra["build"]
     assert m.extra["source"]["package"] == package and tag in m.extra["source"]["version"]
-    headers = [n for n in m.inputs if n.startswith(f"linux-headers-{m.kernel_release}_")]
-    assert headers and all(tag in n for n in headers), m.inputs
+    # (the 6.12.NN+deb12 kernels' own packages are 6.12.NN-1~deb12uN: bookworm's updates serve them now)
+    assert f"linux-headers-{m.kernel_release}_" in " ".join(m.inputs), m.inputs
     ko = tmp_path / "modules" / str(m.kernel_release) / "nvidia.ko"
     assert modinfo(ko, "vermagic").startswith(f"{m.kernel_release} SMP ")
     assert modinfo(ko, "version") == spec["driver"]

@@ -168,7 +168,7 @@ def test_sweep_keeps_a_dir_whose_owner_holds_its_lock_in_another_pid_namespace(t
     lock = unseen / buildroot.IN_USE
     lock.touch()
     holder = subprocess.Popen(  # noqa: S603 - holds the lock like the owning build
-        ["flock", lock, "sleep", "30"], start_new_session=True)
+        ["flock", "-o", lock, "sleep", "30"], start_new_session=True)
     try:
         for _ in range(100):
             if subprocess.run(["flock", "-n", lock, "true"]).returncode != 0:  # noqa: S603,S607
