@@ -151,6 +151,12 @@ def main() -> int:
         identical = artifact.sha256_file(forced.artifact) == first_sha
         same = forced.manifest.files == first.manifest.files
 
+        print(f"raw make {raw:.1f} s, build-driver {ours:.1f} s, ratio {ours / raw:.3f}", flush=True)
+        if args.cell:
+            from tests.support.supporttable import record_build
+
+            record_build(req.cache, args.cell, make_s=forced.timings.get("make", 0.0), total_s=ours,
+                         jobs=args.jobs)
         cmd = [
             sys.executable,
             "-m",
@@ -167,6 +173,10 @@ def main() -> int:
             plan.driver_version,
             "--kernel",
             plan.kernel_release,
+            "--os",
+            req.os_name,
+            "--flavour",
+            req.flavour,
         ]
         hits = []
         for _ in range(3):
@@ -176,11 +186,6 @@ def main() -> int:
             assert json.loads(res.stdout)["cached"] is True
         hit = min(hits)
 
-        if args.cell:
-            from tests.support.supporttable import record_build
-
-            record_build(req.cache, args.cell, make_s=forced.timings.get("make", 0.0), total_s=ours,
-                         jobs=args.jobs)
         print()
         print(
             f"{args.cell + ': ' if args.cell else ''}{req.os_name} driver {plan.driver_version} "
