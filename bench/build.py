@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark: build-driver against a raw `make` of the same modules, plus the cache-hit time.
 
-    python3 bench/build.py [--cache DIR] [--jobs N] [--driver V] [--kernel R]
+    python3 bench/build.py [--cache DIR] [--jobs N] [--driver V] [--kernel R] [--os OS] [--flavour F]
+    python3 bench/build.py --cell NAME   (a cell of docs/build.md's support table, e.g. debian13-open)
 
 In one run, on the same extracted inputs (downloads and the build root already cached; a first
 normal build is made if needed, not timed):
@@ -87,13 +88,24 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--driver", default=None)
     ap.add_argument("--kernel", default=None)
+    ap.add_argument("--os", dest="os_name", default="debian-12")
+    ap.add_argument("--flavour", default="proprietary")
+    ap.add_argument("--cell", default=None, help="the OS, kernel, driver and flavour of a cell of "
+                    "tests/support/realbuild.py CELLS (its forced rebuild's make time is recorded for "
+                    "docs/build.md's support table)")
     ap.add_argument("--cold", action="store_true", help="also time a cold build (see above)")
     args = ap.parse_args()
 
     store = Path(tempfile.mkdtemp(prefix="bench-store."))
+    what = dict(driver=args.driver, kernel=args.kernel, os_name=args.os_name, flavour=args.flavour)
+    if args.cell:
+        from tests.support.realbuild import CELLS, SHARED, cell_spec
+
+        if args.cell not in (*CELLS, SHARED):
+            ap.error(f"--cell: {args.cell!r} is not one of {', '.join(sorted((*CELLS, SHARED)))}")
+        what = cell_spec(args.cell)
     req = driver.BuildRequest(
-        driver=args.driver,
-        kernel=args.kernel,
+        **what,  # type: ignore[arg-type]
         store=store,
         cache=args.cache,
         jobs=args.jobs,
@@ -107,7 +119,7 @@ def main() -> int:
         archive = driver._archive(req)
         plan, run_path = driver.resolve_plan(req, archive)
         root = buildroot.ensure(
-            buildroot.spec_for(req.os_name),
+            buildroot.spec_for(req.os_name, req.kernel),
             req.cache,
             mirror=archive.mirror,
             security_mirror=archive.security_mirror,
@@ -139,6 +151,12 @@ def main() -> int:
         identical = artifact.sha256_file(forced.artifact) == first_sha
         same = forced.manifest.files == first.manifest.files
 
+        print(f"raw make {raw:.1f} s, build-driver {ours:.1f} s, ratio {ours / raw:.3f}", flush=True)
+        if args.cell:
+            from tests.support.supporttable import record_build
+
+            record_build(req.cache, args.cell, make_s=forced.timings.get("make", 0.0), total_s=ours,
+                         jobs=args.jobs)
         cmd = [
             sys.executable,
             "-m",
@@ -155,6 +173,10 @@ def main() -> int:
             plan.driver_version,
             "--kernel",
             plan.kernel_release,
+            "--os",
+            req.os_name,
+            "--flavour",
+            req.flavour,
         ]
         hits = []
         for _ in range(3):
@@ -166,8 +188,8 @@ def main() -> int:
 
         print()
         print(
-            f"driver {plan.driver_version} {plan.flavour} for {plan.kernel_release}, -j{args.jobs}, "
-            f"{os.cpu_count()} CPUs"
+            f"{args.cell + ': ' if args.cell else ''}{req.os_name} driver {plan.driver_version} "
+            f"{plan.flavour} for {plan.kernel_release}, -j{args.jobs}, {os.cpu_count()} CPUs"
         )
         print(f"raw make          {raw:8.1f} s")
         print(f"build-driver      {ours:8.1f} s   (forced rebuild)")

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -58,8 +59,9 @@ class BuildRootSpec:
         )[:16]
 
 
-def spec_for(os_name: str) -> BuildRootSpec:
-    """The chroot build root recipe of target OS `os_name` (nodeprep.targets holds the packages)."""
+def spec_for(os_name: str, kernel: str | None = None) -> BuildRootSpec:
+    """The chroot build root recipe of target OS `os_name` for the kernel line of `kernel`
+    (nodeprep.targets holds the packages: the OS's, plus the line's `buildroot_extra`)."""
     target = targets.get(os_name)
     if not target.has_buildroot or target.suite is None:
         have = [n for n in targets.names() if targets.get(n).has_buildroot]
@@ -67,7 +69,8 @@ def spec_for(os_name: str) -> BuildRootSpec:
             f"--os: {os_name} has no chroot build root (its builder is {target.builder}; chroot "
             f"build roots: {', '.join(have)}); use --builder host or podman/docker"
         )
-    return BuildRootSpec(os_name=target.name, suite=target.suite, packages=target.buildroot_packages)
+    extra = targets.channel(target, kernel).buildroot_extra
+    return BuildRootSpec(os_name=target.name, suite=target.suite, packages=target.buildroot_packages + extra)
 
 
 @dataclass(frozen=True)
@@ -231,35 +234,83 @@ def _mounts_under(path: Path) -> list[str]:
     return sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True)
 
 
+IN_USE = ".in-use"  # flock held by the process working in a private directory (see sweep_stale)
+_HELD: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) of a private directory -> its lock's fd
+YOUNG_S = 120.0  # a directory without a lock file this young may still be getting it
+
+
+def _release(key: tuple[int, int] | None) -> None:
+    fd = _HELD.pop(key, None) if key else None
+    if fd is not None:
+        os.close(fd)
+
+
+def _key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def remove_tree(path: Path) -> None:
-    """Unmount whatever is mounted below `path` (deepest first), then delete it."""
+    """Unmount whatever is mounted below `path` (deepest first), then delete it (and let go of its
+    in-use lock when it is one of this process's private directories)."""
+    key = _key(path)
     for point in _mounts_under(path):
         runner.run(["umount", "-l", point], check=False)
     shutil.rmtree(path, ignore_errors=True)
+    _release(key)
 
 
 def private_dir(parent: Path, kind: str) -> Path:
-    """A new directory `<kind>.<pid>.<random>` under `parent` (see sweep_stale)."""
+    """A new directory `<kind>.<pid>.<random>` under `parent`, marked in use by an flock on its
+    `.in-use` file for as long as this process works in it (see sweep_stale)."""
     parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{kind}.{os.getpid()}.", dir=parent))
+    path = Path(tempfile.mkdtemp(prefix=f"{kind}.{os.getpid()}.", dir=parent))
+    fd = os.open(path / IN_USE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    key = _key(path)
+    assert key is not None
+    _HELD[key] = fd
+    return path
+
+
+def _in_use(entry: Path) -> bool:
+    """Whether a process (in any PID namespace: a build in a container or an unshared test shares
+    the cache but not our PIDs) still works in the private directory `entry`."""
+    try:
+        fd = os.open(entry / IN_USE, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:  # made by an older nodeprep, or this instant: the owner's PID decides
+        parts = entry.name.split(".")
+        try:
+            young = time.time() - entry.stat().st_mtime < YOUNG_S
+            os.kill(int(parts[1]), 0)
+            return True  # still running
+        except ProcessLookupError:
+            return young
+        except (PermissionError, OSError):
+            return True
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False  # nobody holds it: its owner is gone (it is released when fd closes)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def sweep_stale(parent: Path) -> list[Path]:
     """Remove directories under `parent` left by processes that no longer exist (a build killed
     with SIGKILL or a power loss cannot clean up after itself); returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     if not parent.is_dir():
         return removed
     for entry in parent.iterdir():
         parts = entry.name.split(".")
-        if len(parts) < 3 or not parts[1].isdigit() or int(parts[1]) == os.getpid():
-            continue
-        try:
-            os.kill(int(parts[1]), 0)
-            continue  # still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+        if len(parts) < 3 or not parts[1].isdigit() or _key(entry) in _HELD or _in_use(entry):
             continue
         log.info("Removing %s left by an interrupted build", entry)
         remove_tree(entry)
@@ -289,7 +340,7 @@ def workspace(
                 runner.run(["umount", "-l", point], check=False)
             trash = tmp.with_name("trash." + tmp.name.split(".", 1)[1])
             os.rename(tmp, trash)
-            thread = threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True})
+            thread = threading.Thread(target=remove_tree, args=(trash,))
             thread.start()
             cleanup.append(thread)
         else:

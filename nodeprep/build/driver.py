@@ -621,7 +621,7 @@ def validate_request(req: BuildRequest) -> None:
                 f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)"
             )
     else:
-        buildroot.spec_for(req.os_name)
+        buildroot.spec_for(req.os_name, req.kernel)
         targets.channel(target, req.kernel)
         if req.headers_dir is not None:
             raise InputError("--headers-dir is only used with --builder host")
@@ -717,7 +717,7 @@ def _build_driver(
     else:
         with phases.phase("resolve", "Resolving and downloading the inputs"):
             plan, run_path = resolve_plan(req, archive, phases)
-        spec = buildroot.spec_for(req.os_name)
+        spec = buildroot.spec_for(req.os_name, req.kernel)
         if not buildroot.cached(spec, req.cache):
             # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.
             _prebuild_userspace(req, archive, store, plan.driver_version, phases, background)

@@ -240,6 +240,13 @@ def fetch_kernel(release: str, *, archive: Archive, cache: Path) -> Kernel:
     return kernel
 
 
+def _merge_usr(root: Path) -> None:
+    """Trixie's kernel packages ship their modules under usr/lib/modules (merged /usr): link lib to
+    usr/lib, as a merged-/usr system does, so modules_dir and `depmod -b` find them."""
+    if (root / "usr" / "lib" / "modules").is_dir() and not (root / "lib").exists():
+        (root / "lib").symlink_to("usr/lib")
+
+
 def _fetch_kernel(release: str, archive: Archive, dest: Path) -> None:
     with step(f"fetching kernel {release}", logger=log):
         image = archive.download(f"linux-image-{release}")
@@ -248,6 +255,7 @@ def _fetch_kernel(release: str, archive: Archive, dest: Path) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=f".{release}.", dir=dest.parent))
         try:
             archive.extract(image, tmp)
+            _merge_usr(tmp)
             with tempfile.TemporaryDirectory(dir=dest.parent) as htmp:
                 archive.extract(headers, Path(htmp))
                 found = list(Path(htmp).glob(f"usr/src/linux-headers-{release}/Module.symvers"))

@@ -28,11 +28,11 @@ from .options import emit_json, json_option
               help="Seconds the boot may take before the test fails.")
 @click.option("--console-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the whole serial console output of the boot to FILE.")
-@click.option("--os", "os_name", default=targets.DEFAULT, show_default=True,
-              help="Target OS of the artifact.")
+@click.option("--os", "os_name", default=None,
+              help="Target OS whose archive serves the kernel (default: the artifact's own OS).")
 @json_option
 def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: bool, sig_enforce: bool,
-               trust_cert: Path | None, timeout: float, console_log: Path | None, os_name: str,
+               trust_cert: Path | None, timeout: float, console_log: Path | None, os_name: str | None,
                as_json: bool) -> None:
     """Boot the artifact's kernel in qemu and load its modules (no GPU needed).
 
@@ -46,10 +46,11 @@ def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: b
     from ..sources.debian import DebianArchive
 
     try:  # the archive of the kernel's own line (a backports kernel comes from bookworm-backports)
-        kernel = kernel_release or read_manifest(artifact).kernel_release
-        archive = DebianArchive(cache, os_name=os_name, kernel=kernel)
+        manifest = read_manifest(artifact)
+        os_name = os_name or manifest.os
+        archive = DebianArchive(cache, os_name=os_name, kernel=kernel_release or manifest.kernel_release)
     except (OSError, NodeprepError):  # a missing artifact or a bad kernel name: reported just below
-        archive = DebianArchive(cache, os_name=os_name)
+        archive = DebianArchive(cache, os_name=os_name or targets.DEFAULT)
     result = smoke_test_artifact(artifact, archive=archive, cache=cache, kernel_release=kernel_release,
                                  force=force, sig_enforce=sig_enforce, timeout=timeout,
                                  console_log=console_log, trusted_cert=trust_cert)

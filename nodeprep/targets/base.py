@@ -33,6 +33,9 @@ class Channel:
     compiler: str  # package of the compiler the channel's kernels were built with
     kernel_series: str  # human description, e.g. "6.1" or "6.12 (bookworm-backports)"
     driver_version_tag: str | None = None  # Debian version marker of this channel's driver sources
+    # Build root packages the line's kernels need besides the OS's own (their linux-kbuild Depends):
+    # a line with these gets a build root of its own.
+    buildroot_extra: tuple[str, ...] = ()
 
     def matches(self, kernel: str) -> bool:
         return re.fullmatch(self.kernel_re, kernel) is not None

@@ -29,6 +29,9 @@ TARGET = TargetOS(
             compiler="gcc-12",
             kernel_series="6.12 (bookworm-backports), named 6.12.NN+deb12-amd64",
             driver_version_tag="~bpo12",
+            # Their linux-kbuild depends on pahole: CONFIG_DEBUG_INFO_BTF_MODULES runs it on every
+            # module (modfinal fails with "pahole: not found" without it).
+            buildroot_extra=("pahole",),
         ),
     ),
     driver_packages={

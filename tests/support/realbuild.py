@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+SHARED = "debian12-proprietary"  # the name of ensure_real_build's build in docs/build.md's table
 
 
 @dataclass(frozen=True)
@@ -58,29 +60,31 @@ def real_build_request(cache: Path):  # type: ignore[no-untyped-def]
 
 def ensure_real_build(cache: Path) -> RealBuild:
     """Build (once per cache) or find the shared real build; see the module docstring."""
+    cache = Path(cache)
+    return _locked_build(cache, SHARED, lambda: real_build_request(cache))
+
+
+def _locked_build(cache: Path, cell: str, request) -> RealBuild:  # type: ignore[no-untyped-def]
+    """Under the cell's flock: `request()` -> (BuildRequest, archive or None), build it, and record
+    the compile time for docs/build.md's support table when this call compiled."""
     from nodeprep.build.driver import build_driver
 
-    cache = Path(cache)
-    lock_path = cache / "real-build" / ".lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as lock:
+    from .supporttable import cell_dir, record_build
+
+    base = cell_dir(cache, cell)
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        req, archive = real_build_request(cache)
+        req, archive = request()
         result = build_driver(req, archive=archive)
+        if result.compiled:
+            record_build(cache, cell, make_s=result.timings.get("make", 0.0), total_s=result.duration_s,
+                         jobs=req.jobs or os.cpu_count() or 1)
     m = result.manifest
     assert m.kernel_release and m.flavour
-    return RealBuild(
-        store=req.store,
-        driver_version=m.driver_version,
-        flavour=m.flavour,
-        kernel_release=m.kernel_release,
-        kmod=result.artifact,
-        userspace=result.userspace,
-        os_name=m.os,
-        cache=cache,
-        input_digest=result.input_digest,
-        compiled=result.compiled,
-    )
+    return RealBuild(store=req.store, driver_version=m.driver_version, flavour=m.flavour,
+                     kernel_release=m.kernel_release, kmod=result.artifact, userspace=result.userspace,
+                     os_name=m.os, cache=cache, input_digest=result.input_digest, compiled=result.compiled)
 
 
 # The new cells of issue 13, each built once per cache into its own store (same flock discipline).
@@ -91,24 +95,35 @@ CELLS = {
     "debian13-open": dict(
         driver="550.163.01", flavour="open", os_name="debian-13", kernel="6.12.94+deb13-amd64"
     ),
+    # Not Debian 12's current default kernel: 6.1.0-53 (6.1.187) and later carry the backported
+    # pci_resize_resource() change, which 535.261.03's open nv-pci.c does not know ("too few
+    # arguments to function 'pci_resize_resource'", first run of this cell on 6.1.0-56);
+    # 6.1.0-50 (6.1.176) is the newest bookworm kernel it builds against.
+    "debian12-open": dict(
+        driver="535.261.03", flavour="open", os_name="debian-12", kernel="6.1.0-50-amd64"
+    ),
+    # The newest bookworm-backports kernel: the backports driver sources (~bpo12) build for it.
+    "debian12-backports": dict(
+        driver="535.216.03", flavour="proprietary", os_name="debian-12", kernel="6.12.117+deb12-amd64"
+    ),
 }
 
 
-def ensure_cell(cache: Path, cell: str, *, userspace: bool = False) -> RealBuild:
-    """Build (once per cache) or find the real build of `cell` (see CELLS): the OS's current
-    default kernel from its archive, no smoke test, into `<cache>/real-build-<cell>/store`."""
-    from nodeprep.build.driver import BuildRequest, build_driver
+def cell_spec(cell: str) -> dict[str, str | None]:
+    """OS, kernel, driver and flavour of `cell`: one of CELLS, or SHARED (newest driver, default kernel)."""
+    if cell == SHARED:
+        return dict(driver=None, flavour="proprietary", os_name="debian-12", kernel=None)
+    return dict(CELLS[cell])
 
-    cache = Path(cache)
-    base = cache / f"real-build-{cell}"
-    base.mkdir(parents=True, exist_ok=True)
-    req = BuildRequest(**CELLS[cell], store=base / "store", cache=cache, userspace=userspace,
-                       smoke_test=False)  # type: ignore[arg-type]
-    with open(base / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        result = build_driver(req)
-    m = result.manifest
-    assert m.kernel_release and m.flavour
-    return RealBuild(store=req.store, driver_version=m.driver_version, flavour=m.flavour,
-                     kernel_release=m.kernel_release, kmod=result.artifact, userspace=result.userspace,
-                     os_name=m.os, cache=cache, input_digest=result.input_digest, compiled=result.compiled)
+
+def cell_request(cache: Path, cell: str, *, userspace: bool = False):  # type: ignore[no-untyped-def]
+    """The BuildRequest of `cell` (see CELLS): no smoke test, into `<cache>/real-build-<cell>/store`."""
+    from nodeprep.build.driver import BuildRequest
+
+    return BuildRequest(**CELLS[cell], store=Path(cache) / f"real-build-{cell}" / "store", cache=Path(cache),
+                        userspace=userspace, smoke_test=False)  # type: ignore[arg-type]
+
+
+def ensure_cell(cache: Path, cell: str, *, userspace: bool = False) -> RealBuild:
+    """Build (once per cache) or find the real build of `cell` (see CELLS)."""
+    return _locked_build(Path(cache), cell, lambda: (cell_request(cache, cell, userspace=userspace), None))

@@ -22,17 +22,28 @@ def node_cache(test_cache: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def rootfs_tar(node_cache: Path) -> Path:
-    """Debian 12 minbase (mmdebstrap), cached as a tarball."""
-    tar = node_cache / "debian12-minbase.tar"
+def minbase_tar(node_cache: Path, suite: str, name: str) -> Path:
+    """A Debian minbase root of `suite` (mmdebstrap), cached as `<name>-minbase.tar`."""
+    tar = node_cache / f"{name}-minbase.tar"
     if not tar.exists():
         if not shutil.which("mmdebstrap"):
             pytest.fail("mmdebstrap is missing (scripts/deps/node.apt)")
         tmp = tar.with_suffix(".tmp.tar")
-        run(["mmdebstrap", "--quiet", "--variant=minbase", "bookworm", tmp], timeout=1800)
+        run(["mmdebstrap", "--quiet", "--variant=minbase", suite, tmp], timeout=1800)
         tmp.rename(tar)
     return tar
+
+
+@pytest.fixture(scope="session")
+def rootfs_tar(node_cache: Path) -> Path:
+    """Debian 12 minbase (mmdebstrap), cached as a tarball."""
+    return minbase_tar(node_cache, "bookworm", "debian12")
+
+
+@pytest.fixture(scope="session")
+def trixie_tar(node_cache: Path) -> Path:
+    """Debian 13 minbase, cached like the Debian 12 one."""
+    return minbase_tar(node_cache, "trixie", "debian13")
 
 
 @pytest.fixture

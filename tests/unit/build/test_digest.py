@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -143,9 +145,40 @@ def test_sweep_removes_only_dirs_of_dead_processes(tmp_path):
     (tmp_path / f"pack.{proc.pid}.x" / "payload").mkdir(parents=True)
     (tmp_path / "build.1.init").mkdir()  # pid 1 is alive
     (tmp_path / "unrelated").mkdir()
+    (tmp_path / f"build.{proc.pid}.young").mkdir()  # no lock file yet and just made: left alone
+    old = time.time() - 2 * buildroot.YOUNG_S
+    for name in (f"build.{proc.pid}.abc", f"pack.{proc.pid}.x", "build.1.init"):
+        os.utime(tmp_path / name, (old, old))
     removed = buildroot.sweep_stale(tmp_path)
     assert sorted(p.name for p in removed) == [f"build.{proc.pid}.abc", f"pack.{proc.pid}.x"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["build.1.init", "unrelated", mine.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["build.1.init", "unrelated", mine.name, f"build.{proc.pid}.young"])
+    assert (mine / buildroot.IN_USE).is_file()
+    buildroot.remove_tree(mine)
+    assert not mine.exists()
+
+
+def test_sweep_keeps_a_dir_whose_owner_holds_its_lock_in_another_pid_namespace(tmp_path):
+    """A build in a container or an unshared PID namespace shares the cache but not our PIDs: the
+    PID in its directory's name means nothing here, its flock on `.in-use` does."""
+    import subprocess  # noqa: PLC0415
+
+    unseen = tmp_path / "build.999999999.other-ns"  # a PID that does not exist in this namespace
+    unseen.mkdir()
+    lock = unseen / buildroot.IN_USE
+    lock.touch()
+    holder = subprocess.Popen(  # noqa: S603 - holds the lock like the owning build
+        ["flock", "-o", lock, "sleep", "30"], start_new_session=True)
+    try:
+        for _ in range(100):
+            if subprocess.run(["flock", "-n", lock, "true"]).returncode != 0:  # noqa: S603,S607
+                break
+            time.sleep(0.05)
+        assert buildroot.sweep_stale(tmp_path) == [] and unseen.is_dir()
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert buildroot.sweep_stale(tmp_path) == [unseen] and not unseen.exists()
 
 
 def test_published_user_space_is_reused_only_when_made_the_current_way() -> None:

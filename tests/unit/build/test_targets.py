@@ -135,3 +135,12 @@ def test_requests_for_other_lines_and_builders_are_refused_before_any_download(t
     validate_request(BuildRequest(os_name="rhel-9", builder="host", **base))
     with pytest.raises(InputError, match="--smoke-test: boots Debian kernels only, not ubuntu-22.04"):
         validate_request(BuildRequest(os_name="ubuntu-22.04", builder="host", **base | {"smoke_test": True}))
+
+
+def test_backports_line_gets_its_own_build_root_with_pahole() -> None:
+    """linux-kbuild-6.12.NN+deb12 depends on pahole (BTF for every module); bookworm's 6.1 line does
+    not, so its build root (and every 6.1 artifact's input digest) stays as it was."""
+    main = buildroot.spec_for("debian-12")
+    bpo = buildroot.spec_for("debian-12", "6.12.117+deb12-amd64")
+    assert "pahole" not in main.packages and buildroot.spec_for("debian-12", "6.1.0-50-amd64") == main
+    assert bpo.packages == (*main.packages, "pahole") and bpo.key != main.key
