@@ -22,6 +22,7 @@ from typing import Any
 from . import labelrules
 from .errors import ProfileError
 from .urls import has_userinfo, redact_url
+from .vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
 from .yamlinput import Document, load_yaml
 
 DEFAULT_PATH = Path("/etc/nodeprep/node.yaml")
@@ -33,7 +34,6 @@ K8S_VERSION_RE = re.compile(r"^v?(1)\.(\d{1,2})(?:\.(\d{1,3}))?$")
 CA_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 OLDEST_KUBERNETES = (1, 27)
 MAX_PROBLEMS = 20  # listed in one error line; the rest are counted
@@ -66,10 +66,10 @@ UNVERIFIED_TAINT = Taint("nodeprep.dev/unverified", "NoSchedule")
 @dataclass(frozen=True)
 class Driver:
     version: str
-    flavour: str = "proprietary"
+    flavour: str = DEFAULT_FLAVOUR
     store: str | None = None
     kernel: str | None = None
-    modules: tuple[str, ...] = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm")
+    modules: tuple[str, ...] = DEFAULT_MODULES
     registry_auth: str | None = None
     ca_file: str | None = None
     insecure_http: bool = False
@@ -509,8 +509,8 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "driver",
         "flavour",
-        _enum("proprietary", "open"),
-        {"enum": ["proprietary", "open"]},
+        _enum(*FLAVOURS),
+        {"enum": list(FLAVOURS)},
         "Kernel module flavour: proprietary or open (open GPU kernel modules, Turing and newer)",
         flag="--flavour",
     ),

@@ -40,7 +40,7 @@ def test_minimal_profile_gets_defaults() -> None:
     p = profile.parse_profile(MINIMAL, "m.yaml")
     assert p.driver.version == "535.309.01"
     assert p.driver.flavour == "proprietary"
-    assert p.driver.modules == ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm")
+    assert p.driver.modules == ("nvidia", "nvidia-uvm", "nvidia-modeset")
     assert p.labels.cloud == "auto" and p.labels.extra == {}
     assert p.cluster is None
     assert p.runtime.containerd_config == "/etc/containerd/config.toml"
