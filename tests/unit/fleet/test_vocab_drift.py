@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from nodeprep.vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
+from nodeprep.vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
 
 from .conftest import ROLES
 
@@ -29,10 +29,25 @@ def test_nvidia_driver_role_follows_the_vocabulary() -> None:
     assert options["nvidia_driver_flavour"]["choices"] == ["", *FLAVOURS]
 
 
-def test_driver_module_follows_the_vocabulary(collection_on_path: Path) -> None:
-    mod = importlib.import_module("ansible_collections.nodeprep.fleet.plugins.modules.nodeprep_driver")
-    documented = yaml.safe_load(mod.DOCUMENTATION)["options"]
-    spec = mod.argument_spec()
-    for options in (documented, spec):
+def test_driver_build_role_follows_the_vocabulary() -> None:
+    defaults, options = _role("driver_build")
+    assert options["driver_build_flavour"]["choices"] == list(FLAVOURS)
+    assert defaults["driver_build_flavour"] == DEFAULT_FLAVOUR
+
+
+def _module(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A module's documented options and its argument_spec (in module_utils/nodeprep_op_*)."""
+    doc = importlib.import_module(f"ansible_collections.nodeprep.fleet.plugins.modules.{name}")
+    code = importlib.import_module(
+        f"ansible_collections.nodeprep.fleet.plugins.module_utils.{name.replace('nodeprep_', 'nodeprep_op_')}"
+    )
+    return yaml.safe_load(doc.DOCUMENTATION)["options"], code.argument_spec()
+
+
+def test_driver_and_build_modules_follow_the_vocabulary(collection_on_path: Path) -> None:
+    for options in _module("nodeprep_driver"):
         assert options["modules"]["default"] == list(DEFAULT_MODULES)
         assert options["flavour"]["choices"] == list(FLAVOURS)
+    for options in _module("nodeprep_build"):
+        assert options["flavour"]["choices"] == list(FLAVOURS)
+        assert options["flavour"]["default"] == DEFAULT_FLAVOUR
