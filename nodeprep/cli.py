@@ -16,7 +16,7 @@ from .log import setup_logging
 
 log = logging.getLogger("nodeprep")
 
-COMMAND_MODULES = ("build", "install", "labels", "join", "smoke", "bootstrap", "verify")
+COMMAND_MODULES = ("build", "install", "labels", "join", "profile", "smoke", "bootstrap", "verify")
 
 
 class NodeprepGroup(click.Group):

@@ -74,59 +74,14 @@ OS_PYTHON = {"debian": "python3", "rhel": "python3.11"}
 
 Format = Literal["auto", "cloud-config", "mime"]
 
-# The first-boot installer. Static text (no templating): its parameters arrive as argv in runcmd.
-INSTALLER = r"""#!/bin/sh
-# nodeprep first-boot installer, written by `nodeprep cloud-init`.
-#   install-nodeprep PYTHON store URL SHA256   wheel from the artifact store; sha256 checked before use
-#   install-nodeprep PYTHON index REQUIREMENT  from the package index (pip resolves the dependencies)
-# Installs into /opt/nodeprep/venv (system site-packages visible: in store mode the distribution's
-# python3-* packages are the dependencies) and links /usr/local/bin/nodeprep last. Nothing is touched
-# before the arguments are checked and (store) the wheel is downloaded and verified.
-set -eu
-usage() { echo "usage: install-nodeprep PYTHON store URL SHA256 | PYTHON index REQUIREMENT" >&2; exit 2; }
-[ "$#" -ge 3 ] || usage
-python=$1 mode=$2
-case $mode in
-store) [ "$#" -eq 4 ] || usage ;;
-index) [ "$#" -eq 3 ] || usage ;;
-*) usage ;;
-esac
-prefix=/opt/nodeprep
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-if [ "$mode" = store ]; then
-    url=$3 sha=$4
-    wheel="$tmp/${url##*/}"
-    case $url in
-    /*) cp "$url" "$wheel" ;;
-    file://*) cp "${url#file://}" "$wheel" ;;
-    *)
-        n=0
-        get='import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])'
-        until "$python" -c "$get" "$url" "$wheel"; do
-            n=$((n + 1))
-            [ "$n" -lt 5 ] || { echo "install-nodeprep: cannot download $url" >&2; exit 1; }
-            sleep $((n * 3))
-        done
-        ;;
-    esac
-    if ! echo "$sha  $wheel" | sha256sum -c --strict - >&2; then
-        echo "install-nodeprep: sha256 mismatch for $url" >&2
-        exit 1
-    fi
-fi
-rm -f /usr/local/bin/nodeprep
-rm -rf "$prefix/venv"
-mkdir -p "$prefix"
-"$python" -m venv --system-site-packages "$prefix/venv"
-if [ "$mode" = store ]; then
-    "$prefix/venv/bin/python" -m pip install --quiet --no-index --no-deps "$wheel"
-else
-    "$prefix/venv/bin/python" -m pip install --quiet "$3"
-fi
-"$prefix/venv/bin/nodeprep" --version >&2
-ln -sfn "$prefix/venv/bin/nodeprep" /usr/local/bin/nodeprep
-"""
+# The first-boot installer, a package data file (shellchecked and run as a script by the tests). Static
+# text (no templating): its parameters arrive as argv in runcmd.
+INSTALLER_SCRIPT = Path(__file__).parent / "data" / "install-nodeprep.sh"
+
+
+def installer() -> str:
+    """The installer's text (read when rendering: importing this module reads no file)."""
+    return INSTALLER_SCRIPT.read_text()
 
 
 # Reruns bootstrap at every boot until it has succeeded once (a rerun after success does nothing):
@@ -308,7 +263,8 @@ def cloud_config(spec: UserDataSpec) -> dict[str, Any]:
     if spec.ca_cert_hashes:
         files.append({"path": CA_HASHES_PATH, "content": "".join(h + "\n" for h in spec.ca_cert_hashes),
                       "owner": "root:root", "permissions": "0644"})
-    files.append({"path": INSTALLER_PATH, "content": INSTALLER, "owner": "root:root", "permissions": "0755"})
+    files.append({"path": INSTALLER_PATH, "content": installer(), "owner": "root:root",
+                  "permissions": "0755"})
     files.append({"path": UNIT_PATH, "content": UNIT, "owner": "root:root", "permissions": "0644"})
     pkgs = OS_PACKAGES[spec.os_family]
     packages = list(pkgs["base"]) + (list(pkgs["deps"]) if spec.source.mode == "store" else [])

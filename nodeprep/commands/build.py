@@ -21,6 +21,7 @@ from ..build import parallel
 from ..errors import InputError, NodeprepError
 from ..paths import DEFAULT_STORE, default_cache
 from ..stores.verify import verify_store
+from ..vocab import DEFAULT_FLAVOUR, FLAVOURS
 from . import progress as render
 from .options import emit_json, json_option, registry_options, store_options
 
@@ -164,7 +165,7 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
     help="Driver version (535.309.01) or branch (535). Default: the newest Debian serves.",
 )
 @click.option(
-    "--flavour", type=click.Choice(["proprietary", "open"]), default="proprietary", show_default=True
+    "--flavour", type=click.Choice(FLAVOURS), default=DEFAULT_FLAVOUR, show_default=True
 )
 @click.option("--os", "os_name", default=targets.DEFAULT, show_default=True,
               help="Target OS of the kernel (" + ", ".join(targets.names()) + ").")

@@ -11,23 +11,25 @@ from ..errors import InputError
 from ..join.activation import HOOKS
 from ..node import ops
 from ..node.doctor import ALL_CHECKS, doctor
-from ..node.kmod import DEFAULT_LOAD, MODULES
 from ..node.plan import InstallPlan
 from ..node.state import load_state, version_key
+from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
 from .options import emit_json, json_option, registry_options, root_option, store_options
 
 
 def _modules(value: str) -> tuple[str, ...]:
     names = tuple(m.strip() for m in value.split(",") if m.strip())
-    bad = [m for m in names if m not in MODULES]
+    bad = [m for m in names if m not in KERNEL_MODULES]
     if bad or not names or names[0] != "nvidia":
-        raise InputError(f"--modules: {value!r} must start with nvidia and list only {', '.join(MODULES)}")
+        raise InputError(
+            f"--modules: {value!r} must start with nvidia and list only {', '.join(KERNEL_MODULES)}"
+        )
     return names
 
 
 modules_option = click.option(
     "--modules",
-    default=",".join(DEFAULT_LOAD),
+    default=",".join(DEFAULT_MODULES),
     show_default=True,
     metavar="LIST",
     help="Modules the boot unit loads, in order (add nvidia-drm, nvidia-peermem when wanted).",
@@ -55,7 +57,7 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 )
 @click.option(
     "--flavour",
-    type=click.Choice(["proprietary", "open"]),
+    type=click.Choice(FLAVOURS),
     default=None,
     help="Kernel module flavour when the store has both.",
 )

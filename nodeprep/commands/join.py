@@ -1,4 +1,4 @@
-"""join commands (see nodeprep/cli.py): `nodeprep join`, `nodeprep runtime`, `nodeprep profile`."""
+"""join commands (see nodeprep/cli.py): `nodeprep join`, `nodeprep runtime`."""
 
 from __future__ import annotations
 
@@ -8,15 +8,8 @@ from pathlib import Path
 import click
 
 from ..join import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime, preview_join
-from ..profile import (
-    load_profile,
-    override_options,
-    pop_overrides,
-    profile_path,
-    render_schema,
-    with_overrides,
-)
-from .options import emit_json, json_option, profile_option, root_option
+from ..profile import load_profile, profile_path, with_overrides
+from .options import emit_json, json_option, override_options, pop_overrides, profile_option, root_option
 
 log = logging.getLogger("nodeprep.join")
 
@@ -153,28 +146,4 @@ def runtime_cmd(
         click.echo(f"{f['path']}: {'changed' if f['changed'] else 'unchanged'}")
 
 
-@click.group("profile")
-def profile_group() -> None:
-    """The node profile (docs/profile.md)."""
-
-
-@profile_group.command("check")
-@profile_option
-@root_option
-@json_option
-def profile_check(profile: Path | None, root: Path, as_json: bool) -> None:
-    """Validate the profile; print every problem as `field.path: message` (exit 2)."""
-    prof = load_profile(profile_path(root, profile))
-    if as_json:
-        emit_json(prof.to_dict())
-    else:
-        click.echo(f"{prof.source}: ok")
-
-
-@profile_group.command("schema")
-def profile_schema() -> None:
-    """Print the profile's JSON Schema."""
-    click.echo(render_schema(), nl=False)
-
-
-COMMANDS: list[click.Command] = [join_cmd, runtime_cmd, profile_group]
+COMMANDS: list[click.Command] = [join_cmd, runtime_cmd]

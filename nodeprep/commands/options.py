@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+
+from ..profile import field_by_path
 
 root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True,
@@ -39,3 +42,28 @@ def store_options(registry_auth: str | None, ca_file: str | None, insecure_http:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """click decorator: one option per field path, from the table's `flag` (default None = not
+    given). The command passes its kwargs through `pop_overrides()` and then `with_overrides()`."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for path in reversed(paths):
+            f = field_by_path(path)
+            if f.flag is None:
+                raise ValueError(f"{path} has no command-line flag in nodeprep.profile.FIELDS")
+            fn = click.option(
+                f.flag,
+                path.replace(".", "__"),
+                default=None,
+                metavar="VALUE",
+                help=f"{f.help} (overrides {path})",
+            )(fn)
+        return fn
+
+    return decorate
+
+
+def pop_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove the override_options() values from a command's kwargs; return them by field path."""
+    return {k.replace("__", "."): kwargs.pop(k) for k in list(kwargs) if "__" in k}

@@ -241,7 +241,7 @@ def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], lis
 
 def _split_labels(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     # labels.extra holds only labels a kubelet may register with: the profile's own validation
-    # refuses the others (nodeprep.profile._label_pair), for every command that reads a profile.
+    # refuses the others (nodeprep.profile.checks.label_pair), for every command that reads a profile.
     from ..labels import split_for_kubelet
 
     return split_for_kubelet(labels)

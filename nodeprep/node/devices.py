@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import runner
 from ..errors import StateError
 from ..sysfs import read_attr
-from .kmod import DEFAULT_LOAD
+from ..vocab import DEFAULT_MODULES
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def make_nodes(root: Path, nodes: list[DeviceNode]) -> list[str]:
     return made
 
 
-def load_modules(modules: tuple[str, ...] = DEFAULT_LOAD, *, root: Path = Path("/")) -> list[str]:
+def load_modules(modules: tuple[str, ...] = DEFAULT_MODULES, *, root: Path = Path("/")) -> list[str]:
     """modprobe each module (in order) and create the device nodes; returns the nodes created."""
     if root.resolve() != Path("/"):
         raise StateError("load-modules only runs on the live system (--root /)")

@@ -19,8 +19,6 @@ from .layout import Layout, check_kernel
 
 log = logging.getLogger(__name__)
 
-MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
-DEFAULT_LOAD = ("nvidia", "nvidia-uvm", "nvidia-modeset")
 
 
 @dataclass(frozen=True)

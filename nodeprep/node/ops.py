@@ -28,13 +28,13 @@ from ..errors import InputError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
 from ..sysfs import read_attr
+from ..vocab import DEFAULT_MODULES
 from . import complete, kernelhook, support, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
 from .hooks import ActivationHooks
 from .kmod import (
-    DEFAULT_LOAD,
     check_modules,
     kernel_vermagic,
     parse_vermagic,
@@ -210,7 +210,7 @@ def plan(
     flavour: str | None = None,
     arch: str = "amd64",
     activate: bool = False,
-    modules: tuple[str, ...] = DEFAULT_LOAD,
+    modules: tuple[str, ...] = DEFAULT_MODULES,
     store_options: StoreOptions | None = None,
     keep_boot_kernel: bool = False,
     kernel_hook: bool = True,
@@ -236,7 +236,7 @@ def install(
     arch: str = "amd64",
     activate: bool = False,
     load: bool = True,
-    modules: tuple[str, ...] = DEFAULT_LOAD,
+    modules: tuple[str, ...] = DEFAULT_MODULES,
     store_options: StoreOptions | None = None,
     keep_boot_kernel: bool = False,
     kernel_hook: bool = True,
@@ -400,7 +400,7 @@ def activate(
     *,
     kernel: str | None = None,
     load: bool = True,
-    modules: tuple[str, ...] = DEFAULT_LOAD,
+    modules: tuple[str, ...] = DEFAULT_MODULES,
     hooks: ActivationHooks,
 ) -> ActivateResult:
     """Make installed `version` the active driver root (atomic switch of /opt/nvidia/current).
@@ -413,7 +413,7 @@ def activate(
 
 
 def rollback(
-    root: Path, *, load: bool = True, modules: tuple[str, ...] = DEFAULT_LOAD, hooks: ActivationHooks
+    root: Path, *, load: bool = True, modules: tuple[str, ...] = DEFAULT_MODULES, hooks: ActivationHooks
 ) -> ActivateResult:
     """Activate the previously active version."""
     layout = Layout(Path(root))

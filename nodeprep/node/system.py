@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from .. import runner
+from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .crash import crash_point
 from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
-from .kmod import DEFAULT_LOAD, MODULES
 from .layout import UNIT_NAME, Layout
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def link_modules(layout: Layout, version: str, kernels: list[str]) -> bool:
         present = {p.stem for p in layout.kmod_dir(version, rel).glob("*.ko")}
         # through the text of `current`, never its resolved (possibly old) directory
         base = os.path.relpath(os.path.realpath(layout.opt), os.path.realpath(linkdir))
-        for name in MODULES:
+        for name in KERNEL_MODULES:
             link = linkdir / f"{name}.ko"
             if name in present:
                 changed |= atomic_symlink(link, f"{base}/current/modules/{rel}/{name}.ko")
@@ -88,7 +88,7 @@ def unlink_modules(layout: Layout, kernels: list[str]) -> bool:
         linkdir = layout.module_links(rel)
         if not linkdir.is_dir():
             continue
-        for name in MODULES:
+        for name in KERNEL_MODULES:
             link = linkdir / f"{name}.ko"
             if link.is_symlink() and "/current/modules/" in os.readlink(link):
                 link.unlink()
@@ -151,7 +151,7 @@ def nodeprep_command(layout: Layout) -> str:
     return "nodeprep"
 
 
-def render_unit(command: str, modules: tuple[str, ...] = DEFAULT_LOAD) -> str:
+def render_unit(command: str, modules: tuple[str, ...] = DEFAULT_MODULES) -> str:
     return f"""\
 # Written by nodeprep (nodeprep activate): load the active NVIDIA driver and create /dev/nvidia*
 [Unit]
@@ -172,7 +172,7 @@ WantedBy=multi-user.target
 """
 
 
-def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_LOAD) -> tuple[str, ...]:
+def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> tuple[str, ...]:
     """Node paths of the files activation writes whose content differs from what it would write."""
     want = {
         layout.ld_conf: LD_CONF,
@@ -190,7 +190,7 @@ def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_LOAD) -> tuple[str,
     return tuple(out)
 
 
-def write_unit(layout: Layout, modules: tuple[str, ...] = DEFAULT_LOAD) -> bool:
+def write_unit(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> bool:
     changed = atomic_write(
         layout.unit, render_unit(nodeprep_command(layout), modules), point="activate:unit-tmp"
     )

@@ -19,12 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import InputError
+from ..vocab import FLAVOURS, Flavour
 
-Flavour = Literal["proprietary", "open"]
-FLAVOURS: tuple[Flavour, ...] = ("proprietary", "open")
 PACKAGE_RE = re.compile(r"^nvidia(?:-tesla(?:-(?P<branch>\d+))?)?(?P<open>-open)?-kernel-source$")
 # apt-cache search takes a POSIX ERE.
 PACKAGE_SEARCH = r"^nvidia(-tesla(-[0-9]+)?)?(-open)?-kernel-source$"

@@ -1,8 +1,8 @@
 """scripts/gpu-check.sh on a machine without an NVIDIA GPU or driver (this one, CI): one clear
 `skipped` line, exit 3, nothing written (not in its temp directory's parent, not in the checkout, not
 in HOME); end to end against a simulated driver in a private mount namespace (see that test); on a
-machine with a GPU it runs for real (docs/labels.md). The shell scripts pass shellcheck (Debian's,
-scripts/deps/lint.apt)."""
+machine with a GPU it runs for real (docs/labels.md). The shell scripts (scripts/, and nodeprep/data/
+for the node) pass shellcheck (Debian's, scripts/deps/lint.apt)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import pytest
 from tests.support.fixtures import REPO
 
 SCRIPT = REPO / "scripts" / "gpu-check.sh"
-SHELL_SCRIPTS = [REPO / ".ci" / "run", *sorted((REPO / "scripts").glob("*.sh"))]
+SHELL_SCRIPTS = [REPO / ".ci" / "run", *sorted((REPO / "scripts").glob("*.sh")),
+                 *sorted((REPO / "nodeprep" / "data").glob("*.sh"))]
 
 
 def tree(path: Path) -> dict[str, int]:

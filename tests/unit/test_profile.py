@@ -40,7 +40,7 @@ def test_minimal_profile_gets_defaults() -> None:
     p = profile.parse_profile(MINIMAL, "m.yaml")
     assert p.driver.version == "535.309.01"
     assert p.driver.flavour == "proprietary"
-    assert p.driver.modules == ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm")
+    assert p.driver.modules == ("nvidia", "nvidia-uvm", "nvidia-modeset")
     assert p.labels.cloud == "auto" and p.labels.extra == {}
     assert p.cluster is None
     assert p.runtime.containerd_config == "/etc/containerd/config.toml"
@@ -487,10 +487,12 @@ def test_override_options_come_from_the_table() -> None:
     import click
     from click.testing import CliRunner
 
+    from nodeprep.commands.options import override_options, pop_overrides
+
     @click.command()
-    @profile.override_options("driver.version", "cluster.api_server")
+    @override_options("driver.version", "cluster.api_server")
     def cmd(**kwargs: str | None) -> None:
-        p = profile.with_overrides(profile.load_profile(EXAMPLE), profile.pop_overrides(kwargs))
+        p = profile.with_overrides(profile.load_profile(EXAMPLE), pop_overrides(kwargs))
         assert kwargs == {}
         click.echo(f"{p.driver.version} {p.cluster.api_server if p.cluster else ''}")
 
@@ -505,3 +507,13 @@ def test_docs_list_every_field() -> None:
     text = (REPO / "docs" / "profile.md").read_text()
     missing = [f.path for f in profile.FIELDS if f"| `{f.path}` |" not in text]
     assert missing == []
+
+
+def test_field_table_covers_the_model_exactly() -> None:
+    """to_dict() walks the sections' dataclass fields and the parser walks FIELDS: the two name the
+    same keys."""
+    from dataclasses import fields
+
+    for name, cls in profile.SECTIONS.items():
+        table = sorted(f.key for f in profile.FIELDS if f.section == name)
+        assert sorted(f.name for f in fields(cls)) == table, name

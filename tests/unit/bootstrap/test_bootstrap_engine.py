@@ -206,3 +206,31 @@ def test_bad_profile_is_input_error(tmp_path: Path) -> None:
     with pytest.raises(bs.InputError, match="driver.version"):
         bs.bootstrap(bad, root=tmp_path, steps=[])
     assert not (tmp_path / "var").exists()
+
+
+def test_engine_runs_any_steps_with_its_own_record(tmp_path: Path) -> None:
+    """The engine knows no profile or node: a caller's context, its own record file and name."""
+    from nodeprep.bootstrap.engine import Journal, Step, load_record, run_steps
+
+    journal = Journal(record=tmp_path / "demo.json", lock=tmp_path / "demo.lock", name="demo")
+    seen: list[Any] = []
+
+    def step(ctx: dict[str, Any]) -> dict[str, Any]:
+        seen.append(ctx)
+        return {"n": len(seen)}
+
+    def context(results: Any) -> dict[str, Any]:
+        return {"results": dict(results)}
+
+    steps = [Step("a", "A", step), Step("b", "B", step)]
+    report = run_steps(journal, "d1", steps, context, source="input")
+    assert report.ok and report.record_path == tmp_path / "demo.json"
+    assert seen == [{"results": {}}, {"results": {"a": {"n": 1}}}]
+    record = load_record(journal)
+    assert record["runs"]["d1"]["profile"] == "input"
+    assert {n: s["status"] for n, s in record["runs"]["d1"]["steps"].items()} == {"a": "done", "b": "done"}
+    again = run_steps(journal, "d1", steps, context, source="input")
+    assert [o.status for o in again.outcomes] == ["skipped", "skipped"] and len(seen) == 2
+    journal.record.write_text("{")
+    with pytest.raises(StateError, match=r"demo.json: unreadable demo state"):
+        run_steps(journal, "d1", steps, context, source="input")

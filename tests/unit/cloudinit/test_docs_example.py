@@ -19,8 +19,16 @@ from tests.support.fixtures import REPO
 
 from .test_cloudinit_render import cloud_init
 
-COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
-                                     "artifacts", ".pytest_cache", ".ruff_cache", "user-data", "token")
+_IGNORE_ANYWHERE = shutil.ignore_patterns("*.egg-info", "__pycache__")
+_TOP_LEVEL = {".venv", ".git", "build", "dist", "artifacts", ".pytest_cache", ".ruff_cache", "user-data",
+              "token"}
+
+
+def COPY_IGNORE(directory: str, names: list[str]) -> set[str]:  # noqa: N802 (shutil.copytree's ignore)
+    """What a copy of the checkout leaves out: build output and caches at the top (nodeprep/build/ is
+    the library's package, not output), byte code and egg-info anywhere."""
+    top = {n for n in names if n in _TOP_LEVEL} if Path(directory) == REPO else set()
+    return top | set(_IGNORE_ANYWHERE(directory, names))
 
 
 def test_cloud_md_example_renders_valid_user_data(tmp_path: Path) -> None:
@@ -39,7 +47,8 @@ def test_cloud_md_example_renders_valid_user_data(tmp_path: Path) -> None:
     assert wheel.name == f"nodeprep-{__version__}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as z:
         metadata = z.read(f"nodeprep-{__version__}.dist-info/METADATA").decode()
-        assert "nodeprep/cli.py" in z.namelist()
+        assert "nodeprep/cli.py" in z.namelist() and "nodeprep/build/driver.py" in z.namelist()
+        assert "nodeprep/data/install-nodeprep.sh" in z.namelist()
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
     assert (work / "token").stat().st_mode & 0o077 == 0
 

@@ -14,7 +14,10 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host impor
     nodeprep_errors,
 )
 
-DEFAULT_MODULES = ["nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm"]
+# nodeprep.vocab.DEFAULT_MODULES and FLAVOURS (module_utils cannot import nodeprep before the
+# module runs; tests/unit/fleet/test_vocab_drift.py keeps them equal)
+DEFAULT_MODULES = ["nvidia", "nvidia-uvm", "nvidia-modeset"]
+FLAVOURS = ["proprietary", "open"]
 
 
 def argument_spec():
@@ -27,7 +30,7 @@ def argument_spec():
         insecure_http={"type": "bool", "default": False},
         state={"type": "str", "choices": ["present", "active"], "default": "active"},
         kernel={"type": "str"},
-        flavour={"type": "str", "choices": ["proprietary", "open"]},
+        flavour={"type": "str", "choices": list(FLAVOURS)},
         arch={"type": "str", "default": "amd64"},
         load={"type": "bool", "default": False},
         modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},

@@ -78,7 +78,7 @@ options:
     description: Kernel modules to load, in order.
     type: list
     elements: str
-    default: [nvidia, nvidia-uvm, nvidia-modeset, nvidia-drm]
+    default: [nvidia, nvidia-uvm, nvidia-modeset]
   doctor:
     description:
       - When this call changes nothing, also run C(nodeprep doctor) in the same round trip and fail

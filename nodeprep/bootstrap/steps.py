@@ -1,0 +1,199 @@
+"""The node bring-up steps of `nodeprep bootstrap`: thin adapters over the install (nodeprep.node),
+labels (nodeprep.labels) and join (nodeprep.join) libraries, run by nodeprep.bootstrap.engine.
+
+driver (install + activate from the store) -> modules (load + doctor) -> labels -> runtime
+(containerd) -> join. Each step is a function `Context -> dict` (its JSON-able result, with a
+one-line `summary`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, StateError
+from .engine import Step
+
+log = logging.getLogger("nodeprep.bootstrap")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How bootstrap runs, beyond the profile (front-end flags)."""
+
+    dry_run_join: bool = False
+    sysfs_root: Path = Path("/sys")  # where GPU/DMI facts are read (labels)
+    nvidia_smi_xml: Path | None = None  # GPU facts from this capture instead of asking the driver
+    load_modules: bool | None = None  # None: only when root is / (never modprobe for an image)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a step sees: the target root, the loaded profile and the results of earlier steps."""
+
+    root: Path
+    profile: Any  # nodeprep.profile.Profile
+    profile_path: Path
+    digest: str
+    options: Options = field(default_factory=Options)
+    results: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def dry_run_join(self) -> bool:
+        return self.options.dry_run_join
+
+    @property
+    def live(self) -> bool:
+        """True when operating on the running system (root is /)."""
+        return self.root.resolve() == Path("/")
+
+
+NFD_FEATURES = "/etc/kubernetes/node-feature-discovery/features.d/nodeprep"
+LABELS_JSON = "/etc/nodeprep/labels.json"
+
+
+def _under(root: Path, target: str) -> Path:
+    return root / target.lstrip("/")
+
+
+def _kernel(ctx: Context) -> str | None:
+    """The profile's driver.kernel; on a live system None (the running kernel); with --root the one
+    kernel installed in the image (ROOT/lib/modules/<release>)."""
+    kernel = ctx.profile.driver.kernel
+    if kernel or ctx.live:
+        return kernel  # type: ignore[no-any-return]
+    found = sorted({p.name for d in ("lib/modules", "usr/lib/modules") if (ctx.root / d).is_dir()
+                    for p in (ctx.root / d).iterdir() if p.is_dir()})
+    if len(found) != 1:
+        raise InputError(f"driver.kernel: required with --root {ctx.root} (kernels in the image: "
+                         f"{', '.join(found) or 'none'})")
+    return found[0]
+
+
+def _load(ctx: Context) -> bool:
+    return ctx.live if ctx.options.load_modules is None else ctx.options.load_modules
+
+
+def step_driver(ctx: Context) -> dict[str, Any]:
+    """Install user space + kmod of driver.version from driver.store and make it the active root."""
+    from ..node import install
+
+    drv = ctx.profile.driver
+    if not drv.store:
+        raise InputError(f"{ctx.profile_path}: driver.store is not set (where the artifacts come from)")
+    from ..stores.oci import Options as StoreOptions
+
+    def on_node(path: str | None) -> str | None:  # profile paths name files on the node (under --root)
+        return str(ctx.root / path.lstrip("/")) if path else None
+
+    options = StoreOptions(registry_auth=on_node(drv.registry_auth), ca_file=on_node(drv.ca_file),
+                           insecure_http=drv.insecure_http)
+    from ..join.activation import HOOKS
+
+    result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
+                     activate=True, load=False, modules=tuple(drv.modules), store_options=options,
+                     hooks=HOOKS, keep_boot_kernel=drv.keep_boot_kernel)
+    data = result.to_dict()
+    data["summary"] = (f"{result.version} active for kernel {result.kernel}"
+                       + ("" if result.changed else " (already installed)"))
+    return data
+
+
+def step_modules(ctx: Context) -> dict[str, Any]:
+    """Load the modules (live systems) and run doctor as the gate for the rest of the bring-up."""
+    from ..node.devices import load_modules
+    from ..node.doctor import doctor
+
+    made: list[str] = []
+    loaded = _load(ctx)
+    if loaded:
+        made = load_modules(tuple(ctx.profile.driver.modules), root=ctx.root)
+    # Offline (--root): no GPU, module or device nodes to look at; the image's driver root and ld cache are.
+    checks = None if ctx.live else {"state", "ldcache", "kmod"}
+    report = doctor(ctx.root, checks=checks)
+    if not report.ok:
+        raise StateError("doctor: " + "; ".join(f"{c.name}: {c.message}" for c in report.problems()),
+                         hint="nodeprep doctor shows every check")
+    ran = [c.name for c in report.checks if not c.skipped]
+    return {"loaded": loaded, "device_nodes": made, "doctor": report.to_dict(),
+            "summary": ("modules loaded; " if loaded else "modules not loaded (offline root); ")
+            + f"doctor ok ({', '.join(ran)})"}
+
+
+def step_labels(ctx: Context) -> dict[str, Any]:
+    """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
+    from ..labels import LabelOptions, node_labels
+    from ..labels.output import render_nfd
+    from ..node.fsutil import atomic_write
+
+    opts = LabelOptions(
+        root=ctx.root, sysfs_root=ctx.options.sysfs_root, nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+        cloud=ctx.profile.labels.cloud, extra=dict(ctx.profile.labels.extra),
+        kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
+        use_nvml=ctx.live, run_nvidia_smi=ctx.live,
+    )
+    result = node_labels(opts)
+    for w in result.warnings:
+        log.warning("warning: %s", w)
+    labels = dict(sorted(result.labels.items()))
+    atomic_write(_under(ctx.root, NFD_FEATURES), render_nfd(labels))
+    atomic_write(_under(ctx.root, LABELS_JSON), json.dumps(labels, indent=2, sort_keys=True) + "\n")
+    return {"labels": labels, "sources": result.sources, "warnings": list(result.warnings),
+            "files": [NFD_FEATURES, LABELS_JSON],
+            "summary": f"{len(labels)} labels (gpu facts: {result.sources.get('gpu', 'none')})"}
+
+
+def _join_options(ctx: Context) -> Any:
+    from ..join import JoinOptions
+
+    labels = ctx.results.get("labels", {}).get("labels")
+    # doctor already gated the bring-up in the modules step (with the checks that fit --root)
+    return JoinOptions(root=ctx.root, nvidia_smi_xml=ctx.options.nvidia_smi_xml, labels=labels,
+                       skip_preflight=True)
+
+
+def step_runtime(ctx: Context) -> dict[str, Any]:
+    """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root."""
+    from ..join import apply_runtime, plan_runtime
+
+    plan = plan_runtime(ctx.profile, _join_options(ctx))
+    result = apply_runtime(plan)
+    result["summary"] = (f"wrote {', '.join(result['written'])}" if result["written"]
+                         else "containerd configuration unchanged")
+    return result
+
+
+def step_join(ctx: Context) -> dict[str, Any]:
+    """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration."""
+    from ..join import join
+
+    if ctx.profile.cluster is None:
+        return {"joined": False, "summary": "no cluster section in the profile: not joining"}
+    plan, result = join(ctx.profile, _join_options(ctx), dry_run=ctx.dry_run_join)
+    ran = result.get("ran", [])
+    deferred = result.get("deferred_commands", [])
+    if ran:
+        summary = f"joined ({plan.mode}, ran {' ; '.join(' '.join(a) for a in ran)})"
+    elif ctx.dry_run_join:
+        summary = f"dry run: {plan.mode} configuration written, nothing run"
+    elif deferred:
+        summary = f"configuration written; at first boot: {' ; '.join(' '.join(a) for a in deferred)}"
+    else:
+        summary = "configuration written; " + ("already joined" if plan.already_joined else "nothing to run")
+    result["dry_run"] = ctx.dry_run_join
+    result["summary"] = summary
+    return result
+
+
+def default_steps() -> list[Step]:
+    return [
+        Step("driver", "Install and activate the NVIDIA driver", step_driver),
+        Step("modules", "Load modules, doctor", step_modules),
+        Step("labels", "Node labels", step_labels),
+        Step("runtime", "Container runtime", step_runtime),
+        Step("join", "Join the cluster", step_join),
+    ]

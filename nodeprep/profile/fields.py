@@ -1,0 +1,278 @@
+"""The profile's field table: one row per field (section, key, rule, help, required, command-line
+flag). The parser (nodeprep/profile/load.py), the JSON Schema (schema.py), the overrides and the
+docs tests all read it; a field's constraint is said once, by its rule (rules.py, checks.py)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..vocab import FLAVOURS
+from .checks import (
+    abs_path,
+    api_server,
+    feature_gate,
+    flag_name,
+    k8s_version,
+    label_pair,
+    label_value,
+    modules,
+    node_name,
+    scalar_str,
+    store,
+    taints,
+)
+from .model import CA_HASH_RE, DRIVER_VERSION_RE, K8S_VERSION_RE, KERNEL_RE
+from .rules import Rule, boolean, enum, list_of, mapping, string
+
+
+@dataclass(frozen=True)
+class Field:
+    section: str
+    key: str
+    rule: Rule
+    help: str
+    required: bool = False
+    flag: str | None = None  # command-line option that overrides this field, e.g. "--driver-version"
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.key}"
+
+    def parse(self, value: Any) -> tuple[Any, list[str]]:
+        return self.rule(value)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return dict(self.rule.schema)
+
+
+FIELDS: tuple[Field, ...] = (
+    # driver
+    Field(
+        "driver",
+        "version",
+        string(DRIVER_VERSION_RE, "is not a full driver version (expected e.g. 550.90.07)"),
+        "NVIDIA driver version to install, e.g. 535.309.01",
+        required=True,
+        flag="--driver-version",
+    ),
+    Field(
+        "driver",
+        "flavour",
+        enum(*FLAVOURS),
+        "Kernel module flavour: proprietary or open (open GPU kernel modules, Turing and newer)",
+        flag="--flavour",
+    ),
+    Field(
+        "driver",
+        "store",
+        string(check=store, nullable=True),
+        "Artifact store: a directory, file:// or http(s):// base URL with index.json, or an OCI registry "
+        "repository oci://HOST[:PORT]/REPO[@sha256:DIGEST]",
+        flag="--store",
+    ),
+    Field(
+        "driver",
+        "registry_auth",
+        string(check=abs_path, nullable=True),
+        "Docker-style config.json with the registry's credentials (mode 0600; never the credentials "
+        "themselves in the profile)",
+    ),
+    Field(
+        "driver",
+        "ca_file",
+        string(check=abs_path, nullable=True),
+        "CA bundle (PEM) for the store's TLS certificate (default: the system's CAs)",
+    ),
+    Field(
+        "driver",
+        "insecure_http",
+        boolean,
+        "Allow plain http (oci+http://) to a registry that is not on loopback",
+    ),
+    Field(
+        "driver",
+        "kernel",
+        string(KERNEL_RE, "is not a kernel release (e.g. 6.1.0-28-amd64)", nullable=True),
+        "Kernel release to install modules for (default: the running kernel)",
+        flag="--kernel",
+    ),
+    Field(
+        "driver",
+        "modules",
+        modules,
+        "Kernel modules to load, in order",
+    ),
+    Field(
+        "driver",
+        "persistence_mode",
+        enum("any", "enabled", "disabled"),
+        "GPU persistence mode the self-test (nodeprep verify-gpus) expects on every GPU",
+    ),
+    Field(
+        "driver",
+        "keep_boot_kernel",
+        boolean,
+        "When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
+        "default (GRUB) on a kernel that has them",
+    ),
+    # labels
+    Field(
+        "labels",
+        "extra",
+        mapping(label_value, pair_check=label_pair),
+        "Extra node labels (key: value), validated against Kubernetes label syntax",
+    ),
+    Field(
+        "labels",
+        "cloud",
+        enum("auto", "aws", "gce", "azure", "none"),
+        "Cloud to read instance facts from: auto (DMI first), aws, gce, azure or none",
+        flag="--cloud",
+    ),
+    # cluster
+    Field(
+        "cluster",
+        "mode",
+        enum("kubeadm", "kubelet"),
+        "kubeadm: `kubeadm join` with a JoinConfiguration; kubelet: bootstrap kubeconfig + systemd drop-in",
+    ),
+    Field(
+        "cluster",
+        "api_server",
+        string(check=api_server),
+        "API server endpoint host:port, e.g. 10.0.0.10:6443",
+        required=True,
+        flag="--api-server",
+    ),
+    Field(
+        "cluster",
+        "token_file",
+        string(check=abs_path),
+        "File holding the bootstrap token (mode 0600; never put the token itself in the profile)",
+        flag="--token-file",
+    ),
+    Field(
+        "cluster",
+        "ca_cert_hashes",
+        list_of(string(CA_HASH_RE, "is not sha256:<64 hex digits>")),
+        "Public key pins of the cluster CA (kubeadm token create --print-join-command shows them)",
+    ),
+    Field(
+        "cluster",
+        "ca_cert_file",
+        string(check=abs_path),
+        "Cluster CA certificate (PEM) for the kubelet bootstrap kubeconfig (mode kubelet)",
+    ),
+    Field(
+        "cluster",
+        "kubernetes_version",
+        string(K8S_VERSION_RE, "is not a Kubernetes version (e.g. 1.31 or v1.31.2)", check=k8s_version),
+        "Kubernetes version of the cluster: picks the kubeadm API (v1beta3 < 1.31 <= v1beta4) "
+        "and kubelet flags",
+        flag="--kubernetes-version",
+    ),
+    Field(
+        "cluster",
+        "node_name",
+        string(check=node_name, nullable=True),
+        "Node name (default: the host name)",
+        flag="--node-name",
+    ),
+    Field(
+        "cluster",
+        "taints",
+        taints,
+        "Taints set at registration (the only time a node may set its own taints)",
+    ),
+    Field(
+        "cluster",
+        "gpu_taint",
+        boolean,
+        "Add nvidia.com/gpu=present:NoSchedule at registration",
+    ),
+    Field(
+        "cluster",
+        "verify_gpus",
+        boolean,
+        "Register with nodeprep.dev/unverified:NoSchedule; nodeprep verify-nodes lifts it once the "
+        "node's GPU self-test passed (docs/join.md)",
+    ),
+    Field(
+        "cluster",
+        "cri_socket",
+        string(re.compile(r"^(unix|npipe)://."), "must be a unix:// endpoint"),
+        "CRI endpoint of the container runtime",
+    ),
+    Field(
+        "cluster",
+        "cgroup_driver",
+        enum("systemd", "cgroupfs"),
+        "Kubelet cgroup driver; must match containerd's SystemdCgroup",
+    ),
+    Field(
+        "cluster",
+        "kubelet_extra_args",
+        mapping(scalar_str, key_check=flag_name),
+        "Extra kubelet flags (name without dashes: value); deprecated ones move into KubeletConfiguration",
+    ),
+    Field(
+        "cluster",
+        "feature_gates",
+        mapping(boolean, key_check=feature_gate),
+        "Kubelet feature gates",
+    ),
+    # runtime
+    Field(
+        "runtime",
+        "containerd_config",
+        string(check=abs_path),
+        "containerd's main configuration file",
+    ),
+    Field(
+        "runtime",
+        "nvidia_runtime",
+        boolean,
+        "Register the `nvidia` runtime (nvidia-container-runtime)",
+    ),
+    Field(
+        "runtime",
+        "nvidia_runtime_path",
+        string(check=abs_path),
+        "Path of nvidia-container-runtime (NVIDIA Container Toolkit)",
+    ),
+    Field(
+        "runtime",
+        "cdi",
+        boolean,
+        "Write the CDI spec /etc/cdi/nvidia.yaml and enable CDI in containerd",
+    ),
+    Field(
+        "runtime",
+        "cdi_spec_dirs",
+        list_of(string(check=abs_path)),
+        "Directories containerd reads CDI specs from",
+    ),
+    Field(
+        "runtime",
+        "default_runtime",
+        boolean,
+        "Make `nvidia` containerd's default runtime",
+    ),
+)
+REQUIRED_SECTIONS = ("driver",)
+SECTION_HELP = {
+    "driver": "Which driver to install and from where",
+    "labels": "Node labels beyond the GPU facts",
+    "cluster": "How to join Kubernetes (omit to skip joining)",
+    "runtime": "Container runtime integration (containerd, CDI)",
+}
+
+
+def field_by_path(path: str) -> Field:
+    for f in FIELDS:
+        if f.path == path:
+            return f
+    raise KeyError(path)

@@ -1,0 +1,144 @@
+"""The node profile's model: immutable sections (driver, labels, cluster, runtime) and the value
+domains their fields are checked against (nodeprep/profile/rules.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES
+
+DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
+KERNEL_RE = re.compile(r"^\d+\.\d+[A-Za-z0-9.+_~-]*$")
+K8S_VERSION_RE = re.compile(r"^v?(1)\.(\d{1,2})(?:\.(\d{1,3}))?$")
+CA_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+OLDEST_KUBERNETES = (1, 27)
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+GPU_TAINT = Taint("nvidia.com/gpu", "NoSchedule", "present")
+UNVERIFIED_TAINT = Taint("nodeprep.dev/unverified", "NoSchedule")
+
+
+@dataclass(frozen=True)
+class Driver:
+    version: str
+    flavour: str = DEFAULT_FLAVOUR
+    store: str | None = None
+    kernel: str | None = None
+    modules: tuple[str, ...] = DEFAULT_MODULES
+    registry_auth: str | None = None
+    ca_file: str | None = None
+    insecure_http: bool = False
+    persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
+    keep_boot_kernel: bool = False  # kernel hook: keep booting a kernel that has the driver
+
+
+@dataclass(frozen=True)
+class Labels:
+    extra: dict[str, str] = field(default_factory=dict)
+    cloud: str = "auto"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    api_server: str
+    mode: str = "kubeadm"
+    token_file: str = "/etc/nodeprep/bootstrap-token"
+    ca_cert_hashes: tuple[str, ...] = ()
+    ca_cert_file: str = "/etc/kubernetes/pki/ca.crt"
+    kubernetes_version: str = "1.31"
+    node_name: str | None = None
+    taints: tuple[Taint, ...] = ()
+    gpu_taint: bool = False
+    verify_gpus: bool = True
+    cri_socket: str = "unix:///run/containerd/containerd.sock"
+    cgroup_driver: str = "systemd"
+    kubelet_extra_args: dict[str, str] = field(default_factory=dict)
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def minor(self) -> tuple[int, int]:
+        """(major, minor) of kubernetes_version, e.g. (1, 31)."""
+        m = K8S_VERSION_RE.match(self.kubernetes_version)
+        assert m, self.kubernetes_version
+        return int(m.group(1)), int(m.group(2))
+
+    @property
+    def all_taints(self) -> tuple[Taint, ...]:
+        """Taints to register with: `taints`, plus nvidia.com/gpu=present:NoSchedule when gpu_taint, plus
+        nodeprep.dev/unverified:NoSchedule when verify_gpus (lifted by `nodeprep verify-nodes` once the
+        node's GPU self-test passed)."""
+        taints = self.taints
+        if self.gpu_taint and not any(
+            t.key == GPU_TAINT.key and t.effect == GPU_TAINT.effect for t in self.taints
+        ):
+            taints = (*taints, GPU_TAINT)
+        if self.verify_gpus and not any(t.key == UNVERIFIED_TAINT.key for t in taints):
+            taints = (*taints, UNVERIFIED_TAINT)
+        return taints
+
+
+@dataclass(frozen=True)
+class Runtime:
+    containerd_config: str = "/etc/containerd/config.toml"
+    nvidia_runtime: bool = True
+    nvidia_runtime_path: str = "/usr/bin/nvidia-container-runtime"
+    cdi: bool = True
+    cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+    default_runtime: bool = False
+
+
+@dataclass(frozen=True)
+class Profile:
+    driver: Driver
+    labels: Labels = field(default_factory=Labels)
+    cluster: Cluster | None = None
+    runtime: Runtime = field(default_factory=Runtime)
+    source: str = field(default="profile", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, defaults filled in, as plain JSON-able data (parse_profile reads it back)."""
+        out: dict[str, Any] = {}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            if section is None:
+                continue
+            out[name] = {f.name: to_plain(getattr(section, f.name)) for f in fields(section)}
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def to_plain(value: Any) -> Any:
+    if isinstance(value, Taint):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    return value
+
+
+SECTIONS: dict[str, type] = {"driver": Driver, "labels": Labels, "cluster": Cluster, "runtime": Runtime}

@@ -1,0 +1,23 @@
+"""Command-line overrides of profile fields, merged into a loaded profile and validated like a file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .fields import field_by_path
+from .load import parse_profile
+from .model import Profile
+
+
+def with_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
+    """A new Profile with `section.key` values replaced (command-line flags); None values are
+    ignored. The result is validated like a file."""
+    given = {path: value for path, value in overrides.items() if value is not None}
+    if not given:
+        return profile
+    data = profile.to_dict()
+    for path, value in given.items():
+        f = field_by_path(path)
+        data.setdefault(f.section, {})[f.key] = value
+    return parse_profile(data, f"{profile.source} + command line")

@@ -1,0 +1,26 @@
+"""Vocabularies shared by every front-end, each spelled once.
+
+The CLI options, the profile (and its JSON Schema), the library's checks and, through a drift test
+(tests/unit/fleet/test_vocab_drift.py), the Ansible argument specs and role defaults all come from
+these constants. Ansible's YAML and module DOCUMENTATION cannot import Python at lint time, so they
+repeat the values and the test fails when they differ.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# Kernel modules an artifact may ship, in load order (nvidia first: the others depend on it).
+KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
+
+# What a GPU compute node loads by default: the control and GPU devices (nvidia), CUDA's unified
+# memory (nvidia-uvm) and /dev/nvidia-modeset (nvidia-modeset). nvidia-drm is the display (DRM/KMS)
+# driver: it pulls in drm and drm_kms_helper, makes /dev/dri, and when it sets modes (a console
+# framebuffer) it holds nvidia-modeset and nvidia, so a driver switch can no longer replace the
+# loaded modules without a reboot; nvidia-peermem is for GPUDirect RDMA only. Both are opt-in.
+DEFAULT_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
+
+Flavour = Literal["proprietary", "open"]
+# Kernel module flavours: NVIDIA's proprietary modules, or the open GPU kernel modules (Turing+).
+FLAVOURS: tuple[Flavour, ...] = ("proprietary", "open")
+DEFAULT_FLAVOUR: Flavour = "proprietary"

@@ -1,0 +1,53 @@
+"""The Ansible side repeats nodeprep.vocab's values (role YAML and module DOCUMENTATION cannot import
+Python when ansible-lint reads them): each copy must equal the library's constant."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodeprep.vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
+
+from .conftest import ROLES
+
+
+def _role(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    defaults = yaml.safe_load((ROLES / name / "defaults/main.yml").read_text())
+    specs = yaml.safe_load((ROLES / name / "meta/argument_specs.yml").read_text())
+    return defaults, specs["argument_specs"]["main"]["options"]
+
+
+def test_nvidia_driver_role_follows_the_vocabulary() -> None:
+    defaults, options = _role("nvidia_driver")
+    assert defaults["nvidia_driver_modules"] == list(DEFAULT_MODULES)
+    assert options["nvidia_driver_modules"]["default"] == list(DEFAULT_MODULES)
+    assert set(defaults["nvidia_driver_modules"]) <= set(KERNEL_MODULES)
+    # "" = whichever flavour the store has
+    assert options["nvidia_driver_flavour"]["choices"] == ["", *FLAVOURS]
+
+
+def test_driver_build_role_follows_the_vocabulary() -> None:
+    defaults, options = _role("driver_build")
+    assert options["driver_build_flavour"]["choices"] == list(FLAVOURS)
+    assert defaults["driver_build_flavour"] == DEFAULT_FLAVOUR
+
+
+def _module(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A module's documented options and its argument_spec (in module_utils/nodeprep_op_*)."""
+    doc = importlib.import_module(f"ansible_collections.nodeprep.fleet.plugins.modules.{name}")
+    code = importlib.import_module(
+        f"ansible_collections.nodeprep.fleet.plugins.module_utils.{name.replace('nodeprep_', 'nodeprep_op_')}"
+    )
+    return yaml.safe_load(doc.DOCUMENTATION)["options"], code.argument_spec()
+
+
+def test_driver_and_build_modules_follow_the_vocabulary(collection_on_path: Path) -> None:
+    for options in _module("nodeprep_driver"):
+        assert options["modules"]["default"] == list(DEFAULT_MODULES)
+        assert options["flavour"]["choices"] == list(FLAVOURS)
+    for options in _module("nodeprep_build"):
+        assert options["flavour"]["choices"] == list(FLAVOURS)
+        assert options["flavour"]["default"] == DEFAULT_FLAVOUR
