@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -45,7 +43,7 @@ from ..errors import ArtifactError, CommandError, InputError, NodeprepError
 from ..log import step
 from ..progress import Phases, Sink
 from ..sources import drivers, runfile
-from . import buildroot, cc, headers, hostbuild, kbuild
+from . import buildroot, cc, headers, hostbuild, kbuild, signing, smoke, userspace
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +74,7 @@ class BuildRequest:
     sign_key: Path | None = None
     sign_cert: Path | None = None
     sign_hash: str = "sha256"
-    smoke_test: bool | None = None  # None: on when the smoke hook exists
+    smoke_test: bool | None = None  # None: the target OS's default (on where qemu boots its kernel)
     builder: str = "chroot"  # "chroot" (mmdebstrap build root) or "host" (this system's headers)
     headers_dir: Path | None = None  # --builder host: the headers tree (default: discovered)
 
@@ -146,12 +144,6 @@ def _timed(timings: dict[str, float], key: str, text: str | None = None) -> Iter
     with step(text) if text else contextlib.nullcontext():
         yield
     timings[key] = round(timings.get(key, 0.0) + time.monotonic() - t, 2)
-
-
-def _hook(name: str) -> Any | None:
-    if importlib.util.find_spec(f"nodeprep.build.{name}") is None:
-        return None
-    return importlib.import_module(f"nodeprep.build.{name}")
 
 
 def _archive(req: BuildRequest) -> Any:
@@ -582,10 +574,6 @@ def _userspace(
             entry = None
         if entry and (store.path / name).is_file() and _current_userspace(store.path / name):
             return store.path / name
-    userspace = _hook("userspace")
-    if userspace is None or not hasattr(userspace, "build_userspace"):
-        notes.append("user-space artifact skipped: nodeprep.build.userspace is not available")
-        return None
     # User space is distribution-independent: host builds for any OS take it from Debian's archive
     # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
     soft: tuple[type[Exception], ...] = (
@@ -673,9 +661,6 @@ def _prebuild_userspace(
     published = store.path / artifact_name("userspace", driver_version, arch=req.arch)
     if not req.userspace or (published.exists() and _current_userspace(published)):
         return
-    userspace = _hook("userspace")
-    if userspace is None:
-        return
 
     def run() -> None:
         text = "User-space artifact (while the build root is made)"
@@ -700,12 +685,9 @@ def _build_driver(
     validate_request(req)
     host = req.builder == "host"
     archive = archive or (_LazyArchive(req) if host else _archive(req))
-    smoke_mod = _hook("smoke")
     # The smoke test boots Debian's kernel: off by default for host builds for other OSes.
-    smoke_default = smoke_mod is not None and targets.get(req.os_name).smoke_boot
+    smoke_default = targets.get(req.os_name).smoke_boot
     smoke_on = req.smoke_test if req.smoke_test is not None else smoke_default
-    if smoke_on and smoke_mod is None:
-        raise InputError("--smoke-test: the smoke test hook (nodeprep.build.smoke) is not installed")
     req = replace(req, smoke_test=smoke_on)
 
     buildroot.sweep_stale(req.cache / "tmp")
@@ -778,7 +760,6 @@ def _build_driver(
             timings=timings,
             cleanup=cleanup,
             start=start,
-            smoke_mod=smoke_mod,
             background=background,
         )
     finally:
@@ -803,7 +784,6 @@ def _build_and_publish(
     timings: dict[str, float],
     cleanup: list[threading.Thread],
     start: float,
-    smoke_mod: Any,
     background: list[threading.Thread],
 ) -> BuildResult:
     smoke_on = bool(req.smoke_test)
@@ -845,17 +825,14 @@ def _build_and_publish(
             },
         }
         if req.sign_key and req.sign_cert:
-            signing = _hook("signing")
-            if signing is None:
-                raise InputError("--sign-key: the signing hook (nodeprep.build.signing) is not installed")
             with _timed(timings, "sign", "Signing the modules"), _headers_tree(req, plan, root) as hdir:
                 extra["signing"] = signing.sign_modules(
                     mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert), req.sign_hash
                 )
-        if smoke_on and smoke_mod is not None:
+        if smoke_on:
             text = f"Smoke-testing the modules on {plan.kernel_release}"
             with _timed(timings, "smoke_test", text), phases.phase("smoke_test", text):
-                result = smoke_mod.smoke_test_modules(
+                result = smoke.smoke_test_modules(
                     mod_dir,
                     plan.kernel_release,
                     archive=archive,
