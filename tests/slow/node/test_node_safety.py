@@ -16,6 +16,7 @@ import pytest
 import zstandard
 
 from nodeprep import artifact
+from nodeprep.node.state import load_state
 
 from .helpers import V_NEW, V_OLD, NodeStore, cli, popen
 
@@ -302,7 +303,12 @@ def test_install_from_http_store(node_store: NodeStore, rootfs: Path) -> None:
         assert r.returncode == 2 and "HTTP 404" in r.stderr and "Traceback" not in r.stderr
         assert not (rootfs / "opt/nvidia" / V_OLD).exists()
         r = cli("install", "--store", gone, "--driver", V_NEW, *args, "--json")  # installed: not read
-        assert r.returncode == 0 and json.loads(r.stdout)["changed"] is False, r.stderr
+        assert r.returncode == 0, r.stderr
+        done = json.loads(r.stdout)
+        assert not done["installed_userspace"] and not done["installed_kmod"]
+        assert "the store was not read" in " ".join(done["notes"])
+        # its one change: the kernel hook's record names the store given (see test_node_install)
+        assert done["changed"] is True and load_state(rootfs).kernel_hook["store"] == gone
     finally:
         server.shutdown()
         server.server_close()
