@@ -1,23 +1,5 @@
 #!/bin/sh
-# The Debian 12 build root as nodeprep creates it (nodeprep/build/buildroot.py, mmdebstrap_argv):
+# The Debian 12 build root as nodeprep creates it: images/mmdebstrap-debian.sh for bookworm.
 #   images/debian-12/mmdebstrap.sh TARGET_DIR [MIRROR] [SECURITY_MIRROR]
-# MIRROR defaults to NODEPREP_DEBIAN_MIRROR, else the archive URI in the host's apt sources (as
-# nodeprep does); SECURITY_MIRROR likewise (NODEPREP_DEBIAN_SECURITY_MIRROR, .../debian-security).
-# nodeprep itself runs the same command and caches the result under <cache>/buildroots/.
-set -eu
-target=${1:?usage: $0 TARGET_DIR [MIRROR] [SECURITY_MIRROR]}
-host_uri() { # first URI in the host's apt sources ending in $1
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
-        grep -oE '(https?|file)://[^ ]*' | grep -E "$1/?\$" | head -n 1
-}
-mirror=${2:-${NODEPREP_DEBIAN_MIRROR:-$(host_uri /debian)}}
-security=${3:-${NODEPREP_DEBIAN_SECURITY_MIRROR:-$(host_uri /debian-security)}}
-[ -n "$mirror" ] || { echo "$0: no Debian mirror: pass MIRROR or set NODEPREP_DEBIAN_MIRROR" >&2; exit 2; }
-[ -n "$security" ] || security="${mirror%/debian}/debian-security"
 here=$(dirname "$0")
-include=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/packages.list" | paste -sd, -)
-exec mmdebstrap --variant=minbase --mode=root --format=directory --include="$include" \
-    --dpkgopt=path-exclude=/usr/share/man/* --dpkgopt=path-exclude=/usr/share/locale/* \
-    --dpkgopt=path-exclude=/usr/share/doc/* \
-    bookworm "$target" \
-    "deb $mirror bookworm main" "deb $mirror bookworm-updates main" "deb $security bookworm-security main"
+exec "$here/../mmdebstrap-debian.sh" bookworm "$here/packages.list" "$@"
