@@ -41,7 +41,7 @@ from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, nex
 use_venv()
 
 from nodeprep import artifact, progress, runner  # noqa: E402
-from nodeprep.build import buildroot, driver, headers, kbuild  # noqa: E402
+from nodeprep.builder import buildroot, driver, headers, kbuild  # noqa: E402
 
 COLD_GOAL_S = 60.0
 
