@@ -54,7 +54,7 @@ def cli(*args: str) -> float:
 
 def raw_compile(cache: Path, driver_version: str, kernel: str, jobs: int) -> float:
     """Only `make modules` of the driver in a clone of the build engineer's cached build root."""
-    from nodeprep.build import buildroot, driver, headers, kbuild
+    from nodeprep.builder import buildroot, driver, headers, kbuild
 
     req = driver.BuildRequest(
         driver=driver_version,
@@ -105,7 +105,7 @@ def main() -> int:
     )
     args = ap.parse_args()
 
-    from nodeprep.build.userspace import build_userspace
+    from nodeprep.builder.userspace import build_userspace
     from nodeprep.sources.debian import DebianArchive
     from tests.slow.node.helpers import V_OLD, build_stub_kmod
     from tests.support.realbuild import ensure_real_build

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A Debian build root as nodeprep creates it (nodeprep/build/buildroot.py, mmdebstrap_argv), for
+# A Debian build root as nodeprep creates it (nodeprep/builder/buildroot.py, mmdebstrap_argv), for
 # the suite and package list an images/<os>/mmdebstrap.sh wrapper passes:
 #   images/mmdebstrap-debian.sh SUITE PACKAGES_LIST TARGET_DIR [MIRROR] [SECURITY_MIRROR]
 # MIRROR defaults to NODEPREP_DEBIAN_MIRROR, else the archive URI in the host's apt sources (as

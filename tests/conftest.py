@@ -7,13 +7,17 @@ tests/support/realbuild.py) and caches downloads under NODEPREP_TEST_CACHE.
 
 from __future__ import annotations
 
+import getpass
 import os
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from nodeprep.builder.buildroot import mounts_under
 from tests.support import boundary
 from tests.support.fixtures import NVIDIA_SMI, REPO
 
@@ -53,8 +57,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _COLLECTION_HITS.extend(BOUNDARY.take())  # module-level reads while importing test files
 
 
+PYTEST_TEMP = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
+
+
+def _detach_leaked_mounts(when: str) -> None:
+    """Lazily unmount whatever is still mounted under pytest's temporary directories (a test that
+    leaked a mount, or a run that was killed), so that pytest's removal of old runs' directories
+    never descends into a bind mount of the host's /dev or /proc."""
+    points = mounts_under(PYTEST_TEMP)
+    for point in points:
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+    if points:
+        print(f"\nwarning: {len(points)} mount(s) left under {PYTEST_TEMP} {when}, detached: "
+              f"{', '.join(points[:5])}{' ...' if len(points) > 5 else ''}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _detach_leaked_mounts("by an earlier run")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Collection-time and session-teardown reads beside the repository fail the run too."""
+    _detach_leaked_mounts("by this run")
     hits = _COLLECTION_HITS + BOUNDARY.take()
     if hits:
         print(f"\nerror: paths outside the repository {REPO} were touched outside any test:\n{_listed(hits)}")

@@ -1,6 +1,6 @@
 """Build-side commands (see nodeprep/cli.py): build-driver, build-matrix, artifacts list|verify.
 
-Thin: parse options, call nodeprep.build.driver / matrix / the store, render."""
+Thin: parse options, call nodeprep.builder.driver / matrix / the store, render."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import artifact, log, targets
-from ..build import parallel
+from ..builder import parallel
 from ..errors import InputError, NodeprepError
 from ..paths import DEFAULT_STORE, default_cache
 from ..stores.verify import verify_store
@@ -26,7 +26,7 @@ from . import progress as render
 from .options import emit_json, json_option, registry_options, store_options
 
 if TYPE_CHECKING:
-    from ..build.driver import BuildResult
+    from ..builder.driver import BuildResult
     from ..progress import Sink
 
 DEFAULT_CACHE = default_cache()
@@ -102,7 +102,7 @@ def _container_to_registry(builder: str, req: Any, registry: str, options: Any, 
     import json
     import shutil
 
-    from ..build import container
+    from ..builder import container
 
     staging = container.staging_store(req.cache)
     try:
@@ -270,8 +270,8 @@ def build_driver_cmd(
     With no arguments: the newest driver Debian 12 serves (proprietary) for Debian 12's current
     kernel, into ./artifacts. Same inputs -> no compile, the same bytes (`"cached": true`).
     """
-    from ..build import container
-    from ..build.driver import BuildRequest, build_driver, validate_request
+    from ..builder import container
+    from ..builder.driver import BuildRequest, build_driver, validate_request
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
@@ -375,8 +375,8 @@ def build_matrix_cmd(
 
     Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
     invocation per cell): as written, or with --expand the cells that exist in the archive."""
-    from ..build import matrix
-    from ..build.driver import BuildRequest
+    from ..builder import matrix
+    from ..builder.driver import BuildRequest
 
     spec = matrix.load(file)
     options = store_options(registry_auth, ca_file, insecure_http)

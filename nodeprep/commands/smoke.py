@@ -41,7 +41,7 @@ def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: b
     modules resolves; FAIL quotes the kernel's reason. Exit status 0 on PASS, 1 on FAIL.
     """
     from ..artifact import read_manifest
-    from ..build.smoke import smoke_test_artifact
+    from ..builder.smoke import smoke_test_artifact
     from ..errors import NodeprepError
     from ..sources.debian import DebianArchive
 

@@ -48,7 +48,7 @@ def upstream_version(kernel_release: str) -> str | None:
 
 KERNEL_LIMITS: tuple[KernelLimit, ...] = (
     # Seen compiling 550.163.01 (open) against Debian 13's 6.12.107+deb13-amd64 and later
-    # (tests/slow/build/test_real_build_trixie.py, docs/build.md "Target OSes"): 6.12.107 backported
+    # (tests/slow/builder/test_real_build_trixie.py, docs/build.md "Target OSes"): 6.12.107 backported
     # the pci_resize_resource() change that added an argument, and nv-pci.c:237 fails with "too few
     # arguments to function 'pci_resize_resource'"; 6.12.94 is the newest trixie kernel it builds
     # against. nv-pci.c belongs to the kernel interface layer, the same file in both flavours' trees.
@@ -59,7 +59,7 @@ KERNEL_LIMITS: tuple[KernelLimit, ...] = (
         since="6.12.107",
         reason="550.163.01 does not build against kernels 6.12.107 and later: they changed "
         "pci_resize_resource() (nv-pci.c: too few arguments to function 'pci_resize_resource')",
-        source="tests/slow/build/test_real_build_trixie.py",
+        source="tests/slow/builder/test_real_build_trixie.py",
     ),
 )
 

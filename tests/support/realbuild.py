@@ -37,7 +37,7 @@ class RealBuild:
 
 def real_build_request(cache: Path):  # type: ignore[no-untyped-def]
     """The BuildRequest of the shared build (its driver resolved from the archive now)."""
-    from nodeprep.build.driver import BuildRequest
+    from nodeprep.builder.driver import BuildRequest
     from nodeprep.sources.debian import DebianArchive
 
     archive = DebianArchive(cache, os_name="debian-12")
@@ -67,7 +67,7 @@ def ensure_real_build(cache: Path) -> RealBuild:
 def _locked_build(cache: Path, cell: str, request) -> RealBuild:  # type: ignore[no-untyped-def]
     """Under the cell's flock: `request()` -> (BuildRequest, archive or None), build it, and record
     the compile time for docs/build.md's support table when this call compiled."""
-    from nodeprep.build.driver import build_driver
+    from nodeprep.builder.driver import build_driver
 
     from .supporttable import cell_dir, record_build
 
@@ -118,7 +118,7 @@ def cell_spec(cell: str) -> dict[str, str | None]:
 
 def cell_request(cache: Path, cell: str, *, userspace: bool = False):  # type: ignore[no-untyped-def]
     """The BuildRequest of `cell` (see CELLS): no smoke test, into `<cache>/real-build-<cell>/store`."""
-    from nodeprep.build.driver import BuildRequest
+    from nodeprep.builder.driver import BuildRequest
 
     return BuildRequest(**CELLS[cell], store=Path(cache) / f"real-build-{cell}" / "store", cache=Path(cache),
                         userspace=userspace, smoke_test=False)  # type: ignore[arg-type]

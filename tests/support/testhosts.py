@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from nodeprep import runner
+from nodeprep.builder.buildroot import mounts_under
 from tests.support.fixtures import NVIDIA_SMI
 
 log = logging.getLogger(__name__)
@@ -154,16 +155,6 @@ def _free_subnets(count: int) -> list[int]:
     return free[start : start + count]
 
 
-def _mounts_under(path: Path) -> list[str]:
-    prefix = os.fspath(path.resolve()) + "/"
-    points = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        point = line.split()[1].replace("\\040", " ")
-        if point.startswith(prefix):
-            points.append(point)
-    return sorted(points, key=len, reverse=True)
-
-
 def _pids_rooted_at(root: Path) -> list[int]:
     target = os.fspath(root.resolve())
     pids = []
@@ -269,14 +260,14 @@ def teardown_host(host: TestHost) -> None:
     """Stop everything a host runs and remove it; safe on a half-created host."""
     if host.root.exists():
         _kill_rooted(host.root)
-        for point in _mounts_under(host.root):
+        for point in mounts_under(host.root):
             runner.run(["umount", "-l", point], check=False)
         if os.path.ismount(host.root):  # the host's own tmpfs, last
             runner.run(["umount", "-l", host.root], check=False)
     runner.run(["ip", "netns", "del", host.netns], check=False, timeout=30)
     runner.run(["ip", "link", "del", host.veth], check=False, timeout=30)
     if host.root.exists():
-        if _mounts_under(host.root) or os.path.ismount(host.root):
+        if mounts_under(host.root) or os.path.ismount(host.root):
             raise RuntimeError(f"{host.root} still has mounts; not removing it")
         shutil.rmtree(host.root, ignore_errors=True)
 

@@ -37,7 +37,7 @@ def test_installs_the_wheel_from_a_store(tmp_path: Path) -> None:
     venv = node.opt / "nodeprep" / "venv"
     assert "include-system-site-packages = true" in (venv / "pyvenv.cfg").read_text()
     (site,) = venv.glob("lib/python3*/site-packages")
-    assert (site / "nodeprep" / "build" / "driver.py").is_file()
+    assert (site / "nodeprep" / "builder" / "driver.py").is_file()
     assert (site / "nodeprep" / "data" / "install-nodeprep.sh").read_text() == cloudinit.installer()
     assert (site / f"nodeprep-{__version__}.dist-info").is_dir()
     assert node.written() == ["bin/nodeprep", "opt/nodeprep"]  # its temp directory is gone

@@ -71,7 +71,7 @@ def upgrade_store(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) ->
     (tests/slow/node/helpers.py: real user space from Debian's packages, small real-compiled kmods
     named like NVIDIA's), cached under test_cache/node/."""
     from nodeprep import artifact
-    from nodeprep.build.userspace import build_userspace
+    from nodeprep.builder.userspace import build_userspace
     from nodeprep.sources.debian import DebianArchive
     from tests.slow.node.helpers import V_NEW, V_OLD, build_stub_kmod
 

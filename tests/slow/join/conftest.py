@@ -42,7 +42,7 @@ def gpu_node(  # type: ignore[no-untyped-def]
     real_build, test_cache: Path, cdi_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GpuNode]:
     _need("podman", "unshare", "nsenter", "mmdebstrap", "gcc", "mknod")
-    from nodeprep.build.userspace import build_userspace
+    from nodeprep.builder.userspace import build_userspace
     from tests.slow.node.helpers import build_stub_kmod
 
     work = tmp_path_factory.mktemp("gpunode")

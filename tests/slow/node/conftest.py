@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import artifact
-from nodeprep.build.userspace import build_userspace
+from nodeprep.builder.userspace import build_userspace
 from nodeprep.sources.debian import DebianArchive
 
 from .helpers import V_NEW, V_OLD, NodeStore, build_stub_kmod, run

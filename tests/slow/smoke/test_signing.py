@@ -10,8 +10,8 @@ import pytest
 
 from nodeprep import runner
 from nodeprep.artifact import extract
-from nodeprep.build.signing import has_signature, module_signature_info, sign_modules, strip_signature
-from nodeprep.build.smoke import smoke_test_modules
+from nodeprep.builder.signing import has_signature, module_signature_info, sign_modules, strip_signature
+from nodeprep.builder.smoke import smoke_test_modules
 
 pytestmark = pytest.mark.slow
 

@@ -52,7 +52,7 @@ def test_download_many_fetches_together_and_reports_bytes(test_cache: Path, tmp_
 def test_real_archive_resolves_trixie_and_the_backports_line(test_cache: Path) -> None:
     """What a build request for debian-13 and for a Debian 12 backports kernel resolves to, asked
     of the real archive (newest served kernel of each line; the driver sources of the line)."""
-    from nodeprep.build import headers
+    from nodeprep.builder import headers
     from nodeprep.sources.drivers import resolve_for_target
 
     trixie = DebianArchive(test_cache, os_name="debian-13")

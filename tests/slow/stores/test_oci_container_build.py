@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.build import buildroot
+from nodeprep.builder import buildroot
 from tests.slow.node.helpers import cli
 from tests.support.realbuild import real_build_request
 from tests.support.registry import PASSWORD

@@ -25,7 +25,7 @@ _TOP_LEVEL = {".venv", ".git", "build", "dist", "artifacts", ".pytest_cache", ".
 
 
 def COPY_IGNORE(directory: str, names: list[str]) -> set[str]:  # noqa: N802 (shutil.copytree's ignore)
-    """What a copy of the checkout leaves out: build output and caches at the top (nodeprep/build/ is
+    """What a copy of the checkout leaves out: build output and caches at the top (nodeprep/builder/ is
     the library's package, not output), byte code and egg-info anywhere."""
     top = {n for n in names if n in _TOP_LEVEL} if Path(directory) == REPO else set()
     return top | set(_IGNORE_ANYWHERE(directory, names))
@@ -47,7 +47,7 @@ def test_cloud_md_example_renders_valid_user_data(tmp_path: Path) -> None:
     assert wheel.name == f"nodeprep-{__version__}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as z:
         metadata = z.read(f"nodeprep-{__version__}.dist-info/METADATA").decode()
-        assert "nodeprep/cli.py" in z.namelist() and "nodeprep/build/driver.py" in z.namelist()
+        assert "nodeprep/cli.py" in z.namelist() and "nodeprep/builder/driver.py" in z.namelist()
         assert "nodeprep/data/install-nodeprep.sh" in z.namelist()
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
     assert (work / "token").stat().st_mode & 0o077 == 0

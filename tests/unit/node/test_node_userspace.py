@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.build.userspace import layout_payload, pick_helper, resolve_packages, upstream_version
+from nodeprep.builder.userspace import layout_payload, pick_helper, resolve_packages, upstream_version
 from nodeprep.errors import ArtifactError, InputError
 
 M = ["535.309.01-0+deb12u1", "535.261.03-1"]

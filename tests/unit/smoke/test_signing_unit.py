@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.build.signing import SIG_MAGIC, find_sign_file, has_signature, sign_modules, strip_signature
-from nodeprep.build.smoke import parse_kmod
+from nodeprep.builder.signing import SIG_MAGIC, find_sign_file, has_signature, sign_modules, strip_signature
+from nodeprep.builder.smoke import parse_kmod
 from nodeprep.errors import ArtifactError, InputError
 
 

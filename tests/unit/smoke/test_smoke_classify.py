@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.build.smoke import SmokeResult, classify, parse_console
+from nodeprep.builder.smoke import SmokeResult, classify, parse_console
 
 NVIDIA_LOAD = ["drm", "drm_kms_helper", "wmi", "video", "nvidia"]
 VGEM_LOAD = ["drm", "drm_shmem_helper", "vgem"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep import runner
-from nodeprep.build import initramfs
-from nodeprep.build.initramfs import CpioEntry
+from nodeprep.builder import initramfs
+from nodeprep.builder.initramfs import CpioEntry
 from nodeprep.errors import InputError
 
 needs_cpio = pytest.mark.skipif(runner.which("cpio") is None,

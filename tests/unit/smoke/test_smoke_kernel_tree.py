@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from nodeprep import runner
-from nodeprep.build.smoke import fetch_kernel
+from nodeprep.builder.smoke import fetch_kernel
 
 REL = "6.12.94+deb13-amd64"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.build.smoke import (
+from nodeprep.builder.smoke import (
     KmodInfo,
     check_symbols,
     parse_kmod,

@@ -35,7 +35,7 @@ def argument_spec():
 def run(module):
     """The nodeprep_build task on a validated AnsibleModule (see modules/nodeprep_build.py)."""
     p = module.params
-    driver_mod, artifact = import_nodeprep(module, "nodeprep.build.driver", "nodeprep.artifact")
+    driver_mod, artifact = import_nodeprep(module, "nodeprep.builder.driver", "nodeprep.artifact")
     from pathlib import Path
 
     if module.check_mode:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: nodeprep_build
 short_description: Build an NVIDIA kernel module artifact (and user space) into a nodeprep store
 description:
-  - Calls C(nodeprep.build.driver.build_driver) with a C(BuildRequest) - the same function as
+  - Calls C(nodeprep.builder.driver.build_driver) with a C(BuildRequest) - the same function as
     C(nodeprep build-driver) - and publishes the artifacts into the store directory O(store).
   - The build is keyed by its input digest; when the store already has the artifact of the same
     inputs nothing is compiled and C(changed) is false (the library's C(cached) answer).

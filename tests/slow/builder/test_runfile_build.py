@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import artifact, runner
-from tests.unit.build.makeself_util import make_runfile
+from tests.unit.builder.makeself_util import make_runfile
 
 pytestmark = pytest.mark.slow
 
@@ -262,7 +262,7 @@ def test_wrong_checksum_and_unreachable_server(real_build, http_dir, tmp_path):
 
 
 def test_tiny_module_signed_with_a_generated_key(real_build, http_dir, tmp_path):
-    """--sign-key/--sign-cert go through nodeprep.build.signing after strip: modinfo shows the
+    """--sign-key/--sign-cert go through nodeprep.builder.signing after strip: modinfo shows the
     signer, the manifest records it, and the store's module carries the appended signature."""
     www, base = http_dir
     run = tiny_runfile(www, "999.01.06")
@@ -319,7 +319,7 @@ def test_tiny_module_signed_with_a_generated_key(real_build, http_dir, tmp_path)
 
 
 def test_smoke_test_gates_publishing(real_build, http_dir, tmp_path):
-    """--smoke-test boots the target kernel in qemu (nodeprep.build.smoke) after sign/strip and
+    """--smoke-test boots the target kernel in qemu (nodeprep.builder.smoke) after sign/strip and
     before pack: a module whose init fails (-ENODEV) is not published; one that loads is, with the
     verdict in its manifest."""
     if not runner.which("qemu-system-x86_64"):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from nodeprep.build import headers
+from nodeprep.builder import headers
 from nodeprep.errors import InputError
 
 

@@ -3,7 +3,7 @@ the container runs of non-Debian OSes (per-kernel image, `--builder host` inside
 
 Headers trees here are small directories holding the real identifying lines of Debian's, Ubuntu's
 and RHEL's headers (CONFIG_CC_VERSION_TEXT, UTS_RELEASE); the real trees are built against in
-tests/slow/build/test_host_build.py."""
+tests/slow/builder/test_host_build.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeprep.build import cc, container, hostbuild
-from nodeprep.build.driver import BuildRequest
+from nodeprep.builder import cc, container, hostbuild
+from nodeprep.builder.driver import BuildRequest
 from nodeprep.cli import main
 from nodeprep.errors import InputError
 

@@ -1,7 +1,7 @@
 """Prove that built kernel modules load on their target kernel before they are published.
 
 The real target kernel (linux-image-<release> from the Debian archive) boots under qemu (software
-emulation, one vCPU) with a minimal initramfs (nodeprep.build.initramfs) that insmods the modules in
+emulation, one vCPU) with a minimal initramfs (nodeprep.builder.initramfs) that insmods the modules in
 dependency order. Without a GPU a correct nvidia.ko gets as far as its PCI probe and fails with
 ENODEV ("NVRM: No NVIDIA GPU found"); a module built for another kernel fails earlier, with the
 kernel's own message ("Unknown symbol", "disagrees about version of symbol", "Invalid module

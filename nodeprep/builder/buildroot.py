@@ -224,7 +224,8 @@ def _load(final: Path, spec: BuildRootSpec) -> BuildRoot:
     return BuildRoot(path=final / "root", spec=spec, packages=pkgs)
 
 
-def _mounts_under(path: Path) -> list[str]:
+def mounts_under(path: Path) -> list[str]:
+    """Mount points strictly below `path`, deepest first."""
     try:
         lines = Path("/proc/self/mounts").read_text().splitlines()
     except OSError:
@@ -257,7 +258,7 @@ def remove_tree(path: Path) -> None:
     """Unmount whatever is mounted below `path` (deepest first), then delete it (and let go of its
     in-use lock when it is one of this process's private directories)."""
     key = _key(path)
-    for point in _mounts_under(path):
+    for point in mounts_under(path):
         runner.run(["umount", "-l", point], check=False)
     shutil.rmtree(path, ignore_errors=True)
     _release(key)
@@ -336,7 +337,7 @@ def workspace(
         ok = True
     finally:
         if ok and cleanup is not None:
-            for point in _mounts_under(tmp):
+            for point in mounts_under(tmp):
                 runner.run(["umount", "-l", point], check=False)
             trash = tmp.with_name("trash." + tmp.name.split(".", 1)[1])
             os.rename(tmp, trash)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.build import headers
+from nodeprep.builder import headers
 from nodeprep.sources.debian import DebianArchive
 
 from .test_real_build import cli

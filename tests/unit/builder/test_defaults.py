@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep import artifact, runner
-from nodeprep.build.driver import BuildResult
+from nodeprep.builder.driver import BuildResult
 from nodeprep.cli import main
 from nodeprep.commands.build import next_steps
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep import artifact
-from nodeprep.build import buildroot, kbuild
-from nodeprep.build.driver import BuildRequest, Plan, build_params, tree_digest
+from nodeprep.builder import buildroot, kbuild
+from nodeprep.builder.driver import BuildRequest, Plan, build_params, tree_digest
 
 PLAN = Plan(
     driver_version="535.309.01",
@@ -185,7 +185,7 @@ def test_published_user_space_is_reused_only_when_made_the_current_way() -> None
     """A store's user-space artifact made with another layout (or compression) is not reused by
     name: its input digest, recomputed from its own inputs with today's parameters, differs."""
     from nodeprep.artifact import Manifest, input_digest
-    from nodeprep.build import userspace
+    from nodeprep.builder import userspace
 
     inputs = {"libcuda1_535.309.01-1_amd64.deb": "ab" * 32}
     params = userspace.digest_params("535.309.01", "amd64")

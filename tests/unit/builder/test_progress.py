@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import download
-from nodeprep.build import kbuild
+from nodeprep.builder import kbuild
 from nodeprep.commands.progress import LineRenderer, TerminalRenderer
 from nodeprep.progress import Advanced, Event, PhaseFinished, Phases, PhaseStarted
 

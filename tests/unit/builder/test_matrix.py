@@ -4,7 +4,7 @@
 The refusal tests answer the archive from data recorded from Debian's real archive
 (data/debian12-archive.json, debian12-backports-archive.json, debian13-archive.json; see their
 _comment) through `RecordedArchive` at the archive boundary only. What the expansion gives against
-the real archive is tests/slow/build/test_matrix_expand.py.
+the real archive is tests/slow/builder/test_matrix_expand.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from nodeprep.build import matrix
+from nodeprep.builder import matrix
 from nodeprep.cli import main
 from nodeprep.targets import facts
 
@@ -171,6 +171,6 @@ def test_kernel_refusals_name_the_kernel_once():
 
 def test_published_schema_is_in_step():
     """nodeprep/data/matrix.schema.json is what json_schema() builds from the vocabularies;
-    regenerate with `python -c 'from nodeprep.build import matrix;
+    regenerate with `python -c 'from nodeprep.builder import matrix;
     matrix.SCHEMA_PATH.write_text(matrix.render_schema())'`."""
     assert matrix.SCHEMA_PATH.read_text() == matrix.render_schema()

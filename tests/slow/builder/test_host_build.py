@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep import artifact, runner
-from nodeprep.build import headers
-from tests.unit.build.makeself_util import make_runfile
+from nodeprep.builder import headers
+from tests.unit.builder.makeself_util import make_runfile
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from nodeprep import targets
-from nodeprep.build import buildroot, cc, container, headers
-from nodeprep.build.driver import BuildRequest, validate_request
+from nodeprep.builder import buildroot, cc, container, headers
+from nodeprep.builder.driver import BuildRequest, validate_request
 from nodeprep.errors import InputError
 from nodeprep.sources import drivers
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeprep.build import cc
+from nodeprep.builder import cc
 from nodeprep.errors import InputError
 
 # Lines as in linux-headers-6.1.0-56-amd64's .config (Debian 12).

@@ -78,7 +78,7 @@ def test_object_count_matches_what_make_compiled(real_build, tmp_path):
     SIGTERM test below, which leaves a partial log of the same name."""
     import re
 
-    from nodeprep.build import kbuild
+    from nodeprep.builder import kbuild
 
     log = real_build.cache / "logs" / f"{real_build.kmod.name.removesuffix('.tar.zst')}.log"
     text = log.read_text() if log.is_file() else ""

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep import artifact, runner
-from nodeprep.build import container
-from nodeprep.build.driver import BuildRequest
+from nodeprep.builder import container
+from nodeprep.builder.driver import BuildRequest
 from nodeprep.cli import main
 
 
