@@ -96,7 +96,7 @@ def test_5xx_burst_longer_than_the_attempts_gives_up_with_one_line(proxy: FaultP
 
 
 def test_stalled_server_is_given_up_on_and_resumed(proxy: FaultProxy, served: Path, tmp_path: Path) -> None:
-    proxy.reset(Faults(stall_after=500000, stalls=1))
+    proxy.reset(Faults(stall_after=2 * download.READ_CHUNK + 500000, stalls=1))  # two whole reads first
     fetch(proxy, served, tmp_path / "blob", policy(stall_timeout=0.3)[0], size=SIZE)
     # A read that times out drops what it had buffered: at most one read chunk is fetched twice.
     assert SIZE <= proxy.served_for("blob.bin") <= SIZE + download.READ_CHUNK
