@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BuildResult:
+    """What build_driver made or found: the kmod artifact, its manifest, and how it got there."""
+
     artifact: Path
     manifest: Manifest
     cached: bool  # the store already had it: nothing was compiled

@@ -32,6 +32,8 @@ AnyRoot = buildroot.BuildRoot | hostbuild.HostRoot
 
 @dataclass(frozen=True)
 class BuildRequest:
+    """What to build: one (driver, flavour, OS, kernel) cell, where to publish it, and how."""
+
     driver: str | None = None  # exact version, branch ("535") or None for the newest
     flavour: str = "proprietary"
     os_name: str = targets.DEFAULT
@@ -53,7 +55,6 @@ class BuildRequest:
     headers_dir: Path | None = None  # --builder host: the headers tree (default: discovered)
 
 
-
 @dataclass(frozen=True)
 class Plan:
     """Everything resolved about the inputs of one build (JSON-serialisable)."""
@@ -64,7 +65,6 @@ class Plan:
     source: dict[str, str]  # {"kind": "debian", "package", "version"} or {"kind": "runfile", "url", "name"}
     debs: dict[str, str]  # role ("source", "headers", ...) -> .deb path
     header_packages: list[list[str]]
-
 
 
 def open_archive(req: BuildRequest) -> Any:
@@ -237,7 +237,6 @@ def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]
         "smoke_test": bool(req.smoke_test),
         "allow_cc_mismatch": req.allow_cc_mismatch,
     }
-
 
 
 def validate_request(req: BuildRequest) -> None:
