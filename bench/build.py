@@ -46,6 +46,8 @@ use_venv()
 
 from nodeprep import artifact, progress, runner  # noqa: E402
 from nodeprep.builder import buildroot, driver, headers, kbuild  # noqa: E402
+from nodeprep.builder.compile import place_sources  # noqa: E402
+from nodeprep.builder.plan import BuildRequest, open_archive, resolve_plan  # noqa: E402
 
 COLD_GOAL_S = 60.0
 
@@ -81,7 +83,7 @@ def breakdown(seconds: dict[str, float], total: float) -> str:
     return ", ".join(parts) + (f", other {rest:.1f}" if rest >= 0 else f" (overlapping by {-rest:.1f})")
 
 
-def cold_build(req: driver.BuildRequest) -> tuple[driver.BuildResult, PhaseLog, float, Path]:
+def cold_build(req: BuildRequest) -> tuple[driver.BuildResult, PhaseLog, float, Path]:
     """A build in a fresh cache seeded with nothing but `req.cache`'s compiled modules."""
     cold = Path(tempfile.mkdtemp(prefix="bench-cold.", dir=os.environ.get("TMPDIR", "/var/tmp")))
     if (req.cache / "kmod-builds").is_dir():
@@ -122,7 +124,7 @@ def main() -> int:
         if args.cell not in (*CELLS, SHARED):
             ap.error(f"--cell: {args.cell!r} is not one of {', '.join(sorted((*CELLS, SHARED)))}")
         what = cell_spec(args.cell)
-    req = driver.BuildRequest(
+    req = BuildRequest(
         **what,  # type: ignore[arg-type]
         store=store,
         cache=args.cache,
@@ -134,8 +136,8 @@ def main() -> int:
         print("setup: first build (reuses the compile cache when this cache has built it before)", flush=True)
         first = driver.build_driver(req)
         first_sha = artifact.sha256_file(first.artifact)
-        archive = driver._archive(req)
-        plan, run_path = driver.resolve_plan(req, archive)
+        archive = open_archive(req)
+        plan, run_path = resolve_plan(req, archive)
         root = buildroot.ensure(
             buildroot.spec_for(req.os_name, req.kernel),
             req.cache,
@@ -151,7 +153,7 @@ def main() -> int:
                     stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
                     runner.run(["dpkg-deb", "-x", plan.debs[pkg], stage])
                     headers.install_into(stage, clone)
-                driver._place_sources(plan, run_path, clone, scratch)  # (ours reuses a cached headers layer)
+                place_sources(plan, run_path, clone, scratch)  # (ours reuses a cached headers layer)
                 t, c = time.monotonic(), children_cpu()
                 runner.run(
                     kbuild.make_argv(plan.kernel_release, args.jobs),

@@ -54,9 +54,11 @@ def cli(*args: str) -> float:
 
 def raw_compile(cache: Path, driver_version: str, kernel: str, jobs: int) -> float:
     """Only `make modules` of the driver in a clone of the build engineer's cached build root."""
-    from nodeprep.builder import buildroot, driver, headers, kbuild
+    from nodeprep.builder import buildroot, headers, kbuild
+    from nodeprep.builder.compile import place_sources
+    from nodeprep.builder.plan import BuildRequest, open_archive, resolve_plan
 
-    req = driver.BuildRequest(
+    req = BuildRequest(
         driver=driver_version,
         kernel=kernel,
         store=cache / "real-build" / "store",
@@ -65,8 +67,8 @@ def raw_compile(cache: Path, driver_version: str, kernel: str, jobs: int) -> flo
         userspace=False,
         smoke_test=False,
     )
-    archive = driver._archive(req)
-    plan, run_path = driver.resolve_plan(req, archive)
+    archive = open_archive(req)
+    plan, run_path = resolve_plan(req, archive)
     root = buildroot.ensure(
         buildroot.spec_for(req.os_name),
         req.cache,
@@ -79,7 +81,7 @@ def raw_compile(cache: Path, driver_version: str, kernel: str, jobs: int) -> flo
             stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
             runner.run(["dpkg-deb", "-x", plan.debs[pkg], stage])
             headers.install_into(stage, clone)
-        driver._place_sources(plan, run_path, clone, scratch)
+        place_sources(plan, run_path, clone, scratch)
         t = time.monotonic()
         runner.run(
             kbuild.make_argv(plan.kernel_release, jobs),

@@ -63,6 +63,10 @@ class NetworkError(NodeprepError):
     """A remote (archive, store, metadata service) could not be reached in time."""
 
 
+class BuildError(NodeprepError):
+    """Compiling or smoke-testing kernel modules failed; the hint carries the last error lines."""
+
+
 class CommandError(NodeprepError):
     """A subprocess failed. str() is one line; `tail` holds the last lines of its output."""
 

@@ -37,3 +37,12 @@ def step(text: str, *, logger: logging.Logger = log) -> Iterator[None]:
         logger.info("<== %s failed after %.1fs", text, time.monotonic() - start)
         raise
     logger.info("<== %s (%.1fs)", text, time.monotonic() - start)
+
+
+@contextlib.contextmanager
+def timed(timings: dict[str, float], key: str, text: str | None = None) -> Iterator[None]:
+    """Add how long the block took to `timings[key]` (and log it as a step when `text`)."""
+    t = time.monotonic()
+    with step(text) if text else contextlib.nullcontext():
+        yield
+    timings[key] = round(timings.get(key, 0.0) + time.monotonic() - t, 2)

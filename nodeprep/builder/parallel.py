@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NodeprepError
 
 if TYPE_CHECKING:
-    from .driver import BuildRequest
+    from .plan import BuildRequest
 
 _TERMINATED = False
 

@@ -1,6 +1,6 @@
 """Build-side commands (see nodeprep/cli.py): build-driver, build-matrix, artifacts list|verify.
 
-Thin: parse options, call nodeprep.builder.driver / matrix / the store, render."""
+Thin: parse options, call nodeprep.builder.driver / plan / matrix / the store, render."""
 
 from __future__ import annotations
 
@@ -271,7 +271,8 @@ def build_driver_cmd(
     kernel, into ./artifacts. Same inputs -> no compile, the same bytes (`"cached": true`).
     """
     from ..builder import container
-    from ..builder.driver import BuildRequest, build_driver, validate_request
+    from ..builder.driver import build_driver
+    from ..builder.plan import BuildRequest, validate_request
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
@@ -376,7 +377,7 @@ def build_matrix_cmd(
     Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
     invocation per cell): as written, or with --expand the cells that exist in the archive."""
     from ..builder import matrix
-    from ..builder.driver import BuildRequest
+    from ..builder.plan import BuildRequest
 
     spec = matrix.load(file)
     options = store_options(registry_auth, ca_file, insecure_http)

@@ -37,7 +37,7 @@ class RealBuild:
 
 def real_build_request(cache: Path):  # type: ignore[no-untyped-def]
     """The BuildRequest of the shared build (its driver resolved from the archive now)."""
-    from nodeprep.builder.driver import BuildRequest
+    from nodeprep.builder.plan import BuildRequest
     from nodeprep.sources.debian import DebianArchive
 
     archive = DebianArchive(cache, os_name="debian-12")
@@ -118,7 +118,7 @@ def cell_spec(cell: str) -> dict[str, str | None]:
 
 def cell_request(cache: Path, cell: str, *, userspace: bool = False):  # type: ignore[no-untyped-def]
     """The BuildRequest of `cell` (see CELLS): no smoke test, into `<cache>/real-build-<cell>/store`."""
-    from nodeprep.builder.driver import BuildRequest
+    from nodeprep.builder.plan import BuildRequest
 
     return BuildRequest(**CELLS[cell], store=Path(cache) / f"real-build-{cell}" / "store", cache=Path(cache),
                         userspace=userspace, smoke_test=False)  # type: ignore[arg-type]

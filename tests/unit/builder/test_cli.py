@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from nodeprep import artifact, runner
 from nodeprep.builder import container
-from nodeprep.builder.driver import BuildRequest
+from nodeprep.builder.plan import BuildRequest
 from nodeprep.cli import main
 
 

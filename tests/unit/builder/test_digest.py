@@ -12,7 +12,8 @@ import pytest
 
 from nodeprep import artifact
 from nodeprep.builder import buildroot, kbuild
-from nodeprep.builder.driver import BuildRequest, Plan, build_params, tree_digest
+from nodeprep.builder.compile import tree_digest
+from nodeprep.builder.plan import BuildRequest, Plan, build_params
 
 PLAN = Plan(
     driver_version="535.309.01",

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep.builder import cc, container, hostbuild
-from nodeprep.builder.driver import BuildRequest
+from nodeprep.builder.plan import BuildRequest
 from nodeprep.cli import main
 from nodeprep.errors import InputError
 

@@ -12,7 +12,7 @@ import pytest
 
 from nodeprep import targets
 from nodeprep.builder import buildroot, cc, container, headers
-from nodeprep.builder.driver import BuildRequest, validate_request
+from nodeprep.builder.plan import BuildRequest, validate_request
 from nodeprep.errors import InputError
 from nodeprep.sources import drivers
 

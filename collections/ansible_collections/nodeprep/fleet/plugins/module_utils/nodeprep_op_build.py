@@ -35,7 +35,9 @@ def argument_spec():
 def run(module):
     """The nodeprep_build task on a validated AnsibleModule (see modules/nodeprep_build.py)."""
     p = module.params
-    driver_mod, artifact = import_nodeprep(module, "nodeprep.builder.driver", "nodeprep.artifact")
+    driver_mod, plan_mod, artifact = import_nodeprep(
+        module, "nodeprep.builder.driver", "nodeprep.builder.plan", "nodeprep.artifact"
+    )
     from pathlib import Path
 
     if module.check_mode:
@@ -47,7 +49,7 @@ def run(module):
             listed = artifact.LocalStore(Path(p["store"])).lookup(name) is not None
         module.exit_json(changed=not listed or p["rebuild"], cached=listed)
     try:
-        req = driver_mod.BuildRequest(
+        req = plan_mod.BuildRequest(
             driver=p["driver"] or None,
             flavour=p["flavour"],
             os_name=p["os_name"],

@@ -1,0 +1,246 @@
+"""Compiling one plan: the driver sources placed in a build root clone, kbuild, strip, and the
+compile cache.
+
+    place_sources -> compiler check -> compile key -> kept in <cache>/kmod-builds/<key>? reuse.
+    otherwise: kbuild (error lines into BuildError's hint) -> strip -> keep under the compile key.
+
+The compile key digests the source tree itself (`tree_digest`), the headers and the build root's
+packages, so an installer whose kernel tree is byte-identical to Debian's reuses the compiled
+(stripped, unsigned) modules. The clone or work directory is removed on any exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import runner
+from ..artifact import canonical_json, sha256_bytes, sha256_file
+from ..errors import BuildError, CommandError, InputError
+from ..log import timed
+from ..progress import Phases
+from ..sources import runfile
+from . import buildroot, cc, hostbuild, kbuild
+from .plan import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+
+log = logging.getLogger(__name__)
+
+
+def tree_digest(tree: Path) -> str:
+    """sha256 over every file of a source tree (relative path, mode bit, content)."""
+    h = hashlib.sha256()
+    for p in sorted(tree.rglob("*")):
+        if p.is_dir() and not p.is_symlink():
+            continue
+        rel = p.relative_to(tree).as_posix()
+        if p.is_symlink():
+            h.update(f"L {rel} {os.readlink(p)}\n".encode())
+        else:
+            h.update(f"F {rel} {int(bool(p.stat().st_mode & 0o111))} {sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def _find_module_tree(top: Path) -> Path:
+    for kbuild_file in sorted(top.rglob("Kbuild")):
+        d = kbuild_file.parent
+        if (d / "nvidia").is_dir() and (d / "Makefile").is_file():
+            return d
+    raise InputError(f"{top}: no NVIDIA kernel module tree (Kbuild + nvidia/) in the sources")
+
+
+def place_sources(plan: Plan, run_path: Path | None, root: Path, scratch: Path) -> Path:
+    """Put the kernel module tree at BUILD_DIR inside `root`; returns that path."""
+    dest = root / kbuild.BUILD_DIR.lstrip("/")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if run_path is not None:
+        subdir = "kernel-open" if plan.flavour == "open" else "kernel"
+        return runfile.extract_tree(run_path, subdir, dest)
+    pkg = scratch / "source-deb"
+    runner.run(["dpkg-deb", "-x", plan.debs["source"], pkg])
+    tarballs = sorted((pkg / "usr" / "src").glob("*.tar.xz"))
+    if not tarballs:
+        raise InputError(f"{Path(plan.debs['source']).name}: no /usr/src/*.tar.xz kernel sources")
+    unpacked = scratch / "source"
+    unpacked.mkdir()
+    runner.run(["tar", "-xJf", tarballs[0], "-C", unpacked, "--no-same-owner"], timeout=600)
+    shutil.move(_find_module_tree(unpacked), dest)
+    return dest
+
+
+def _error_lines(log_path: Path, limit: int = 12) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [ln for ln in lines if re.search(r"\berror\b|Error \d+|undefined!", ln, re.I)]
+    return "\n".join((errors or lines)[-limit:])
+
+
+def compile_in_root(
+    req: BuildRequest,
+    plan: Plan,
+    run_path: Path | None,
+    root: AnyRoot,
+    *,
+    log_path: Path,
+    phases: Phases | None = None,
+    timings: dict[str, float] | None = None,
+    cleanup: list[threading.Thread] | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Compile + strip in a clone of the build root (host: in a private work directory on this
+    system). Returns (dir with stripped .ko, build info).
+
+    The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild)."""
+    timings = timings if timings is not None else {}
+    phases = phases or Phases()
+    what = f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release}"
+    if isinstance(root, hostbuild.HostRoot):
+        work = buildroot.private_dir(req.cache / "tmp", "build")
+        try:
+            with phases.phase("compile", what):
+                return _compile_in_clone(
+                    req, plan, run_path, root, work, log_path=log_path, phases=phases, timings=timings
+                )
+        finally:
+            t = time.monotonic()
+            buildroot.remove_tree(work)
+            timings["cleanup"] = round(time.monotonic() - t, 2)
+    with contextlib.ExitStack() as stack:
+        with phases.phase("buildroot", "Kernel headers layer and a private clone of the build root"):
+            with timed(timings, "headers_layer"):
+                layered = buildroot.with_headers(
+                    root, [Path(plan.debs[p]) for p, _ in plan.header_packages], req.cache
+                )
+            with timed(timings, "clone"):
+                clone = stack.enter_context(buildroot.workspace(layered, req.cache / "tmp", cleanup=cleanup))
+        with phases.phase("compile", what):
+            result = _compile_in_clone(
+                req, plan, run_path, root, clone, log_path=log_path, phases=phases, timings=timings
+            )
+        t = time.monotonic()
+    timings["cleanup"] = round(time.monotonic() - t, 2)
+    return result
+
+
+def _compile_in_clone(
+    req: BuildRequest,
+    plan: Plan,
+    run_path: Path | None,
+    root: AnyRoot,
+    clone: Path,
+    *,
+    log_path: Path,
+    phases: Phases,
+    timings: dict[str, float],
+) -> tuple[Path, dict[str, Any]]:
+    tmp_parent = req.cache / "tmp"
+    scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
+    with timed(timings, "prepare", "Placing the driver sources in the build root"):
+        tree = place_sources(plan, run_path, clone, scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
+    host = root if isinstance(root, hostbuild.HostRoot) else None
+    if host is not None:
+        headers_dir = host.headers_dir
+        kernel_cc = cc.read_kernel_compiler(headers_dir)
+        build_cc = cc.Compiler(host.compiler)
+        headers_key: dict[str, str] = {"host-headers": host.headers_sha256}
+    else:
+        headers_dir = clone / "usr" / "src" / f"linux-headers-{plan.kernel_release}"
+        kernel_cc = cc.read_kernel_compiler(headers_dir)
+        build_cc = cc.Compiler(
+            kbuild.root_compiler_version(clone, kernel_cc.program) or f"{kernel_cc.program} (missing)"
+        )
+        headers_key = {
+            Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p])) for p, _ in plan.header_packages
+        }
+    problem = cc.mismatch(kernel_cc, build_cc)
+    info: dict[str, Any] = {"compiler": kernel_cc.text, "build_compiler": build_cc.text}
+    if problem and not req.allow_cc_mismatch:
+        raise InputError(
+            f"compiler mismatch: {problem}",
+            hint="use the build root of the kernel's OS, or --allow-cc-mismatch to build anyway",
+        )
+    if problem:
+        log.warning("warning: %s (--allow-cc-mismatch)", problem)
+        info["cc_mismatch"] = problem
+    with timed(timings, "tree_digest"):
+        tree_sha = tree_digest(tree)
+    compile_key = sha256_bytes(
+        canonical_json(
+            {
+                "format": BUILD_FORMAT,
+                "tree": tree_sha,
+                "flavour": plan.flavour,
+                "headers": headers_key,
+                "build_root": list(root.packages),
+                "kernel_release": plan.kernel_release,
+            }
+        )
+    )
+    info["compile_key"] = compile_key
+    kept = req.cache / "kmod-builds" / compile_key
+    if not req.rebuild and (kept / "modules.json").is_file():
+        log.info("Reusing modules compiled earlier from an identical source tree (%s…)", compile_key[:12])
+        info["compiled"] = False
+        return kept, info
+    jobs = req.jobs or os.cpu_count() or 1
+    counter = kbuild.CompileProgress(kbuild.count_objects(tree), phases.reporter("compile", "objects"))
+    counter.start()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with timed(
+        timings,
+        "make",
+        f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release} (-j{jobs})",
+    ):
+        try:
+            built = kbuild.compile_modules(
+                None if host else clone,
+                plan.kernel_release,
+                jobs=jobs,
+                log_path=log_path,
+                on_line=counter,
+                tree=str(tree) if host else kbuild.BUILD_DIR,
+                extra=hostbuild.make_vars(host, tree) if host else (),
+            )
+        except CommandError as e:
+            if e.returncode == 127 or "timed out" in str(e):
+                raise BuildError(f"compiling the modules failed: {e.message}") from None
+            raise BuildError(
+                f"compiling the modules failed (make exit {e.returncode}); full log: {log_path}",
+                hint=_error_lines(log_path),
+            ) from None
+    if "nvidia.ko" not in {p.name for p in built}:
+        raise BuildError(
+            f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path)
+        )
+    with timed(timings, "strip"):
+        if host:
+            kbuild.strip_modules(None, [p.name for p in built], tree=str(tree))
+        else:
+            kbuild.strip_modules(clone, [p.name for p in built])
+    staging = buildroot.private_dir(tmp_parent, "modules")
+    try:
+        for p in built:
+            shutil.copyfile(p, staging / p.name)
+            os.chmod(staging / p.name, 0o644)
+        (staging / "modules.json").write_text(
+            json.dumps({"modules": [p.name for p in built], "compiler": kernel_cc.text}, sort_keys=True)
+        )
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        if kept.exists():
+            shutil.rmtree(kept)
+        os.replace(staging, kept)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    info["compiled"] = True
+    return kept, info

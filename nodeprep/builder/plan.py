@@ -1,0 +1,272 @@
+"""The inputs of one kmod build: the request, its validation, and the resolved plan.
+
+    validate_request -> resolve_plan (Debian archive or a .run installer; headers from the archive)
+    or resolve_host_plan (--builder host: the system's headers) -> build_params.
+
+Owns BuildRequest and Plan, the archive of a request (`open_archive`, lazily for host builds), the
+runfile fetch, and `build_params`: everything besides the input files that decides the artifact's
+bytes (with the input files it makes the input digest, the store key of a build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import paths, targets
+from ..artifact import canonical_json, sha256_bytes, sha256_file
+from ..errors import InputError
+from ..log import step
+from ..progress import Phases
+from ..sources import drivers, runfile
+from . import buildroot, headers, hostbuild
+
+BUILD_FORMAT = 1  # bump when the build procedure changes its output
+BUILDERS = ("chroot", "host", "podman", "docker")
+AnyRoot = buildroot.BuildRoot | hostbuild.HostRoot
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What to build: one (driver, flavour, OS, kernel) cell, where to publish it, and how."""
+
+    driver: str | None = None  # exact version, branch ("535") or None for the newest
+    flavour: str = "proprietary"
+    os_name: str = targets.DEFAULT
+    kernel: str | None = None  # None: the OS's current default kernel
+    arch: str = "amd64"
+    store: Path = paths.DEFAULT_STORE
+    cache: Path = field(default_factory=paths.default_cache)
+    runfile: str | None = None  # URL/path of an NVIDIA .run installer instead of Debian's sources
+    runfile_sha256: str | None = None
+    jobs: int | None = None
+    rebuild: bool = False
+    allow_cc_mismatch: bool = False
+    userspace: bool = True
+    sign_key: Path | None = None
+    sign_cert: Path | None = None
+    sign_hash: str = "sha256"
+    smoke_test: bool | None = None  # None: the target OS's default (on where qemu boots its kernel)
+    builder: str = "chroot"  # "chroot" (mmdebstrap build root) or "host" (this system's headers)
+    headers_dir: Path | None = None  # --builder host: the headers tree (default: discovered)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything resolved about the inputs of one build (JSON-serialisable)."""
+
+    driver_version: str
+    flavour: str
+    kernel_release: str
+    source: dict[str, str]  # {"kind": "debian", "package", "version"} or {"kind": "runfile", "url", "name"}
+    debs: dict[str, str]  # role ("source", "headers", ...) -> .deb path
+    header_packages: list[list[str]]
+
+
+def open_archive(req: BuildRequest) -> Any:
+    from ..sources.debian import DebianArchive
+
+    # The archive of the target OS and the kernel's line; an OS that borrows another's driver
+    # sources and user space gets that OS's archive (nodeprep.targets says which).
+    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
+    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=kernel)
+
+
+class LazyArchive:
+    """The Debian archive, created on first use: a host build from a runfile never needs apt."""
+
+    def __init__(self, req: BuildRequest) -> None:
+        self._req = req
+        self._real: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._real is None:
+            self._real = open_archive(self._req)
+        return getattr(self._real, name)
+
+
+def _lists_fingerprint(archive: Any) -> str | None:
+    """Identity of the apt lists the archive answers from (None: unknown, do not memoise)."""
+    lists = Path(getattr(archive, "dir", "")) / "lists"
+    if not getattr(archive, "dir", None) or not lists.is_dir():
+        return None
+    entries = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in lists.iterdir() if p.is_file())
+    return sha256_bytes(canonical_json(entries)) if entries else None
+
+
+def _runfile_version(name: str, header: runfile.MakeselfHeader) -> str | None:
+    for text in (name, header.label, header.targetdir):
+        m = re.search(r"(\d{3}\.\d{2,3}(?:\.\d{2})?)", text or "")
+        if m:
+            return m[1]
+    return None
+
+
+def resolve_plan(
+    req: BuildRequest, archive: Any, phases: Phases | None = None
+) -> tuple[Plan, Path | None]:
+    """Resolve and download every input. Returns the plan and the runfile path (if any).
+
+    The answers for the Debian archive are memoised per apt lists state (same lists -> same answers)
+    so a cache hit costs no apt queries."""
+    archive.update()  # cheap while the lists are fresh; refreshed lists give new answers (and a new memo key)
+    memo_key = sha256_bytes(
+        canonical_json(
+            {
+                "driver": req.driver,
+                "flavour": req.flavour,
+                "os": req.os_name,
+                "kernel": req.kernel,
+                "arch": req.arch,
+                "runfile": req.runfile,
+                "sha256": req.runfile_sha256,
+                "lists": _lists_fingerprint(archive),
+            }
+        )
+    )
+    memo = req.cache / "plans" / f"{memo_key}.json"
+    run_path = _fetch_runfile(req, phases)
+    if _lists_fingerprint(archive) and memo.is_file():
+        plan = Plan(**json.loads(memo.read_text()))
+        if all(Path(p).is_file() for p in plan.debs.values()):
+            return plan, run_path
+    version, source = _driver_source(req, archive, run_path)
+    hdrs = headers.resolve(archive, req.kernel, arch=req.arch)
+    wanted = ([("source", source["package"], source["version"])] if run_path is None else []) + [
+        (pkg, pkg, ver) for pkg, ver in hdrs.packages
+    ]
+    fetched = archive.download_many(
+        [(pkg, ver) for _, pkg, ver in wanted], phases.reporter("resolve", "bytes") if phases else None
+    )
+    debs = {role: str(path) for (role, _, _), path in zip(wanted, fetched, strict=True)}
+    plan = Plan(
+        driver_version=version,
+        flavour=req.flavour,
+        kernel_release=hdrs.release,
+        source=source,
+        debs=debs,
+        header_packages=[list(p) for p in hdrs.packages],
+    )
+    if _lists_fingerprint(archive):
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(plan), sort_keys=True))
+        os.replace(tmp, memo)
+    return plan, run_path
+
+
+def _fetch_runfile(req: BuildRequest, phases: Phases | None) -> Path | None:
+    if not req.runfile:
+        return None
+    if not req.runfile_sha256:
+        raise InputError("--runfile needs --sha256 (the installer's published sha256)")
+    with step(f"Fetching {runfile.runfile_name(req.runfile)}"):
+        return runfile.fetch(
+            req.runfile,
+            req.runfile_sha256,
+            req.cache,
+            progress=phases.reporter("resolve", "bytes") if phases else None,
+        )
+
+
+def _driver_source(req: BuildRequest, archive: Any, run_path: Path | None) -> tuple[str, dict[str, str]]:
+    """(driver version, source description) from the runfile or Debian's catalogue."""
+    if run_path is not None:
+        header = runfile.read_header(run_path)
+        version = _runfile_version(run_path.name, header)
+        if version is None:
+            raise InputError(
+                f"{run_path.name}: cannot tell the driver version (name it NVIDIA-Linux-<arch>-<version>.run)"
+            )
+        if req.driver and req.driver != version:
+            raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
+        return version, {"kind": "runfile", "url": req.runfile or "", "name": run_path.name}
+    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
+    chosen = drivers.resolve_for_target(archive, req.os_name, kernel, req.driver, req.flavour)
+    return chosen.driver_version, {
+        "kind": "debian",
+        "package": chosen.package,
+        "version": chosen.debian_version,
+    }
+
+
+def resolve_host_plan(
+    req: BuildRequest, archive: Any, release: str, phases: Phases | None = None
+) -> tuple[Plan, Path | None]:
+    """`--builder host`: the headers are the system's (no packages); only the driver sources are
+    resolved (the runfile, or Debian's kernel-source package, whose .deb is the one input file)."""
+    run_path = _fetch_runfile(req, phases)
+    if run_path is None:
+        archive.update()
+    version, source = _driver_source(req, archive, run_path)
+    debs = (
+        {}
+        if run_path is not None
+        else {"source": str(archive.download(source["package"], source["version"]))}
+    )
+    plan = Plan(
+        driver_version=version,
+        flavour=req.flavour,
+        kernel_release=release,
+        source=source,
+        debs=debs,
+        header_packages=[],
+    )
+    return plan, run_path
+
+
+def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]:
+    """Everything besides the input files that decides the artifact's bytes."""
+    return {
+        "build_format": BUILD_FORMAT,
+        "kind": "kmod",
+        "driver_version": plan.driver_version,
+        "flavour": plan.flavour,
+        "kernel_release": plan.kernel_release,
+        "os": req.os_name,
+        "arch": req.arch,
+        "build_root": {"key": root.spec.key, "packages": list(root.packages)},
+        "source": {k: v for k, v in plan.source.items() if k != "url"},
+        "signing": (
+            {"cert_sha256": sha256_file(req.sign_cert), "hash": req.sign_hash} if req.sign_cert else None
+        ),
+        "smoke_test": bool(req.smoke_test),
+        "allow_cc_mismatch": req.allow_cc_mismatch,
+    }
+
+
+def validate_request(req: BuildRequest) -> None:
+    """Refuse bad input before anything is downloaded or written (InputError, exit 2)."""
+    target = targets.get(req.os_name)
+    if req.builder == "host":
+        if req.smoke_test and not target.smoke_boot:
+            raise InputError(
+                f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)"
+            )
+    else:
+        buildroot.spec_for(req.os_name, req.kernel)
+        targets.channel(target, req.kernel)
+        if req.headers_dir is not None:
+            raise InputError("--headers-dir is only used with --builder host")
+    if req.flavour not in drivers.FLAVOURS:
+        raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
+    if req.driver is not None and not drivers.DRIVER_RE.match(req.driver):
+        raise InputError(
+            f"--driver: {req.driver!r} is not a driver version (like 535.309.01) or branch (535)"
+        )
+    if req.runfile and not req.runfile_sha256:
+        raise InputError("--runfile needs --sha256 (the installer's published sha256)")
+    if req.runfile_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", req.runfile_sha256):
+        raise InputError(f"--sha256: {req.runfile_sha256!r} is not a sha256 hex digest (64 hex digits)")
+    if req.sign_key or req.sign_cert:
+        if not (req.sign_key and req.sign_cert):
+            raise InputError("--sign-key and --sign-cert go together")
+        for what, p in (("--sign-key", req.sign_key), ("--sign-cert", req.sign_cert)):
+            if not (what == "--sign-key" and str(p).startswith("pkcs11:")) and not Path(p).is_file():
+                raise InputError(f"{what}: {p} does not exist")
+        if req.sign_hash not in ("sha256", "sha384", "sha512"):
+            raise InputError(f"--sign-hash: {req.sign_hash!r} is not one of sha256, sha384, sha512")

@@ -1,0 +1,248 @@
+"""Packing and publishing: the kmod artifact, store hits, and the user-space artifact.
+
+    store_hit (same name and input digest, intact file) -> nothing to build.
+    otherwise: compiled modules -> payload -> [sign] -> [smoke test] -> manifest -> pack -> publish.
+    user space: prebuild_userspace in a thread while the build root is made; publish_userspace at
+    the end (reused when current, skipped with a note where its sources are out of reach).
+
+Everything temporary lives under `<cache>/tmp` and is removed (and unmounted) on any exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from .. import __version__, runner, targets
+from ..artifact import LocalStore, Manifest, artifact_name, pack, read_manifest, sha256_file
+from ..errors import ArtifactError, BuildError, InputError, NodeprepError
+from ..log import step, timed
+from ..progress import Phases
+from . import buildroot, hostbuild, kbuild, signing, smoke, userspace
+from .plan import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+
+log = logging.getLogger(__name__)
+
+
+def store_hit(store: LocalStore, name: str, digest: str) -> Path | None:
+    """The published `name` when its input digest is `digest` and its file is intact, else None."""
+    try:
+        entry = store.lookup(name)
+    except InputError:
+        return None
+    path = store.path / name
+    if entry and entry.input_digest == digest and path.is_file() and sha256_file(path) == entry.sha256:
+        return path
+    return None
+
+
+def current_userspace(path: Path) -> bool:
+    """A published user-space artifact is reused only when this nodeprep would make it the same way
+    (a layout or compression change rebuilds it from the cached packages)."""
+    try:
+        return userspace.is_current(read_manifest(path))
+    except ArtifactError:
+        return False
+
+
+def publish_userspace(
+    req: BuildRequest,
+    archive: Any,
+    store: LocalStore,
+    driver_version: str,
+    notes: list[str],
+    phases: Phases | None = None,
+) -> Path | None:
+    """The user-space artifact of `driver_version` in the store: reused when current, else built
+    and published; None (with a note) when it is skipped."""
+    name = artifact_name("userspace", driver_version, arch=req.arch)
+    if not req.rebuild:
+        try:
+            entry = store.lookup(name)
+        except InputError:
+            entry = None
+        if entry and (store.path / name).is_file() and current_userspace(store.path / name):
+            return store.path / name
+    # User space is distribution-independent: host builds for any OS take it from Debian's archive
+    # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
+    soft: tuple[type[Exception], ...] = (
+        (NodeprepError,)
+        if req.builder == "host" and targets.get(req.os_name).borrows_sources
+        else (InputError,)
+    )
+    phases = phases or Phases()
+    text = f"Building the user-space artifact for {driver_version}"
+    with step(text), phases.phase("userspace", text):
+        try:
+            path, manifest = userspace.build_userspace(
+                archive,
+                driver_version,
+                req.cache / "userspace",
+                arch=req.arch,
+                progress=phases.reporter("userspace", "bytes"),
+            )
+        except soft as e:
+            notes.append(f"user-space artifact skipped: {e}")
+            log.warning("warning: user-space artifact skipped: %s", e)
+            return None
+        store.publish(Path(path), manifest)
+    return store.path / name
+
+
+def prebuild_userspace(
+    req: BuildRequest,
+    archive: Any,
+    store: LocalStore,
+    driver_version: str,
+    phases: Phases,
+    background: list[threading.Thread],
+) -> None:
+    """Make the user-space artifact in the cache in a thread (not published: `publish_userspace`
+    does that at the end, then finding it ready by its input digest). Errors are left to that call."""
+    published = store.path / artifact_name("userspace", driver_version, arch=req.arch)
+    if not req.userspace or (published.exists() and current_userspace(published)):
+        return
+
+    def run() -> None:
+        text = "User-space artifact (while the build root is made)"
+        with contextlib.suppress(Exception), phases.phase("userspace", text):
+            userspace.build_userspace(
+                archive,
+                driver_version,
+                req.cache / "userspace",
+                arch=req.arch,
+                progress=phases.reporter("userspace", "bytes"),
+            )
+
+    thread = threading.Thread(target=run, name="userspace-prebuild", daemon=True)
+    thread.start()
+    background.append(thread)
+
+
+def pack_and_publish(
+    req: BuildRequest,
+    plan: Plan,
+    run_path: Path | None,
+    root: AnyRoot,
+    archive: Any,
+    store: LocalStore,
+    inputs: dict[str, str],
+    digest: str,
+    name: str,
+    modules_dir: Path,
+    info: dict[str, Any],
+    *,
+    phases: Phases,
+    timings: dict[str, float],
+) -> Manifest:
+    """Copy the compiled modules of `modules_dir` into a payload, [sign], [smoke-test], write the
+    manifest, pack `name` and publish it; returns the packed manifest. Nothing is published when
+    the smoke test fails (BuildError)."""
+    smoke_on = bool(req.smoke_test)
+    tmp_parent = req.cache / "tmp"
+    tmp_parent.mkdir(parents=True, exist_ok=True)
+    work = buildroot.private_dir(tmp_parent, "pack")
+    try:
+        payload = work / "payload"
+        mod_dir = payload / "modules" / plan.kernel_release
+        mod_dir.mkdir(parents=True)
+        for ko in json.loads((modules_dir / "modules.json").read_text())["modules"]:
+            shutil.copyfile(modules_dir / ko, mod_dir / ko)
+            os.chmod(mod_dir / ko, 0o644)
+        vermagic = kbuild.modinfo(mod_dir / "nvidia.ko", "vermagic")
+        extra: dict[str, Any] = {
+            "source": {k: v for k, v in plan.source.items() if k != "url"}
+            | ({"sha256": inputs[run_path.name]} if run_path else {}),
+            "kernel_headers": (
+                {"dir": str(root.headers_dir), "sha256": root.headers_sha256}
+                if isinstance(root, hostbuild.HostRoot)
+                else {p: v for p, v in plan.header_packages}
+            ),
+            "build_root": {
+                "os": req.os_name,
+                "key": root.spec.key,
+                "packages_sha256": root.packages_sha256,
+                "packages": list(root.packages),
+            },
+            "build": {
+                "format": BUILD_FORMAT,
+                "compile_key": info["compile_key"],
+                "build_compiler": info["build_compiler"],
+                "path": kbuild.BUILD_DIR,
+                **({"cc_mismatch": info["cc_mismatch"]} if "cc_mismatch" in info else {}),
+            },
+        }
+        if req.sign_key and req.sign_cert:
+            with timed(timings, "sign", "Signing the modules"), _headers_tree(req, plan, root) as hdir:
+                extra["signing"] = signing.sign_modules(
+                    mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert), req.sign_hash
+                )
+        if smoke_on:
+            text = f"Smoke-testing the modules on {plan.kernel_release}"
+            with timed(timings, "smoke_test", text), phases.phase("smoke_test", text):
+                result = smoke.smoke_test_modules(
+                    mod_dir,
+                    plan.kernel_release,
+                    archive=archive,
+                    cache=req.cache,
+                    # Signed modules boot under UEFI Secure Boot with the signing certificate
+                    # enrolled, as on a node that enrolled it: they must load under lockdown.
+                    trusted_cert=Path(req.sign_cert) if req.sign_key and req.sign_cert else None,
+                )
+            extra["smoke_test"] = result.to_dict()
+            if not result.passed:
+                raise BuildError(
+                    f"smoke test failed on {plan.kernel_release}: "
+                    f"{getattr(result, 'reason', 'see the log')}; not publishing "
+                    "(--no-smoke-test skips it)",
+                    hint=getattr(result, "log_excerpt", None) or None,
+                )
+        manifest = Manifest(
+            kind="kmod",
+            driver_version=plan.driver_version,
+            arch=req.arch,
+            os=req.os_name,
+            input_digest=digest,
+            inputs=inputs,
+            flavour=plan.flavour,
+            kernel_release=plan.kernel_release,
+            vermagic=vermagic,
+            compiler=info["compiler"],
+            extra=extra,
+            nodeprep_version=__version__,
+        )
+        with phases.phase("pack", f"Packing {name}"):
+            with timed(timings, "pack", f"Packing {name}"):
+                path, manifest = pack(payload, manifest, work / "out")
+            with timed(timings, "publish"):
+                store.publish(path, manifest)
+    finally:
+        buildroot.remove_tree(work)
+    return manifest
+
+
+class _headers_tree:
+    """Context manager: the arch-specific headers of `plan` extracted in a temporary root
+    (the signing hook needs scripts/sign-file and the kernel's certs there)."""
+
+    def __init__(self, req: BuildRequest, plan: Plan, root: AnyRoot) -> None:
+        self.req, self.plan, self.root = req, plan, root
+        self.tmp: Path | None = None
+
+    def __enter__(self) -> Path:
+        if isinstance(self.root, hostbuild.HostRoot):
+            return self.root.headers_dir  # the system's own headers (scripts/sign-file, certs)
+        self.tmp = buildroot.private_dir(self.req.cache / "tmp", "headers")
+        for deb in [self.plan.debs[p] for p, _ in self.plan.header_packages]:
+            runner.run(["dpkg-deb", "-x", deb, self.tmp])
+        return self.tmp / "usr" / "src" / f"linux-headers-{self.plan.kernel_release}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tmp is not None:
+            buildroot.remove_tree(self.tmp)
