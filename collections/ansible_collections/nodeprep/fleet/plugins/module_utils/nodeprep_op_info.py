@@ -5,7 +5,6 @@ plugins/modules/nodeprep_info.py). Its entry point is main()."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -82,10 +81,13 @@ def import_problems(path, deep=True):
     if path and path not in sys.path:
         sys.path.insert(0, path)
     try:
+        # by name on purpose: a probe, nodeprep may be missing on the host and that is reported in one line
         importlib.import_module("nodeprep.cli" if deep else "nodeprep")
     except ImportError as e:
         return {}, [e.name or "nodeprep"], f"nodeprep is not importable from {path}: {e}"
-    found = os.path.realpath(importlib.import_module("nodeprep").__file__)
+    import nodeprep  # the probe above found it
+
+    found = os.path.realpath(nodeprep.__file__)
     if path and not found.startswith(os.path.realpath(path).rstrip(os.sep) + os.sep):
         # another copy (a system package, a virtualenv) must not pass for the install at `path`
         return {}, ["nodeprep"], f"nodeprep is not installed at {path} (the one importable is {found})"
@@ -96,6 +98,7 @@ def import_problems(path, deep=True):
                 missing.append(name)
             continue
         try:
+            # by name on purpose: a probe of each dependency in DEPENDENCIES, a missing one is reported
             mod = importlib.import_module(name)
         except ImportError:
             missing.append(name)
@@ -108,11 +111,12 @@ def import_problems(path, deep=True):
 
 def profile_current(p):
     """The profile validates and the file already holds what nodeprep_profile would write."""
-    profile_mod = importlib.import_module("nodeprep.profile")
-    errors = importlib.import_module("nodeprep.errors")
+    from nodeprep.errors import NodeprepError
+    from nodeprep.profile import parse_profile
+
     try:
-        profile_mod.parse_profile(p["profile"], source=p["profile_path"])
-    except errors.NodeprepError:
+        parse_profile(p["profile"], source=p["profile_path"])
+    except NodeprepError:
         return False  # nodeprep_profile runs and reports every problem
     return file_is(under_root(p["root"], p["profile_path"]), profile_text(p["profile"]), 0o644)
 
@@ -131,7 +135,8 @@ def run(module):
         out["profile_current"] = error is None and profile_current(p)
     if error:
         module.fail_json(msg=error, dependencies=versions, missing=missing, **out)
-    nodeprep = importlib.import_module("nodeprep")
+    import nodeprep
+
     if not p["sha256"]:
         out["dependencies"] = versions
     module.exit_json(version=getattr(nodeprep, "__version__", "?"), **out)

@@ -35,7 +35,7 @@ def argument_spec():
 def run(module):
     """The nodeprep_labels task on a validated AnsibleModule (see modules/nodeprep_labels.py)."""
     p = module.params
-    labels_mod, output = import_nodeprep(module, "nodeprep.labels", "nodeprep.labels.output")
+    labels_mod, output = import_nodeprep(module, "nodeprep.labels.core", "nodeprep.labels.output")
     from pathlib import Path
 
     root = p["root"]
