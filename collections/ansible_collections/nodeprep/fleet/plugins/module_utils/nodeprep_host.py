@@ -20,6 +20,11 @@ COMMON_ARGUMENT_SPEC = {
 }
 
 
+def node_argument_spec(**options):
+    """A node-side module's argument_spec: COMMON_ARGUMENT_SPEC plus its own options."""
+    return {**COMMON_ARGUMENT_SPEC, **options}
+
+
 def import_nodeprep(module, *names):
     """Import nodeprep submodules (from the zipapp at nodeprep_path, or an installed package).
 

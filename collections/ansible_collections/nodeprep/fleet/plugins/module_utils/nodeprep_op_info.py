@@ -9,14 +9,7 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    file_is,
-    profile_text,
-    read_stamp,
-    under_root,
-    wrapper_text,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 # import name -> distribution name (versions come from the installed metadata: some packages,
 # e.g. jsonschema, deprecate a __version__ attribute)
@@ -32,8 +25,7 @@ DEPENDENCIES = {
 
 
 def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
+    return host.node_argument_spec(
         sha256={"type": "str", "default": ""},
         zipapp={"type": "str", "default": ""},
         wrapper={"type": "str", "default": ""},
@@ -41,12 +33,11 @@ def argument_spec():
         profile={"type": "dict", "default": {}},
         profile_path={"type": "str", "default": "/etc/nodeprep/node.yaml"},
     )
-    return spec
 
 
 def files_current(module, p):
     """(installed sha256, whether the zipapp, its unpacked tree and the wrapper match p["sha256"])."""
-    installed = read_stamp(p["nodeprep_path"])
+    installed = host.read_stamp(p["nodeprep_path"])
     if installed != p["sha256"]:
         return installed, False
     if p["zipapp"]:
@@ -55,7 +46,8 @@ def files_current(module, p):
                 return installed, False
         except OSError:
             return installed, False
-    if p["wrapper"] and not file_is(p["wrapper"], wrapper_text(p["interpreter"], p["nodeprep_path"]), 0o755):
+    wrapper = host.wrapper_text(p["interpreter"], p["nodeprep_path"])
+    if p["wrapper"] and not host.file_is(p["wrapper"], wrapper, 0o755):
         return installed, False
     return installed, True
 
@@ -118,7 +110,7 @@ def profile_current(p):
         parse_profile(p["profile"], source=p["profile_path"])
     except NodeprepError:
         return False  # nodeprep_profile runs and reports every problem
-    return file_is(under_root(p["root"], p["profile_path"]), profile_text(p["profile"]), 0o644)
+    return host.file_is(host.under_root(p["root"], p["profile_path"]), host.profile_text(p["profile"]), 0o644)
 
 
 def run(module):
