@@ -1,4 +1,5 @@
-"""What every bench shares (bench/README.md): the interpreter and the exit convention.
+"""What every bench shares (bench/README.md): the interpreter, the exit convention and the raw
+`make modules` baseline of the build benches.
 
     0  every goal met          1  a goal missed (all results still printed)
     2  bad arguments (argparse) 3  cannot measure here (not root, a prerequisite missing, a step failed)
@@ -10,12 +11,15 @@ started with another interpreter, so `python3 bench/X.py` works as documented.
 from __future__ import annotations
 
 import os
+import resource
 import sys
+import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".venv"
@@ -78,3 +82,49 @@ def run(main: Callable[[], int]) -> NoReturn:
         print("bench: a step failed, nothing measured", file=sys.stderr)
         code = CANNOT
     sys.exit(code)
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every finished child of this process and their children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]]]:
+    """The baseline of the build benches for builder.plan.BuildRequest `req`: (its build plan, a function
+    that clones the cached build root, puts the kernel headers and driver sources in (not timed) and
+    runs ONLY `make modules`, returning (wall s, CPU s of make and its children)). The plan and the
+    build root are resolved once, here."""
+    from nodeprep import runner
+    from nodeprep.builder import buildroot, headers, kbuild
+    from nodeprep.builder.compile import place_sources
+    from nodeprep.builder.plan import open_archive, resolve_plan
+
+    archive = open_archive(req)
+    plan, run_path = resolve_plan(req, archive)
+    root = buildroot.ensure(
+        buildroot.spec_for(req.os_name, req.kernel),
+        req.cache,
+        mirror=archive.mirror,
+        security_mirror=archive.security_mirror,
+    )
+
+    def once() -> tuple[float, float]:
+        with buildroot.workspace(root, req.cache / "tmp") as clone:
+            scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
+            for pkg, _ in plan.header_packages:
+                stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
+                runner.run(["dpkg-deb", "-x", plan.debs[pkg], stage])
+                headers.install_into(stage, clone)
+            place_sources(plan, run_path, clone, scratch)  # (ours reuses a cached headers layer)
+            t, c = time.monotonic(), children_cpu()
+            runner.run(
+                kbuild.make_argv(plan.kernel_release, jobs),
+                root=clone,
+                env=kbuild.REPRODUCIBLE_ENV,
+                timeout=kbuild.MAKE_TIMEOUT,
+                log_path=scratch / "raw.log",
+            )
+            return time.monotonic() - t, children_cpu() - c
+
+    return plan, once

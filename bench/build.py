@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -40,14 +39,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
+from benchlib import Goals, children_cpu, raw_make, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
 
 use_venv()
 
 from nodeprep import artifact, progress, runner  # noqa: E402
-from nodeprep.builder import buildroot, driver, headers, kbuild  # noqa: E402
-from nodeprep.builder.compile import place_sources  # noqa: E402
-from nodeprep.builder.plan import BuildRequest, open_archive, resolve_plan  # noqa: E402
+from nodeprep.builder import buildroot, driver  # noqa: E402
+from nodeprep.builder.plan import BuildRequest  # noqa: E402
 
 COLD_GOAL_S = 60.0
 
@@ -61,12 +59,6 @@ class PhaseLog:
     def __call__(self, ev: progress.Event) -> None:
         if isinstance(ev, progress.PhaseFinished):
             self.seconds[ev.phase] = self.seconds.get(ev.phase, 0.0) + ev.seconds
-
-
-def children_cpu() -> float:
-    """CPU seconds (user + system) of every finished child of this process and their children."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def runs(pairs: list[tuple[float, float]]) -> str:
@@ -136,33 +128,7 @@ def main() -> int:
         print("setup: first build (reuses the compile cache when this cache has built it before)", flush=True)
         first = driver.build_driver(req)
         first_sha = artifact.sha256_file(first.artifact)
-        archive = open_archive(req)
-        plan, run_path = resolve_plan(req, archive)
-        root = buildroot.ensure(
-            buildroot.spec_for(req.os_name, req.kernel),
-            req.cache,
-            mirror=archive.mirror,
-            security_mirror=archive.security_mirror,
-        )
-
-        def raw_once() -> tuple[float, float]:
-            """Only `make modules` in a prepared clone: (wall s, CPU s of make and its children)."""
-            with buildroot.workspace(root, req.cache / "tmp") as clone:
-                scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
-                for pkg, _ in plan.header_packages:
-                    stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
-                    runner.run(["dpkg-deb", "-x", plan.debs[pkg], stage])
-                    headers.install_into(stage, clone)
-                place_sources(plan, run_path, clone, scratch)  # (ours reuses a cached headers layer)
-                t, c = time.monotonic(), children_cpu()
-                runner.run(
-                    kbuild.make_argv(plan.kernel_release, args.jobs),
-                    root=clone,
-                    env=kbuild.REPRODUCIBLE_ENV,
-                    timeout=kbuild.MAKE_TIMEOUT,
-                    log_path=scratch / "raw.log",
-                )
-                return time.monotonic() - t, children_cpu() - c
+        plan, raw_once = raw_make(req, args.jobs)
 
         def ours_once() -> tuple[float, float, driver.BuildResult, PhaseLog]:
             """The whole forced rebuild: (wall s, CPU s of its children, result, phases)."""

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
+from benchlib import Goals, raw_make, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
 
 use_venv()
 
@@ -54,9 +54,7 @@ def cli(*args: str) -> float:
 
 def raw_compile(cache: Path, driver_version: str, kernel: str, jobs: int) -> float:
     """Only `make modules` of the driver in a clone of the build engineer's cached build root."""
-    from nodeprep.builder import buildroot, headers, kbuild
-    from nodeprep.builder.compile import place_sources
-    from nodeprep.builder.plan import BuildRequest, open_archive, resolve_plan
+    from nodeprep.builder.plan import BuildRequest
 
     req = BuildRequest(
         driver=driver_version,
@@ -67,30 +65,8 @@ def raw_compile(cache: Path, driver_version: str, kernel: str, jobs: int) -> flo
         userspace=False,
         smoke_test=False,
     )
-    archive = open_archive(req)
-    plan, run_path = resolve_plan(req, archive)
-    root = buildroot.ensure(
-        buildroot.spec_for(req.os_name),
-        req.cache,
-        mirror=archive.mirror,
-        security_mirror=archive.security_mirror,
-    )
-    with buildroot.workspace(root, req.cache / "tmp") as clone:
-        scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
-        for pkg, _ in plan.header_packages:
-            stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
-            runner.run(["dpkg-deb", "-x", plan.debs[pkg], stage])
-            headers.install_into(stage, clone)
-        place_sources(plan, run_path, clone, scratch)
-        t = time.monotonic()
-        runner.run(
-            kbuild.make_argv(plan.kernel_release, jobs),
-            root=clone,
-            env=kbuild.REPRODUCIBLE_ENV,
-            timeout=kbuild.MAKE_TIMEOUT,
-            log_path=scratch / "raw.log",
-        )
-        return time.monotonic() - t
+    wall, _ = raw_make(req, jobs)[1]()
+    return wall
 
 
 def main() -> int:

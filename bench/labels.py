@@ -28,9 +28,9 @@ from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, nex
 
 use_venv()
 
-from nodeprep.labels import node_labels, pciids  # noqa: E402
+from nodeprep.labels import pciids  # noqa: E402
 from nodeprep.labels.cloud import Endpoints  # noqa: E402
-from nodeprep.labels.core import LabelOptions  # noqa: E402
+from nodeprep.labels.core import LabelOptions, node_labels  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 

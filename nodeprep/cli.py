@@ -4,19 +4,19 @@ export COMMANDS; this module only builds the group and translates errors into on
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 
 import click
 
 from . import __version__
+from .commands import bootstrap, build, install, join, labels, profile, smoke, verify
 from .errors import NodeprepError
 from .log import setup_logging
 
 log = logging.getLogger("nodeprep")
 
-COMMAND_MODULES = ("build", "install", "labels", "join", "profile", "smoke", "bootstrap", "verify")
+COMMAND_MODULES = (build, install, labels, join, profile, smoke, bootstrap, verify)
 
 
 class NodeprepGroup(click.Group):
@@ -52,9 +52,8 @@ def main(ctx: click.Context, verbose: int, quiet: bool, debug: bool) -> None:
     setup_logging(verbose, quiet)
 
 
-for _name in COMMAND_MODULES:
-    _mod = importlib.import_module(f"nodeprep.commands.{_name}")
-    for _cmd in getattr(_mod, "COMMANDS", []):
+for _mod in COMMAND_MODULES:
+    for _cmd in _mod.COMMANDS:
         main.add_command(_cmd)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from .artifact import sha256_file
 from .errors import ChecksumError, InputError, NetworkError
 from .urls import redact_url
 
@@ -187,7 +188,7 @@ def download(
     if src is not None:
         sha256 = _check_hex(sha256)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists() and _sha256(dest) == sha256:
+        if dest.exists() and sha256_file(dest) == sha256:
             return dest
         if not src.is_file():
             raise InputError(f"{src}: not found")
@@ -206,7 +207,7 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
     resumes `<dest>.part`; verifies `sha256` (and `size` when known) before the rename."""
     sha256 = _check_hex(sha256)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists() and _sha256(dest) == sha256:
+    if dest.exists() and sha256_file(dest) == sha256:
         return dest
     part = dest.with_name(dest.name + ".part")
     cap = policy.byte_cap(size)
@@ -401,17 +402,9 @@ def _check_hex(sha256: str) -> str:
 
 
 def _finish(part: Path, dest: Path, sha256: str, what: str, actual: str | None = None) -> Path:
-    actual = actual or _sha256(part)
+    actual = actual or sha256_file(part)
     if actual != sha256:
         part.unlink(missing_ok=True)
         raise ChecksumError(f"{what}: sha256 {actual} does not match the expected {sha256}")
     os.replace(part, dest)
     return dest
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()

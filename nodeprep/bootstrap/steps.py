@@ -80,7 +80,7 @@ def _load(ctx: Context) -> bool:
 
 def step_driver(ctx: Context) -> dict[str, Any]:
     """Install user space + kmod of driver.version from driver.store and make it the active root."""
-    from ..node import install
+    from ..node.ops import install
 
     drv = ctx.profile.driver
     if not drv.store:
@@ -126,7 +126,7 @@ def step_modules(ctx: Context) -> dict[str, Any]:
 
 def step_labels(ctx: Context) -> dict[str, Any]:
     """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
-    from ..labels import LabelOptions, node_labels
+    from ..labels.core import LabelOptions, node_labels
     from ..labels.output import render_nfd
     from ..node.fsutil import atomic_write
 
@@ -148,7 +148,7 @@ def step_labels(ctx: Context) -> dict[str, Any]:
 
 
 def _join_options(ctx: Context) -> Any:
-    from ..join import JoinOptions
+    from ..join.plan import JoinOptions
 
     labels = ctx.results.get("labels", {}).get("labels")
     # doctor already gated the bring-up in the modules step (with the checks that fit --root)
@@ -158,7 +158,7 @@ def _join_options(ctx: Context) -> Any:
 
 def step_runtime(ctx: Context) -> dict[str, Any]:
     """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root."""
-    from ..join import apply_runtime, plan_runtime
+    from ..join.plan import apply_runtime, plan_runtime
 
     plan = plan_runtime(ctx.profile, _join_options(ctx))
     result = apply_runtime(plan)
@@ -169,7 +169,7 @@ def step_runtime(ctx: Context) -> dict[str, Any]:
 
 def step_join(ctx: Context) -> dict[str, Any]:
     """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration."""
-    from ..join import join
+    from ..join.plan import join
 
     if ctx.profile.cluster is None:
         return {"joined": False, "summary": "no cluster section in the profile: not joining"}

@@ -141,9 +141,7 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
             raise InputError(
                 "mmdebstrap not found: install it (scripts/deps/build.apt lists what building needs)"
             )
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=base))
-        os.chmod(tmp, 0o755)
-        try:
+        with _staged(final) as tmp:
             log.info(
                 "Creating the %s build root with mmdebstrap (once per recipe; cached in %s)",
                 spec.os_name,
@@ -172,12 +170,6 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
                     }
                 )
             )
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         return _load(final, spec)
 
 
@@ -200,9 +192,7 @@ def with_headers(root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
     with _flock(base / f".{final.name}.lock"):
         if (final / ".complete").is_file():
             return replace(root, path=final / "root")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=base))
-        try:
-            os.chmod(tmp, 0o755)
+        with _staged(final) as tmp:
             runner.run(["cp", "-al", root.path, tmp / "root"], timeout=600)
             for deb in debs:
                 stage = Path(tempfile.mkdtemp(prefix="stage.", dir=tmp))
@@ -210,13 +200,23 @@ def with_headers(root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
                 install_into(stage, tmp / "root")  # replaces links, never writes through them
                 shutil.rmtree(stage)
             (tmp / ".complete").write_text("\n".join(sorted(d.name for d in debs)) + "\n")
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
     return replace(root, path=final / "root")
+
+
+@contextlib.contextmanager
+def _staged(final: Path) -> Iterator[Path]:
+    """A new directory beside `final` (mode 0755) that replaces `final` as a whole when the block
+    succeeds; removed when it fails."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load(final: Path, spec: BuildRootSpec) -> BuildRoot:

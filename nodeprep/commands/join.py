@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..join import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime, preview_join
+from ..join.plan import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime, preview_join
 from ..profile import load_profile, profile_path, with_overrides
 from .options import emit_json, json_option, override_options, pop_overrides, profile_option, root_option
 

@@ -43,7 +43,7 @@ class JoinOptions:
     insecure_skip_ca_verification: bool = False
     skip_preflight: bool = False
     nvidia_smi_xml: Path | None = None  # GPU facts from a capture (offline image builds, tests)
-    labels: Mapping[str, str] | None = None  # precomputed labels; default: nodeprep.labels.node_labels
+    labels: Mapping[str, str] | None = None  # precomputed labels; default: nodeprep.labels.core.node_labels
     # a token not (yet) in cluster.token_file: a check-mode plan uses the one it would write there
     token: BootstrapToken | None = None
     # check token and CA against the cluster's cluster-info before writing (apply with run=True);
@@ -218,10 +218,10 @@ def apply_runtime(plan: RuntimePlan) -> dict[str, Any]:
 
 
 def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], list[str]]:
-    """All labels for this node: `options.labels` if given, else nodeprep.labels.node_labels()."""
+    """All labels for this node: `options.labels` if given, else nodeprep.labels.core.node_labels()."""
     if options.labels is not None:
         return dict(options.labels), []
-    from ..labels import LabelOptions, node_labels
+    from ..labels.core import LabelOptions, node_labels
 
     root = Path(options.root)
     live = options.live
@@ -242,7 +242,7 @@ def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], lis
 def _split_labels(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     # labels.extra holds only labels a kubelet may register with: the profile's own validation
     # refuses the others (nodeprep.profile.checks.label_pair), for every command that reads a profile.
-    from ..labels import split_for_kubelet
+    from ..labels.validate import split_for_kubelet
 
     return split_for_kubelet(labels)
 

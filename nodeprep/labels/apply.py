@@ -218,17 +218,7 @@ def apply_labels(cfg: KubeConfig, node: str, labels: Mapping[str, str], *, attem
                 r = s.get(url, timeout=timeout)
                 if r.status_code == 200:
                     current = r.json()
-                    patch = plan_patch(current, labels, may_set)
-                    if patch is None:
-                        return ApplyResult(node, False, None, attempt, refused)
-                    r = s.patch(url, data=json.dumps(patch), timeout=timeout,
-                                headers={"Content-Type": PATCH_TYPE})
-                    if r.status_code == 200:
-                        return ApplyResult(node, True, patch, attempt, refused)
-                    if r.status_code == 403 and may_set is None and restricted_keys(patch):
-                        refused = tuple(restricted_keys(patch))
-                        may_set = self_settable
-                        log.info("labels: %s refused (HTTP 403); applying the rest", ", ".join(refused))
+                    while True:  # the whole change, then (once, after a 403) the self-settable part
                         patch = plan_patch(current, labels, may_set)
                         if patch is None:
                             return ApplyResult(node, False, None, attempt, refused)
@@ -236,6 +226,11 @@ def apply_labels(cfg: KubeConfig, node: str, labels: Mapping[str, str], *, attem
                                     headers={"Content-Type": PATCH_TYPE})
                         if r.status_code == 200:
                             return ApplyResult(node, True, patch, attempt, refused)
+                        if not (r.status_code == 403 and may_set is None and restricted_keys(patch)):
+                            break
+                        refused = tuple(restricted_keys(patch))
+                        may_set = self_settable
+                        log.info("labels: %s refused (HTTP 403); applying the rest", ", ".join(refused))
             except requests.exceptions.SSLError as e:
                 raise NetworkError(f"{cfg.server}: TLS verification failed ({e})") from None
             except requests.RequestException as e:

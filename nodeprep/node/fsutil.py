@@ -50,11 +50,7 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, point: str
         f.flush()
         os.fsync(f.fileno())
     os.chmod(tmp, mode)
-    if point:
-        crash_point(point)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    return True
+    return _publish(tmp, path, point)
 
 
 def atomic_symlink(link: Path, target: str, *, point: str | None = None) -> bool:
@@ -74,10 +70,15 @@ def atomic_symlink(link: Path, target: str, *, point: str | None = None) -> bool
     tmp = link.with_name(f".current-{link.name}.{os.getpid()}")
     tmp.unlink(missing_ok=True)
     os.symlink(target, tmp)
+    return _publish(tmp, link, point)
+
+
+def _publish(tmp: Path, path: Path, point: str | None) -> bool:
+    """Rename the finished `tmp` over `path` and fsync the directory (crash point `point` before)."""
     if point:
         crash_point(point)
-    os.replace(tmp, link)
-    fsync_dir(link.parent)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
     return True
 
 

@@ -17,8 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from nodeprep.labels import cloud as cloudmod
-from nodeprep.labels import node_labels
-from nodeprep.labels.core import LabelOptions
+from nodeprep.labels.core import LabelOptions, node_labels
 
 from .conftest import Recorded, Server, write_dmi
 

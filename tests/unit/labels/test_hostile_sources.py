@@ -24,8 +24,7 @@ import pytest
 
 from nodeprep import sysfs
 from nodeprep.labels import cloud as cloudmod
-from nodeprep.labels import node_labels
-from nodeprep.labels.core import LabelOptions, LabelResult
+from nodeprep.labels.core import LabelOptions, LabelResult, node_labels
 from nodeprep.labels.gpu import sysfs_driver_version
 from nodeprep.node.doctor import loaded_version
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.labels import node_labels, pciids
-from nodeprep.labels.core import LabelOptions
+from nodeprep.labels import pciids
+from nodeprep.labels.core import LabelOptions, node_labels
 from nodeprep.labels.gpu import parse_nvidia_smi_xml
 
 from .conftest import add_pci, write_dmi

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import runner
-from nodeprep.labels import node_labels
-from nodeprep.labels.core import LabelOptions
+from nodeprep.labels.core import LabelOptions, node_labels
 
 from .conftest import add_pci
 

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from nodeprep.labels import node_labels
-from nodeprep.labels.core import LabelOptions
+from nodeprep.labels.core import LabelOptions, node_labels
 
 from .conftest import add_pci
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep import runner
-from nodeprep.labels import node_labels, pciids
-from nodeprep.labels.core import LabelOptions
+from nodeprep.labels import pciids
+from nodeprep.labels.core import LabelOptions, node_labels
 from nodeprep.labels.gpu import from_sysfs
 
 from .conftest import add_pci

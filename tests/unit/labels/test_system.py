@@ -8,8 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodeprep.artifact import Manifest
-from nodeprep.labels import node_labels
-from nodeprep.labels.core import LabelOptions
+from nodeprep.labels.core import LabelOptions, node_labels
 
 KERNEL = "6.1.0-28-amd64"
 DIGEST = "9f2c" + "0" * 56 + "beef"

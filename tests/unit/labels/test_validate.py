@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.labels import kubelet_flag_value, parse_label_arg, sanitise, split_for_kubelet, validate_label
+from nodeprep.labels.validate import (
+    kubelet_flag_value,
+    parse_label_arg,
+    sanitise,
+    split_for_kubelet,
+    validate_label,
+)
 
 
 # GFD's own TestSanitise cases (internal/lm/resource_test.go)

@@ -20,6 +20,11 @@ COMMON_ARGUMENT_SPEC = {
 }
 
 
+def node_argument_spec(**options):
+    """A node-side module's argument_spec: COMMON_ARGUMENT_SPEC plus its own options."""
+    return {**COMMON_ARGUMENT_SPEC, **options}
+
+
 def import_nodeprep(module, *names):
     """Import nodeprep submodules (from the zipapp at nodeprep_path, or an installed package).
 
@@ -31,8 +36,9 @@ def import_nodeprep(module, *names):
     if path and path not in sys.path:
         sys.path.insert(0, path)
     try:
+        # by name on purpose: a probe, nodeprep may be missing on the host and that is reported in one line
         importlib.import_module("nodeprep")
-        return [importlib.import_module(name) for name in names]
+        return [importlib.import_module(name) for name in names]  # the caller's list; same probe
     except ImportError as e:
         if module.check_mode:
             # a fresh node in a check-mode run: nodeprep_install would have put the library here
@@ -106,7 +112,9 @@ def fail_from(module, exc, **result):
 
 def nodeprep_errors(module):
     """The library's base error class (import after import_nodeprep)."""
-    return importlib.import_module("nodeprep.errors").NodeprepError
+    from nodeprep.errors import NodeprepError
+
+    return NodeprepError
 
 
 def under_root(root, path):

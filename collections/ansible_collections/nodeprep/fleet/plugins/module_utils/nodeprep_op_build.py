@@ -6,17 +6,11 @@ plugins/modules/nodeprep_build.py). Its entry point is main()."""
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    fail_from,
-    import_nodeprep,
-    nodeprep_errors,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 
 def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
+    return host.node_argument_spec(
         driver={"type": "str"},
         flavour={"type": "str", "choices": ["proprietary", "open"], "default": "proprietary"},
         os_name={"type": "str", "default": "debian-12"},
@@ -29,13 +23,12 @@ def argument_spec():
         jobs={"type": "int"},
         rebuild={"type": "bool", "default": False},
     )
-    return spec
 
 
 def run(module):
     """The nodeprep_build task on a validated AnsibleModule (see modules/nodeprep_build.py)."""
     p = module.params
-    driver_mod, plan_mod, artifact = import_nodeprep(
+    driver_mod, plan_mod, artifact = host.import_nodeprep(
         module, "nodeprep.builder.driver", "nodeprep.builder.plan", "nodeprep.artifact"
     )
     from pathlib import Path
@@ -63,8 +56,8 @@ def run(module):
             smoke_test=p["smoke_test"],
         )
         result = driver_mod.build_driver(req)
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
     module.exit_json(changed=not result.cached, cached=result.cached, build=result.to_dict())
 
 

@@ -6,13 +6,7 @@ plugins/modules/nodeprep_driver.py). Its entry point is main()."""
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    doctor_problems,
-    fail_from,
-    import_nodeprep,
-    nodeprep_errors,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 # nodeprep.vocab.DEFAULT_MODULES and FLAVOURS (module_utils cannot import nodeprep before the
 # module runs; tests/unit/fleet/test_vocab_drift.py keeps them equal)
@@ -21,8 +15,7 @@ FLAVOURS = ["proprietary", "open"]
 
 
 def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
+    return host.node_argument_spec(
         version={"type": "str", "required": True},
         store={"type": "str", "required": True},
         registry_auth={"type": "path"},
@@ -39,7 +32,6 @@ def argument_spec():
         require_cuda={"type": "str"},
         keep_boot_kernel={"type": "bool", "default": False},
     )
-    return spec
 
 
 def snapshot(state):
@@ -52,7 +44,7 @@ def snapshot(state):
 def run(module):
     """The nodeprep_driver task on a validated AnsibleModule (see modules/nodeprep_driver.py)."""
     p = module.params
-    ops, state_mod, oci, join_activation = import_nodeprep(
+    ops, state_mod, oci, join_activation = host.import_nodeprep(
         module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.stores.oci", "nodeprep.join.activation"
     )
     from pathlib import Path
@@ -92,8 +84,8 @@ def run(module):
             root, p["store"], p["version"], load=p["load"], hooks=join_activation.HOOKS, **request
         )
         after = state_mod.load_state(root)
-    except nodeprep_errors(module) as e:
-        fail_from(module, e, version=p["version"])
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e, version=p["version"])
     activation = result.activation
     loaded = bool(activation and activation.loaded)
     notes = list(result.notes) + (list(activation.notes) if activation else [])
@@ -111,13 +103,13 @@ def run(module):
     if module._diff:
         out["diff"] = {"before": snapshot(before), "after": snapshot(after)}
     if p["doctor"] and not result.changed:
-        (doctor_mod,) = import_nodeprep(module, "nodeprep.node.doctor")
+        (doctor_mod,) = host.import_nodeprep(module, "nodeprep.node.doctor")
         try:
-            problems, checks, _ = doctor_problems(
+            problems, checks, _ = host.doctor_problems(
                 doctor_mod, root, p["doctor_checks"], p["require_cuda"], p["version"] if activate else None
             )
-        except nodeprep_errors(module) as e:
-            fail_from(module, e, version=p["version"])
+        except host.nodeprep_errors(module) as e:
+            host.fail_from(module, e, version=p["version"])
         out["doctor"] = {"ok": not problems, "checks": checks}
         if problems:
             module.fail_json(msg="doctor: " + "; ".join(problems), **out)

@@ -5,19 +5,11 @@ plugins/modules/nodeprep_info.py). Its entry point is main()."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    file_is,
-    profile_text,
-    read_stamp,
-    under_root,
-    wrapper_text,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 # import name -> distribution name (versions come from the installed metadata: some packages,
 # e.g. jsonschema, deprecate a __version__ attribute)
@@ -33,8 +25,7 @@ DEPENDENCIES = {
 
 
 def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
+    return host.node_argument_spec(
         sha256={"type": "str", "default": ""},
         zipapp={"type": "str", "default": ""},
         wrapper={"type": "str", "default": ""},
@@ -42,12 +33,11 @@ def argument_spec():
         profile={"type": "dict", "default": {}},
         profile_path={"type": "str", "default": "/etc/nodeprep/node.yaml"},
     )
-    return spec
 
 
 def files_current(module, p):
     """(installed sha256, whether the zipapp, its unpacked tree and the wrapper match p["sha256"])."""
-    installed = read_stamp(p["nodeprep_path"])
+    installed = host.read_stamp(p["nodeprep_path"])
     if installed != p["sha256"]:
         return installed, False
     if p["zipapp"]:
@@ -56,7 +46,8 @@ def files_current(module, p):
                 return installed, False
         except OSError:
             return installed, False
-    if p["wrapper"] and not file_is(p["wrapper"], wrapper_text(p["interpreter"], p["nodeprep_path"]), 0o755):
+    wrapper = host.wrapper_text(p["interpreter"], p["nodeprep_path"])
+    if p["wrapper"] and not host.file_is(p["wrapper"], wrapper, 0o755):
         return installed, False
     return installed, True
 
@@ -82,10 +73,13 @@ def import_problems(path, deep=True):
     if path and path not in sys.path:
         sys.path.insert(0, path)
     try:
+        # by name on purpose: a probe, nodeprep may be missing on the host and that is reported in one line
         importlib.import_module("nodeprep.cli" if deep else "nodeprep")
     except ImportError as e:
         return {}, [e.name or "nodeprep"], f"nodeprep is not importable from {path}: {e}"
-    found = os.path.realpath(importlib.import_module("nodeprep").__file__)
+    import nodeprep  # the probe above found it
+
+    found = os.path.realpath(nodeprep.__file__)
     if path and not found.startswith(os.path.realpath(path).rstrip(os.sep) + os.sep):
         # another copy (a system package, a virtualenv) must not pass for the install at `path`
         return {}, ["nodeprep"], f"nodeprep is not installed at {path} (the one importable is {found})"
@@ -96,6 +90,7 @@ def import_problems(path, deep=True):
                 missing.append(name)
             continue
         try:
+            # by name on purpose: a probe of each dependency in DEPENDENCIES, a missing one is reported
             mod = importlib.import_module(name)
         except ImportError:
             missing.append(name)
@@ -108,13 +103,14 @@ def import_problems(path, deep=True):
 
 def profile_current(p):
     """The profile validates and the file already holds what nodeprep_profile would write."""
-    profile_mod = importlib.import_module("nodeprep.profile")
-    errors = importlib.import_module("nodeprep.errors")
+    from nodeprep.errors import NodeprepError
+    from nodeprep.profile import parse_profile
+
     try:
-        profile_mod.parse_profile(p["profile"], source=p["profile_path"])
-    except errors.NodeprepError:
+        parse_profile(p["profile"], source=p["profile_path"])
+    except NodeprepError:
         return False  # nodeprep_profile runs and reports every problem
-    return file_is(under_root(p["root"], p["profile_path"]), profile_text(p["profile"]), 0o644)
+    return host.file_is(host.under_root(p["root"], p["profile_path"]), host.profile_text(p["profile"]), 0o644)
 
 
 def run(module):
@@ -131,7 +127,8 @@ def run(module):
         out["profile_current"] = error is None and profile_current(p)
     if error:
         module.fail_json(msg=error, dependencies=versions, missing=missing, **out)
-    nodeprep = importlib.import_module("nodeprep")
+    import nodeprep
+
     if not p["sha256"]:
         out["dependencies"] = versions
     module.exit_json(version=getattr(nodeprep, "__version__", "?"), **out)

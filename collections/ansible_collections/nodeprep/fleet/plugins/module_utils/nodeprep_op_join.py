@@ -8,21 +8,11 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    change_diffs,
-    fail_from,
-    import_nodeprep,
-    load_profile,
-    nodeprep_errors,
-    under_root,
-    write_if_changed,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 
 def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
+    return host.node_argument_spec(
         profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
         dry_run={"type": "bool", "default": False},
         insecure_skip_ca_verification={"type": "bool", "default": False},
@@ -32,16 +22,15 @@ def argument_spec():
         token={"type": "str", "default": "", "no_log": True},
         token_file={"type": "str", "default": "/etc/nodeprep/bootstrap-token"},
     )
-    return spec
 
 
 def write_token(module, p):
     """Write O(token) to O(token_file) under O(root) (0600) when it differs; (changed, masked diffs)."""
     if not p["token"]:
         return False, []
-    path = under_root(p["root"], p["token_file"])
+    path = host.under_root(p["root"], p["token_file"])
     existed = os.path.exists(path)
-    changed, _ = write_if_changed(module, path, p["token"].strip() + "\n", 0o600)
+    changed, _ = host.write_if_changed(module, path, p["token"].strip() + "\n", 0o600)
     if not changed:
         return False, []
     before = "(secret content not shown)\n" if existed else ""
@@ -52,7 +41,7 @@ def write_token(module, p):
 def run(module):
     """The nodeprep_join task on a validated AnsibleModule (see modules/nodeprep_join.py)."""
     p = module.params
-    plan_mod, profile_mod, token_mod = import_nodeprep(
+    plan_mod, profile_mod, token_mod = host.import_nodeprep(
         module, "nodeprep.join.plan", "nodeprep.profile", "nodeprep.join.token"
     )
     from pathlib import Path
@@ -60,12 +49,12 @@ def run(module):
     try:
         # validated before anything is written; in check mode the plan uses it instead of the file
         token = token_mod.parse_token(p["token"], source="token") if p["token"] else None
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
     token_changed, token_diffs = write_token(module, p)
 
     try:
-        profile = load_profile(module, profile_mod, p["root"], p["profile"])
+        profile = host.load_profile(module, profile_mod, p["root"], p["profile"])
         options = plan_mod.JoinOptions(
             root=Path(p["root"]),
             insecure_skip_ca_verification=p["insecure_skip_ca_verification"],
@@ -76,7 +65,7 @@ def run(module):
         )
         plan = plan_mod.plan_join(profile, options)
         summary = plan.to_dict()
-        diffs = change_diffs(plan.files)
+        diffs = host.change_diffs(plan.files)
         diffs = token_diffs + diffs
         changed = token_changed or any(f.changed for f in plan.files) or (not p["dry_run"] and plan.changed)
         commands = []
@@ -84,8 +73,8 @@ def run(module):
             result = plan_mod.apply_join(plan, run=not p["dry_run"])
             changed = token_changed or result["changed"]
             commands = result["ran"]
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
     out = {"changed": changed, "plan": summary, "already_joined": plan.already_joined, "commands": commands}
     if module._diff:
         out["diff"] = diffs

@@ -8,19 +8,11 @@ from __future__ import annotations
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    fail_from,
-    import_nodeprep,
-    nodeprep_errors,
-    under_root,
-    write_if_changed,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 
 def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
+    return host.node_argument_spec(
         extra={"type": "dict", "default": {}},
         cloud={"type": "str", "choices": ["auto", "aws", "gce", "azure", "none"], "default": "auto"},
         mig_strategy={"type": "str", "choices": ["none", "single", "mixed"], "default": "none"},
@@ -29,20 +21,19 @@ def argument_spec():
         nfd_file={"type": "str", "default": "/etc/kubernetes/node-feature-discovery/features.d/nodeprep"},
         json_file={"type": "str", "default": "/var/lib/nodeprep/labels.json"},
     )
-    return spec
 
 
 def run(module):
     """The nodeprep_labels task on a validated AnsibleModule (see modules/nodeprep_labels.py)."""
     p = module.params
-    labels_mod, output = import_nodeprep(module, "nodeprep.labels", "nodeprep.labels.output")
+    labels_mod, output = host.import_nodeprep(module, "nodeprep.labels.core", "nodeprep.labels.output")
     from pathlib import Path
 
     root = p["root"]
     try:
         opts = labels_mod.LabelOptions(
             root=Path(root),
-            sysfs_root=Path(under_root(root, "/sys")),
+            sysfs_root=Path(host.under_root(root, "/sys")),
             nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
             cloud=p["cloud"],
             extra={str(k): str(v) for k, v in p["extra"].items()},
@@ -53,15 +44,16 @@ def run(module):
         mine, api = result.split()
         files = []
         if p["nfd_file"]:
-            files.append((under_root(root, p["nfd_file"]), output.render_nfd(result.labels)))
+            files.append((host.under_root(root, p["nfd_file"]), output.render_nfd(result.labels)))
         if p["json_file"]:
             doc = {"labels": result.labels, "kubelet": mine, "api": api}
-            files.append((under_root(root, p["json_file"]), json.dumps(doc, indent=2, sort_keys=True) + "\n"))
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
+            text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+            files.append((host.under_root(root, p["json_file"]), text))
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
     changed, diffs = False, []
     for path, content in files:
-        file_changed, diff = write_if_changed(module, path, content)
+        file_changed, diff = host.write_if_changed(module, path, content)
         changed |= file_changed
         if file_changed:
             diffs.append(diff)

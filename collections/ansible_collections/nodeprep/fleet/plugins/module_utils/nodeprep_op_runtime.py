@@ -6,47 +6,38 @@ plugins/modules/nodeprep_runtime.py). Its entry point is main()."""
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    COMMON_ARGUMENT_SPEC,
-    change_diffs,
-    fail_from,
-    import_nodeprep,
-    load_profile,
-    nodeprep_errors,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 
 def argument_spec():
-    spec = dict(COMMON_ARGUMENT_SPEC)
-    spec.update(
+    return host.node_argument_spec(
         profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
         nvidia_smi_xml={"type": "path"},
     )
-    return spec
 
 
 def run(module):
     """The nodeprep_runtime task on a validated AnsibleModule (see modules/nodeprep_runtime.py)."""
     p = module.params
-    plan_mod, profile_mod = import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
+    plan_mod, profile_mod = host.import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
     from pathlib import Path
 
     try:
-        profile = load_profile(module, profile_mod, p["root"], p["profile"])
+        profile = host.load_profile(module, profile_mod, p["root"], p["profile"])
         options = plan_mod.JoinOptions(
             root=Path(p["root"]), nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None
         )
         plan = plan_mod.plan_runtime(profile, options)
         files = [f.summary() for f in plan.files]
-        diffs = change_diffs(plan.files)
+        diffs = host.change_diffs(plan.files)
         commands = [list(a.argv) for a in plan.actions if not a.deferred]
         changed = plan.changed
         if not module.check_mode:
             result = plan_mod.apply_runtime(plan)
             changed = result["changed"]
             commands = result["ran"]
-    except nodeprep_errors(module) as e:
-        fail_from(module, e)
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
     out = {"changed": changed, "files": files, "commands": commands, "warnings_seen": list(plan.warnings)}
     if module._diff:
         out["diff"] = diffs

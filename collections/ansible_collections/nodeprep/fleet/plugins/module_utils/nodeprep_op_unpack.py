@@ -10,12 +10,7 @@ import shutil
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_host import (
-    ZIPAPP_STAMP,
-    read_stamp,
-    wrapper_text,
-    write_if_changed,
-)
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
 
 def argument_spec():
@@ -38,7 +33,7 @@ def unpack(src, dest, digest):
             if not target.startswith(os.path.realpath(staging) + os.sep):
                 raise ValueError(f"{src}: unsafe member {name!r}")
         zf.extractall(staging)
-    with open(os.path.join(staging, ZIPAPP_STAMP), "w", encoding="ascii") as f:
+    with open(os.path.join(staging, host.ZIPAPP_STAMP), "w", encoding="ascii") as f:
         f.write(digest + "\n")
     if os.path.isdir(dest):
         os.rename(dest, old)
@@ -54,7 +49,7 @@ def run(module):
             module.exit_json(changed=True, sha256=None, msg=f"{src} is not there yet")
         module.fail_json(msg=f"src: {src} does not exist")
     digest = module.sha256(src)
-    before = read_stamp(dest)
+    before = host.read_stamp(dest)
     changed = before != digest
     if changed and not module.check_mode:
         try:
@@ -63,8 +58,8 @@ def run(module):
             module.fail_json(msg=f"cannot unpack {src} into {dest}: {e}")
     diffs = [{"before": {"sha256": before}, "after": {"sha256": digest}}]
     if module.params["wrapper"]:
-        text = wrapper_text(module.params["interpreter"], dest)
-        wrapper_changed, diff = write_if_changed(module, module.params["wrapper"], text, 0o755)
+        text = host.wrapper_text(module.params["interpreter"], dest)
+        wrapper_changed, diff = host.write_if_changed(module, module.params["wrapper"], text, 0o755)
         changed |= wrapper_changed
         diffs.append(diff)
     out = {"changed": changed, "sha256": digest}

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: nodeprep_labels
 short_description: Compute a GPU node's labels with nodeprep and write them where NFD and kubelet read them
 description:
-  - Calls C(nodeprep.labels.node_labels) (facts from NVML, C(nvidia-smi -q -x), PCI sysfs, DMI and
+  - Calls C(nodeprep.labels.core.node_labels) (facts from NVML, C(nvidia-smi -q -x), PCI sysfs, DMI and
     optionally the cloud metadata service) and writes the labels as an NFD local feature file and
     as a JSON file with every label split into kubelet-settable and API-only ones.
   - C(changed) is true only when a file's content (or mode) differs.
