@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeprep import artifact, runner
+from nodeprep import runner
 from nodeprep.builder import container
 from nodeprep.builder.driver import BuildRequest
 from nodeprep.cli import main
+
+from .kmodstore import publish_kmod
 
 
 def invoke(*args: str):
@@ -199,23 +201,8 @@ def test_container_argv(tmp_path):
 
 
 def _store(tmp_path: Path) -> Path:
-    payload = tmp_path / "payload"
-    (payload / "modules" / "6.1.0-56-amd64").mkdir(parents=True)
-    (payload / "modules" / "6.1.0-56-amd64" / "nvidia.ko").write_bytes(bytes(range(256)) * 64)
-    manifest = artifact.Manifest(
-        kind="kmod",
-        driver_version="535.309.01",
-        arch="amd64",
-        os="debian-12",
-        input_digest="f" * 64,
-        inputs={"x.deb": "0" * 64},
-        flavour="proprietary",
-        kernel_release="6.1.0-56-amd64",
-        vermagic="6.1.0-56-amd64 SMP",
-    )
     store = tmp_path / "store"
-    path, manifest = artifact.pack(payload, manifest, tmp_path / "out")
-    artifact.LocalStore(store).publish(path, manifest)
+    publish_kmod(store, tmp_path)
     return store
 
 
