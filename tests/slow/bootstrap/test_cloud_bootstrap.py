@@ -13,15 +13,10 @@ no API server (dry-run join). The artifacts are the session's real driver build 
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import json
 import os
 import shutil
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +26,7 @@ from nodeprep import __version__, cloudinit, runner
 from nodeprep.errors import CommandError
 from nodeprep.labels.output import parse_nfd
 from tests.support.fixtures import NVIDIA_SMI
+from tests.support.httpdir import serve_directory as store_server  # also bench/bootstrap.py's
 from tests.support.testhosts import debian_rootfs
 
 pytestmark = pytest.mark.slow
@@ -58,25 +54,6 @@ def build_wheel(dest: Path) -> Path:
                 "--no-index", "-w", out, "./src"], cwd=dest, timeout=300, inherit_env=True)
     (wheel,) = out.glob("nodeprep-*-py3-none-any.whl")
     return wheel
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-
-@contextlib.contextmanager
-def store_server(directory: Path) -> Iterator[str]:
-    """A loopback HTTP server for `directory`; yields its base URL."""
-    handler = functools.partial(_Quiet, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def nodeprep(*args: object, check: bool = False) -> runner.Result:

@@ -17,6 +17,7 @@ import zstandard
 
 from nodeprep import artifact
 from nodeprep.node.state import load_state
+from tests.support.httpdir import serve_directory
 
 from .helpers import V_NEW, V_OLD, NodeStore, cli, install_cli, popen
 
@@ -244,16 +245,7 @@ def test_concurrent_runs_serialize(node_store: NodeStore, rootfs: Path) -> None:
 
 def test_install_from_http_store(node_store: NodeStore, rootfs: Path) -> None:
     """The same store served over HTTP by a loopback server this test starts."""
-    import functools
-    import http.server
-    import threading
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(node_store.path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with serve_directory(node_store.path) as url:
         r = install_cli(url, V_NEW, node_store.kernel, rootfs, "--activate", "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["changed"] is True
@@ -270,6 +262,3 @@ def test_install_from_http_store(node_store: NodeStore, rootfs: Path) -> None:
         assert "the store was not read" in " ".join(done["notes"])
         # its one change: the kernel hook's record names the store given (see test_node_install)
         assert done["changed"] is True and load_state(rootfs).kernel_hook["store"] == gone
-    finally:
-        server.shutdown()
-        server.server_close()
