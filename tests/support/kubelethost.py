@@ -340,17 +340,7 @@ def kubelet_host(cache: Path, work: Path, kubelet: Path, api_port: int) -> Itera
         (root / "etc/cni/net.d/10-nodeprep-test.conflist").write_text(json.dumps(CNI_CONFLIST, indent=1))
         shutil.copy(image, root / "tmp" / image.name)
 
-        runner.run(["ip", "netns", "add", host.netns])
-        peer = host.veth[:-1] + "n"
-        runner.run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
-        runner.run(["ip", "link", "set", peer, "netns", host.netns])
-        runner.run(["ip", "addr", "add", f"{host.gateway}/24", "dev", host.veth])
-        runner.run(["ip", "link", "set", host.veth, "up"])
-        ns = ["ip", "netns", "exec", host.netns]
-        runner.run([*ns, "ip", "link", "set", "lo", "up"])
-        runner.run([*ns, "ip", "addr", "add", f"{host.address}/24", "dev", peer])
-        runner.run([*ns, "ip", "link", "set", peer, "up"])
-        runner.run([*ns, "ip", "route", "add", "default", "via", host.gateway])
+        testhosts.join_network(host.netns, host.veth, host.gateway, host.address)
         host.relay = Relay(host.netns, api_port)
         host.relay.start()
         yield host

@@ -266,7 +266,7 @@ def merge_with_cloud_init(path: Path) -> dict:
     """Let cloud-init's own user-data processor and cloud-config part handler merge `path`."""
     py = shutil.which("python3", path="/usr/bin")
     assert py, "/usr/bin/python3 (the distribution's, with cloud-init) is missing"
-    out = runner.run([py, HERE / "ci_merge.py", path]).stdout
+    out = runner.run([py, HERE.parents[1] / "support" / "ci_merge.py", path]).stdout
     return json.loads(out)
 
 
