@@ -56,6 +56,18 @@ def build_wheel(dest: Path) -> Path:
     return wheel
 
 
+def stage_inputs(work: Path, wheel: Path) -> tuple[Path, Path]:
+    """What the operator has before rendering: `wheel` under work/served/tools (the directory the
+    loopback store serves) and the bootstrap token in work/token (0600); returns (served, token)."""
+    served = work / "served"
+    (served / "tools").mkdir(parents=True)
+    shutil.copy2(wheel, served / "tools" / wheel.name)
+    token = work / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    return served, token
+
+
 def nodeprep(*args: object, check: bool = False) -> runner.Result:
     env = {"PYTHONPATH": str(REPO), "no_proxy": "127.0.0.1,localhost"}
     return runner.run([sys.executable, "-m", "nodeprep.cli", *args], check=check, timeout=600, env=env,
@@ -113,12 +125,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cache: Path,  # type: ignore[no-untyped-def]
                                                             wheel: Path, tmp_path: Path) -> None:
     root = debian_rootfs(test_cache, tmp_path / "root", extra_packages=ROOTFS_EXTRA)
-    served = tmp_path / "served"
-    (served / "tools").mkdir(parents=True)
-    shutil.copy2(wheel, served / "tools" / wheel.name)
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
+    served, token_file = stage_inputs(tmp_path, wheel)
 
     with store_server(served) as url:
         profile = write_profile(tmp_path / "node.yaml", real_build, url)

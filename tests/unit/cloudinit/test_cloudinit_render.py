@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from nodeprep import __version__, cloudinit, runner
 from nodeprep.artifact import sha256_file
 from nodeprep.cli import main
+from tests.support.clirunner import separate_stderr
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "abcdef.0123456789abcdef"
@@ -60,11 +60,7 @@ def fake_wheel(store: Path) -> Path:
 
 
 def render_cli(*args: str) -> tuple[int, str, str]:
-    try:
-        cli = CliRunner(mix_stderr=False)  # click < 8.2
-    except TypeError:
-        cli = CliRunner()
-    result = cli.invoke(main, ["cloud-init", *args])
+    result = separate_stderr().invoke(main, ["cloud-init", *args])
     return result.exit_code, result.stdout, result.stderr
 
 
