@@ -26,7 +26,6 @@ import os
 import queue
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import tarfile
@@ -37,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeprep import runner
-from tests.support import testhosts
+from tests.support import procs, testhosts
 
 PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "ca-certificates")
 PAUSE_IMAGE = "nodeprep.test/pause:1"
@@ -261,14 +260,8 @@ class KubeletHost:
         proc = self.procs.pop(name, None)
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        procs.terminate_group(proc)
+        procs.wait_or_kill_group(proc, 15)
 
     def run(self, *argv: str, timeout: float = 60) -> runner.Result:
         return runner.run(self.ns_argv(*argv), timeout=timeout)
