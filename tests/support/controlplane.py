@@ -29,7 +29,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -40,6 +39,8 @@ from typing import Any
 
 import requests
 import yaml
+
+from tests.support import procs
 
 ENV = "NODEPREP_K8S_BIN"
 VERSION = "v1.24.0-alpha.3"
@@ -401,15 +402,9 @@ class ControlPlane:
         for name in reversed(list(self.procs)):
             p = self.procs[name]
             if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGTERM)
+                procs.terminate_group(p)
         for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
+            procs.wait_or_kill_group(p, 10)
         shutil.rmtree(self.dir / "etcd", ignore_errors=True)
 
     # API helpers (admin unless a kubeconfig-like session is given)

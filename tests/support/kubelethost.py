@@ -26,7 +26,6 @@ import os
 import queue
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import tarfile
@@ -37,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeprep import runner
-from tests.support import testhosts
+from tests.support import procs, testhosts
 
 PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "ca-certificates")
 PAUSE_IMAGE = "nodeprep.test/pause:1"
@@ -261,14 +260,8 @@ class KubeletHost:
         proc = self.procs.pop(name, None)
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        procs.terminate_group(proc)
+        procs.wait_or_kill_group(proc, 15)
 
     def run(self, *argv: str, timeout: float = 60) -> runner.Result:
         return runner.run(self.ns_argv(*argv), timeout=timeout)
@@ -340,17 +333,7 @@ def kubelet_host(cache: Path, work: Path, kubelet: Path, api_port: int) -> Itera
         (root / "etc/cni/net.d/10-nodeprep-test.conflist").write_text(json.dumps(CNI_CONFLIST, indent=1))
         shutil.copy(image, root / "tmp" / image.name)
 
-        runner.run(["ip", "netns", "add", host.netns])
-        peer = host.veth[:-1] + "n"
-        runner.run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
-        runner.run(["ip", "link", "set", peer, "netns", host.netns])
-        runner.run(["ip", "addr", "add", f"{host.gateway}/24", "dev", host.veth])
-        runner.run(["ip", "link", "set", host.veth, "up"])
-        ns = ["ip", "netns", "exec", host.netns]
-        runner.run([*ns, "ip", "link", "set", "lo", "up"])
-        runner.run([*ns, "ip", "addr", "add", f"{host.address}/24", "dev", peer])
-        runner.run([*ns, "ip", "link", "set", peer, "up"])
-        runner.run([*ns, "ip", "route", "add", "default", "via", host.gateway])
+        testhosts.join_network(host.netns, host.veth, host.gateway, host.address)
         host.relay = Relay(host.netns, api_port)
         host.relay.start()
         yield host

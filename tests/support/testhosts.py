@@ -240,20 +240,28 @@ def _setup_host(host: TestHost, tarball: Path, client_pub: str, tmpfs: bool) -> 
     (ssh_dir / "authorized_keys").write_text(client_pub)
     os.chmod(ssh_dir / "authorized_keys", 0o600)
 
-    runner.run(["ip", "netns", "add", host.netns])
-    peer = host.veth[:-1] + "n"
-    runner.run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
-    runner.run(["ip", "link", "set", peer, "netns", host.netns])
-    runner.run(["ip", "addr", "add", f"{host.gateway}/24", "dev", host.veth])
-    runner.run(["ip", "link", "set", host.veth, "up"])
+    join_network(host.netns, host.veth, host.gateway, host.address)
     ns = ["ip", "netns", "exec", host.netns]
-    runner.run([*ns, "ip", "link", "set", "lo", "up"])
-    runner.run([*ns, "ip", "addr", "add", f"{host.address}/24", "dev", peer])
-    runner.run([*ns, "ip", "link", "set", peer, "up"])
-    runner.run([*ns, "ip", "route", "add", "default", "via", host.gateway])
     runner.run([*ns, "chroot", root, "/usr/sbin/sshd", "-f", "/etc/ssh/sshd_config"], timeout=30)
     pub = (root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
     return f"{host.address} {pub[0]} {pub[1]}\n"
+
+
+def join_network(netns: str, veth: str, gateway: str, address: str) -> None:
+    """A new network namespace `netns` joined to this one by a veth pair: `gateway`/24 on this side
+    (`veth`), `address`/24 inside with loopback up and the default route via `gateway`. Removed by
+    teardown_host (`ip netns del`, `ip link del`)."""
+    runner.run(["ip", "netns", "add", netns])
+    peer = veth[:-1] + "n"
+    runner.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", peer])
+    runner.run(["ip", "link", "set", peer, "netns", netns])
+    runner.run(["ip", "addr", "add", f"{gateway}/24", "dev", veth])
+    runner.run(["ip", "link", "set", veth, "up"])
+    ns = ["ip", "netns", "exec", netns]
+    runner.run([*ns, "ip", "link", "set", "lo", "up"])
+    runner.run([*ns, "ip", "addr", "add", f"{address}/24", "dev", peer])
+    runner.run([*ns, "ip", "link", "set", peer, "up"])
+    runner.run([*ns, "ip", "route", "add", "default", "via", gateway])
 
 
 def teardown_host(host: TestHost) -> None:

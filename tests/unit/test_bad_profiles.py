@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from nodeprep.cli import main
+from tests.support.clirunner import separate_stderr
 
 DATA = Path(__file__).parent / "data" / "bad-profiles"
 SECRET = "s3cr3t"  # the password in driver-store-credentials.yaml: never echoed
@@ -87,11 +88,7 @@ def _invoke(args: list[str]) -> Result:
     box: dict[str, Result] = {}
 
     def target() -> None:
-        try:
-            runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
-        except TypeError:
-            runner = CliRunner()
-        box["result"] = runner.invoke(main, args)
+        box["result"] = separate_stderr().invoke(main, args)
 
     t = threading.Thread(target=target, daemon=True)
     t.start()

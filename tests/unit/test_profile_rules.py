@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep import download
 from nodeprep.cli import main
 from nodeprep.errors import NetworkError, ProfileError
 from nodeprep.profile import load_profile
 from nodeprep.urls import redact_url
+from tests.support.clirunner import separate_stderr
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "k9x2mq.7f3a9c0d1e5b8a24"
@@ -28,11 +28,7 @@ CA_HASH = "sha256:" + "0f" * 32
 
 
 def cli(*args: str) -> tuple[int, str, str]:
-    try:
-        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
-    except TypeError:
-        runner = CliRunner()
-    result = runner.invoke(main, list(args))
+    result = separate_stderr().invoke(main, list(args))
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     return result.exit_code, result.stdout, result.stderr
 

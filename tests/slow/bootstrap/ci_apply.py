@@ -15,32 +15,19 @@ distribution's python3, which has the cloudinit package):
 import json
 import os
 import sys
-import tempfile
 
-from cloudinit import helpers, user_data, util
+from cloudinit import util
 from cloudinit.config import cc_write_files
-from cloudinit.handlers.cloud_config import CloudConfigPartHandler
-from cloudinit.settings import PER_ALWAYS
 
-
-def merged_config(blob):
-    tmp = tempfile.mkdtemp()
-    paths = helpers.Paths({"cloud_dir": tmp, "run_dir": tmp})
-    msg = user_data.UserDataProcessor(paths).process(blob)
-    handler = CloudConfigPartHandler(paths)
-    for part in msg.walk():
-        if part.is_multipart() or part.get_content_type() != "text/cloud-config":
-            continue
-        payload = util.decode_binary(part.get_payload(decode=True))
-        handler.handle_part(None, "text/cloud-config", part.get_filename(), payload, PER_ALWAYS,
-                            dict(part.items()))
-    return handler.cloud_buf or {}
+# the merge is tests/support/ci_merge.py's (the fast cloud-init tests run it as a script)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "support"))
+from ci_merge import merged_config  # noqa: E402
 
 
 def main():
     blob_path, root, out = sys.argv[1:4]
     with open(blob_path, "rb") as f:
-        cfg = merged_config(f.read())
+        cfg = merged_config(f.read()) or {}
     files = cfg.get("write_files") or []
     rooted = []
     for f in files:

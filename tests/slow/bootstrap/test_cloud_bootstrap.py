@@ -13,15 +13,10 @@ no API server (dry-run join). The artifacts are the session's real driver build 
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import json
 import os
 import shutil
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +26,7 @@ from nodeprep import __version__, cloudinit, runner
 from nodeprep.errors import CommandError
 from nodeprep.labels.output import parse_nfd
 from tests.support.fixtures import NVIDIA_SMI
+from tests.support.httpdir import serve_directory as store_server  # also bench/bootstrap.py's
 from tests.support.testhosts import debian_rootfs
 
 pytestmark = pytest.mark.slow
@@ -60,23 +56,16 @@ def build_wheel(dest: Path) -> Path:
     return wheel
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-
-@contextlib.contextmanager
-def store_server(directory: Path) -> Iterator[str]:
-    """A loopback HTTP server for `directory`; yields its base URL."""
-    handler = functools.partial(_Quiet, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def stage_inputs(work: Path, wheel: Path) -> tuple[Path, Path]:
+    """What the operator has before rendering: `wheel` under work/served/tools (the directory the
+    loopback store serves) and the bootstrap token in work/token (0600); returns (served, token)."""
+    served = work / "served"
+    (served / "tools").mkdir(parents=True)
+    shutil.copy2(wheel, served / "tools" / wheel.name)
+    token = work / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    return served, token
 
 
 def nodeprep(*args: object, check: bool = False) -> runner.Result:
@@ -136,12 +125,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cache: Path,  # type: ignore[no-untyped-def]
                                                             wheel: Path, tmp_path: Path) -> None:
     root = debian_rootfs(test_cache, tmp_path / "root", extra_packages=ROOTFS_EXTRA)
-    served = tmp_path / "served"
-    (served / "tools").mkdir(parents=True)
-    shutil.copy2(wheel, served / "tools" / wheel.name)
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
+    served, token_file = stage_inputs(tmp_path, wheel)
 
     with store_server(served) as url:
         profile = write_profile(tmp_path / "node.yaml", real_build, url)

@@ -90,8 +90,10 @@ def system(test_cache: Path, tmp_path: Path):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def build(root: Path, *args: str) -> dict:
-    res = runner.run(
+def build_in(root: Path, *args: str):  # type: ignore[no-untyped-def]
+    """`nodeprep build-driver --builder host` run inside `root` (chroot) from the read-only checkout at
+    /src, with store and cache under /work; `args` add to it."""
+    return runner.run(
         [
             "python3",
             "-m",
@@ -103,9 +105,6 @@ def build(root: Path, *args: str) -> dict:
             "/work/store",
             "--cache",
             "/work/cache",
-            "--no-userspace",
-            "--no-smoke-test",
-            "--json",
             *args,
         ],
         root=root,
@@ -113,6 +112,10 @@ def build(root: Path, *args: str) -> dict:
         check=False,
         timeout=900,
     )
+
+
+def build(root: Path, *args: str) -> dict:
+    res = build_in(root, "--no-userspace", "--no-smoke-test", "--json", *args)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 
@@ -161,30 +164,9 @@ def test_host_build_against_installed_headers(system, tmp_path):
 
 def test_host_build_refuses_a_missing_headers_tree(system):
     root, release = system
-    res = runner.run(
-        [
-            "python3",
-            "-m",
-            "nodeprep.cli",
-            "build-driver",
-            "--builder",
-            "host",
-            "--os",
-            "ubuntu-24.04",
-            "--kernel",
-            "6.8.0-45-generic",
-            "--runfile",
-            "/nonexistent.run",
-            "--sha256",
-            "0" * 64,
-            "--store",
-            "/work/store",
-            "--cache",
-            "/work/cache",
-        ],
-        root=root,
-        env={"PYTHONPATH": "/src"},
-        check=False,
+    res = build_in(
+        root, "--os", "ubuntu-24.04", "--kernel", "6.8.0-45-generic", "--runfile", "/nonexistent.run",
+        "--sha256", "0" * 64,
     )
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()

@@ -11,19 +11,17 @@ a loopback HTTP server this test starts (the one stand-in: NVIDIA's download ser
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from nodeprep import artifact, runner
+from tests.support.httpdir import serve_directory
 from tests.unit.builder.makeself_util import make_runfile
 
 pytestmark = pytest.mark.slow
@@ -44,15 +42,8 @@ def http_dir(tmp_path):
     """Serve tmp_path/www on 127.0.0.1 (ephemeral port); yields (directory, base URL)."""
     www = tmp_path / "www"
     www.mkdir()
-    handler = functools.partial(_QuietHandler, directory=str(www))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield www, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_directory(www) as base:
+        yield www, base
 
 
 TINY_MAKEFILE = """\
@@ -355,11 +346,6 @@ def test_smoke_test_gates_publishing(real_build, http_dir, tmp_path):
     summary = json.loads(res.stdout)
     assert summary["smoke_test"] == "PASS"
     assert artifact.read_manifest(store / summary["name"]).extra["smoke_test"]["verdict"] == "PASS"
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
 
 
 def test_progress_lines_in_a_log(real_build, http_dir, tmp_path):

@@ -48,29 +48,39 @@ def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([os.fspath(a) for a in argv], check=True, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a real `python -m nodeprep.cli` process (environment minus any crash point, plus `env`)."""
+def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
+    """This environment minus any crash point, plus `env`, with the checkout on PYTHONPATH."""
     full_env = {k: v for k, v in os.environ.items() if k != "NODEPREP_CRASH_AT"}
     full_env.update({"PYTHONPATH": str(REPO), **(env or {})})
+    return full_env
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a real `python -m nodeprep.cli` process (environment minus any crash point, plus `env`)."""
     return subprocess.run(
         [sys.executable, "-m", "nodeprep.cli", *args],
         capture_output=True,
         text=True,
-        env=full_env,
+        env=_cli_env(env),
         cwd=REPO,
         timeout=600,
     )
 
 
+def install_cli(store: object, driver: str, kernel: str, root: Path, *extra: str,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`nodeprep install --store STORE --driver DRIVER --kernel KERNEL --root ROOT EXTRA...` via `cli`."""
+    return cli("install", "--store", str(store), "--driver", driver, "--kernel", kernel, "--root", str(root),
+               *extra, env=env)
+
+
 def popen(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    full_env = {k: v for k, v in os.environ.items() if k != "NODEPREP_CRASH_AT"}
-    full_env.update({"PYTHONPATH": str(REPO), **(env or {})})
     return subprocess.Popen(
         [sys.executable, "-m", "nodeprep.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=full_env,
+        env=_cli_env(env),
         cwd=REPO,
     )
 

@@ -16,7 +16,7 @@ import pytest
 from nodeprep.node.doctor import doctor
 from nodeprep.node.state import load_state
 
-from .helpers import V_NEW, V_OLD, NodeStore, cli, ldcache, resolve
+from .helpers import V_NEW, V_OLD, NodeStore, cli, install_cli, ldcache, resolve
 
 pytestmark = pytest.mark.slow
 
@@ -128,24 +128,13 @@ def test_kill_during_install_and_activate(
     point: str, bases: dict[str, Path], node_store: NodeStore, tmp_path: Path
 ) -> None:
     root = clone(bases["active"], tmp_path / "root")
-    argv = (
-        "install",
-        "--store",
-        str(node_store.path),
-        "--driver",
-        V_NEW,
-        "--kernel",
-        node_store.kernel,
-        "--root",
-        str(root),
-        "--activate",
-    )
-    r = cli(*argv, env={"NODEPREP_CRASH_AT": point})
+    argv = (node_store.path, V_NEW, node_store.kernel, root, "--activate")
+    r = install_cli(*argv, env={"NODEPREP_CRASH_AT": point})
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
     expected = V_NEW if UPGRADE_POINTS.index(point) >= SWITCHED_FROM else V_OLD
     assert_usable(root, expected)
 
-    r = cli(*argv, "--json")
+    r = install_cli(*argv, "--json")
     assert r.returncode == 0, r.stderr
     assert_usable(root, V_NEW)
     state = load_state(root)

@@ -13,25 +13,13 @@ import pytest
 from nodeprep.node.doctor import doctor
 from nodeprep.node.state import load_state
 
-from .helpers import V_NEW, V_OLD, NodeStore, cli, ldcache, resolve, run
+from .helpers import V_NEW, V_OLD, NodeStore, cli, install_cli, ldcache, resolve, run
 
 pytestmark = pytest.mark.slow
 
 
 def install(store: NodeStore, root: Path, version: str, *extra: str) -> dict:
-    r = cli(
-        "install",
-        "--store",
-        str(store.path),
-        "--driver",
-        version,
-        "--kernel",
-        store.kernel,
-        "--root",
-        str(root),
-        "--json",
-        *extra,
-    )
+    r = install_cli(store.path, version, store.kernel, root, "--json", *extra)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -63,15 +51,13 @@ def test_install_activate_rollback_in_debian_rootfs(node_store: NodeStore, rootf
     # an installed version needs nothing from the store: a re-run works with the store gone, while
     # adding a kernel (something to fetch) still needs it
     gone = rootfs.parent / "no-such-store"
-    r = cli("install", "--store", str(gone), "--driver", V_NEW, "--kernel", node_store.kernel,
-            "--root", str(rootfs), "--json")
+    r = install_cli(gone, V_NEW, node_store.kernel, rootfs, "--json")
     assert r.returncode == 0, r.stderr
     done = json.loads(r.stdout)
     assert not done["installed_userspace"] and not done["installed_kmod"]
     # its one change: the kernel hook's record in state.json names the store given
     assert done["changed"] is True and load_state(rootfs).kernel_hook["store"] == str(gone)
-    r = cli("install", "--store", str(gone), "--driver", V_NEW, "--kernel", "6.1.0-99-amd64",
-            "--root", str(rootfs))
+    r = install_cli(gone, V_NEW, "6.1.0-99-amd64", rootfs)
     assert r.returncode == 2 and str(gone) in r.stderr and "Traceback" not in r.stderr
     assert install(node_store, rootfs, V_NEW)["changed"] is True  # the record names the store again
     assert install(node_store, rootfs, V_NEW)["changed"] is False
@@ -159,17 +145,7 @@ def test_kmod_for_another_kernel_is_refused_before_anything_changes(
 ) -> None:
     before = sorted(str(p.relative_to(rootfs)) for p in rootfs.rglob("*"))
     other = "6.1.0-1-amd64"
-    r = cli(
-        "install",
-        "--store",
-        str(node_store.path),
-        "--driver",
-        V_NEW,
-        "--kernel",
-        other,
-        "--root",
-        str(rootfs),
-    )
+    r = install_cli(node_store.path, V_NEW, other, rootfs)
     assert r.returncode == 2
     assert node_store.kernel in r.stderr and other in r.stderr and "vermagic" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
@@ -192,17 +168,7 @@ def test_kernel_flags_mismatch_is_refused(node_store: NodeStore, rootfs: Path, t
     assert b" preempt " in old
     data = data.replace(old, old.replace(b" preempt ", b" preempX "), 1)  # same length: ELF stays valid
     (kdir / "fake-in-tree.ko").write_bytes(data)
-    r = cli(
-        "install",
-        "--store",
-        str(node_store.path),
-        "--driver",
-        V_NEW,
-        "--kernel",
-        node_store.kernel,
-        "--root",
-        str(rootfs),
-    )
+    r = install_cli(node_store.path, V_NEW, node_store.kernel, rootfs)
     assert r.returncode == 2, r.stderr
     assert "vermagic flags differ" in r.stderr and "preempX" in r.stderr
     opt = rootfs / "opt/nvidia"
@@ -238,34 +204,12 @@ def test_kmod_for_a_second_kernel_is_a_change(node_store: NodeStore, rootfs: Pat
         tmp_path / "out",
     )
     store2.publish(path, m2)
-    r = cli(
-        "install",
-        "--store",
-        str(store2.path),
-        "--driver",
-        V_NEW,
-        "--kernel",
-        rel2,
-        "--root",
-        str(rootfs),
-        "--json",
-    )
+    r = install_cli(store2.path, V_NEW, rel2, rootfs, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["changed"] and out["installed_kmod"] and not out["installed_userspace"]
     assert load_state(rootfs).installed[V_NEW].kernels == tuple(sorted([node_store.kernel, rel2]))
     # the active version got links + depmod for the new kernel too
     assert "updates/nodeprep/nvidia.ko:" in (rootfs / "lib/modules" / rel2 / "modules.dep").read_text()
-    r = cli(
-        "install",
-        "--store",
-        str(store2.path),
-        "--driver",
-        V_NEW,
-        "--kernel",
-        rel2,
-        "--root",
-        str(rootfs),
-        "--json",
-    )
+    r = install_cli(store2.path, V_NEW, rel2, rootfs, "--json")
     assert json.loads(r.stdout)["changed"] is False

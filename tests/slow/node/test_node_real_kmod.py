@@ -12,7 +12,7 @@ import pytest
 from nodeprep import artifact
 from nodeprep.node.doctor import doctor
 
-from .helpers import NodeStore, cli, resolve, run
+from .helpers import NodeStore, install_cli, resolve, run
 
 pytestmark = pytest.mark.slow
 
@@ -31,19 +31,7 @@ def test_real_kmod_install_and_module_graph(
         pytest.fail(f"no user-space artifact for {version} (real build: {real_build.userspace})")
     store.publish(Path(userspace), artifact.read_manifest(Path(userspace)))
 
-    r = cli(
-        "install",
-        "--store",
-        str(store.path),
-        "--driver",
-        version,
-        "--kernel",
-        rel,
-        "--root",
-        str(rootfs),
-        "--activate",
-        "--json",
-    )
+    r = install_cli(store.path, version, rel, rootfs, "--activate", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["installed_kmod"] is True
 

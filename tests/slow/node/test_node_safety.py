@@ -17,8 +17,9 @@ import zstandard
 
 from nodeprep import artifact
 from nodeprep.node.state import load_state
+from tests.support.httpdir import serve_directory
 
-from .helpers import V_NEW, V_OLD, NodeStore, cli, popen
+from .helpers import V_NEW, V_OLD, NodeStore, cli, install_cli, popen
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +75,21 @@ def member(
     return ti
 
 
+def evil_entry(path: Path, kind: str, input_digest: str, **extra: str) -> artifact.IndexEntry:
+    """The store index entry of an EVIL_VERSION artifact at `path` (its real sha256 and size)."""
+    return artifact.IndexEntry(
+        name=path.name,
+        kind=kind,
+        driver_version=EVIL_VERSION,
+        arch="amd64",
+        os="debian-12",
+        sha256=artifact.sha256_file(path),
+        size=path.stat().st_size,
+        input_digest=input_digest,
+        **extra,
+    )
+
+
 def cases(outside: Path) -> dict[str, tarfile.TarInfo]:
     return {
         "absolute": member(str(outside / "absolute")),
@@ -104,44 +120,14 @@ def test_hostile_userspace_artifact_is_refused(
     kmod = tmp_path / f"nvidia-kmod-{EVIL_VERSION}-proprietary-{node_store.kernel}.tar.zst"
     kmod.write_bytes(kmod_src.read_bytes())
     entries = [
-        artifact.IndexEntry(
-            name=bad.name,
-            kind="userspace",
-            driver_version=EVIL_VERSION,
-            arch="amd64",
-            os="debian-12",
-            sha256=artifact.sha256_file(bad),
-            size=bad.stat().st_size,
-            input_digest="x" * 64,
-        ),
-        artifact.IndexEntry(
-            name=kmod.name,
-            kind="kmod",
-            driver_version=EVIL_VERSION,
-            arch="amd64",
-            os="debian-12",
-            sha256=artifact.sha256_file(kmod),
-            size=kmod.stat().st_size,
-            input_digest="y" * 64,
-            flavour="proprietary",
-            kernel_release=node_store.kernel,
-        ),
+        evil_entry(bad, "userspace", "x" * 64),
+        evil_entry(kmod, "kmod", "y" * 64, flavour="proprietary", kernel_release=node_store.kernel),
     ]
     for p in (bad, kmod):
         os.replace(p, store.path / p.name)
     (store.path / "index.json").write_bytes(artifact.render_index(entries))
     before = snapshot(rootfs)
-    r = cli(
-        "install",
-        "--store",
-        str(store.path),
-        "--driver",
-        EVIL_VERSION,
-        "--kernel",
-        node_store.kernel,
-        "--root",
-        str(rootfs),
-    )
+    r = install_cli(store.path, EVIL_VERSION, node_store.kernel, rootfs)
     assert r.returncode == 2, r.stderr  # a refused input (nodeprep/errors.py)
     error = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert len(error) == 1 and ("unsafe member" in error[0] or "points outside the artifact" in error[0]), (
@@ -179,11 +165,10 @@ def test_user_space_without_nvml_is_refused_and_the_old_version_stays(
     artifact.LocalStore(store).publish(us, us_manifest)
     artifact.LocalStore(store).publish(store / kmod_name, artifact.read_manifest(store / kmod_name))
 
-    args = ("--kernel", node_store.kernel, "--root", str(rootfs))
-    r = cli("install", "--store", str(node_store.path), "--driver", V_OLD, "--activate", *args)
+    r = install_cli(node_store.path, V_OLD, node_store.kernel, rootfs, "--activate")
     assert r.returncode == 0, r.stderr
     before = snapshot(rootfs)
-    r = cli("install", "--store", str(store), "--driver", V_NEW, "--activate", *args)
+    r = install_cli(store, V_NEW, node_store.kernel, rootfs, "--activate")
     assert r.returncode == 2, r.stderr
     error = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert len(error) == 1 and "Traceback" not in r.stderr, r.stderr
@@ -205,17 +190,7 @@ def test_checksum_mismatch_against_the_index(node_store: NodeStore, rootfs: Path
         (store / e.name).write_bytes((node_store.path / e.name).read_bytes())
         entries.append(e if e.kind == "kmod" else artifact.IndexEntry(**{**e.__dict__, "sha256": "0" * 64}))
     (store / "index.json").write_bytes(artifact.render_index(entries))
-    r = cli(
-        "install",
-        "--store",
-        str(store),
-        "--driver",
-        V_NEW,
-        "--kernel",
-        node_store.kernel,
-        "--root",
-        str(rootfs),
-    )
+    r = install_cli(store, V_NEW, node_store.kernel, rootfs)
     assert r.returncode == 2 and "does not match the store index" in r.stderr
     assert not (rootfs / "opt/nvidia" / V_NEW).exists()
 
@@ -270,45 +245,20 @@ def test_concurrent_runs_serialize(node_store: NodeStore, rootfs: Path) -> None:
 
 def test_install_from_http_store(node_store: NodeStore, rootfs: Path) -> None:
     """The same store served over HTTP by a loopback server this test starts."""
-    import functools
-    import http.server
-    import threading
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(node_store.path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        r = cli(
-            "install",
-            "--store",
-            url,
-            "--driver",
-            V_NEW,
-            "--kernel",
-            node_store.kernel,
-            "--root",
-            str(rootfs),
-            "--activate",
-            "--json",
-        )
+    with serve_directory(node_store.path) as url:
+        r = install_cli(url, V_NEW, node_store.kernel, rootfs, "--activate", "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["changed"] is True
         assert (rootfs / "opt/nvidia" / V_NEW / "lib64" / f"libcuda.so.{V_NEW}").is_file()
         assert list((rootfs / "var/cache/nodeprep").iterdir()) == []  # downloads dropped after install
         gone = url + "/missing"
-        args = ("--kernel", node_store.kernel, "--root", str(rootfs))
-        r = cli("install", "--store", gone, "--driver", V_OLD, *args)  # needs the store: fails cleanly
+        r = install_cli(gone, V_OLD, node_store.kernel, rootfs)  # needs the store: fails cleanly
         assert r.returncode == 2 and "HTTP 404" in r.stderr and "Traceback" not in r.stderr
         assert not (rootfs / "opt/nvidia" / V_OLD).exists()
-        r = cli("install", "--store", gone, "--driver", V_NEW, *args, "--json")  # installed: not read
+        r = install_cli(gone, V_NEW, node_store.kernel, rootfs, "--json")  # installed: not read
         assert r.returncode == 0, r.stderr
         done = json.loads(r.stdout)
         assert not done["installed_userspace"] and not done["installed_kmod"]
         assert "the store was not read" in " ".join(done["notes"])
         # its one change: the kernel hook's record names the store given (see test_node_install)
         assert done["changed"] is True and load_state(rootfs).kernel_hook["store"] == gone
-    finally:
-        server.shutdown()
-        server.server_close()

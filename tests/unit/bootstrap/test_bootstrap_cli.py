@@ -6,17 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
 from nodeprep.cli import main
+from tests.support.clirunner import separate_stderr
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
-    try:
-        cli = CliRunner(mix_stderr=False)  # click < 8.2
-    except TypeError:
-        cli = CliRunner()
-    r = cli.invoke(main, ["bootstrap", *args])
+    r = separate_stderr().invoke(main, ["bootstrap", *args])
     return r.exit_code, r.stdout, r.stderr
 
 

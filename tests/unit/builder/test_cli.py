@@ -3,17 +3,19 @@ on a real store written by nodeprep.artifact; container argv for --builder podma
 
 from __future__ import annotations
 
-import http.server
 import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nodeprep import artifact, runner
+from nodeprep import runner
 from nodeprep.builder import container
 from nodeprep.builder.plan import BuildRequest
 from nodeprep.cli import main
+from tests.support.httpdir import serve_directory
+
+from .kmodstore import publish_kmod
 
 
 def invoke(*args: str):
@@ -199,23 +201,8 @@ def test_container_argv(tmp_path):
 
 
 def _store(tmp_path: Path) -> Path:
-    payload = tmp_path / "payload"
-    (payload / "modules" / "6.1.0-56-amd64").mkdir(parents=True)
-    (payload / "modules" / "6.1.0-56-amd64" / "nvidia.ko").write_bytes(bytes(range(256)) * 64)
-    manifest = artifact.Manifest(
-        kind="kmod",
-        driver_version="535.309.01",
-        arch="amd64",
-        os="debian-12",
-        input_digest="f" * 64,
-        inputs={"x.deb": "0" * 64},
-        flavour="proprietary",
-        kernel_release="6.1.0-56-amd64",
-        vermagic="6.1.0-56-amd64 SMP",
-    )
     store = tmp_path / "store"
-    path, manifest = artifact.pack(payload, manifest, tmp_path / "out")
-    artifact.LocalStore(store).publish(path, manifest)
+    publish_kmod(store, tmp_path)
     return store
 
 
@@ -253,15 +240,9 @@ def test_verify_missing_store(tmp_path):
 
 def test_artifacts_list_over_http(tmp_path):
     """A store served over HTTP (a loopback server this test starts) lists like a directory."""
-    import functools
-    import threading
-
     store = _store(tmp_path)
-    handler = functools.partial(_QuietHandler, directory=str(store))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/"
+    with serve_directory(store) as base:
+        url = base + "/"
         res = invoke("artifacts", "list", url)
         assert res.exit_code == 0, res.output
         assert res.stdout.startswith(
@@ -269,14 +250,6 @@ def test_artifacts_list_over_http(tmp_path):
         )
         res = invoke("artifacts", "list", url + "missing/")
         assert res.exit_code == 2 and "not found (HTTP 404)" in one_error_line(res)
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
 
 
 def test_container_engine_env_and_registry_staging(tmp_path):

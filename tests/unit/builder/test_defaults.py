@@ -16,32 +16,14 @@ from nodeprep.builder.driver import BuildResult
 from nodeprep.cli import main
 from nodeprep.commands.build import next_steps
 
+from .kmodstore import publish_kmod
+
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _publish_kmod(store: Path, tmp: Path) -> Path:
-    payload = tmp / "payload"
-    (payload / "modules" / "6.1.0-56-amd64").mkdir(parents=True)
-    (payload / "modules" / "6.1.0-56-amd64" / "nvidia.ko").write_bytes(bytes(range(256)) * 64)
-    manifest = artifact.Manifest(
-        kind="kmod",
-        driver_version="535.309.01",
-        arch="amd64",
-        os="debian-12",
-        input_digest="f" * 64,
-        inputs={"x.deb": "0" * 64},
-        flavour="proprietary",
-        kernel_release="6.1.0-56-amd64",
-        vermagic="6.1.0-56-amd64 SMP",
-    )
-    path, manifest = artifact.pack(payload, manifest, tmp / "out")
-    artifact.LocalStore(store).publish(path, manifest)
-    return store / path.name
 
 
 def test_artifacts_list_and_verify_default_to_the_build_store(tmp_path, monkeypatch):
     """In the directory where `build-driver` wrote ./artifacts, no STORE argument is needed."""
-    kmod = _publish_kmod(tmp_path / "artifacts", tmp_path)
+    kmod = publish_kmod(tmp_path / "artifacts", tmp_path)
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(main, ["artifacts", "list", "--json"])
     assert res.exit_code == 0, res.output
@@ -91,7 +73,7 @@ def test_every_command_shows_the_same_default_cache(env, expected):
 
 
 def test_next_steps_carry_this_builds_arguments(tmp_path):
-    kmod = _publish_kmod(tmp_path / "artifacts", tmp_path)
+    kmod = publish_kmod(tmp_path / "artifacts", tmp_path)
     manifest = artifact.read_manifest(kmod)
     result = BuildResult(kmod, manifest, cached=False, compiled=True, input_digest="f" * 64)
     lines = next_steps(result, store=tmp_path / "artifacts", cache=tmp_path / "cache")

@@ -8,11 +8,8 @@ injected clock, so nothing sleeps and nothing asserts on real durations.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import io
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from nodeprep import download
 from nodeprep.builder import kbuild
 from nodeprep.commands.progress import LineRenderer, TerminalRenderer
 from nodeprep.progress import Advanced, Event, PhaseFinished, Phases, PhaseStarted
+from tests.support.httpdir import serve_directory
 
 DATA = Path(__file__).parent / "data"
 LOG = DATA / "kbuild-535.309.01-6.1.0-56-amd64.log"
@@ -135,19 +133,8 @@ def test_phase_without_a_total_gets_a_heartbeat(tmp_path: Path) -> None:
 def http_server(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     www = tmp_path / "www"
     www.mkdir()
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(www)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield www, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serve_directory(www) as base:
+        yield www, base
 
 
 def test_download_reports_bytes_of_total(http_server: tuple[Path, str], tmp_path: Path) -> None:

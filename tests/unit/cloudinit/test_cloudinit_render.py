@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from nodeprep import __version__, cloudinit, runner
 from nodeprep.artifact import sha256_file
 from nodeprep.cli import main
+from tests.support.clirunner import separate_stderr
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "abcdef.0123456789abcdef"
@@ -60,11 +60,7 @@ def fake_wheel(store: Path) -> Path:
 
 
 def render_cli(*args: str) -> tuple[int, str, str]:
-    try:
-        cli = CliRunner(mix_stderr=False)  # click < 8.2
-    except TypeError:
-        cli = CliRunner()
-    result = cli.invoke(main, ["cloud-init", *args])
+    result = separate_stderr().invoke(main, ["cloud-init", *args])
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -266,7 +262,7 @@ def merge_with_cloud_init(path: Path) -> dict:
     """Let cloud-init's own user-data processor and cloud-config part handler merge `path`."""
     py = shutil.which("python3", path="/usr/bin")
     assert py, "/usr/bin/python3 (the distribution's, with cloud-init) is missing"
-    out = runner.run([py, HERE / "ci_merge.py", path]).stdout
+    out = runner.run([py, HERE.parents[1] / "support" / "ci_merge.py", path]).stdout
     return json.loads(out)
 
 

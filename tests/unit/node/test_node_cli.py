@@ -58,11 +58,17 @@ def test_install_bad_input(args: list[str], needle: str, store: Path, tmp_path: 
     assert list(root.iterdir()) == []
 
 
-def test_install_missing_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "store, needle",
+    [("nope", "is not a directory"), (".", "index.json not found")],
+    ids=["missing", "no-index"],
+)
+def test_install_from_a_store_that_is_not_one(tmp_path: Path, store: str, needle: str) -> None:
+    """A store directory that does not exist, and one without index.json (tmp_path itself)."""
     result = invoke(
         "install",
         "--store",
-        str(tmp_path / "nope"),
+        str(tmp_path / store),
         "--driver",
         "535.309.01",
         "--kernel",
@@ -70,22 +76,7 @@ def test_install_missing_store(tmp_path: Path) -> None:
         "--root",
         str(tmp_path),
     )
-    assert result.exit_code == 2 and "is not a directory" in one_error_line(result)
-
-
-def test_store_without_index(tmp_path: Path) -> None:
-    result = invoke(
-        "install",
-        "--store",
-        str(tmp_path),
-        "--driver",
-        "535.309.01",
-        "--kernel",
-        "6.1.0-28-amd64",
-        "--root",
-        str(tmp_path),
-    )
-    assert result.exit_code == 2 and "index.json not found" in one_error_line(result)
+    assert result.exit_code == 2 and needle in one_error_line(result)
 
 
 def test_activate_not_installed(tmp_path: Path) -> None:
