@@ -19,7 +19,7 @@ from .ref import is_loopback
 
 MAX_REDIRECTS = 5
 STATUSES = frozenset({301, 302, 303, 307, 308})
-FOLLOWED_METHODS = frozenset({"GET", "HEAD"})  # an upload is never sent on to another server
+FOLLOWED_METHODS = frozenset({"GET"})  # a HEAD's redirect answers it; an upload is never sent on
 
 
 def origin(url: str) -> tuple[str, str, int]:

@@ -63,7 +63,7 @@ class Registry:
                 data: Any = None, stream: bool = False,
                 timeout: tuple[float, float] | None = None) -> Any:
         """One request, answering a 401 challenge once (basic or bearer) and retrying it; a
-        GET/HEAD follows redirects by the rules of nodeprep/stores/redirects.py."""
+        GET follows redirects by the rules of nodeprep/stores/redirects.py."""
         headers = dict(headers or {})
         for round_ in range(2):
             if self._authorization:
@@ -93,8 +93,8 @@ class Registry:
 
     def _follow(self, method: str, url: str, headers: dict[str, str], *, data: Any, stream: bool,
                 timeout: tuple[float, float]) -> tuple[Any, bool]:
-        """The response to `method url`, through at most MAX_REDIRECTS redirects (GET and HEAD
-        only), and whether it came from another origin than the registry's."""
+        """The response to `method url`, through at most MAX_REDIRECTS redirects (GET only), and
+        whether it came from another origin than the registry's."""
         for _ in range(redirects.MAX_REDIRECTS + 1):
             elsewhere = redirects.origin(url) != redirects.origin(self.ref.base_url)
             hop = redirects.hop_headers(headers, self.ref.base_url, url)
@@ -222,8 +222,8 @@ class Registry:
     def has_blob(self, digest: str) -> bool:
         url = f"{self.ref.repo_url}blobs/{digest}"
         resp = self._call(str(self.ref), lambda: self.request("HEAD", url))
-        with resp:
-            return bool(resp.status_code == 200)
+        with resp:  # a redirect (to where the registry keeps the bytes) says it has the blob too
+            return bool(resp.status_code == 200 or resp.status_code in redirects.STATUSES)
 
     def push_blob(self, digest: str, size: int, *, path: Path | None = None,
                   data: bytes | None = None) -> None:

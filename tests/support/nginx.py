@@ -40,9 +40,17 @@ class Nginx:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def hits(self) -> list[Hit]:
-        """The access log, parsed (empty without access_log=True)."""
+    def hits(self, settle: float = 0.3) -> list[Hit]:
+        """The access log, parsed (empty without access_log=True), once it has not grown for
+        `settle` seconds (nginx logs a request after its response is sent)."""
         log = self.work / "access.log"
+        size, end = -1, time.monotonic() + 10
+        while time.monotonic() < end:
+            now = log.stat().st_size if log.exists() else 0
+            if now == size:
+                break
+            size = now
+            time.sleep(settle)
         out = []
         for line in log.read_text().splitlines() if log.exists() else []:
             method, uri, status, size, rng, auth = line.split(" ")

@@ -7,6 +7,7 @@ in front of the ordinary test registry, answering a blob GET with a 307 of its o
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import urllib.request
@@ -18,6 +19,7 @@ import pytest
 from nodeprep.errors import InputError
 from nodeprep.node.store import Store
 from nodeprep.stores import oci
+from tests.slow.node.helpers import cli
 from tests.support.faultproxy import FaultProxy, Faults
 from tests.support.registry import write_auth_file
 
@@ -43,8 +45,8 @@ def blob_uri(digest: str) -> str:
     return f"/docker/registry/v2/blobs/sha256/{digest[:2]}/{digest}/data"
 
 
-def test_install_fetches_the_blobs_from_nginx_without_credentials(redirected: Redirected,
-                                                                  tmp_path: Path) -> None:
+def test_install_fetches_the_blobs_from_nginx_without_credentials(  # type: ignore[no-untyped-def]
+        real_build, redirected: Redirected, tmp_path: Path) -> None:
     p, web = redirected.published, redirected.nginx
     root = fresh_root(tmp_path)
     r = install(p, root)
@@ -61,6 +63,17 @@ def test_install_fetches_the_blobs_from_nginx_without_credentials(redirected: Re
                                  headers={"Authorization": "Basic bm90LXNlbnQ="})
     urllib.request.urlopen(req, timeout=10).close()
     assert web.hits()[-1].auth
+
+    # publishing again: the registry answers each blob HEAD with its redirect, which says "present"
+    # (a HEAD's redirect is not followed), so nothing is uploaded; nginx sees only the GETs of the
+    # small index and refs blobs the publisher reads back
+    served = len(web.hits())
+    r = cli("artifacts", "push", str(real_build.store), p.location, "--registry-auth", str(p.auth),
+            "--ca-file", str(p.registry.ca), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["index"] == p.index_digest
+    new = web.hits()[served:]
+    assert all(h.method == "GET" and h.size < 1 << 20 and not h.auth for h in new), new
 
 
 def test_resume_across_the_redirect(redirected: Redirected, tmp_path: Path) -> None:
