@@ -3,11 +3,15 @@
 
     python3 bench/store.py [--cache DIR] [--nodes 1,8,32] [--work DIR]
 
-Stores, both serving the shared real build (tests/support/realbuild.py: the real proprietary
-kmod, ~44 MiB, and its user space, ~77 MiB) on 127.0.0.1:
-  http      Debian's nginx, run by this script with its own config (sendfile, no access log)
+Stores, all serving the shared real build (tests/support/realbuild.py: the real proprietary
+kmod, ~44 MiB, and its user space, ~77 MiB) on 127.0.0.1 (--stores, default all three):
+  http      Debian's nginx, run by this script with its own config (tests/support/nginx.py:
+            sendfile, no access log)
   registry  Debian's docker-registry (CNCF distribution) with TLS (a test CA) and htpasswd auth,
             the artifacts pushed with nodeprep's own publisher
+  redirect  the same registry with the storage middleware `redirect`: a blob GET answers 307 to an
+            nginx serving the registry's storage directory (the registry keeps auth and manifests,
+            nginx sends the bytes; how registries that serve fleets are set up, docs/fleet.md)
 Per N, each node is a process running the node's real fetch path, `Store.entries()` then
 `Store.fetch()` of both artifacts (download, sha256 against the index; for the registry also the
 manifest digests), into its own temporary root. Beside it, the machine's own limit in the same
@@ -17,9 +21,10 @@ wave and averaged (the machine may be shared with other work).
 
 Printed per store and N (medians of --rounds interleaved rounds): aggregate MiB/s, the limit, their
 ratio, per-node p50/p99 fetch time over all rounds, failures, and where the CPU went: seconds per
-GiB delivered of the nodes, of the server (with its workers, from /proc) and of the limit's copy;
-the load average before and after. Goal: at N = 32, aggregate >= 70 %
-of the limit and no failure (exit 1 otherwise).
+GiB delivered of the nodes, of each server process (with its workers, from /proc; registry+nginx
+for the redirect row) and of the limit's copy; the load average before and after. Goal: at the
+largest N (32 by default), aggregate >= 70 % of the limit and no failure, for every store; the last
+line names the stores that met it and those that missed it (exit 1 when one missed).
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,61 +56,6 @@ from nodeprep.stores import oci  # noqa: E402
 
 GOAL = 0.70
 CHUNK = 1 << 20
-
-
-def nginx_conf(work: Path, root: Path, port: int) -> Path:
-    for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
-        (work / d).mkdir(parents=True, exist_ok=True)
-    conf = work / "nginx.conf"
-    conf.write_text(f"""
-daemon off;
-worker_processes 2;
-pid {work}/nginx.pid;
-error_log {work}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 30;
-    client_body_temp_path {work}/client_body;
-    proxy_temp_path {work}/proxy;
-    fastcgi_temp_path {work}/fastcgi;
-    uwsgi_temp_path {work}/uwsgi;
-    scgi_temp_path {work}/scgi;
-    types {{ application/json json; }}
-    default_type application/octet-stream;
-    server {{
-        listen 127.0.0.1:{port};
-        root {root};
-        location / {{ }}
-    }}
-}}
-""")
-    return conf
-
-
-def start_nginx(work: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    from tests.support.registry import free_port
-
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not Path(nginx).exists():
-        sys.exit("nginx is missing (scripts/deps/node.apt)")
-    port = free_port()
-    conf = nginx_conf(work, root, port)
-    proc = subprocess.Popen([nginx, "-c", str(conf), "-e", str(work / "error.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import urllib.request
-
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/index.json", timeout=1).read()
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.terminate()
-    sys.exit(f"nginx did not start: {(work / 'error.log').read_text()[-1000:]}")
 
 
 def cpu_self() -> float:
@@ -184,9 +133,9 @@ def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: C
         barrier = mgr.Barrier(n)
         with ctx.Pool(n) as pool:
             t = time.monotonic()
-            s0 = sum(cpu_of(p) for p in server)
+            s0 = [cpu_of(p) for p in server]
             results = pool.map(fn, [make(barrier) for _ in range(n)])
-            server_cpu = sum(cpu_of(p) for p in server) - s0
+            server_cpu = [cpu_of(p) - c for p, c in zip(server, s0, strict=True)]
             wall = time.monotonic() - t
     times = sorted(r[0] for r in results if not r[2])
     total = sum(r[1] for r in results)
@@ -196,7 +145,7 @@ def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: C
     gib = total / 2**30 or 1.0
     return {"n": n, "mib_s": total / span / 2**20 if span else 0.0, "bytes": total, "times": times,
             "failures": len(errors), "errors": errors[:3],
-            "node_cpu": sum(r[3] for r in results) / gib, "server_cpu": server_cpu / gib}
+            "node_cpu": sum(r[3] for r in results) / gib, "server_cpu": [c / gib for c in server_cpu]}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -210,14 +159,18 @@ def main() -> int:
                     default=Path(os.environ.get("NODEPREP_TEST_CACHE", "/var/cache/nodeprep-tests")))
     ap.add_argument("--nodes", default="1,8,32")
     ap.add_argument("--work", type=Path, default=None, help="Temporary roots (default: a temp dir).")
-    ap.add_argument("--stores", default="http,registry")
+    ap.add_argument("--stores", default="http,registry,redirect")
     ap.add_argument("--rounds", type=int, default=3,
                     help="Interleaved rounds per store and N (limit, store, limit); medians are printed.")
     args = ap.parse_args()
     counts = [int(x) for x in args.nodes.split(",")]
+    stores = args.stores.split(",")
+    if not stores or set(stores) - {"http", "registry", "redirect"}:
+        sys.exit(f"--stores: {args.stores!r}: give some of http, registry, redirect")
 
+    from tests.support.nginx import start_nginx
     from tests.support.realbuild import ensure_real_build
-    from tests.support.registry import start_registry, write_auth_file
+    from tests.support.registry import start_redirecting_registry, start_registry, write_auth_file
 
     build = ensure_real_build(args.cache)
     store_dir = build.store
@@ -235,31 +188,45 @@ def main() -> int:
                 pass
 
     work = Path(tempfile.mkdtemp(prefix="nodeprep-bench-store-", dir=args.work))
-    procs: list[Any] = []
-    registry = None
+    servers: list[Any] = []  # every started server (nginx, registries), stopped at the end
     try:
         locations: dict[str, tuple[str, Any, list[int]]] = {}
-        if "http" in args.stores:
-            proc, url = start_nginx(work / "nginx", store_dir)
-            procs.append(proc)
-            locations["http (nginx)"] = (url, oci.Options(), [proc.pid])
-        if "registry" in args.stores:
-            registry = start_registry(work / "registry")
-            auth = write_auth_file(work / "auth.json", registry.host)
+
+        def publish(registry: Any, key: str) -> tuple[str, Any]:
+            auth = write_auth_file(work / f"auth-{key}.json", registry.host)
             options = oci.Options(registry_auth=str(auth), ca_file=str(registry.ca))
             location = registry.url("bench/nvidia")
-            reg = oci.connect(location, options, push=True)
-            oci.publish_directory(reg, store_dir)
+            oci.publish_directory(oci.connect(location, options, push=True), store_dir)
+            return location, options
+
+        if "http" in stores:
+            web = start_nginx(work / "nginx", store_dir)
+            servers.append(web)
+            assert web.proc is not None
+            locations["http (nginx)"] = (web.url, oci.Options(), [web.proc.pid])
+        if "registry" in stores:
+            registry = start_registry(work / "registry")
+            servers.append(registry)
+            location, options = publish(registry, "registry")
             assert registry.proc is not None
             locations["registry (TLS+auth)"] = (location, options, [registry.proc.pid])
+        if "redirect" in stores:
+            registry, web = start_redirecting_registry(work / "redirect", access_log=False)
+            servers += [registry, web]
+            location, options = publish(registry, "redirect")
+            assert registry.proc is not None and web.proc is not None
+            locations["registry (TLS+auth, blobs redirected to nginx)"] = (
+                location, options, [registry.proc.pid, web.proc.pid])
         roots = work / "roots"
         roots.mkdir()
         print(f"per node: {per_node / 2**20:.1f} MiB ({us.name}, {km.name}); cores: {os.cpu_count()}")
         print(f"load average before: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
               f"{os.getloadavg()[2]:.1f}")
-        print(f"{'store':<22}{'N':>4}{'MiB/s':>10}{'limit MiB/s':>13}{'ratio':>8}{'p50 s':>8}{'p99 s':>8}"
-              f"{'fail':>6}{'CPU s/GiB node/server/limit':>30}")
-        missed = []
+        width = max(len(name) for name in locations) + 2
+        print(f"{'store':<{width}}{'N':>4}{'MiB/s':>10}{'limit MiB/s':>13}{'ratio':>8}{'p50 s':>8}"
+              f"{'p99 s':>8}{'fail':>6}{'CPU s/GiB node/server/limit':>30}")
+        met: list[str] = []
+        missed: list[str] = []
         limit_cpu: list[float] = []
 
         def limit_now(n: int) -> float:
@@ -287,31 +254,28 @@ def main() -> int:
                     failures += res["failures"]
                     errors += res["errors"]
                 ratio = statistics.median(ratios)
-                print(f"{name:<22}{n:>4}{statistics.median(rates):>10.0f}{statistics.median(limits):>13.0f}"
+                per_server = "+".join(f"{statistics.median(c):.2f}" for c in zip(*server_cpu, strict=True))
+                print(f"{name:<{width}}{n:>4}{statistics.median(rates):>10.0f}{statistics.median(limits):>13.0f}"
                       f"{ratio:>8.0%}{percentile(times, 0.5):>8.2f}{percentile(times, 0.99):>8.2f}"
-                      f"{failures:>6}{statistics.median(node_cpu):>12.2f}/{statistics.median(server_cpu):.2f}/"
+                      f"{failures:>6}{statistics.median(node_cpu):>12.2f}/{per_server}/"
                       f"{statistics.median(limit_cpu):.2f}   (ratios "
                       f"{', '.join(f'{r:.0%}' for r in ratios)})", flush=True)
                 for err in errors[:3]:
                     print(f"    failure: {err}")
-                if n == max(counts) and (ratio < GOAL or failures):
-                    missed.append(f"{name} at N={n}: {ratio:.0%} of the limit, {failures} failures")
+                if n == max(counts):
+                    verdict = f"{name}: {ratio:.0%} of the limit at N={n}, {failures} failures"
+                    (missed if ratio < GOAL or failures else met).append(verdict)
         print(f"load average after: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
               f"{os.getloadavg()[2]:.1f}")
         goals = Goals()
         goals.check(f"every store >= {GOAL:.0%} of the limit at N={max(counts)}, no failures", not missed)
-        if missed:
-            print("goal missed (>= 70 % of the limit, no failures): " + "; ".join(missed))
-        else:
-            print(f"goal met: every store >= {GOAL:.0%} of the page-cache limit at N={max(counts)}, "
-                  "no failures")
+        print(f"goal (>= {GOAL:.0%} of the page-cache limit at N={max(counts)}, no failures) met by: "
+              f"{'; '.join(met) or 'none'}")
+        print(f"goal missed by: {'; '.join(missed) or 'none'}")
         return goals.exit_code()
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(10)
-        if registry is not None:
-            registry.stop()
+        for server in reversed(servers):
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -154,7 +154,8 @@ def connect(location: str, options: Options | None = None, *, push: bool = False
     creds = auth.load(path, ref.host) if path else None
     if options.ca_file and not Path(options.ca_file).is_file():
         raise InputError(f"--ca-file: {options.ca_file} does not exist")
-    return Registry(ref, credentials=creds, ca_file=options.ca_file, push=push)
+    return Registry(ref, credentials=creds, ca_file=options.ca_file, push=push,
+                    insecure_http=options.insecure_http)
 
 
 class OciStore:

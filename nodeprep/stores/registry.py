@@ -3,8 +3,10 @@
 Pull: GET a manifest (by tag or digest), GET a blob (with Range, through nodeprep/download.py's
 resumable, bounded transfer). Push: HEAD/POST/PUT a blob (monolithic upload), PUT a manifest.
 Authentication: basic, and the bearer-token flow (`WWW-Authenticate: Bearer realm=...`,
-credentials from a docker-style config file, nodeprep/stores/auth.py). Everything fetched is
-checked against its digest before it is returned. Why not the `oras` library: docs/build.md.
+credentials from a docker-style config file, nodeprep/stores/auth.py). Redirects (a blob served
+by object storage or a file server) are followed by the rules of nodeprep/stores/redirects.py.
+Everything fetched is checked against its digest before it is returned. Why not the `oras` library:
+docs/build.md.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from urllib.parse import urljoin
 
 from .. import download
 from ..errors import ChecksumError, InputError, NetworkError
+from . import redirects
 from .auth import Challenge, Credentials, basic_header, parse_challenge
 from .ref import OciRef
 
@@ -37,10 +40,11 @@ class Registry:
 
     def __init__(self, ref: OciRef, *, credentials: Credentials | None = None,
                  ca_file: str | None = None, policy: download.Policy | None = None,
-                 push: bool = False) -> None:
+                 push: bool = False, insecure_http: bool = False) -> None:
         import requests
 
         self.ref = ref
+        self.insecure_http = insecure_http  # plain-http redirect targets off loopback (redirects.py)
         self.credentials = credentials
         self.verify: bool | str = ca_file or True
         self.policy = policy or download.Policy.from_env()
@@ -58,14 +62,16 @@ class Registry:
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                 data: Any = None, stream: bool = False,
                 timeout: tuple[float, float] | None = None) -> Any:
-        """One request, answering a 401 challenge once (basic or bearer) and retrying it."""
+        """One request, answering a 401 challenge once (basic or bearer) and retrying it; a
+        GET follows redirects by the rules of nodeprep/stores/redirects.py."""
         headers = dict(headers or {})
         for round_ in range(2):
             if self._authorization:
                 headers["Authorization"] = self._authorization
-            resp = self.session.request(method, url, headers=headers, data=data, stream=stream,
-                                        timeout=timeout or self.timeout, verify=self.verify,
-                                        allow_redirects=True)
+            resp, elsewhere = self._follow(method, url, headers, data=data, stream=stream,
+                                           timeout=timeout or self.timeout)
+            if elsewhere:
+                return resp  # a redirect target's answer: its status is judged by the caller
             if resp.status_code != 401:
                 if resp.status_code == 403:
                     resp.close()
@@ -84,6 +90,23 @@ class Registry:
                              f"file with --registry-auth (or NODEPREP_REGISTRY_AUTH)")
         raise InputError(f"{self.ref}: the registry refused the credentials for {self.ref.host} "
                          f"(HTTP 401)")
+
+    def _follow(self, method: str, url: str, headers: dict[str, str], *, data: Any, stream: bool,
+                timeout: tuple[float, float]) -> tuple[Any, bool]:
+        """The response to `method url`, through at most MAX_REDIRECTS redirects (GET only), and
+        whether it came from another origin than the registry's."""
+        for _ in range(redirects.MAX_REDIRECTS + 1):
+            elsewhere = redirects.origin(url) != redirects.origin(self.ref.base_url)
+            hop = redirects.hop_headers(headers, self.ref.base_url, url)
+            resp = self.session.request(method, url, headers=hop, data=data, stream=stream,
+                                        timeout=timeout, verify=self.verify, allow_redirects=False)
+            if resp.status_code not in redirects.STATUSES or method not in redirects.FOLLOWED_METHODS:
+                return resp, elsewhere
+            location = resp.headers.get("Location")
+            resp.close()
+            url = redirects.next_hop(str(self.ref), url, location, insecure_http=self.insecure_http)
+        raise InputError(f"{self.ref}: more than {redirects.MAX_REDIRECTS} redirects for "
+                         f"{redirects.shown(url)}; refused")
 
     def _authorize(self, challenge: Challenge) -> str | None:
         creds = self.credentials
@@ -199,8 +222,8 @@ class Registry:
     def has_blob(self, digest: str) -> bool:
         url = f"{self.ref.repo_url}blobs/{digest}"
         resp = self._call(str(self.ref), lambda: self.request("HEAD", url))
-        with resp:
-            return bool(resp.status_code == 200)
+        with resp:  # a redirect (to where the registry keeps the bytes) says it has the blob too
+            return bool(resp.status_code == 200 or resp.status_code in redirects.STATUSES)
 
     def push_blob(self, digest: str, size: int, *, path: Path | None = None,
                   data: bytes | None = None) -> None:

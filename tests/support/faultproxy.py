@@ -1,6 +1,6 @@
 """A misbehaving store on loopback: serves a directory (with Range) or forwards to an upstream
 (e.g. the test registry over TLS), and on the way cuts connections after N body bytes, stalls,
-answers 5xx in bursts, or goes down for good after N bytes. It counts the body bytes it served
+answers 5xx in bursts, goes down for good after N bytes, or redirects. It counts the body bytes it served
 per path, so a test can tell a resumed download (only the rest is fetched) from a restart.
 
 Faults apply to requests whose path contains `Faults.match` (default: every GET).
@@ -35,6 +35,7 @@ class Faults:
     ignore_range: bool = False  # directory mode: answer 200 with the whole file to a Range request
     extra_bytes: int = 0  # directory mode: send this many junk bytes past the end of the file
     authorization: str | None = None  # directory mode: answer 401 unless this Authorization is sent
+    redirect: str | None = None  # answer matching requests (HEAD too) with a 307 to this base URL + path
 
 
 @dataclass
@@ -137,6 +138,13 @@ class _Handler(BaseHTTPRequestHandler):
             if stall is not None:
                 f.stalls -= 1
         rng = self.headers.get("Range")
+        if f.redirect is not None and f.match in self.path:
+            self._record(rng, 307)
+            self.send_response(307)
+            self.send_header("Location", f.redirect + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if f.authorization is not None and self.headers.get("Authorization") != f.authorization:
             fail, f = True, Faults(fail_status=401)
         if fail:

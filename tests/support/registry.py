@@ -3,7 +3,9 @@
 `start_registry(work)` makes a test CA and a server certificate for 127.0.0.1 (openssl), a bcrypt
 htpasswd file, a config with filesystem storage under `work`, and runs the registry binary on a
 free loopback port (never the packaged service). `Registry.stop()` ends it; use it as a context
-manager so a failing test still tears it down.
+manager so a failing test still tears it down. `start_redirecting_registry(work)` adds an nginx
+that serves the blob bytes behind the registry's redirects (the set-up of registries that serve
+fleets: the registry answers a blob GET with a redirect to object storage or a file server).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .nginx import Nginx
 
 USER = "nodeprep-ci"
 PASSWORD = "s3cret-registry-pass"  # a test credential for a loopback registry the test creates
@@ -127,9 +133,11 @@ class Registry:
 
 
 def start_registry(work: Path, *, auth: dict[str, object] | None = None,
-                   tls: tuple[Path, Path, Path] | None = None) -> Registry:
+                   tls: tuple[Path, Path, Path] | None = None, redirect: str | None = None) -> Registry:
     """A started registry with TLS (test CA, or `tls` = (ca, cert, key)) and htpasswd auth, or the
-    `auth` section given (e.g. a token service's); see the module docstring."""
+    `auth` section given (e.g. a token service's); see the module docstring. With `redirect` (a
+    base URL), the storage middleware `redirect` answers every blob GET/HEAD with a 307 to
+    `redirect` + the blob's path under the storage root."""
     work.mkdir(parents=True, exist_ok=True)
     ca, crt, key = tls or make_ca(work / "tls")
     htpasswd = work / "htpasswd"
@@ -146,7 +154,27 @@ def start_registry(work: Path, *, auth: dict[str, object] | None = None,
         "http": {"addr": f"127.0.0.1:{port}", "secret": "nodeprep-test-secret",
                  "tls": {"certificate": str(crt), "key": str(key)}},
         "auth": auth or {"htpasswd": {"realm": "nodeprep-test", "path": str(htpasswd)}},
+        **({"middleware": {"storage": [{"name": "redirect", "options": {"baseurl": redirect}}]}}
+           if redirect else {}),
     }))
     reg = Registry(work=work, port=port, ca=ca, storage=storage, config=config)
     reg.start()
     return reg
+
+
+def start_redirecting_registry(work: Path, *, access_log: bool = True,
+                               **kw: object) -> tuple[Registry, Nginx]:
+    """A started registry (as start_registry) whose blob GETs are redirected to a started nginx
+    serving the registry's storage root on loopback, with its access log unless `access_log` is
+    False (tests/support/nginx.py): the registry keeps auth and manifests, nginx serves the blob
+    bytes."""
+    from .nginx import start_nginx
+
+    storage = work / "storage"
+    storage.mkdir(parents=True, exist_ok=True)
+    web = start_nginx(work / "nginx", storage, access_log=access_log)
+    try:
+        return start_registry(work, redirect=web.url, **kw), web  # type: ignore[arg-type]
+    except BaseException:
+        web.stop()
+        raise

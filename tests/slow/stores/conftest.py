@@ -1,5 +1,6 @@
 """The registry every store test shares: the session's real build pushed once (see
-test_oci_registry.py for what is real)."""
+test_oci_registry.py for what is real); and a second registry whose blobs are served by nginx
+behind redirects (test_oci_redirect.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 
 from nodeprep import artifact
 from tests.slow.node.helpers import cli
-from tests.support.registry import Registry, write_auth_file
+from tests.support.nginx import Nginx
+from tests.support.registry import Registry, start_redirecting_registry, write_auth_file
 
 REPO_NAME = "gpu/nvidia-drivers"
 
@@ -52,3 +54,31 @@ def published(real_build, oci_registry: Registry,  # type: ignore[no-untyped-def
                   ignore_errors=True)
 
 
+
+
+@dataclass(frozen=True)
+class Redirected:
+    """The session's real build pushed to a registry whose blob GETs redirect to nginx."""
+
+    published: Published
+    nginx: Nginx
+
+
+@pytest.fixture(scope="session")
+def redirected(real_build, tmp_path_factory: pytest.TempPathFactory  # type: ignore[no-untyped-def]
+               ) -> Iterator[Redirected]:
+    work = tmp_path_factory.mktemp("oci-redirect")
+    registry, web = start_redirecting_registry(work / "registry")
+    with registry, web:
+        auth = write_auth_file(work / "config.json", registry.host)
+        location = registry.url(REPO_NAME)
+        r = cli("artifacts", "push", str(real_build.store), location, "--registry-auth", str(auth),
+                "--ca-file", str(registry.ca), "--json")
+        assert r.returncode == 0, r.stderr
+        entries = artifact.LocalStore(real_build.store).entries()
+        kmod = artifact.find(entries, "kmod", real_build.driver_version,
+                             kernel_release=real_build.kernel_release)
+        us = artifact.find(entries, "userspace", real_build.driver_version)
+        assert kmod is not None and us is not None
+        yield Redirected(Published(registry, location, auth, json.loads(r.stdout)["index"],
+                                   real_build.driver_version, real_build.kernel_release, kmod, us), web)
