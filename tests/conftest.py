@@ -60,25 +60,49 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 PYTEST_TEMP = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
 
 
-def _detach_leaked_mounts(when: str) -> None:
-    """Lazily unmount whatever is still mounted under pytest's temporary directories (a test that
+def _run_alive(run: Path) -> bool:
+    """Whether the pytest process that made the numbered directory `run` still runs (pytest writes
+    its PID into `run/.lock` and removes the file when it exits)."""
+    try:
+        pid = int((run / ".lock").read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _detach_leaked_mounts(runs: list[Path], when: str) -> None:
+    """Lazily unmount whatever is still mounted under these runs' temporary directories (a test that
     leaked a mount, or a run that was killed), so that pytest's removal of old runs' directories
     never descends into a bind mount of the host's /dev or /proc."""
-    points = mounts_under(PYTEST_TEMP)
+    points = [point for run in runs for point in mounts_under(run)]
     for point in points:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
     if points:
-        print(f"\nwarning: {len(points)} mount(s) left under {PYTEST_TEMP} {when}, detached: "
+        print(f"\nwarning: {len(points)} mount(s) left {when}, detached: "
               f"{', '.join(points[:5])}{' ...' if len(points) > 5 else ''}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _detach_leaked_mounts("by an earlier run")
+    """Before pytest removes old runs' directories: detach the mounts of runs that have ended (a
+    run still going, e.g. a second session beside this one, keeps its mounts)."""
+    if PYTEST_TEMP.is_dir():
+        ended = [run for run in PYTEST_TEMP.glob("pytest-*")
+                 if not run.is_symlink() and run.is_dir() and not _run_alive(run)]
+        _detach_leaked_mounts(ended, f"under {PYTEST_TEMP} by an earlier run")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_mounts_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Set up first, torn down last: after every other fixture has torn down, nothing may stay
+    mounted under this run's temporary directory; what did is detached and named."""
+    base = tmp_path_factory.getbasetemp()
+    yield
+    _detach_leaked_mounts([base], f"under {base} by this run")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Collection-time and session-teardown reads beside the repository fail the run too."""
-    _detach_leaked_mounts("by this run")
     hits = _COLLECTION_HITS + BOUNDARY.take()
     if hits:
         print(f"\nerror: paths outside the repository {REPO} were touched outside any test:\n{_listed(hits)}")
