@@ -36,10 +36,10 @@ from nodeprep import runner  # noqa: E402
 from tests.slow.bootstrap.test_cloud_bootstrap import (  # noqa: E402
     FIXTURE,
     ROOTFS_EXTRA,
-    TOKEN,
     apply_user_data,
     build_wheel,
     nodeprep,
+    stage_inputs,
     store_server,
     write_profile,
 )
@@ -65,12 +65,7 @@ def main() -> int:
         root = debian_rootfs(args.cache, work / "root", extra_packages=ROOTFS_EXTRA)
         times["rootfs unpack (not part of the goal)"] = time.monotonic() - t
         wheel = build_wheel(work / "wheel")
-        served = work / "served"
-        (served / "tools").mkdir(parents=True)
-        shutil.copy2(wheel, served / "tools" / wheel.name)
-        token = work / "token"
-        token.write_text(TOKEN + "\n")
-        token.chmod(0o600)
+        served, token = stage_inputs(work, wheel)
         with store_server(served) as url:
             # the node installs nodeprep over HTTP; the driver artifacts come from the local store dir
             profile = write_profile(work / "node.yaml", build, str(build.store))
