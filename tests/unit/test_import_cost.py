@@ -1,5 +1,5 @@
 """Ansible modules start a fresh interpreter per task: importing one submodule must not load the
-heavy parts of its package (docs/architecture.md, "Import cost"), and no library module loads a
+heavy parts of its package (docs/design-decisions.md, "Import cost"), and no library module loads a
 sibling by a name in a string."""
 
 from __future__ import annotations
