@@ -19,10 +19,15 @@ run: N processes copying the same files from page cache into their roots and ver
 the same way (no server, no network stack), measured right before and right after each store's
 wave and averaged (the machine may be shared with other work).
 
+The node processes are forked from this one with requests (which nodeprep imports on first
+network use) already loaded, as the copying processes have everything loaded: a wave measures
+fetching, not module loading (about 0.05 s per node process, 0.25 CPU s per GiB at 121 MiB).
 Printed per store and N (medians of --rounds interleaved rounds): aggregate MiB/s, the limit, their
 ratio, per-node p50/p99 fetch time over all rounds, failures, and where the CPU went: seconds per
 GiB delivered of the nodes, of each server process (with its workers, from /proc; registry+nginx
-for the redirect row) and of the limit's copy; the load average before and after. Goal: at the
+for the redirect row) and of the limit's copy; on a second line the whole machine's CPU per GiB in
+the store's wave and in the limit's (/proc/stat: busy, of which kernel, and iowait); the load
+average before and after. Goal: at the
 largest N (32 by default), aggregate >= 70 % of the limit and no failure, for every store; the last
 line names the stores that met it and those that missed it (exit 1 when one missed).
 """
@@ -49,6 +54,8 @@ sys.path.insert(0, str(REPO))
 from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, next to this file)
 
 use_venv()
+
+import requests  # noqa: E402,F401  loaded before the nodes fork: they measure fetching, not importing
 
 from nodeprep import artifact  # noqa: E402
 from nodeprep.node.store import Store  # noqa: E402
@@ -126,6 +133,16 @@ def _copy_node(args: tuple[list[str], list[str], str, Any]) -> tuple[float, int,
         shutil.rmtree(root, ignore_errors=True)
 
 
+def machine_cpu() -> tuple[float, float, float]:
+    """(busy, kernel, iowait) seconds of the whole machine so far, from /proc/stat: busy is user,
+    nice, system, irq, softirq and steal; kernel is system + irq + softirq."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, iowait, irq, softirq, steal = fields
+    tick = os.sysconf("SC_CLK_TCK")
+    return ((user + nice + system + irq + softirq + steal) / tick, (system + irq + softirq) / tick,
+            iowait / tick)
+
+
 def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: Callable[[Any], Any],
              server: tuple[int, ...] | list[int] = ()) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
@@ -134,7 +151,9 @@ def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: C
         with ctx.Pool(n) as pool:
             t = time.monotonic()
             s0 = [cpu_of(p) for p in server]
+            m0 = machine_cpu()
             results = pool.map(fn, [make(barrier) for _ in range(n)])
+            machine = [b - a for a, b in zip(m0, machine_cpu(), strict=True)]
             server_cpu = [cpu_of(p) - c for p, c in zip(server, s0, strict=True)]
             wall = time.monotonic() - t
     times = sorted(r[0] for r in results if not r[2])
@@ -145,7 +164,8 @@ def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: C
     gib = total / 2**30 or 1.0
     return {"n": n, "mib_s": total / span / 2**20 if span else 0.0, "bytes": total, "times": times,
             "failures": len(errors), "errors": errors[:3],
-            "node_cpu": sum(r[3] for r in results) / gib, "server_cpu": [c / gib for c in server_cpu]}
+            "node_cpu": sum(r[3] for r in results) / gib, "server_cpu": [c / gib for c in server_cpu],
+            "machine": [x / gib for x in machine]}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -228,17 +248,20 @@ def main() -> int:
         met: list[str] = []
         missed: list[str] = []
         limit_cpu: list[float] = []
+        limit_machine: list[list[float]] = []
 
         def limit_now(n: int) -> float:
             res = run_wave(n, _copy_node, lambda b: (files, digests, str(roots), b))
             limit_cpu.append(res["node_cpu"])
+            limit_machine.append(res["machine"])
             return float(res["mib_s"])
 
         for n in counts:
             for name, (loc, opts, pids) in locations.items():
                 rates, limits, ratios, times, failures, errors = [], [], [], [], 0, []
-                node_cpu, server_cpu = [], []
+                node_cpu, server_cpu, machine = [], [], []
                 limit_cpu.clear()
+                limit_machine.clear()
                 for _ in range(args.rounds):
                     # the limit right before and right after the store's wave (the machine is shared)
                     before = limit_now(n)
@@ -246,6 +269,7 @@ def main() -> int:
                         loc, opts, build.driver_version, build.kernel_release, str(roots), b), pids)
                     node_cpu.append(res["node_cpu"])
                     server_cpu.append(res["server_cpu"])
+                    machine.append(res["machine"])
                     limit = (before + limit_now(n)) / 2
                     rates.append(res["mib_s"])
                     limits.append(limit)
@@ -260,6 +284,10 @@ def main() -> int:
                       f"{failures:>6}{statistics.median(node_cpu):>12.2f}/{per_server}/"
                       f"{statistics.median(limit_cpu):.2f}   (ratios "
                       f"{', '.join(f'{r:.0%}' for r in ratios)})", flush=True)
+                busy, kernel, iowait = (statistics.median(c) for c in zip(*machine, strict=True))
+                l_busy, l_kernel, l_iowait = (statistics.median(c) for c in zip(*limit_machine, strict=True))
+                print(f"{'':<{width}}    machine CPU s/GiB, store vs limit: busy {busy:.2f} vs {l_busy:.2f} "
+                      f"(kernel {kernel:.2f} vs {l_kernel:.2f}), iowait {iowait:.2f} vs {l_iowait:.2f}")
                 for err in errors[:3]:
                     print(f"    failure: {err}")
                 if n == max(counts):
