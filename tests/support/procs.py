@@ -22,3 +22,14 @@ def wait_or_kill_group(proc: subprocess.Popen, grace: float) -> None:  # type: i
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def stop(proc: subprocess.Popen | None) -> None:  # type: ignore[type-arg]
+    """SIGTERM to a server process of the test support, SIGKILL after 10 s; reaped either way."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

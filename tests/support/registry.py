@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.support import procs
+
 if TYPE_CHECKING:
     from .nginx import Nginx
 
@@ -111,13 +113,7 @@ class Registry:
         raise RuntimeError("registry did not come up")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procs.stop(self.proc)
         self.proc = None
 
     def blob_data(self, digest: str) -> Path:

@@ -8,7 +8,6 @@ in front of the ordinary test registry, answering a blob GET with a 307 of its o
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import urllib.request
 from pathlib import Path
@@ -24,7 +23,7 @@ from tests.support.faultproxy import FaultProxy, Faults
 from tests.support.registry import write_auth_file
 
 from .conftest import REPO_NAME, Published, Redirected
-from .test_oci_registry import assert_refused, fresh_root, install, snapshot
+from .test_oci_registry import assert_refused, fresh_root, install, install_with_corrupted_kmod, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -96,21 +95,7 @@ def test_resume_across_the_redirect(redirected: Redirected, tmp_path: Path) -> N
 
 def test_corrupted_blob_behind_the_redirect_is_refused(redirected: Redirected, tmp_path: Path) -> None:
     p, web = redirected.published, redirected.nginx
-    data = p.registry.blob_data("sha256:" + p.kmod.sha256)
-    saved = tmp_path / "blob.saved"
-    shutil.copyfile(data, saved)
-    root = fresh_root(tmp_path)
-    before = snapshot(root)
-    try:
-        with open(data, "r+b") as f:
-            f.seek(4096)
-            f.write(b"garbage" * 64)
-        r = install(p, root)
-    finally:
-        shutil.copyfile(saved, data)
-    assert_refused(r, 2, "does not match the expected " + p.kmod.sha256)
-    assert snapshot(root) == before
-    assert not (root / "var/cache/nodeprep" / (p.kmod.name + ".part")).exists()
+    install_with_corrupted_kmod(p, tmp_path)
     assert web.hits()[-1].uri == blob_uri(p.kmod.sha256)  # nginx served the corrupt bytes
 
 

@@ -144,7 +144,13 @@ def test_refusals_are_one_line_and_leave_the_root_as_it_was(published: Published
 
 
 def test_corrupted_blob_in_the_registry_is_refused(published: Published, tmp_path: Path) -> None:
-    p = published
+    install_with_corrupted_kmod(published, tmp_path)
+
+
+def install_with_corrupted_kmod(p: Published, tmp_path: Path) -> None:
+    """Garbage written into the kmod's blob file in the registry's storage, then an install: refused
+    by digest with one line (exit 2), the root as it was, no partial download left; the blob is
+    restored afterwards."""
     data = p.registry.blob_data("sha256:" + p.kmod.sha256)
     saved = tmp_path / "blob.saved"
     shutil.copyfile(data, saved)
