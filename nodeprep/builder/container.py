@@ -1,10 +1,12 @@
 """`--builder podman|docker`: run the same build-driver inside the target OS's container image.
 
-The image comes from images/<os>/Containerfile; the repository is mounted read-only at /src, the
+The image comes from images/<image>/Containerfile (the target's `builder_image`, by default its
+own `image`: images/<os>/); the repository is mounted read-only at /src, the
 store and cache read-write at /store and /cache, and the container runs `nodeprep build-driver` with
 the same arguments:
 
-- OSes whose target builder is chroot (debian-12, debian-13): image `nodeprep-builder:<os>`, and
+- OSes whose target builder is chroot (debian-12, debian-13): image `nodeprep-builder:debian-12`
+  for both (the build root is made inside, by mmdebstrap, for the target's own suite), and
   `--builder chroot` inside (the same mmdebstrap build root as on a host);
 - the others (ubuntu-22.04, ubuntu-24.04, rhel-9): the image installs the exact kernel's headers and
   compiler, so it is built per kernel (`--build-arg KERNEL_RELEASE=<kernel>`, tag
@@ -65,14 +67,20 @@ class ContainerBuild:
         return inner_builder(self.os_name)
 
     @property
+    def image_name(self) -> str:
+        """images/<this>/ is the image's recipe and build context (the target's builder image)."""
+        target = targets.get(self.os_name)
+        return target.builder_image or target.image
+
+    @property
     def image(self) -> str:
         if self.inner_builder == "host":
-            return f"nodeprep-builder:{self.os_name}-{self.kernel}"
-        return f"nodeprep-builder:{self.os_name}"
+            return f"nodeprep-builder:{self.image_name}-{self.kernel}"
+        return f"nodeprep-builder:{self.image_name}"
 
     @property
     def containerfile(self) -> Path:
-        return self.repo / "images" / self.os_name / "Containerfile"
+        return self.repo / "images" / self.image_name / "Containerfile"
 
 
 def build_image_argv(cb: ContainerBuild) -> list[str]:

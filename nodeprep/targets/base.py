@@ -62,6 +62,10 @@ class TargetOS:
     # archive it borrows (host builds for Ubuntu/RHEL take Debian 12's driver sources).
     sources_from: str | None = None
     smoke_boot: bool = False  # its kernels are served by its archive and can be booted in qemu
+    # images/<builder_image>/Containerfile is the container `--builder podman|docker` runs the build
+    # in (default: `image`). A chroot build makes its own build root, so the container only needs
+    # mmdebstrap and nodeprep's runtime: Debian 13 builds in Debian 12's container.
+    builder_image: str | None = None
 
     @property
     def has_buildroot(self) -> bool:

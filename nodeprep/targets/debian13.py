@@ -7,6 +7,7 @@ TARGET = TargetOS(
     family="debian",
     builder="chroot",
     image="debian-13",
+    builder_image="debian-12",  # its mmdebstrap makes the trixie build root (images/debian-13/README.md)
     kernel_headers="linux-headers-{release}",
     kernel_image="linux-image-{release}",
     compiler="gcc-14",

@@ -248,3 +248,15 @@ def test_bad_host_and_container_input(tmp_path, args, message):
     lines = res.stderr.strip().splitlines()
     assert lines[0] == message and "Traceback" not in res.output
     assert not store.exists() or not list(store.iterdir())
+
+
+def test_debian13_builds_in_debian12s_container(tmp_path):
+    """Debian 13 has no image of its own: Debian 12's container makes the trixie build root, and the
+    build inside still targets debian-13."""
+    req = BuildRequest(store=tmp_path / "s", cache=tmp_path / "c", os_name="debian-13")
+    cb = container.for_request("podman", req)
+    assert cb.containerfile == container.REPO / "images" / "debian-12" / "Containerfile"
+    assert cb.containerfile.is_file()
+    assert cb.image == "nodeprep-builder:debian-12"
+    argv = container.run_argv(cb)
+    assert argv[argv.index("--builder") + 1] == "chroot" and argv[argv.index("--os") + 1] == "debian-13"
