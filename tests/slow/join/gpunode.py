@@ -15,7 +15,8 @@ The runtimes run in one private mount namespace per session (`unshare -m`) in wh
 /opt is bind-mounted over /opt and its /etc/cdi over /run/cdi (a tmpfs over /run hides the host's
 /run, so no host daemon socket is ever used): the spec's hostPaths are the node's own paths
 (/opt/nvidia/<version>/...), exactly as on a booted node, and the runtimes bind them from there.
-Podman runs with --root/--runroot/--tmpdir under the session's temp directory.
+Podman runs with --root/--tmpdir under the session's temp directory and --runroot in a short
+directory of its own under /tmp (podman refuses one longer than 50 characters).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,6 +177,9 @@ class GpuNode:
     pid: int = 0
     rootfs: dict[str, Path] = field(default_factory=dict)
     daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # podman refuses a --runroot longer than 50 characters, which a path under pytest's temporary
+    # directory can be (/tmp/pytest-of-root/pytest-10008/gpunode0/...): its own short one under /tmp
+    runroot: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nodeprep-podman-")))
 
     # -- namespace -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -226,11 +231,12 @@ class GpuNode:
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=20)
+        shutil.rmtree(self.runroot, ignore_errors=True)
 
     # -- podman --------------------------------------------------------------------------------
     def podman_base(self) -> list[object]:
         p = self.work / "podman"
-        return ["podman", "--root", p / "root", "--runroot", p / "run", "--tmpdir", p / "tmp",
+        return ["podman", "--root", p / "root", "--runroot", self.runroot, "--tmpdir", p / "tmp",
                 "--cgroup-manager", "cgroupfs", "--events-backend", "none"]
 
     def podman_run(self, layout: str, script: str, *, device: str = "nvidia.com/gpu=all",
