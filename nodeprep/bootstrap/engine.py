@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import NodeprepError, StateError
+from ..node.fsutil import atomic_write
 
 RECORD_FORMAT = 1
 KEEP_RUNS = 5  # digests kept in the record (newest first by start time)
@@ -110,21 +109,8 @@ def load_record(journal: Journal) -> dict[str, Any]:
 
 
 def save_record(journal: Journal, record: Mapping[str, Any]) -> None:
-    """Write the record atomically (temp file, fsync, rename)."""
-    path = journal.record
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{journal.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the record atomically (temp file, fsync, rename, fsync of the directory)."""
+    atomic_write(journal.record, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager
