@@ -21,7 +21,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,10 +34,11 @@ from .urls import redact_url
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
-# Bytes per read of a response body; the deadline and byte cap are checked between reads. 1 MiB:
-# requests/urllib3 cost per read, not per byte, and a node spent ~1.4 CPU s per GiB fetched at
-# 256 KiB against ~1.0-1.2 at 1 MiB (sha256 + file write alone: ~0.9); 2 and 4 MiB were slower here
-# (glibc returns such buffers to the kernel between reads). bench/store.py measures it.
+# Bytes per read of a response body; the deadline and byte cap are checked between reads. The body
+# is read into one buffer of this size, reused for every read (_iter_body): a new 1 MiB object per
+# read, as requests' iter_content makes, costs page faults whenever glibc hands such a block back
+# to the kernel, and 32 nodes fetching at once spent up to twice the CPU per GiB on it
+# (bench/store.py; docs/fleet.md).
 READ_CHUNK = 1 << 20
 Progress = Callable[[int, int | None], None]  # (bytes done, total or None)
 # Opens one streaming GET: (extra headers, (connect, read) timeout) -> requests.Response
@@ -161,7 +162,7 @@ def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 6
                 got += len(chunk)
                 if got > limit:
                     raise NetworkError(f"{what}: the response is larger than {limit} bytes; refused")
-                out.append(chunk)
+                out.append(bytes(chunk))
                 _check_deadline(policy, deadline_at, what)
             _check_length(resp, got, 0)
 
@@ -236,7 +237,8 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
             have = 0
         if size is not None and have == size:
             return
-        headers = {"Range": f"bytes={have}-"} if have else {}
+        # identity: a Range counts the bytes as stored (artifacts are compressed already)
+        headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
         with open_(headers, timeout) as resp:
             if resp.status_code == 416 and have:
                 if size is None:
@@ -249,9 +251,10 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
             total = _total(resp, have, size)
             done = have
             rehash(have)
+            # "wb" truncates a .part being started over; no explicit truncate(): on ext4 a truncate to
+            # size 0 makes close() start writing the file back at once (auto_da_alloc), which cost
+            # nodes a third of their throughput (docs/fleet.md)
             with open(part, "ab" if have else "wb") as f:
-                if not have:
-                    f.truncate()
                 for chunk in _iter_body(resp, what):
                     digest[0].update(chunk)
                     hashed[0] += len(chunk)
@@ -379,11 +382,41 @@ def _total(resp: Any, have: int, size: int | None) -> int | None:
     return int(length) + have if length.isdigit() else None
 
 
-def _iter_body(resp: Any, what: str) -> Any:
-    return resp.iter_content(READ_CHUNK)
+def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
+    """The body of `resp`, in chunks valid until the next one is asked for (copy what is kept).
+
+    A body without a content encoding (artifacts and blobs always) is read with the standard
+    library's `http.client.HTTPResponse.readinto` under urllib3 (`resp.raw._fp`, present in urllib3
+    1.26 and 2.x) into one reused buffer; anything else goes through requests' `iter_content`.
+    A transport error mid-body is turned into urllib3's, which `_run` retries."""
+    fp = getattr(resp.raw, "_fp", None)
+    if _encoded(resp) or not callable(getattr(fp, "readinto", None)):
+        yield from resp.iter_content(READ_CHUNK)
+        return
+    import http.client
+
+    import urllib3.exceptions
+
+    buf = memoryview(bytearray(READ_CHUNK))
+    while True:
+        try:
+            n = fp.readinto(buf)
+        except TimeoutError as e:  # socket.timeout: no byte within the read timeout
+            raise urllib3.exceptions.ReadTimeoutError(None, "", f"{what}: read timed out") from e
+        except (OSError, http.client.HTTPException) as e:  # reset, TLS record errors, IncompleteRead
+            raise urllib3.exceptions.ProtocolError(f"Connection broken: {e!r}", e) from e
+        if not n:
+            return
+        yield buf[:n]
+
+
+def _encoded(resp: Any) -> bool:
+    return resp.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity")
 
 
 def _check_length(resp: Any, done: int, have: int) -> None:
+    if _encoded(resp):
+        return  # Content-Length counts the encoded bytes, `done` the decoded ones
     length = resp.headers.get("Content-Length", "")
     if length.isdigit() and done - have < int(length):
         raise _Retry(f"connection closed at byte {done} (expected {int(length) + have})")
