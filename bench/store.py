@@ -145,6 +145,9 @@ def machine_cpu() -> tuple[float, float, float]:
 
 def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: Callable[[Any], Any],
              server: tuple[int, ...] | list[int] = ()) -> dict[str, Any]:
+    # each wave writes N x 121 MiB; the previous wave's writeback is finished before this one starts
+    # (unmeasured), so it does not compete with whichever wave comes next
+    os.sync()
     ctx = multiprocessing.get_context("fork")
     with ctx.Manager() as mgr:
         barrier = mgr.Barrier(n)
