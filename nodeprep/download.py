@@ -397,7 +397,9 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
 
     import urllib3.exceptions
 
-    buf = memoryview(bytearray(READ_CHUNK))
+    length = resp.headers.get("Content-Length", "")
+    small = length.isdigit() and 0 < int(length) < READ_CHUNK  # a manifest, an index
+    buf = memoryview(bytearray(int(length) if small else READ_CHUNK))
     while True:
         try:
             n = fp.readinto(buf)
