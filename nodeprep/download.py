@@ -408,6 +408,10 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
         except (OSError, http.client.HTTPException) as e:  # reset, TLS record errors, IncompleteRead
             raise urllib3.exceptions.ProtocolError(f"Connection broken: {e!r}", e) from e
         if not n:
+            # read to its end: the connection goes back to the pool (keep-alive), as after
+            # iter_content, instead of being closed with the response
+            if fp.isclosed() and callable(getattr(resp.raw, "release_conn", None)):
+                resp.raw.release_conn()
             return
         yield buf[:n]
 

@@ -20,6 +20,7 @@ from nodeprep.errors import NetworkError
 BODY = os.urandom(3 * download.READ_CHUNK + 4321)
 SHA = hashlib.sha256(BODY).hexdigest()
 ENCODINGS: list[str] = []
+PEERS: set[int] = set()  # the client ports requests came from: one per connection
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -33,6 +34,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         self.served.append(self.path)
+        PEERS.add(self.client_address[1])
         self.encodings.append(self.headers.get("Accept-Encoding", ""))
         if self.path == "/gzip":
             data = gzip.compress(BODY)
@@ -62,6 +64,7 @@ def server() -> Iterator[tuple[str, list[str]]]:
     """(base URL, paths served); the Accept-Encoding headers received are in `ENCODINGS`."""
     served: list[str] = []
     ENCODINGS.clear()
+    PEERS.clear()
     handler = type("H", (_Handler,), {"served": served, "cut_first": [True], "encodings": ENCODINGS})
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -123,3 +126,24 @@ def test_gzip_encoded_body_is_decoded_once(server: tuple[str, list[str]], tmp_pa
 def test_small_documents_are_copied_out_of_the_reused_buffer(server: tuple[str, list[str]]) -> None:
     url, _ = server
     assert download.fetch_bytes(f"{url}/chunked", policy=policy()) == BODY
+
+
+def test_a_session_keeps_its_connection_across_downloads(server: tuple[str, list[str]],
+                                                         tmp_path: Path) -> None:
+    """The registry client's case: one requests.Session for manifests and blobs. A body read to its
+    end hands the connection back for the next request (keep-alive), chunked or not."""
+    import requests
+
+    url, served = server
+    session = requests.Session()
+
+    def opener(path: str) -> download.Opener:
+        return lambda headers, timeout: session.get(f"{url}{path}", headers=headers, stream=True,
+                                                    timeout=timeout)
+
+    for i, path in enumerate(("/chunked", "/chunked", "/gzip")):
+        out = download.download_with(opener(path), path, tmp_path / f"blob{i}", sha256=SHA, policy=policy())
+        assert out.read_bytes() == BODY
+    assert download.fetch_bytes_with(opener("/chunked"), "small", policy=policy()) == BODY
+    assert served == ["/chunked", "/chunked", "/gzip", "/chunked"]
+    assert len(PEERS) == 1
