@@ -151,23 +151,21 @@ def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3, policy: Poli
 
 def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 64 << 20) -> bytes:
     """A whole small body through `open_`, with the retries and bounds of `policy` (no resume)."""
-    out: list[bytes] = []
+    out = bytearray()  # the chunks are copied out of the reader's reused buffer
 
     def attempt(timeout: tuple[float, float], deadline_at: float) -> None:
         out.clear()
-        got = 0
         with open_({}, timeout) as resp:
             _check_status(resp, what, resuming=False)
             for chunk in _iter_body(resp, what):
-                got += len(chunk)
-                if got > limit:
+                out.extend(chunk)
+                if len(out) > limit:
                     raise NetworkError(f"{what}: the response is larger than {limit} bytes; refused")
-                out.append(bytes(chunk))
                 _check_deadline(policy, deadline_at, what)
-            _check_length(resp, got, 0)
+            _check_length(resp, len(out), 0)
 
     _run(attempt, what, policy, lambda: 0)
-    return b"".join(out)
+    return bytes(out)
 
 
 def download(
@@ -398,8 +396,8 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
     import urllib3.exceptions
 
     length = resp.headers.get("Content-Length", "")
-    small = length.isdigit() and 0 < int(length) < READ_CHUNK  # a manifest, an index
-    buf = memoryview(bytearray(int(length) if small else READ_CHUNK))
+    size = int(length) if length.isdigit() else 0
+    buf = memoryview(bytearray(size if 0 < size < READ_CHUNK else READ_CHUNK))  # a manifest: its size
     while True:
         try:
             n = fp.readinto(buf)
