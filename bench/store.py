@@ -4,9 +4,13 @@
     python3 bench/store.py [--cache DIR] [--nodes 1,8,32] [--work DIR]
 
 Stores, all serving the shared real build (tests/support/realbuild.py: the real proprietary
-kmod, ~44 MiB, and its user space, ~77 MiB) on 127.0.0.1 (--stores, default all three):
+kmod, ~44 MiB, and its user space, ~77 MiB) on 127.0.0.1 (--stores, default all four):
   http      Debian's nginx, run by this script with its own config (tests/support/nginx.py:
             sendfile, no access log)
+  socket    a reference, not a store, outside the goal: the same nginx read by a bare-socket
+            reader (one GET per file on a plain socket, blocking reads into one 1 MiB buffer, sha256,
+            write; no HTTP library, no retries, no resume). What loopback TCP itself leaves of the
+            limit on this machine: the ceiling for any HTTP client here
   registry  Debian's docker-registry (CNCF distribution) with TLS (a test CA) and htpasswd auth,
             the artifacts pushed with nodeprep's own publisher
   redirect  the same registry with the storage middleware `redirect`: a blob GET answers 307 to an
@@ -40,6 +44,7 @@ import multiprocessing
 import os
 import resource
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -64,6 +69,10 @@ from nodeprep.stores import oci  # noqa: E402
 GOAL = 0.70
 CHUNK = 1 << 20
 
+Result = tuple[float, int, str, float]  # one node's (seconds, bytes, error, CPU s)
+NodeFn = Callable[[Any], Result]  # what one node process runs
+Make = Callable[[Any], Any]  # a node's arguments, given the wave's barrier
+
 
 def cpu_self() -> float:
     """CPU seconds (user + system) this process has used."""
@@ -87,7 +96,7 @@ def cpu_of(pid: int) -> float:
     return total
 
 
-def _node(args: tuple[str, Any, str, str, str, Any]) -> tuple[float, int, str, float]:
+def _node(args: tuple[str, Any, str, str, str, Any]) -> Result:
     """One node: the real fetch path into its own root. Returns (seconds, bytes, error, CPU s)."""
     location, options, version, kernel, work, barrier = args
     root = Path(tempfile.mkdtemp(prefix="node-", dir=work))
@@ -109,7 +118,7 @@ def _node(args: tuple[str, Any, str, str, str, Any]) -> tuple[float, int, str, f
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _copy_node(args: tuple[list[str], list[str], str, Any]) -> tuple[float, int, str, float]:
+def _copy_node(args: tuple[list[str], list[str], str, Any]) -> Result:
     """The limit: copy the same files from page cache into an own root, hashing them on the way
     (sha256, as the fetch path does while it downloads)."""
     files, digests, work, barrier = args
@@ -133,6 +142,49 @@ def _copy_node(args: tuple[list[str], list[str], str, Any]) -> tuple[float, int,
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _socket_node(args: tuple[int, list[str], list[str], list[int], str, Any]
+                 ) -> Result:
+    """The reference: the same files from nginx through a bare socket into an own root (blocking
+    reads into one buffer, sha256, write), to set nodeprep's HTTP path beside loopback TCP itself."""
+    port, paths, digests, sizes, work, barrier = args
+    root = Path(tempfile.mkdtemp(prefix="socket-", dir=work))
+    buf = memoryview(bytearray(CHUNK))
+    try:
+        barrier.wait()
+        t, c = time.monotonic(), cpu_self()
+        got = 0
+        for path, digest, size in zip(paths, digests, sizes, strict=True):
+            dest = root / Path(path).name
+            h = hashlib.sha256()
+            with socket.create_connection(("127.0.0.1", port)) as sock, open(dest, "wb") as fo:
+                sock.sendall(f"GET /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    more = sock.recv(65536)
+                    if not more:
+                        return 0.0, 0, f"{path}: connection closed in the headers", 0.0
+                    head += more
+                head, body = head.split(b"\r\n\r\n", 1)
+                if not head.startswith(b"HTTP/1.1 200"):
+                    return 0.0, 0, f"{path}: {head.splitlines()[0].decode()}", 0.0
+                h.update(body)
+                fo.write(body)
+                left = size - len(body)
+                while left > 0:
+                    n = sock.recv_into(buf[:min(CHUNK, left)])
+                    if not n:
+                        return 0.0, 0, f"{path}: connection closed with {left} bytes to come", 0.0
+                    h.update(buf[:n])
+                    fo.write(buf[:n])
+                    left -= n
+            if h.hexdigest() != digest:
+                return 0.0, 0, f"{dest}: sha256 mismatch", 0.0
+            got += dest.stat().st_size
+        return time.monotonic() - t, got, "", cpu_self() - c
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def machine_cpu() -> tuple[float, float, float]:
     """(busy, kernel, iowait) seconds of the whole machine so far, from /proc/stat: busy is user,
     nice, system, irq, softirq and steal; kernel is system + irq + softirq."""
@@ -143,7 +195,7 @@ def machine_cpu() -> tuple[float, float, float]:
             iowait / tick)
 
 
-def run_wave(n: int, fn: Callable[[Any], tuple[float, int, str, float]], make: Callable[[Any], Any],
+def run_wave(n: int, fn: NodeFn, make: Make,
              server: tuple[int, ...] | list[int] = ()) -> dict[str, Any]:
     # each wave writes N x 121 MiB; the previous wave's writeback is finished before this one starts
     # (unmeasured), so it does not compete with whichever wave comes next
@@ -182,14 +234,15 @@ def main() -> int:
                     default=Path(os.environ.get("NODEPREP_TEST_CACHE", "/var/cache/nodeprep-tests")))
     ap.add_argument("--nodes", default="1,8,32")
     ap.add_argument("--work", type=Path, default=None, help="Temporary roots (default: a temp dir).")
-    ap.add_argument("--stores", default="http,registry,redirect")
+    ap.add_argument("--stores", default="http,socket,registry,redirect",
+                    help="Some of http, socket (the reference reader), registry, redirect.")
     ap.add_argument("--rounds", type=int, default=3,
                     help="Interleaved rounds per store and N (limit, store, limit); medians are printed.")
     args = ap.parse_args()
     counts = [int(x) for x in args.nodes.split(",")]
     stores = args.stores.split(",")
-    if not stores or set(stores) - {"http", "registry", "redirect"}:
-        sys.exit(f"--stores: {args.stores!r}: give some of http, registry, redirect")
+    if not stores or set(stores) - {"http", "socket", "registry", "redirect"}:
+        sys.exit(f"--stores: {args.stores!r}: give some of http, socket, registry, redirect")
 
     from tests.support.nginx import start_nginx
     from tests.support.realbuild import ensure_real_build
@@ -213,7 +266,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="nodeprep-bench-store-", dir=args.work))
     servers: list[Any] = []  # every started server (nginx, registries), stopped at the end
     try:
-        locations: dict[str, tuple[str, Any, list[int]]] = {}
+        # name -> (what one node runs, its arguments, the server pids, whether it counts for the goal)
+        locations: dict[str, tuple[NodeFn, Make, list[int], bool]] = {}
+
+        def fetching(location: str, options: Any) -> Make:
+            return lambda b: (location, options, build.driver_version, build.kernel_release, str(roots), b)
 
         def publish(registry: Any, key: str) -> tuple[str, Any]:
             auth = write_auth_file(work / f"auth-{key}.json", registry.host)
@@ -222,26 +279,32 @@ def main() -> int:
             oci.publish_directory(oci.connect(location, options, push=True), store_dir)
             return location, options
 
-        if "http" in stores:
+        roots = work / "roots"
+        roots.mkdir()
+        if "http" in stores or "socket" in stores:
             web = start_nginx(work / "nginx", store_dir)
             servers.append(web)
             assert web.proc is not None
-            locations["http (nginx)"] = (web.url, oci.Options(), [web.proc.pid])
+        if "http" in stores:
+            locations["http (nginx)"] = (_node, fetching(web.url, oci.Options()), [web.proc.pid], True)
+        if "socket" in stores:
+            locations["reference: nginx to a bare-socket reader"] = (
+                _socket_node, lambda b, port=web.port: (port, [us.name, km.name], digests, [us.size, km.size],
+                                                        str(roots), b),
+                [web.proc.pid], False)
         if "registry" in stores:
             registry = start_registry(work / "registry")
             servers.append(registry)
             location, options = publish(registry, "registry")
             assert registry.proc is not None
-            locations["registry (TLS+auth)"] = (location, options, [registry.proc.pid])
+            locations["registry (TLS+auth)"] = (_node, fetching(location, options), [registry.proc.pid], True)
         if "redirect" in stores:
             registry, web = start_redirecting_registry(work / "redirect", access_log=False)
             servers += [registry, web]
             location, options = publish(registry, "redirect")
             assert registry.proc is not None and web.proc is not None
             locations["registry (TLS+auth, blobs redirected to nginx)"] = (
-                location, options, [registry.proc.pid, web.proc.pid])
-        roots = work / "roots"
-        roots.mkdir()
+                _node, fetching(location, options), [registry.proc.pid, web.proc.pid], True)
         print(f"per node: {per_node / 2**20:.1f} MiB ({us.name}, {km.name}); cores: {os.cpu_count()}")
         print(f"load average before: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
               f"{os.getloadavg()[2]:.1f}")
@@ -260,7 +323,7 @@ def main() -> int:
             return float(res["mib_s"])
 
         for n in counts:
-            for name, (loc, opts, pids) in locations.items():
+            for name, (node, make, pids, counts_for_goal) in locations.items():
                 rates, limits, ratios, times, failures, errors = [], [], [], [], 0, []
                 node_cpu, server_cpu, machine = [], [], []
                 limit_cpu.clear()
@@ -268,8 +331,7 @@ def main() -> int:
                 for _ in range(args.rounds):
                     # the limit right before and right after the store's wave (the machine is shared)
                     before = limit_now(n)
-                    res = run_wave(n, _node, lambda b, loc=loc, opts=opts: (
-                        loc, opts, build.driver_version, build.kernel_release, str(roots), b), pids)
+                    res = run_wave(n, node, make, pids)
                     node_cpu.append(res["node_cpu"])
                     server_cpu.append(res["server_cpu"])
                     machine.append(res["machine"])
@@ -293,7 +355,7 @@ def main() -> int:
                       f"(kernel {kernel:.2f} vs {l_kernel:.2f}), iowait {iowait:.2f} vs {l_iowait:.2f}")
                 for err in errors[:3]:
                     print(f"    failure: {err}")
-                if n == max(counts):
+                if n == max(counts) and counts_for_goal:
                     verdict = f"{name}: {ratio:.0%} of the limit at N={n}, {failures} failures"
                     (missed if ratio < GOAL or failures else met).append(verdict)
         print(f"load average after: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} "
