@@ -30,8 +30,10 @@ Printed per store and N (medians of --rounds interleaved rounds): aggregate MiB/
 ratio, per-node p50/p99 fetch time over all rounds, failures, and where the CPU went: seconds per
 GiB delivered of the nodes, of each server process (with its workers, from /proc; registry+nginx
 for the redirect row) and of the limit's copy; on a second line the whole machine's CPU per GiB in
-the store's wave and in the limit's (/proc/stat: busy, of which kernel, and iowait); the load
-average before and after. Goal: at the
+the store's wave and in the limit's (/proc/stat: busy, of which kernel, and iowait); on a third the
+ratio the servers' own CPU allows at most while they share the nodes' cores (limit busy / (limit
+busy + server CPU): what a client no dearer than the limit's copy would reach); the load average
+before and after. Goal: at the
 largest N (32 by default), aggregate >= 70 % of the limit and no failure, for every store; the last
 line names the stores that met it and those that missed it (exit 1 when one missed).
 """
@@ -353,6 +355,11 @@ def main() -> int:
                 l_busy, l_kernel, l_iowait = (statistics.median(c) for c in zip(*limit_machine, strict=True))
                 print(f"{'':<{width}}    machine CPU s/GiB, store vs limit: busy {busy:.2f} vs {l_busy:.2f} "
                       f"(kernel {kernel:.2f} vs {l_kernel:.2f}), iowait {iowait:.2f} vs {l_iowait:.2f}")
+                # the servers share the nodes' cores here: with a client no dearer than the limit's
+                # copy, the servers' own CPU per GiB would still hold the ratio at or below this
+                served = sum(statistics.median(c) for c in zip(*server_cpu, strict=True))
+                print(f"{'':<{width}}    servers' own CPU on the same cores caps this row at "
+                      f"{l_busy / (l_busy + served):.0%} (limit busy / (limit busy + server CPU))")
                 for err in errors[:3]:
                     print(f"    failure: {err}")
                 if n == max(counts) and counts_for_goal:
