@@ -2,7 +2,7 @@
 """Benchmark: build-driver against a raw `make` of the same modules, plus the cache-hit time.
 
     python3 bench/build.py [--cache DIR] [--jobs N] [--driver V] [--kernel R] [--os OS] [--flavour F]
-    python3 bench/build.py --cell NAME   (a cell of docs/build.md's support table, e.g. debian13-open)
+    python3 bench/build.py --cell NAME   (a cell of docs/build.md's support table, e.g. debian13-tesla)
 
 In one run, on the same extracted inputs (downloads and the build root already cached; a first
 normal build is made if needed, not timed), --rounds pairs of raw and ours, interleaved with the

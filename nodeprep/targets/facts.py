@@ -50,8 +50,9 @@ KERNEL_LIMITS: tuple[KernelLimit, ...] = (
     # Seen compiling 550.163.01 (open) against Debian 13's 6.12.107+deb13-amd64 and later
     # (tests/slow/builder/test_real_build_trixie.py, docs/build.md "Target OSes"): 6.12.107 backported
     # the pci_resize_resource() change that added an argument, and nv-pci.c:237 fails with "too few
-    # arguments to function 'pci_resize_resource'"; 6.12.94 is the newest trixie kernel it builds
-    # against. nv-pci.c belongs to the kernel interface layer, the same file in both flavours' trees.
+    # arguments to function 'pci_resize_resource'"; 6.12.94 was the newest trixie kernel it built
+    # against, and has left the archive since. nv-pci.c belongs to the kernel interface layer, the
+    # same file in both flavours' trees.
     KernelLimit(
         driver="550.163.01",
         flavours=("proprietary", "open"),

@@ -89,11 +89,13 @@ def _locked_build(cache: Path, cell: str, request) -> RealBuild:  # type: ignore
 
 # The new cells of issue 13, each built once per cache into its own store (same flock discipline).
 CELLS = {
-    # Not trixie's current default kernel: 6.12.107 and later changed pci_resize_resource() (a new
-    # argument), which 550.163.01's nv-pci.c does not know ("too few arguments to function
-    # 'pci_resize_resource'"); 6.12.94 is the newest trixie kernel it builds against.
-    "debian13-open": dict(
-        driver="550.163.01", flavour="open", os_name="debian-13", kernel="6.12.94+deb13-amd64"
+    # Trixie's datacenter branch (nvidia-tesla-535, 535.274.02) for its newest kernel. Trixie's
+    # 550.163.01, open and proprietary alike, builds for no kernel trixie serves any more: 6.12.107
+    # and later changed pci_resize_resource() (a new argument), which its nv-pci.c does not know
+    # ("too few arguments to function 'pci_resize_resource'"), and 6.12.94, the newest it built
+    # against (this cell's kernel until 2026-11), has left the archive. 535.274.02 handles it.
+    "debian13-tesla": dict(
+        driver="535.274.02", flavour="proprietary", os_name="debian-13", kernel="6.12.117+deb13-amd64"
     ),
     # Not Debian 12's current default kernel: 6.1.0-53 (6.1.187) and later carry the backported
     # pci_resize_resource() change, which 535.261.03's open nv-pci.c does not know ("too few

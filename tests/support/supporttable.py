@@ -33,7 +33,7 @@ END = "<!-- support-table:end -->"
 COLUMNS = ("OS", "kernel", "compiler", "driver", "flavour", "smoke test", "artifact", "build time")
 UNCHECKED = ("build time",)  # varies with the machine and its load; see the module docstring
 # The cells in table order: the shared debian-12 build, then tests/support/realbuild.py CELLS.
-CELL_ORDER = (SHARED, "debian12-open", "debian12-backports", "debian13-open")
+CELL_ORDER = (SHARED, "debian12-open", "debian12-backports", "debian13-tesla")
 
 
 def cell_dir(cache: Path, cell: str) -> Path:

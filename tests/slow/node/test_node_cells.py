@@ -1,5 +1,5 @@
 """The new real cells installed on nodes of their own OS: a Debian 13 (trixie) root gets the
-debian-13 open artifacts and its own ldconfig and `nodeprep doctor --root` resolve into the versioned
+debian-13 artifacts (tesla-535) and its own ldconfig and `nodeprep doctor --root` resolve into the versioned
 root; a Debian 12 root booted on a bookworm-backports kernel gets the backports artifact, and the 6.1
 build is refused there. The roots are real (mmdebstrap minbase, cached as tarballs); the kernels'
 module trees are Debian's own packages (the smoke tier's kernel cache)."""
@@ -50,10 +50,10 @@ def install(store: Path, root: Path, driver: str, kernel: str) -> object:
                "--activate", "--json")
 
 
-def test_trixie_root_gets_the_debian13_open_artifacts(
+def test_trixie_root_gets_the_debian13_artifacts(
     test_cache: Path, trixie_tar: Path, tmp_path: Path
 ) -> None:
-    cell = ensure_cell(test_cache, "debian13-open", userspace=True)
+    cell = ensure_cell(test_cache, "debian13-tesla", userspace=True)
     version, rel = cell.driver_version, cell.kernel_release
     root = unpack(trixie_tar, tmp_path / "root")
     assert "trixie" in (root / "etc" / "os-release").read_text()
@@ -64,7 +64,7 @@ def test_trixie_root_gets_the_debian13_open_artifacts(
 
     ko = f"/lib/modules/{rel}/updates/nodeprep/nvidia.ko"
     assert resolve(root, ko) == f"/opt/nvidia/{version}/modules/{rel}/nvidia.ko"
-    assert run(["modinfo", "-F", "license", root / ko.lstrip("/")]).stdout.strip() == "Dual MIT/GPL"
+    assert run(["modinfo", "-F", "license", root / ko.lstrip("/")]).stdout.strip() == "NVIDIA"
     assert run(["modinfo", "-F", "vermagic", root / ko.lstrip("/")]).stdout.split()[0] == rel
     # trixie's own ldconfig (in the root) resolves the driver's libraries into the versioned root
     cache = ldcache(root)
