@@ -41,6 +41,7 @@ line names the stores that met it and those that missed it (exit 1 when one miss
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -120,71 +121,82 @@ def _node(args: tuple[str, Any, str, str, str, Any]) -> Result:
         shutil.rmtree(root, ignore_errors=True)
 
 
+Writer = Callable[[Path, Any], str]  # fills a file and a sha256 object; "" or what went wrong
+
+
+def _into_root(prefix: str, work: str, barrier: Any, jobs: list[tuple[str, str, Writer]]) -> Result:
+    """One node's files into its own root after the wave's barrier, each written by its writer
+    and checked against its sha256: (seconds, bytes, error, CPU s)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=work))
+    try:
+        barrier.wait()
+        t, c = time.monotonic(), cpu_self()
+        got = 0
+        for name, digest, write in jobs:
+            dest = root / name
+            h = hashlib.sha256()
+            error = write(dest, h)
+            if error:
+                return 0.0, 0, error, 0.0
+            if h.hexdigest() != digest:
+                return 0.0, 0, f"{dest}: sha256 mismatch", 0.0
+            got += dest.stat().st_size
+        return time.monotonic() - t, got, "", cpu_self() - c
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _copy_file(src: str, dest: Path, h: Any) -> str:
+    with open(src, "rb") as fi, open(dest, "wb") as fo:
+        for chunk in iter(lambda: fi.read(1 << 18), b""):
+            h.update(chunk)
+            fo.write(chunk)
+    return ""
+
+
 def _copy_node(args: tuple[list[str], list[str], str, Any]) -> Result:
     """The limit: copy the same files from page cache into an own root, hashing them on the way
     (sha256, as the fetch path does while it downloads)."""
     files, digests, work, barrier = args
-    root = Path(tempfile.mkdtemp(prefix="copy-", dir=work))
-    try:
-        barrier.wait()
-        t, c = time.monotonic(), cpu_self()
-        got = 0
-        for src, digest in zip(files, digests, strict=True):
-            dest = root / Path(src).name
-            h = hashlib.sha256()
-            with open(src, "rb") as fi, open(dest, "wb") as fo:
-                for chunk in iter(lambda: fi.read(1 << 18), b""):  # noqa: B023
-                    h.update(chunk)
-                    fo.write(chunk)
-            if h.hexdigest() != digest:
-                return 0.0, 0, f"{dest}: sha256 mismatch", 0.0
-            got += dest.stat().st_size
-        return time.monotonic() - t, got, "", cpu_self() - c
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return _into_root("copy-", work, barrier, [
+        (Path(src).name, digest, functools.partial(_copy_file, src))
+        for src, digest in zip(files, digests, strict=True)])
 
 
-def _socket_node(args: tuple[int, list[str], list[str], list[int], str, Any]
-                 ) -> Result:
+def _get_over_socket(port: int, path: str, size: int, buf: memoryview, dest: Path, h: Any) -> str:
+    """GET /path from 127.0.0.1:port on a plain socket, the body read into `buf` and written."""
+    with socket.create_connection(("127.0.0.1", port)) as sock, open(dest, "wb") as fo:
+        sock.sendall(f"GET /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            more = sock.recv(65536)
+            if not more:
+                return f"{path}: connection closed in the headers"
+            head += more
+        head, body = head.split(b"\r\n\r\n", 1)
+        if not head.startswith(b"HTTP/1.1 200"):
+            return f"{path}: {head.splitlines()[0].decode()}"
+        h.update(body)
+        fo.write(body)
+        left = size - len(body)
+        while left > 0:
+            n = sock.recv_into(buf[:min(len(buf), left)])
+            if not n:
+                return f"{path}: connection closed with {left} bytes to come"
+            h.update(buf[:n])
+            fo.write(buf[:n])
+            left -= n
+    return ""
+
+
+def _socket_node(args: tuple[int, list[str], list[str], list[int], str, Any]) -> Result:
     """The reference: the same files from nginx through a bare socket into an own root (blocking
     reads into one buffer, sha256, write), to set nodeprep's HTTP path beside loopback TCP itself."""
     port, paths, digests, sizes, work, barrier = args
-    root = Path(tempfile.mkdtemp(prefix="socket-", dir=work))
     buf = memoryview(bytearray(CHUNK))
-    try:
-        barrier.wait()
-        t, c = time.monotonic(), cpu_self()
-        got = 0
-        for path, digest, size in zip(paths, digests, sizes, strict=True):
-            dest = root / Path(path).name
-            h = hashlib.sha256()
-            with socket.create_connection(("127.0.0.1", port)) as sock, open(dest, "wb") as fo:
-                sock.sendall(f"GET /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    more = sock.recv(65536)
-                    if not more:
-                        return 0.0, 0, f"{path}: connection closed in the headers", 0.0
-                    head += more
-                head, body = head.split(b"\r\n\r\n", 1)
-                if not head.startswith(b"HTTP/1.1 200"):
-                    return 0.0, 0, f"{path}: {head.splitlines()[0].decode()}", 0.0
-                h.update(body)
-                fo.write(body)
-                left = size - len(body)
-                while left > 0:
-                    n = sock.recv_into(buf[:min(CHUNK, left)])
-                    if not n:
-                        return 0.0, 0, f"{path}: connection closed with {left} bytes to come", 0.0
-                    h.update(buf[:n])
-                    fo.write(buf[:n])
-                    left -= n
-            if h.hexdigest() != digest:
-                return 0.0, 0, f"{dest}: sha256 mismatch", 0.0
-            got += dest.stat().st_size
-        return time.monotonic() - t, got, "", cpu_self() - c
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return _into_root("socket-", work, barrier, [
+        (path, digest, functools.partial(_get_over_socket, port, path, size, buf))
+        for path, digest, size in zip(paths, digests, sizes, strict=True)])
 
 
 def machine_cpu() -> tuple[float, float, float]:
