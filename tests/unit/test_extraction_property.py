@@ -28,6 +28,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -145,33 +146,85 @@ def snapshot(top: Path, skip: Path) -> dict[str, tuple[int, int, str]]:
     return out
 
 
-def _inside(path: str, dest: Path) -> bool:
-    return os.path.commonpath([path, str(dest)]) == str(dest)
+def _entries(dest: Path) -> Iterator[tuple[str, os.stat_result, int, str]]:
+    """(path relative to dest, lstat, its directory's fd, its name) of everything under `dest`, by
+    directory fds: an accepted name may be close to PATH_MAX, so dest's absolute path joined to it
+    can be longer than the kernel takes."""
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(dest):
+        for n in dirnames + filenames:
+            rel = os.path.relpath(os.path.join(dirpath, n), dest)
+            yield rel, os.stat(n, dir_fd=dirfd, follow_symlinks=False), dirfd, n
+
+
+def _read(dirfd: int, name: str) -> bytes:
+    with os.fdopen(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dirfd), "rb") as f:
+        return f.read()
+
+
+def _resolves_inside(dest: Path, rel: str) -> bool:
+    """Whether `rel` resolves inside `dest`, links followed one component at a time by directory fds
+    as the kernel does (no absolute path is formed); past a missing component the rest is taken
+    lexically, as os.path.realpath does."""
+    todo = rel.split("/")
+    fds = [os.open(dest, os.O_RDONLY | os.O_DIRECTORY)]
+    hops = 0
+    try:
+        while todo:
+            c = todo.pop(0)
+            if c in ("", "."):
+                continue
+            if c == "..":
+                if len(fds) == 1:
+                    return False
+                os.close(fds.pop())
+                continue
+            try:
+                st_ = os.stat(c, dir_fd=fds[-1], follow_symlinks=False)
+            except FileNotFoundError:
+                level = len(fds) - 1
+                for rest in [c, *todo]:
+                    level += -1 if rest == ".." else 0 if rest in ("", ".") else 1
+                    if level < 0:
+                        return False
+                return True
+            if stat.S_ISLNK(st_.st_mode):
+                hops += 1
+                target = os.readlink(c, dir_fd=fds[-1])
+                if target.startswith("/"):
+                    return False
+                if hops > 40:  # a loop: the kernel gives up (ELOOP), nothing is reached through it
+                    return True
+                todo = target.split("/") + todo
+            elif stat.S_ISDIR(st_.st_mode):
+                fds.append(os.open(c, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+            else:
+                return True  # a file: nothing lies below it (ENOTDIR)
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def check_dest(dest: Path, manifest: artifact.Manifest) -> None:
     files = manifest.files
     dirs = {"/".join(n.split("/")[:i]) for n in files for i in range(1, n.count("/") + 1)}
     found: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(dest):
-        for n in dirnames + filenames:
-            p = Path(dirpath, n)
-            rel = str(p.relative_to(dest))
-            st_ = p.lstat()
-            if rel == artifact.MANIFEST:
-                assert artifact.Manifest.from_json(p.read_bytes()) == manifest
-                continue
-            if stat.S_ISDIR(st_.st_mode):
-                assert rel in dirs, rel
-                continue
-            entry = files[rel]
-            found.add(rel)
-            if stat.S_ISLNK(st_.st_mode):
-                assert os.readlink(p) == entry.target
-                assert _inside(os.path.realpath(p), dest), (rel, os.path.realpath(p))
-            else:
-                assert stat.S_ISREG(st_.st_mode) and entry.target is None, rel
-                assert artifact.sha256_file(p) == entry.sha256 and stat.S_IMODE(st_.st_mode) == entry.mode
+    for rel, st_, dirfd, name in _entries(dest):
+        if rel == artifact.MANIFEST:
+            assert artifact.Manifest.from_json(_read(dirfd, name)) == manifest
+            continue
+        if stat.S_ISDIR(st_.st_mode):
+            assert rel in dirs, rel
+            continue
+        entry = files[rel]
+        found.add(rel)
+        if stat.S_ISLNK(st_.st_mode):
+            assert os.readlink(name, dir_fd=dirfd) == entry.target
+            assert _resolves_inside(dest, rel), rel
+        else:
+            assert stat.S_ISREG(st_.st_mode) and entry.target is None, rel
+            assert hashlib.sha256(_read(dirfd, name)).hexdigest() == entry.sha256, rel
+            assert stat.S_IMODE(st_.st_mode) == entry.mode, rel
     assert found == set(files)
 
 
