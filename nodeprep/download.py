@@ -380,8 +380,8 @@ def _resumes_at(resp: Any, have: int) -> bool:
 def _total(resp: Any, have: int, size: int | None) -> int | None:
     if size is not None:
         return size
-    length = resp.headers.get("Content-Length", "")
-    return int(length) + have if length.isdigit() else None
+    length = _content_length(resp)
+    return length + have if length is not None else None
 
 
 def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
@@ -399,9 +399,8 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
 
     import urllib3.exceptions
 
-    length = resp.headers.get("Content-Length", "")
-    size = int(length) if length.isdigit() else 0
-    buf = memoryview(bytearray(size if 0 < size < READ_CHUNK else READ_CHUNK))  # a manifest: its size
+    size = _content_length(resp) or READ_CHUNK
+    buf = memoryview(bytearray(min(size, READ_CHUNK)))  # a manifest: its own size
     while True:
         try:
             n = fp.readinto(buf)
@@ -418,6 +417,11 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
         yield buf[:n]
 
 
+def _content_length(resp: Any) -> int | None:
+    length = resp.headers.get("Content-Length", "")
+    return int(length) if length.isdigit() else None
+
+
 def _encoded(resp: Any) -> bool:
     return resp.headers.get("Content-Encoding", "").strip().lower() not in ("", "identity")
 
@@ -425,9 +429,9 @@ def _encoded(resp: Any) -> bool:
 def _check_length(resp: Any, done: int, have: int) -> None:
     if _encoded(resp):
         return  # Content-Length counts the encoded bytes, `done` the decoded ones
-    length = resp.headers.get("Content-Length", "")
-    if length.isdigit() and done - have < int(length):
-        raise _Retry(f"connection closed at byte {done} (expected {int(length) + have})")
+    length = _content_length(resp)
+    if length is not None and done - have < length:
+        raise _Retry(f"connection closed at byte {done} (expected {length + have})")
 
 
 def _check_deadline(policy: Policy, deadline_at: float, what: str) -> None:
