@@ -248,6 +248,10 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     problem = getattr(e, "problem", None) or str(e).splitlines()[0]
     if isinstance(e, yaml.constructor.ConstructorError) and "constructor for the tag" in problem:
         problem = problem.replace("could not determine a constructor for the tag", "tag not allowed:")
+    if "nesting depth" in problem:
+        # libyaml's own depth limit (PyYAML >= 6.0.3 wheels) can refuse a deep flow collection in
+        # its scanner before the composer's MAX_DEPTH sees it: the same refusal, one wording.
+        problem = f"nested deeper than {MAX_DEPTH} levels"
     return f"{where}{problem}" if problem.startswith(("duplicate key", "nested", "expands")) \
         else f"{where}not valid YAML ({problem})"
 

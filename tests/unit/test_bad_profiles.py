@@ -25,6 +25,8 @@ import pytest
 from click.testing import Result
 
 from nodeprep.cli import main
+from nodeprep.errors import InputFileError
+from nodeprep.yamlinput import MAX_DEPTH, parse_yaml
 from tests.support.clirunner import separate_stderr
 
 DATA = Path(__file__).parent / "data" / "bad-profiles"
@@ -155,3 +157,15 @@ def test_byte_order_marked_profile_is_accepted(tmp_path: Path, encoding: str) ->
     result = _invoke(["profile", "check", "--profile", str(profile), "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["driver"]["version"] == "550.90.07"
+
+
+@pytest.mark.parametrize("depth", [65, 999, 1001, 3000, 20000])
+@pytest.mark.parametrize("shape", ["[", "{a: "])
+def test_deep_nesting_is_one_refusal_whichever_layer_refuses(shape: str, depth: int) -> None:
+    """libyaml (PyYAML >= 6.0.3 wheels) has a depth limit of its own in its scanner and can refuse a
+    deep flow collection before the composer's MAX_DEPTH does: the outcome is the same refusal at
+    every depth past the limit, whichever layer stops it."""
+    close = "]" if shape == "[" else "}"
+    with pytest.raises(InputFileError) as exc:
+        parse_yaml("driver: " + shape * depth + close * depth, source="deep.yaml")
+    assert str(exc.value) == f"deep.yaml: line 1: nested deeper than {MAX_DEPTH} levels"

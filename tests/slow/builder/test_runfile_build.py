@@ -206,6 +206,10 @@ def test_compile_error_shows_compiler_lines_and_log(real_build, http_dir, tmp_pa
     assert leftovers(real_build.cache) == []
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_interrupt_mid_build_leaves_nothing_behind(real_build, http_dir, tmp_path):
     www, base = http_dir
     run = tiny_runfile(www, "999.01.04", slow=True)
@@ -218,6 +222,9 @@ def test_interrupt_mid_build_leaves_nothing_behind(real_build, http_dir, tmp_pat
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stderr=subprocess.PIPE,
         text=True,
+        # A suite run as a background job inherits an ignored SIGINT (the shell's doing) and so
+        # would the build: the child gets the default disposition a terminal's Ctrl-C meets.
+        preexec_fn=_default_sigint,
     )
     assert proc.stderr is not None
     seen = []
