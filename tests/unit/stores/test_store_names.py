@@ -180,3 +180,30 @@ def test_artifacts_list_https_honours_ca_file(good_store: Path, tmp_path: Path) 
         assert listed == sorted(e["name"] for e in raw_entries(good_store))
         r = invoke("artifacts", "list", url + "/")  # the system's CAs do not know the test CA
         assert r.exit_code != 0 and "TLS" in error_line(r)
+
+
+def test_ansible_modules_refuse_a_path_name(good_store: Path, tmp_path: Path) -> None:
+    """The front-ends read stores through the same reader: the nodeprep_driver module (check mode and
+    run) over http and nodeprep_build's check mode on a directory store fail the task, exit code 2,
+    with the index field named, and nothing is written."""
+    from tests.unit.fleet.test_module_sequence import module
+
+    store = copy_store(good_store, tmp_path / "s")
+    entries = raw_entries(store)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    userspace_of(entries)["name"] = str(victim)
+    write_index(store, entries)
+    root = tmp_path / "root"
+    root.mkdir()
+    with serve_directory(store) as url:
+        args = {"root": str(root), "version": V, "store": url + "/", "kernel": KERNEL}
+        for check in (True, False):
+            status, result = module("nodeprep_driver", args, check=check)
+            assert status == "FAILED!" and result["exit_code"] == 2, result
+            assert "].name: " in str(result["msg"]) and "never paths" in str(result["msg"])
+    build = {"driver": V, "kernel": KERNEL, "store": str(store), "cache": str(tmp_path / "cache")}
+    status, result = module("nodeprep_build", build, check=True)
+    assert status == "FAILED!" and result["exit_code"] == 2 and "].name: " in str(result["msg"]), result
+    assert victim.read_text() == "precious\n"
+    assert not (root / "opt").exists() and not (root / "var/cache/nodeprep").exists()
