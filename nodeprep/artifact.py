@@ -416,7 +416,7 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 TOKEN_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # an index's arch and os
 MAX_INDEX = 64 << 20  # bytes of an index.json, read from a directory or over the network alike
 MAX_VERMAGIC = 1024
-_ENTRY_FIELDS = {f: IndexEntry.__dataclass_fields__[f] for f in IndexEntry.__dataclass_fields__}
+_ENTRY_FIELDS = tuple(IndexEntry.__dataclass_fields__)
 _OPTIONAL = {"flavour", "kernel_release", "vermagic"}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import download
-from ..artifact import INDEX, IndexEntry, file_name, parse_index, read_index, sha256_listed
+from ..artifact import INDEX, MAX_INDEX, IndexEntry, file_name, parse_index, read_index, sha256_listed
 from ..errors import ChecksumError, InputError
 from ..urls import has_userinfo, redact_url
 from . import is_oci
@@ -67,7 +67,8 @@ class Store:
             if entries is None:
                 raise InputError(f"--store: {local / INDEX} not found (not an artifact store)")
             return entries
-        raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers())
+        raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers(),
+                                   limit=MAX_INDEX)
         return parse_index(raw, source=redact_url(self.index_url()))
 
     def fetch(self, entry: IndexEntry, cache_dir: Path) -> Path:
