@@ -207,3 +207,33 @@ def test_ansible_modules_refuse_a_path_name(good_store: Path, tmp_path: Path) ->
     assert status == "FAILED!" and result["exit_code"] == 2 and "].name: " in str(result["msg"]), result
     assert victim.read_text() == "precious\n"
     assert not (root / "opt").exists() and not (root / "var/cache/nodeprep").exists()
+
+
+def test_kernel_hook_refuses_a_path_name(tmp_path: Path) -> None:
+    """The kernel hook installs through the same reader: an http store whose kmod entry for the new
+    kernel is named by a victim's path (the bytes served there, with their sha256 and size) is one
+    loud line, and the victim keeps its bytes."""
+    from nodeprep.node import kernelhook
+    from tests.unit.node.test_kernel_hook import K_NEW, node_root
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    store = tmp_path / "store"
+    bytes_ = b"attacker's kmod\n"
+    (store / str(victim).lstrip("/")).parent.mkdir(parents=True)
+    (store / str(victim).lstrip("/")).write_bytes(bytes_)
+    common = {"driver_version": V, "arch": "amd64", "os": "debian-12", "size": len(bytes_),
+              "sha256": artifact.sha256_bytes(bytes_), "input_digest": "0" * 64}
+    write_index(store, [
+        {**common, "name": str(victim), "kind": "kmod", "flavour": "proprietary", "kernel_release": K_NEW,
+         "vermagic": f"{K_NEW} SMP"},
+        {**common, "name": f"nvidia-userspace-{V}-amd64.tar.zst", "kind": "userspace"}])
+    with serve_directory(store) as url:
+        root = node_root(tmp_path, store=url + "/", keep=False)
+        before = tree(root)
+        r = invoke("kernel-hook", "postinst", K_NEW, "--root", str(root))
+    assert victim.read_text() == "precious\n"
+    assert r.exit_code == 1
+    [line] = r.output.splitlines()
+    assert line.startswith(f"{kernelhook.LOUD} {K_NEW}: ") and "artifacts[0].name: " in line, line
+    assert tree(root) == before
