@@ -1,11 +1,13 @@
 """Reading a store, whatever it is: a directory, file:// or http(s):// base URL with index.json, or
-an OCI registry repository (`oci://`, nodeprep/stores/oci.py). One reader for install, the kernel
-hook, `artifacts list|verify|push`, build-matrix and the front-ends.
+an OCI registry repository (`oci://`, nodeprep/stores/oci.py): install, the kernel hook, bootstrap,
+the Ansible driver module and `artifacts list` read every store through `Store`. A directory store is
+read by `artifact.read_index`/`sha256_listed`, which `Store`, `LocalStore` (build-driver,
+build-matrix, the build module), `artifacts verify` and `artifacts push` share.
 
 A store's names are data, never paths: every index entry is type-checked and its name must be the
 single file name its fields give (artifact.parse_index). A directory store's index and artifacts are
 opened as regular files without following a symbolic link; a download is written as
-`<cache_dir>/<validated name>` and nowhere else.
+`<cache_dir>/<validated name>` (`cache_path`) and nowhere else.
 
 Every artifact is checked twice: its sha256 against the store index (here), and each file inside
 against the artifact's manifest (artifact.extract). A registry adds a third check: each manifest
