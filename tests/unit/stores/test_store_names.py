@@ -237,3 +237,21 @@ def test_kernel_hook_refuses_a_path_name(tmp_path: Path) -> None:
     [line] = r.output.splitlines()
     assert line.startswith(f"{kernelhook.LOUD} {K_NEW}: ") and "artifacts[0].name: " in line, line
     assert tree(root) == before
+
+
+def test_links_planted_in_the_download_cache_are_not_followed(good_store: Path, tmp_path: Path) -> None:
+    """A root (an image) may hold links where install keeps its downloads: `<name>.part` and `<name>`
+    pointing at a victim. The download neither writes through nor reuses them; install succeeds."""
+    root = tmp_path / "root"
+    cache = root / "var/cache/nodeprep"
+    cache.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for e in raw_entries(good_store):
+        (cache / (e["name"] + ".part")).symlink_to(victim)
+        (cache / e["name"]).symlink_to(victim)
+    with serve_directory(good_store) as url:
+        r = install(url + "/", root)
+    assert r.exit_code == 0, r.output
+    assert victim.read_text() == "precious\n"
+    assert (root / "opt/nvidia" / V / "manifest.json").is_file()
