@@ -66,8 +66,8 @@ use_venv()
 import requests  # noqa: E402,F401  loaded before the nodes fork: they measure fetching, not importing
 
 from nodeprep import artifact  # noqa: E402
-from nodeprep.node.store import Store  # noqa: E402
 from nodeprep.stores import oci  # noqa: E402
+from nodeprep.stores.store import Store  # noqa: E402
 
 GOAL = 0.70
 CHUNK = 1 << 20

@@ -32,8 +32,10 @@ from typing import Any, Literal
 
 import zstandard
 
+from . import sysfs
 from .errors import ArtifactError, ChecksumError, InputError
 from .safetar import LIMITS, MANIFEST, Beneath, Limits, MemberRules, link_problem
+from .vocab import FLAVOURS
 
 FORMAT_VERSION = 1
 INDEX = "index.json"
@@ -45,6 +47,7 @@ CHUNK = 1 << 20
 
 Kind = Literal["kmod", "userspace"]
 DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
+KERNEL_RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
 
 
 def sha256_file(path: Path) -> str:
@@ -409,14 +412,133 @@ class IndexEntry:
                    kernel_release=manifest.kernel_release, vermagic=manifest.vermagic)
 
 
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+TOKEN_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # an index's arch and os
+MAX_INDEX = 64 << 20  # bytes of an index.json, read from a directory or over the network alike
+MAX_VERMAGIC = 1024
+_ENTRY_FIELDS = tuple(IndexEntry.__dataclass_fields__)
+_OPTIONAL = {"flavour", "kernel_release", "vermagic"}
+
+
+def _shown(value: Any) -> str:
+    """A hostile value in an error line: repr (no newline, no NUL), at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_RULES: dict[str, tuple[Any, str]] = {
+    "name": (lambda v: True, ""),  # checked against the other fields (index_entry)
+    "kind": (lambda v: v in ("kmod", "userspace"), "is not kmod or userspace"),
+    "driver_version": (DRIVER_VERSION_RE.match, "is not a driver version"),
+    "arch": (TOKEN_RE.match, "is not an architecture name"),
+    "os": (TOKEN_RE.match, "is not an OS name"),
+    "sha256": (SHA256_RE.match, "is not a sha256 hex digest"),
+    "input_digest": (SHA256_RE.match, "is not a sha256 hex digest"),
+    "flavour": (lambda v: v in FLAVOURS, f"is not one of {', '.join(FLAVOURS)}"),
+    "kernel_release": (KERNEL_RELEASE_RE.match, "is not a kernel release"),
+    "vermagic": (lambda v: len(v) <= MAX_VERMAGIC and v.isprintable(), "is not a vermagic string"),
+}
+
+
+def _field_problem(key: str, value: Any) -> str | None:
+    """Why `value` is not a valid index field `key` (None: it is)."""
+    if key == "size":
+        return None if type(value) is int and 0 <= value < 1 << 63 else "is not a size in bytes"
+    if value is None:
+        return None if key in _OPTIONAL else "is required"
+    if not isinstance(value, str):
+        return "is not a string"
+    check, why = _RULES[key]
+    return None if check(value) else why
+
+
+def index_entry(item: Any, where: str) -> IndexEntry:
+    """One entry of an index's `artifacts`, every field type-checked; its name must be the one
+    `artifact_name` gives its fields (a single file-name component: names are data, never paths).
+    ArtifactError names the field (`where` is e.g. `index.json: artifacts[3]`)."""
+    if not isinstance(item, dict):
+        raise ArtifactError(f"{where}: not an object")
+    unknown = sorted(str(k) for k in item if k not in _ENTRY_FIELDS)
+    if unknown:
+        raise ArtifactError(f"{where}: unknown field {_shown(unknown[0])}")
+    for key in _ENTRY_FIELDS:
+        problem = _field_problem(key, item.get(key))
+        if problem:
+            raise ArtifactError(f"{where}.{key}: {_shown(item.get(key))} {problem}")
+    entry = IndexEntry(**item)
+    if entry.kind == "kmod" and (entry.flavour is None or entry.kernel_release is None):
+        raise ArtifactError(f"{where}: a kmod entry needs flavour and kernel_release")
+    expected = artifact_name(entry.kind, entry.driver_version, arch=entry.arch, flavour=entry.flavour,
+                             kernel_release=entry.kernel_release)
+    if entry.name != expected:
+        raise ArtifactError(f"{where}.name: {_shown(entry.name)} is not the artifact's name ({expected}); "
+                            f"a store's names are file names, never paths")
+    return entry
+
+
 def parse_index(raw: bytes | str, *, source: str) -> list[IndexEntry]:
+    """The entries of a store index (`index.json`), every field checked (`index_entry`), names
+    unique. ArtifactError (a refused input) for anything else, naming `source` and the field."""
     try:
         data = json.loads(raw)
-        if data.get("format") != FORMAT_VERSION:
-            raise ArtifactError(f"{source}: index format {data.get('format')!r} is not supported")
-        return [IndexEntry(**e) for e in data["artifacts"]]
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise ArtifactError(f"{source}: malformed store index ({e})") from None
+    except (ValueError, RecursionError) as e:
+        raise ArtifactError(f"{source}: malformed store index ({str(e)[:200]})") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{source}: malformed store index (not an object)")
+    if data.get("format") != FORMAT_VERSION or type(data.get("format")) is not int:
+        raise ArtifactError(f"{source}: index format {_shown(data.get('format'))} is not supported")
+    items = data.get("artifacts")
+    if not isinstance(items, list):
+        raise ArtifactError(f"{source}: artifacts: not a list")
+    entries = [index_entry(item, f"{source}: artifacts[{i}]") for i, item in enumerate(items)]
+    seen: set[str] = set()
+    for i, e in enumerate(entries):
+        if e.name in seen:
+            raise ArtifactError(f"{source}: artifacts[{i}].name: {e.name} is listed twice")
+        seen.add(e.name)
+    return entries
+
+
+def read_index(directory: Path) -> list[IndexEntry] | None:
+    """The entries of the directory store's index.json (None when it has none), read as a regular
+    file of at most MAX_INDEX bytes without following a symbolic link."""
+    path = directory / INDEX
+    try:
+        raw = sysfs.read_bytes(path, limit=MAX_INDEX)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except sysfs.UnsafeFile as e:
+        raise ArtifactError(f"{path}: {e.strerror}; a store index must be a regular file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror})") from None
+    return parse_index(raw, source=str(path))
+
+
+def file_name(name: str) -> str:
+    """`name` when it is one plain file-name component (no `/` or NUL, not `.`, `..` or hidden, at
+    most 255 bytes); ArtifactError otherwise. A store's names are data, never paths."""
+    if (not isinstance(name, str) or name.startswith(".") or "/" in name or "\0" in name
+            or not 0 < len(name.encode("utf-8", "surrogateescape")) <= 255):
+        raise ArtifactError(f"{_shown(name)} is not an artifact file name (a store's names are never paths)")
+    return name
+
+
+def sha256_listed(directory: Path, name: str) -> str | None:
+    """sha256 of the artifact file `name` (an index name) of a directory store, opened as a regular
+    file without following a symbolic link; None when there is none. ArtifactError when `name` is
+    not a plain file name or the file is not a regular file."""
+    path = directory / file_name(name)
+    try:
+        fd = sysfs.open_regular(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except sysfs.UnsafeFile as e:
+        raise ArtifactError(f"{path}: {e.strerror}; a store's artifacts must be regular files") from None
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def render_index(entries: Iterable[IndexEntry]) -> bytes:
@@ -456,12 +578,12 @@ class LocalStore:
         return f
 
     def entries(self) -> list[IndexEntry]:
-        index = self.path / INDEX
-        if not index.exists():
+        entries = read_index(self.path)
+        if entries is None:
             if not self.path.is_dir():
                 raise InputError(f"{self.path}: store directory does not exist")
             return []
-        return parse_index(index.read_bytes(), source=str(index))
+        return entries
 
     def lookup(self, name: str) -> IndexEntry | None:
         return next((e for e in self.entries() if e.name == name), None)

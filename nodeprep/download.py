@@ -191,11 +191,12 @@ def download(
     if src is not None:
         sha256 = _check_hex(sha256)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists() and sha256_file(dest) == sha256:
+        if _have(dest, sha256):
             return dest
         if not src.is_file():
             raise InputError(f"{src}: not found")
         part = dest.with_name(dest.name + ".part")
+        part.unlink(missing_ok=True)  # a fresh file, never written through a link left there
         shutil.copyfile(src, part)
         return _finish(part, dest, sha256, redact_url(url))
     policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
@@ -210,9 +211,11 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
     resumes `<dest>.part`; verifies `sha256` (and `size` when known) before the rename."""
     sha256 = _check_hex(sha256)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists() and sha256_file(dest) == sha256:
+    if _have(dest, sha256):
         return dest
     part = dest.with_name(dest.name + ".part")
+    if part.is_symlink():  # never nodeprep's: a .part is a plain file it writes
+        part.unlink()
     cap = policy.byte_cap(size)
     received = [0]
     # sha256 of the first `hashed[0]` bytes of `part`, kept up to date while writing, so the file
@@ -256,7 +259,7 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
             # "wb" truncates a .part being started over; no explicit truncate(): on ext4 a truncate to
             # size 0 makes close() start writing the file back at once (auto_da_alloc), which cost
             # nodes a third of their throughput (docs/fleet.md)
-            with open(part, "ab" if have else "wb") as f:
+            with open(part, "ab" if have else "wb", opener=_no_follow) as f:
                 for chunk in _iter_body(resp, what):
                     digest[0].update(chunk)
                     hashed[0] += len(chunk)
@@ -444,6 +447,16 @@ def _check_hex(sha256: str) -> str:
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
         raise InputError(f"--sha256: {sha256!r} is not a sha256 hex digest (64 hex digits)")
     return sha256
+
+
+def _have(dest: Path, sha256: str) -> bool:
+    """`dest` is already there, a regular file (not a link) with this sha256."""
+    return dest.is_file() and not dest.is_symlink() and sha256_file(dest) == sha256
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """open()'s opener for a download's `.part`: never through a symbolic link left in its place."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o644)
 
 
 def _finish(part: Path, dest: Path, sha256: str, what: str, actual: str | None = None) -> Path:

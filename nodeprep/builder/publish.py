@@ -1,9 +1,13 @@
-"""Packing and publishing: the kmod artifact, store hits, and the user-space artifact.
+"""Packing and publishing: the kmod artifact, store hits, the user-space artifact, and pushing a
+directory store to an OCI registry.
 
     store_hit (same name and input digest, intact file) -> nothing to build.
     otherwise: compiled modules -> payload -> [sign] -> [smoke test] -> manifest -> pack -> publish.
     user space: prebuild_userspace in a thread while the build root is made; publish_userspace at
     the end (reused when current, skipped with a note where its sources are out of reach).
+    registry (`--store oci://…`): the build publishes into a staging directory store under the
+    cache (`staging_target`), which is pushed afterwards (`push`); a container build gets a fresh
+    staging store and the host pushes it (`container_to_registry`), so credentials stay outside.
 
 Everything temporary lives under `<cache>/tmp` and is removed (and unmounted) on any exit.
 """
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__, runner, targets
-from ..artifact import LocalStore, Manifest, artifact_name, pack, read_manifest, sha256_file
+from ..artifact import LocalStore, Manifest, artifact_name, pack, read_manifest, sha256_listed
 from ..errors import ArtifactError, BuildError, InputError, NodeprepError
 from ..log import step, timed
 from ..progress import Phases
@@ -34,11 +38,11 @@ def store_hit(store: LocalStore, name: str, digest: str) -> Path | None:
     """The published `name` when its input digest is `digest` and its file is intact, else None."""
     try:
         entry = store.lookup(name)
-    except InputError:
+        intact = entry is not None and sha256_listed(store.path, name) == entry.sha256
+    except (InputError, ArtifactError):
         return None
-    path = store.path / name
-    if entry and entry.input_digest == digest and path.is_file() and sha256_file(path) == entry.sha256:
-        return path
+    if entry and entry.input_digest == digest and intact:
+        return store.path / name
     return None
 
 
@@ -246,3 +250,54 @@ class _headers_tree:
     def __exit__(self, *exc: object) -> None:
         if self.tmp is not None:
             buildroot.remove_tree(self.tmp)
+
+
+# ---------------------------------------------------------------------------------------------
+# Publishing to an OCI registry
+
+
+def staging_target(store: str, cache: Path, options: Any) -> tuple[Path, str | None]:
+    """(directory the build publishes to, registry location to push it to afterwards or None):
+    a directory `store` is itself; an `oci://` one is built into `<cache>/oci-publish/<repo>`."""
+    from ..stores import is_oci
+
+    if not is_oci(store):
+        return Path(store), None
+    from ..stores.ref import parse_ref
+
+    ref = parse_ref(store, insecure_http=options.insecure_http)
+    if ref.digest:
+        raise InputError(f"--store: {store!r}: a digest pins what nodes read; publish to the repository")
+    safe = f"{ref.host}/{ref.repository}".replace(":", "_")
+    return cache / "oci-publish" / safe, store
+
+
+def push(location: str, staging: Path, names: list[str] | None, options: Any) -> tuple[str, int]:
+    """Push `names` (default: everything) of the directory store `staging` to the registry
+    `location`; returns (the new index digest, how many artifacts)."""
+    from ..stores import oci
+
+    reg = oci.connect(location, options, push=True)
+    return oci.publish_directory(reg, staging, names)
+
+
+def container_to_registry(builder: str, req: BuildRequest, registry: str, options: Any, *,
+                          capture: bool) -> tuple[Any, tuple[str, int] | None]:
+    """build-driver --builder podman|docker --store oci://...: the container builds into a fresh
+    directory store under the cache (it never sees the registry or its credentials); on success
+    the host pushes everything in it, then removes it. Returns the container's result and what was
+    pushed (None when the build failed)."""
+    import dataclasses
+
+    from . import container
+
+    staging = container.staging_store(req.cache)
+    try:
+        cb = container.for_request(builder, dataclasses.replace(req, store=staging), as_json=capture)
+        res = container.run_in_container(cb, capture=capture)
+        if res.returncode != 0:
+            return res, None
+        names = [e.name for e in LocalStore(staging).entries()]
+        return res, push(registry, staging, names, options)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

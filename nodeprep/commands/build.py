@@ -68,62 +68,39 @@ def _progress_renderer() -> Iterator[Sink | None]:
         yield lines
 
 
-def _target(store: str, cache: Path, options: Any) -> tuple[Path, str | None]:
-    """(directory the build publishes to, registry location to push it to afterwards or None)."""
-    from ..stores import is_oci
-
-    if not is_oci(store):
-        return Path(store), None
-    from ..stores.ref import parse_ref
-
-    ref = parse_ref(store, insecure_http=options.insecure_http)
-    if ref.digest:
-        raise InputError(f"--store: {store!r}: a digest pins what nodes read; publish to the repository")
-    safe = f"{ref.host}/{ref.repository}".replace(":", "_")
-    return cache / "oci-publish" / safe, store
-
-
 def _push(location: str, staging: Path, names: list[str] | None, options: Any, as_json: bool) -> str:
     """Push `names` (default: everything) of the staging store to the registry; one summary line."""
-    from ..stores import oci
+    from ..builder import publish
 
-    reg = oci.connect(location, options, push=True)
-    digest, count = oci.publish_directory(reg, staging, names)
+    digest, count = publish.push(location, staging, names, options)
     if not as_json:
         click.echo(f"pushed {count} artifacts to {location}; index {digest}", err=True)
     return digest
 
 
 def _container_to_registry(builder: str, req: Any, registry: str, options: Any, as_json: bool) -> int:
-    """build-driver --builder podman|docker --store oci://...: the container builds into a fresh
-    directory store under the cache (it never sees the registry or its credentials); on success
-    the host pushes everything in it, then removes it. Returns the container's exit code."""
-    import dataclasses
+    """build-driver --builder podman|docker --store oci://... (publish.container_to_registry),
+    rendered; returns the container's exit code."""
     import json
-    import shutil
 
-    from ..builder import container
+    from ..builder import publish
 
-    staging = container.staging_store(req.cache)
-    try:
-        cb = container.for_request(builder, dataclasses.replace(req, store=staging), as_json=as_json)
-        res = container.run_in_container(cb, capture=as_json)
-        if as_json:
-            sys.stderr.write(res.stderr)
-        if res.returncode != 0:
-            sys.stdout.write(res.stdout)
-            return res.returncode
-        names = [e.name for e in artifact.LocalStore(staging).entries()]
-        pushed = _push(registry, staging, names, options, as_json)
-        if as_json:
-            try:
-                emit_json({**json.loads(res.stdout), "pushed_index": pushed})
-            except ValueError:
-                raise NodeprepError(f"--builder {builder}: the build in the container printed no JSON "
-                                    "result") from None
+    res, pushed = publish.container_to_registry(builder, req, registry, options, capture=as_json)
+    if as_json:
+        sys.stderr.write(res.stderr)
+    if pushed is None:
+        sys.stdout.write(res.stdout)
+        return int(res.returncode)
+    digest, count = pushed
+    if not as_json:
+        click.echo(f"pushed {count} artifacts to {registry}; index {digest}", err=True)
         return 0
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    try:
+        emit_json({**json.loads(res.stdout), "pushed_index": digest})
+    except ValueError:
+        raise NodeprepError(f"--builder {builder}: the build in the container printed no JSON "
+                            "result") from None
+    return 0
 
 
 def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[str]:
@@ -270,7 +247,7 @@ def build_driver_cmd(
     With no arguments: the newest driver Debian 12 serves (proprietary) for Debian 12's current
     kernel, into ./artifacts. Same inputs -> no compile, the same bytes (`"cached": true`).
     """
-    from ..builder import container
+    from ..builder import container, publish
     from ..builder.driver import build_driver
     from ..builder.plan import BuildRequest, validate_request
 
@@ -279,7 +256,7 @@ def build_driver_cmd(
     if headers_dir is not None and builder != "host":
         raise InputError("--headers-dir is only used with --builder host")
     options = store_options(registry_auth, ca_file, insecure_http)
-    store_dir, registry = _target(store, cache, options)
+    store_dir, registry = publish.staging_target(store, cache, options)
     in_container = builder in container.ENGINES
     inner = container.inner_builder(os_name) if in_container else builder
     req = BuildRequest(
@@ -376,12 +353,12 @@ def build_matrix_cmd(
 
     Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
     invocation per cell): as written, or with --expand the cells that exist in the archive."""
-    from ..builder import matrix
+    from ..builder import matrix, publish
     from ..builder.plan import BuildRequest
 
     spec = matrix.load(file)
     options = store_options(registry_auth, ca_file, insecure_http)
-    store_dir, registry = _target(store, cache, options)
+    store_dir, registry = publish.staging_target(store, cache, options)
     refused: list[matrix.Refusal] = []
     if expand:
         expansion = matrix.expand(spec, matrix.archives(cache))
@@ -443,23 +420,6 @@ def artifacts_group() -> None:
     """Inspect and verify an artifact store."""
 
 
-def _entries(store: str, options: Any = None) -> list[artifact.IndexEntry]:
-    from .. import download
-    from ..stores import is_oci
-
-    if is_oci(store):
-        from ..stores.oci import OciStore, connect
-
-        return OciStore(connect(store, options)).entries()
-    if download.is_url(store) and download.local_path(store) is None:
-        url = store.rstrip("/") + "/" + artifact.INDEX
-        return artifact.parse_index(download.fetch_bytes(url), source=url)
-    path = download.local_path(store) or Path(store)
-    if not path.is_dir():
-        raise InputError(f"{store}: store directory does not exist")
-    return artifact.LocalStore(path).entries()
-
-
 @artifacts_group.command("list")
 @click.argument("store", default=str(DEFAULT_STORE))
 @registry_options
@@ -468,7 +428,9 @@ def artifacts_list(store: str, registry_auth: str | None, ca_file: str | None, i
                    as_json: bool) -> None:
     """List the artifacts of STORE (a directory, base URL with index.json, or oci:// repository;
     default: ./artifacts, where build-driver publishes)."""
-    entries = _entries(store, store_options(registry_auth, ca_file, insecure_http))
+    from ..stores.store import Store
+
+    entries = Store(store, store_options(registry_auth, ca_file, insecure_http)).entries()
     if as_json:
         from dataclasses import asdict
 
@@ -490,6 +452,7 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
                    ca_file: str | None, insecure_http: bool, as_json: bool) -> None:
     """Publish the artifacts of the store directory SOURCE to REGISTRY (oci://HOST[:PORT]/REPO):
     blobs, one tagged manifest per artifact, and the index merged with what the registry has."""
+    from ..builder import publish
     from ..stores import is_oci
 
     if not is_oci(registry):
@@ -500,7 +463,7 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
     if problems:
         raise InputError(f"{source}: refusing to push a store that fails verification: {problems[0]}")
     options = store_options(registry_auth, ca_file, insecure_http)
-    _target(registry, Path("."), options)  # refuses a digest-pinned target
+    publish.staging_target(registry, Path("."), options)  # refuses a digest-pinned target
     digest = _push(registry, source, list(names) or None, options, as_json)
     if as_json:
         emit_json({"registry": registry, "index": digest})

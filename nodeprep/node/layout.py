@@ -12,11 +12,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..artifact import DRIVER_VERSION_RE
+from ..artifact import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
 from ..errors import InputError
 
 UNIT_NAME = "nodeprep-nvidia.service"
@@ -24,7 +23,6 @@ LD_CONF_NAME = "00-nvidia.conf"
 MODPROBE_CONF_NAME = "nodeprep-nvidia.conf"
 MODULE_SUBDIR = "updates/nodeprep"
 TEMP_PREFIXES = (".staging-", ".current-", ".removing-", ".tmp-")
-KERNEL_RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
 
 
 def check_version(version: str) -> str:

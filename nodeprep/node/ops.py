@@ -27,6 +27,7 @@ from ..artifact import MANIFEST, IndexEntry, Manifest, extract
 from ..errors import InputError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
+from ..stores.store import Store, cache_path
 from ..sysfs import read_attr
 from ..vocab import DEFAULT_MODULES
 from . import complete, kernelhook, support, system
@@ -54,7 +55,6 @@ from .plan import (
     rollback_target,
 )
 from .state import State, load_state, now, save_state
-from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +388,7 @@ def _add_kmod(layout: Layout, src: Store, kmod_entry: IndexEntry, version: str, 
 def _drop_downloads(layout: Layout, src: Store, *entries: IndexEntry) -> None:
     if src.local is None:
         for e in entries:
-            (layout.download_dir / e.name).unlink(missing_ok=True)
+            cache_path(layout.download_dir, e).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------

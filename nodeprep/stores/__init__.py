@@ -1,7 +1,8 @@
-"""Artifact stores reached over a network protocol of their own (OCI registries).
+"""Artifact stores: the one reader (`store.Store`: directory, http(s) and `oci://` alike), the OCI
+registry client (`oci`, `registry`, `auth`, `ref`, `redirects`) and store verification (`verify`).
 
-Directory and http(s) stores live in nodeprep/artifact.py (LocalStore, publishing) and
-nodeprep/node/store.py (reading); `nodeprep.node.store.Store` dispatches `oci://` locations here.
+The directory store's format and its writer are nodeprep/artifact.py (`LocalStore`, the index);
+publishing to a registry is nodeprep/builder/publish.py.
 """
 
 from __future__ import annotations

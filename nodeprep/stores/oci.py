@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..artifact import INDEX, IndexEntry, canonical_json, parse_index, render_index, sha256_file
+from ..artifact import INDEX, IndexEntry, canonical_json, parse_index, read_index, render_index, sha256_listed
 from ..download import NotFoundError
 from ..errors import ArtifactError, ChecksumError, InputError
 from . import auth
@@ -195,9 +195,9 @@ class OciStore:
         log.info("%s: index %s", source, digest)
         return parse_index(index, source=f"{source} ({INDEX})")
 
-    def fetch(self, entry: IndexEntry, cache_dir: Path) -> Path:
-        """A local copy of `entry`: its manifest read by the digest the index recorded, its layer
-        checked against the index's sha256 and size, the blob downloaded and verified."""
+    def fetch(self, entry: IndexEntry, dest: Path) -> Path:
+        """A local copy of `entry` at `dest`: its manifest read by the digest the index recorded, its
+        layer checked against the index's sha256 and size, the blob downloaded and verified."""
         if self._refs is None:
             self.entries()
         assert self._refs is not None
@@ -206,7 +206,7 @@ class OciStore:
             raise ArtifactError(f"{self.ref}: {entry.name} is in the index but has no manifest reference")
         raw, _ = self.registry.manifest(digest)
         artifact_layer(raw, entry, f"{self.ref}@{digest} ({entry.name})")
-        return self.registry.download_blob("sha256:" + entry.sha256, cache_dir / entry.name, size=entry.size)
+        return self.registry.download_blob("sha256:" + entry.sha256, dest, size=entry.size)
 
 
 def read_remote_index(reg: Registry) -> tuple[list[IndexEntry], dict[str, str]]:
@@ -225,7 +225,9 @@ def publish(reg: Registry, items: Iterable[tuple[IndexEntry, Path]]) -> str:
     distribution API has no conditional PUT); serialise them (build-matrix pushes once)."""
     items = list(items)
     for entry, path in items:
-        actual = sha256_file(path)
+        actual = sha256_listed(path.parent, path.name)
+        if actual is None:
+            raise InputError(f"{path}: listed in {INDEX} but missing")
         if actual != entry.sha256:
             raise ChecksumError(f"{path}: sha256 {actual} does not match the store index {entry.sha256}")
     reg.push_blob(sha256_digest(EMPTY), len(EMPTY), data=EMPTY)
@@ -247,14 +249,10 @@ def publish(reg: Registry, items: Iterable[tuple[IndexEntry, Path]]) -> str:
 
 def publish_directory(reg: Registry, store: Path, names: Iterable[str] | None = None) -> tuple[str, int]:
     """Publish (all or the named) artifacts of a directory store; returns (index digest, count)."""
-    index_path = store / INDEX
-    if not index_path.is_file():
+    entries = read_index(store)
+    if entries is None:
         raise InputError(f"{store}: {INDEX} not found (not an artifact store)")
-    entries = parse_index(index_path.read_bytes(), source=str(index_path))
     wanted = set(names) if names is not None else None
     items = [(e, store / e.name) for e in entries if wanted is None or e.name in wanted]
-    for _, path in items:
-        if not path.is_file():
-            raise InputError(f"{path}: listed in {INDEX} but missing")
     return publish(reg, items), len(items)
 

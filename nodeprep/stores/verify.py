@@ -6,23 +6,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import artifact
-from ..errors import NodeprepError
+from ..errors import ArtifactError, NodeprepError
 
 
 def verify_store(path: Path) -> list[str]:
-    """One line per problem in the store directory `path` (empty: all good)."""
+    """One line per problem in the store directory `path` (empty: all good). An index nodeprep
+    cannot use (malformed, a field of the wrong type, a name that is not the artifact's file name,
+    not a regular file) is refused as install refuses it: ArtifactError."""
     problems: list[str] = []
-    try:
-        entries = artifact.LocalStore(path).entries()
-    except NodeprepError as e:
-        return [str(e)]
+    entries = artifact.LocalStore(path).entries()
     listed = {e.name for e in entries}
     for e in entries:
-        f = path / e.name
-        if not f.is_file():
+        try:
+            actual = artifact.sha256_listed(path, e.name)
+        except ArtifactError as err:
+            problems.append(f"{e.name}: {err}")
+            continue
+        if actual is None:
             problems.append(f"{e.name}: listed in {artifact.INDEX} but missing")
             continue
-        actual = artifact.sha256_file(f)
+        f = path / e.name
         if actual != e.sha256:
             problems.append(
                 f"{e.name}: sha256 {actual[:16]}… does not match {artifact.INDEX} ({e.sha256[:16]}…)"

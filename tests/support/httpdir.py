@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,15 +17,20 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve_directory(directory: Path) -> Iterator[str]:
+def serve_directory(directory: Path, *, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
     """Serves `directory` on 127.0.0.1 (an ephemeral port) until the block ends; yields the base URL
-    (no trailing slash). The server is shut down and its thread joined, also on failure."""
+    (no trailing slash). With `tls` = (certificate, key), e.g. from tests.support.registry.make_ca,
+    over https. The server is shut down and its thread joined, also on failure."""
     handler = functools.partial(_Quiet, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -24,6 +24,7 @@ NODEPREP_HYPOTHESIS_PROFILE (tests/conftest.py): `ci` (default; 200 examples eac
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -31,12 +32,13 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from nodeprep import artifact
-from nodeprep.errors import NodeprepError
+from nodeprep.errors import ArtifactError, NodeprepError
 from tests.support import rawartifact as ra
 
 DEPTH = 24  # dest lies this deep in the sandbox: deeper than any escape the strategies can express
@@ -297,3 +299,121 @@ def test_well_formed_archives_extract(members: list[ra.M]) -> None:
         dest.mkdir()
         assert artifact.verify(path) == []
         check_dest(dest, artifact.extract(path, dest))
+
+
+# ---------------------------------------------------------------------------------------------
+# The store index (issue 25): a store's names are data, never paths. Generated indexes whose names
+# are absolute, climb with `..`, hold slashes, NUL, unicode look-alikes or are over-long, and whose
+# fields have other types (numbers, booleans, null, lists, objects), missing or unknown keys: every
+# parse either yields entries whose names are single file-name components equal to the name
+# `artifact.artifact_name` gives their fields, or raises ArtifactError (a refused input, exit 2).
+
+VALID_ENTRIES = {
+    "kmod": {"name": "nvidia-kmod-535.309.01-proprietary-6.1.0-56-amd64.tar.zst", "kind": "kmod",
+             "driver_version": "535.309.01", "arch": "amd64", "os": "debian-12", "sha256": "ab" * 32,
+             "size": 1234, "input_digest": "cd" * 32, "flavour": "proprietary",
+             "kernel_release": "6.1.0-56-amd64", "vermagic": "6.1.0-56-amd64 SMP preempt mod_unload "},
+    "userspace": {"name": "nvidia-userspace-535.309.01-amd64.tar.zst", "kind": "userspace",
+                  "driver_version": "535.309.01", "arch": "amd64", "os": "debian-12",
+                  "sha256": "ef" * 32, "size": 99, "input_digest": "01" * 32},
+}
+STRING_FIELDS = ("name", "kind", "driver_version", "arch", "os", "sha256", "input_digest", "flavour",
+                 "kernel_release", "vermagic")
+SEGMENTS = ["..", ".", "", "etc", "victim", "nvidia-userspace-535.309.01-amd64.tar.zst", "x" * 256, "a\0b",
+            "é", "\u202e", "ﬁle", "nvidia-kmod-535.309.01-proprietary-6.1.0-56-amd64.tar.zst"]
+
+
+@st.composite
+def hostile_names(draw: st.DrawFn, valid: str) -> str:
+    how = draw(weighted(path=6, text=3, near=4, valid=2))
+    if how == "path":  # absolute, relative with `..`/`.`, nested
+        lead = draw(st.sampled_from(["", "/", "./", "../", "//"]))
+        return lead + "/".join(draw(st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=5)))
+    if how == "text":
+        return draw(st.text(max_size=300))
+    if how == "near":  # the valid name with a prefix, suffix or one character replaced
+        at = draw(st.integers(0, len(valid)))
+        piece = draw(st.sampled_from(["/", "\0", "..", "../", "\u2215", "\uff0e", "x" * 250, "\n", " "]))
+        return valid[:at] + piece + valid[at + draw(st.integers(0, 1)):]
+    return valid
+
+
+ANY_JSON = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(),
+                     st.text(max_size=80), st.lists(st.integers(), max_size=2),
+                     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@st.composite
+def index_entries(draw: st.DrawFn) -> Any:
+    if draw(st.integers(0, 30)) == 0:
+        return draw(ANY_JSON)  # not an object at all
+    valid = VALID_ENTRIES[draw(st.sampled_from(["kmod", "userspace"]))]
+    entry: dict[str, Any] = dict(valid)
+    keys = st.sampled_from(["name"] * 4 + sorted(valid) + ["flavour", "kernel_release"])
+    for key in draw(st.lists(keys, max_size=draw(st.sampled_from([0, 1, 1, 2, 3])))):
+        how = draw(weighted(name=6 if key == "name" else 0, other=3, drop=1))
+        if how == "name":
+            entry[key] = draw(hostile_names(valid["name"]))
+        elif how == "other":
+            entry[key] = draw(ANY_JSON if key not in STRING_FIELDS or draw(st.booleans())
+                              else st.text(max_size=130))
+        else:
+            entry.pop(key, None)
+    if draw(st.integers(0, 20)) == 0:
+        entry[draw(st.text(max_size=8))] = draw(ANY_JSON)  # an unknown (or known) key
+    return entry
+
+
+@st.composite
+def index_documents(draw: st.DrawFn) -> bytes:
+    how = draw(weighted(index=20, other=1, raw=1))
+    if how == "raw":
+        return draw(st.binary(max_size=200))
+    entries = draw(st.lists(index_entries(), max_size=3))
+    doc: Any = {"format": 1, "artifacts": entries}
+    if how == "other":
+        doc = draw(st.sampled_from([entries, {"format": draw(ANY_JSON), "artifacts": entries},
+                                    {"format": 1, "artifacts": draw(ANY_JSON)}, {"format": 1}]))
+    return json.dumps(doc).encode()
+
+
+def check_index(raw: bytes) -> None:
+    try:
+        entries = artifact.parse_index(raw, source="index.json")
+    except ArtifactError as e:
+        assert e.exit_code == 2 and str(e).startswith("index.json: ") and "\n" not in str(e)
+        event("refused")
+        return
+    event(f"accepted {len(entries)}")
+    for e in entries:
+        for key in STRING_FIELDS:
+            value = getattr(e, key)
+            optional = key in ("flavour", "kernel_release", "vermagic")
+            assert isinstance(value, str) or (value is None and optional)
+        assert type(e.size) is int and e.size >= 0
+        assert e.name == artifact.artifact_name(e.kind, e.driver_version, arch=e.arch, flavour=e.flavour,
+                                                kernel_release=e.kernel_release)
+        assert e.name not in (".", "..") and "/" not in e.name and "\0" not in e.name
+        assert 0 < len(e.name.encode()) <= 255 and not e.name.startswith(".")
+        assert (Path("/cache") / e.name).parent == Path("/cache")
+        assert artifact.file_name(e.name) == e.name
+    assert len({e.name for e in entries}) == len(entries)
+
+
+@settings(derandomize=True, deadline=None)
+@given(index_documents())
+def test_index_names_and_types_fixed_seed(raw: bytes) -> None:
+    check_index(raw)
+
+
+@settings(derandomize=False, deadline=None, print_blob=True)
+@given(index_documents())
+def test_index_names_and_types_random(raw: bytes) -> None:
+    check_index(raw)
+
+
+def test_index_accepts_what_the_store_writes() -> None:
+    """Not so strict that it refuses what LocalStore and the registry publish write."""
+    entries = [artifact.IndexEntry(**e) for e in VALID_ENTRIES.values()]
+    assert artifact.parse_index(artifact.render_index(entries), source="index.json") == sorted(
+        entries, key=lambda e: e.name)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.node.store import Store
 from nodeprep.stores import oci
+from nodeprep.stores.store import Store
 from tests.slow.node.helpers import cli
 from tests.support.faultproxy import FaultProxy, Faults
 from tests.support.registry import write_auth_file

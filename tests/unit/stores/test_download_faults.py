@@ -171,8 +171,8 @@ def test_http_store_sends_basic_credentials_from_the_credentials_file(proxy: Fau
     import base64
     import json
 
-    from nodeprep.node.store import Store
     from nodeprep.stores.oci import Options
+    from nodeprep.stores.store import Store
 
     (served / "index.json").write_text('{"format": 1, "artifacts": []}\n')
     host = f"127.0.0.1:{proxy.port}"

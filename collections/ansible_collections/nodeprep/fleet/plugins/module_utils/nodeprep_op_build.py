@@ -39,7 +39,10 @@ def run(module):
             name = artifact.artifact_name(
                 "kmod", p["driver"], arch=p["arch"], flavour=p["flavour"], kernel_release=p["kernel"]
             )
-            listed = artifact.LocalStore(Path(p["store"])).lookup(name) is not None
+            try:  # a store index nodeprep refuses (a name that is a path, a field's type) fails the task
+                listed = artifact.LocalStore(Path(p["store"])).lookup(name) is not None
+            except host.nodeprep_errors(module) as e:
+                host.fail_from(module, e)
         module.exit_json(changed=not listed or p["rebuild"], cached=listed)
     try:
         req = plan_mod.BuildRequest(

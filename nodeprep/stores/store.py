@@ -1,5 +1,13 @@
-"""Reading artifacts from a store: a directory, file:// or http(s):// base URL with index.json, or
-an OCI registry repository (`oci://`, nodeprep/stores/oci.py).
+"""Reading a store, whatever it is: a directory, file:// or http(s):// base URL with index.json, or
+an OCI registry repository (`oci://`, nodeprep/stores/oci.py): install, the kernel hook, bootstrap,
+the Ansible driver module and `artifacts list` read every store through `Store`. A directory store is
+read by `artifact.read_index`/`sha256_listed`, which `Store`, `LocalStore` (build-driver,
+build-matrix, the build module), `artifacts verify` and `artifacts push` share.
+
+A store's names are data, never paths: every index entry is type-checked and its name must be the
+single file name its fields give (artifact.parse_index). A directory store's index and artifacts are
+opened as regular files without following a symbolic link; a download is written as
+`<cache_dir>/<validated name>` (`cache_path`) and nowhere else.
 
 Every artifact is checked twice: its sha256 against the store index (here), and each file inside
 against the artifact's manifest (artifact.extract). A registry adds a third check: each manifest
@@ -14,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import download
-from ..artifact import INDEX, IndexEntry, parse_index, sha256_file
+from ..artifact import INDEX, MAX_INDEX, IndexEntry, file_name, parse_index, read_index, sha256_listed
 from ..errors import ChecksumError, InputError
-from ..stores import is_oci
-from ..stores.oci import Options
 from ..urls import has_userinfo, redact_url
+from . import is_oci
+from .oci import Options
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +53,7 @@ class Store:
 
     def _registry(self) -> Any:
         if not self._oci:
-            from ..stores.oci import OciStore, connect
+            from .oci import OciStore, connect
 
             self._oci.append(OciStore(connect(self.location, self.options)))
         return self._oci[0]
@@ -57,28 +65,31 @@ class Store:
         if local is not None:
             if not local.is_dir():
                 raise InputError(f"--store: {local} is not a directory")
-            index = local / INDEX
-            if not index.is_file():
-                raise InputError(f"--store: {index} not found (not an artifact store)")
-            return parse_index(index.read_bytes(), source=str(index))
-        raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers())
+            entries = read_index(local)
+            if entries is None:
+                raise InputError(f"--store: {local / INDEX} not found (not an artifact store)")
+            return entries
+        raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers(),
+                                   limit=MAX_INDEX)
         return parse_index(raw, source=redact_url(self.index_url()))
 
     def fetch(self, entry: IndexEntry, cache_dir: Path) -> Path:
-        """A local, sha256-verified copy of `entry` (the store file itself for a local store)."""
+        """A local, sha256-verified copy of `entry` (the store file itself for a local store), at
+        `cache_dir/<entry.name>` for a remote one."""
+        dest = cache_path(cache_dir, entry)
         if is_oci(self.location):
-            return Path(self._registry().fetch(entry, cache_dir))
+            return Path(self._registry().fetch(entry, dest))
         local = self.local
         if local is not None:
-            path = local / entry.name
-            if not path.is_file():
+            path = local / dest.name
+            actual = sha256_listed(local, dest.name)
+            if actual is None:
                 raise InputError(f"--store: {path} is listed in the index but missing")
-            actual = sha256_file(path)
             if actual != entry.sha256:
                 raise ChecksumError(f"{path}: sha256 {actual} does not match the store index {entry.sha256}")
             return path
-        url = self.location.rstrip("/") + "/" + entry.name
-        return download.download(url, cache_dir / entry.name, sha256=entry.sha256, size=entry.size,
+        url = self.location.rstrip("/") + "/" + dest.name
+        return download.download(url, dest, sha256=entry.sha256, size=entry.size,
                                  verify=self._verify, headers=self._headers())
 
     @property
@@ -107,3 +118,9 @@ class Store:
             raise InputError(f"--registry-auth: the entry for {parts.netloc} has no username/password "
                              f"(an http store takes basic credentials)")
         return {"Authorization": auth.basic_header(creds)}
+
+
+def cache_path(cache_dir: Path, entry: IndexEntry) -> Path:
+    """Where a fetched `entry` is kept: `cache_dir/<its name>`, the name checked again here (an entry
+    made in code is not parsed), so nothing is written or removed anywhere else."""
+    return cache_dir / file_name(entry.name)
