@@ -453,7 +453,8 @@ def _entries(store: str, options: Any = None) -> list[artifact.IndexEntry]:
         return OciStore(connect(store, options)).entries()
     if download.is_url(store) and download.local_path(store) is None:
         url = store.rstrip("/") + "/" + artifact.INDEX
-        return artifact.parse_index(download.fetch_bytes(url), source=url)
+        raw = download.fetch_bytes(url, insecure_http=bool(options and options.insecure_http))
+        return artifact.parse_index(raw, source=url)
     path = download.local_path(store) or Path(store)
     if not path.is_dir():
         raise InputError(f"{store}: store directory does not exist")

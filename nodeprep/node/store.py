@@ -18,7 +18,7 @@ from ..artifact import INDEX, IndexEntry, parse_index, sha256_file
 from ..errors import ChecksumError, InputError
 from ..stores import is_oci
 from ..stores.oci import Options
-from ..urls import has_userinfo, redact_url
+from ..urls import parse_store_location, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,9 @@ class Store:
     options: Options = field(default_factory=Options)
     _oci: list[Any] = field(default_factory=list, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if has_userinfo(self.location):
-            raise InputError(f"--store: {redact_url(self.location)}: credentials in the URL are refused",
-                             hint="give them in a credentials file instead (docs/profile.md)")
+    def __post_init__(self) -> None:  # normalised and checked once, before anything connects
+        object.__setattr__(self, "location", parse_store_location(
+            self.location, insecure_http=self.options.insecure_http))
 
     @property
     def local(self) -> Path | None:
@@ -61,7 +60,8 @@ class Store:
             if not index.is_file():
                 raise InputError(f"--store: {index} not found (not an artifact store)")
             return parse_index(index.read_bytes(), source=str(index))
-        raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers())
+        raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers(),
+                                   insecure_http=self.options.insecure_http)
         return parse_index(raw, source=redact_url(self.index_url()))
 
     def fetch(self, entry: IndexEntry, cache_dir: Path) -> Path:
@@ -79,7 +79,8 @@ class Store:
             return path
         url = self.location.rstrip("/") + "/" + entry.name
         return download.download(url, cache_dir / entry.name, sha256=entry.sha256, size=entry.size,
-                                 verify=self._verify, headers=self._headers())
+                                 verify=self._verify, headers=self._headers(),
+                                 insecure_http=self.options.insecure_http)
 
     @property
     def _verify(self) -> bool | str:
@@ -91,7 +92,7 @@ class Store:
         from urllib.parse import urlsplit
 
         from ..stores import auth
-        from ..stores.ref import is_loopback
+        from ..urls import is_loopback
 
         path = auth.resolve_path(self.options.registry_auth)
         if path is None:
