@@ -23,6 +23,7 @@ nodeprep/stores/redirects.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -146,15 +147,13 @@ def _plain_opener(url: str, verify: bool | str, extra: Mapping[str, str] | None,
     nodeprep/stores/redirects.py, each hop checked before it is connected to; `extra` headers
     (an http store's credentials) go only to the origin of `url`. One session for all attempts."""
     check_transport(url, insecure_http=insecure_http, what="URL")
-    import requests  # imported on first network use: it costs ~50 ms, local stores never need it
-
     what = redact_url(url)
 
     def open_(headers: dict[str, str], timeout: tuple[float, float]) -> Any:
         target = url
         for _ in range(redirects.MAX_REDIRECTS + 1):
             hop = redirects.hop_headers({**(extra or {}), **headers}, url, target)
-            resp = session.get(target, headers=hop, stream=True, timeout=timeout, verify=verify,
+            resp = session_.get(target, headers=hop, stream=True, timeout=timeout, verify=verify,
                                allow_redirects=False)
             if resp.status_code not in redirects.STATUSES:
                 return resp
@@ -164,8 +163,7 @@ def _plain_opener(url: str, verify: bool | str, extra: Mapping[str, str] | None,
         raise InputError(f"{what}: more than {redirects.MAX_REDIRECTS} redirects for "
                          f"{redirects.shown(target)}; refused")
 
-    with requests.Session() as session:
-        session.trust_env = False  # no proxies or netrc credentials picked up behind our back
+    with session() as session_:
         yield open_
 
 
@@ -190,7 +188,8 @@ def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 6
 
     def attempt(timeout: tuple[float, float], deadline_at: float) -> None:
         out.clear()
-        with open_({}, timeout) as resp, _deadline_guard(resp, policy, deadline_at, what):
+        with _deadline_guard(policy, deadline_at, what) as watched, open_({}, timeout) as resp:
+            watched.append(_socket(resp))
             _check_status(resp, what, resuming=False)
             for chunk in _iter_body(resp, what):
                 out.extend(chunk)
@@ -275,7 +274,8 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
             return
         # identity: a Range counts the bytes as stored (artifacts are compressed already)
         headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
-        with open_(headers, timeout) as resp, _deadline_guard(resp, policy, deadline_at, what):
+        with _deadline_guard(policy, deadline_at, what) as watched, open_(headers, timeout) as resp:
+            watched.append(_socket(resp))
             if resp.status_code == 416 and have:
                 if size is None:
                     return  # the server says there is nothing after what we have
@@ -479,37 +479,100 @@ def _deadline_error(policy: Policy, what: str) -> NetworkError:
 
 
 @contextlib.contextmanager
-def _deadline_guard(resp: Any, policy: Policy, deadline_at: float, what: str) -> Iterator[None]:
-    """Shuts `resp`'s socket down when the deadline passes, and then fails with the deadline. A
-    read fills the whole buffer before it returns and each receive has its own timeout, so a server
-    that drips bytes (each within the stall timeout) kept one read going past a deadline checked
-    only between reads."""
+def _deadline_guard(policy: Policy, deadline_at: float, what: str) -> Iterator[list[Any]]:
+    """One attempt against the deadline: shuts every socket the attempt uses (those a `session()`
+    connects or reuses, and what the caller appends to the list yielded) when the time left runs
+    out, and then fails with the deadline. A read fills the whole buffer before it returns (and a
+    header line is read to its end), each receive with its own timeout, so a server that drips bytes
+    within the stall timeout kept one read going past a deadline checked only between reads."""
     remaining = deadline_at - policy.clock()
     if remaining <= 0:
-        resp.close()
         raise _deadline_error(policy, what)
-    sock = _socket(resp)
+    watched: list[Any] = []
     expired = threading.Event()
 
     def expire() -> None:
         expired.set()
-        if sock is not None:
-            with contextlib.suppress(OSError):  # the base class's: an SSLSocket's own drops its state
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        for sock in list(watched):
+            if isinstance(sock, socket.socket):
+                with contextlib.suppress(OSError):  # the base class's: an SSLSocket's own drops its state
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     timer = threading.Timer(remaining, expire)
     timer.daemon = True
+    _ATTEMPT.sockets = watched
     timer.start()
     try:
-        yield
+        yield watched
     except Exception:
         if expired.is_set():
             raise _deadline_error(policy, what) from None
         raise
     finally:
+        _ATTEMPT.sockets = None
         timer.cancel()
     if expired.is_set():  # a body without a length ends quietly when its socket is shut
         raise _deadline_error(policy, what)
+
+
+# The sockets of the attempt running in this thread (`_deadline_guard`), which a session() adds to
+# as it connects or reuses them; None outside an attempt.
+_ATTEMPT = threading.local()
+
+
+def _watch(sock: Any) -> None:
+    watched = getattr(_ATTEMPT, "sockets", None)
+    if watched is not None and sock is not None:
+        watched.append(sock)
+
+
+def session() -> Any:
+    """A requests session for stores: no proxy variables or netrc credentials picked up behind our
+    back, and every socket it connects or reuses known to the running attempt's deadline watchdog
+    from the start (connect, TLS, headers, body)."""
+    import requests  # imported on first network use: it costs ~50 ms, local stores never need it
+
+    s = requests.Session()
+    s.trust_env = False
+    for adapter in s.adapters.values():
+        adapter.poolmanager.pool_classes_by_scheme = _watched_pools()
+    return s
+
+
+@functools.cache
+def _watched_pools() -> dict[str, type]:
+    """urllib3's pool classes, with connections that report their socket to `_watch` on connect
+    and on reuse (urllib3 1.26 and 2.x: `ConnectionCls`, `connect`, `_get_conn`)."""
+    import urllib3
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+
+    class Conn(HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            _watch(self.sock)
+
+    class TLSConn(HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            _watch(self.sock)
+
+    class Pool(urllib3.HTTPConnectionPool):
+        ConnectionCls = Conn
+
+        def _get_conn(self, timeout: float | None = None) -> Any:
+            conn = super()._get_conn(timeout)
+            _watch(getattr(conn, "sock", None))
+            return conn
+
+    class TLSPool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = TLSConn
+
+        def _get_conn(self, timeout: float | None = None) -> Any:
+            conn = super()._get_conn(timeout)
+            _watch(getattr(conn, "sock", None))
+            return conn
+
+    return {"http": Pool, "https": TLSPool}
 
 
 def _socket(resp: Any) -> socket.socket | None:

@@ -42,16 +42,13 @@ class Registry:
     def __init__(self, ref: OciRef, *, credentials: Credentials | None = None,
                  ca_file: str | None = None, policy: download.Policy | None = None,
                  push: bool = False, insecure_http: bool = False) -> None:
-        import requests
-
         self.ref = ref
         self.insecure_http = insecure_http  # plain-http redirect targets off loopback (redirects.py)
         self.credentials = credentials
         self.verify: bool | str = ca_file or True
         self.policy = policy or download.Policy.from_env()
         self.scope = f"repository:{ref.repository}:" + ("pull,push" if push else "pull")
-        self.session = requests.Session()
-        self.session.trust_env = False  # no proxies or netrc credentials picked up behind our back
+        self.session = download.session()  # no proxies or netrc; its sockets under the deadline
         self._authorization: str | None = None
 
     # -- transport ---------------------------------------------------------------------------

@@ -199,8 +199,12 @@ def test_the_recorded_store_is_the_normalised_one(proxy: FaultProxy) -> None:
 
 # --- item 5: the NODEPREP_FETCH_* bounds for http stores, wall-clock deadline ------------------------
 
+PEERS: list[int] = []  # the client port of each request _Drip answered
+
+
 class _Drip(http.server.BaseHTTPRequestHandler):
-    """Announces 100000 bytes and sends one every 50 ms (for at most 3 s, then hangs up)."""
+    """Announces 100000 bytes and sends one every 50 ms (for at most 3 s, then hangs up); for a path
+    with "headers" in it, drips a header line instead."""
 
     protocol_version = "HTTP/1.1"
 
@@ -208,9 +212,20 @@ class _Drip(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # noqa: N802
+        PEERS.append(self.client_address[1])
+        if self.path == "/ok":
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+            return
         self.send_response(200)
         self.send_header("Content-Length", "100000")
-        self.end_headers()
+        if "headers" not in self.path:
+            self.end_headers()
+        else:
+            self.flush_headers()
+            self.wfile.write(b"X-Slow: ")
         end = time.monotonic() + 3
         try:
             while time.monotonic() < end:
@@ -252,6 +267,34 @@ def test_the_deadline_also_bounds_an_artifact_download(drip: str, tmp_path: Path
         download.download(f"{drip}/a.tar.zst", tmp_path / "a", sha256="0" * 64, size=100000)
     assert time.monotonic() - start < 2
     assert (tmp_path / "a.part").stat().st_size > 0  # kept for the next run to resume
+
+
+def test_the_deadline_also_bounds_dripping_response_headers(drip: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODEPREP_FETCH_DEADLINE", "0.5")
+    start = time.monotonic()
+    with pytest.raises(NetworkError, match=r"gave up after 0\.5 s"):
+        download.download(f"{drip}/headers/a.tar.zst", tmp_path / "a", sha256="0" * 64, size=100000)
+    assert time.monotonic() - start < 2
+
+
+def test_the_deadline_bounds_a_kept_alive_connection_too(drip: str, tmp_path: Path) -> None:
+    """The registry's case: one session, its connection reused for the next request, whose headers
+    then drip."""
+    session = download.session()
+    PEERS.clear()
+
+    def opener(path: str) -> download.Opener:
+        return lambda headers, timeout: session.get(f"{drip}{path}", headers=headers, stream=True,
+                                                    timeout=timeout)
+
+    policy = download.Policy(deadline=0.5)
+    assert download.fetch_bytes_with(opener("/ok"), "ok", policy=policy) == b"ok"
+    start = time.monotonic()
+    with pytest.raises(NetworkError, match=r"gave up after 0\.5 s"):
+        download.fetch_bytes_with(opener("/headers"), "slow", policy=policy)
+    assert time.monotonic() - start < 2
+    assert len(PEERS) == 2 and PEERS[0] == PEERS[1]  # the same connection
 
 
 def test_stall_timeout_and_attempts_from_the_environment_hold_for_http_stores(proxy: FaultProxy,
