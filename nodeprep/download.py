@@ -11,8 +11,8 @@ What a `Policy` bounds (all injectable, so tests run without real waiting):
   the cap;
 - a stall: no byte for `stall_timeout` seconds fails the attempt (the socket read timeout);
 - the whole transfer: `deadline` seconds of wall clock including waits (each attempt's socket
-  timeouts come from the time left, and a watchdog shuts the socket when it runs out, so a body that
-  trickles in cannot outlast it), and `max_bytes` received in all.
+  timeouts come from the time left, and a watchdog shuts its sockets when it runs out, so headers
+  or a body that trickle in cannot outlast it), and `max_bytes` received in all.
 The NODEPREP_FETCH_* variables set these for every store kind alike (`Policy.from_env`).
 
 A URL is checked before anything connects to it, and so is every redirect hop (an http(s) URL
@@ -148,22 +148,23 @@ def _plain_opener(url: str, verify: bool | str, extra: Mapping[str, str] | None,
     (an http store's credentials) go only to the origin of `url`. One session for all attempts."""
     check_transport(url, insecure_http=insecure_http, what="URL")
     what = redact_url(url)
-
-    def open_(headers: dict[str, str], timeout: tuple[float, float]) -> Any:
-        target = url
-        for _ in range(redirects.MAX_REDIRECTS + 1):
-            hop = redirects.hop_headers({**(extra or {}), **headers}, url, target)
-            resp = session_.get(target, headers=hop, stream=True, timeout=timeout, verify=verify,
-                               allow_redirects=False)
-            if resp.status_code not in redirects.STATUSES:
-                return resp
-            location = resp.headers.get("Location")
-            resp.close()
-            target = redirects.next_hop(what, target, location, insecure_http=insecure_http, server="store")
-        raise InputError(f"{what}: more than {redirects.MAX_REDIRECTS} redirects for "
-                         f"{redirects.shown(target)}; refused")
-
     with session() as session_:
+
+        def open_(headers: dict[str, str], timeout: tuple[float, float]) -> Any:
+            target = url
+            for _ in range(redirects.MAX_REDIRECTS + 1):
+                hop = redirects.hop_headers({**(extra or {}), **headers}, url, target)
+                resp = session_.get(target, headers=hop, stream=True, timeout=timeout, verify=verify,
+                                    allow_redirects=False)
+                if resp.status_code not in redirects.STATUSES:
+                    return resp
+                location = resp.headers.get("Location")
+                resp.close()
+                target = redirects.next_hop(what, target, location, insecure_http=insecure_http,
+                                            server="store")
+            raise InputError(f"{what}: more than {redirects.MAX_REDIRECTS} redirects for "
+                             f"{redirects.shown(target)}; refused")
+
         yield open_
 
 
@@ -500,7 +501,7 @@ def _deadline_guard(policy: Policy, deadline_at: float, what: str) -> Iterator[l
 
     timer = threading.Timer(remaining, expire)
     timer.daemon = True
-    _ATTEMPT.sockets = watched
+    outer, _ATTEMPT.sockets = getattr(_ATTEMPT, "sockets", None), watched
     timer.start()
     try:
         yield watched
@@ -509,7 +510,7 @@ def _deadline_guard(policy: Policy, deadline_at: float, what: str) -> Iterator[l
             raise _deadline_error(policy, what) from None
         raise
     finally:
-        _ATTEMPT.sockets = None
+        _ATTEMPT.sockets = outer
         timer.cancel()
     if expired.is_set():  # a body without a length ends quietly when its socket is shut
         raise _deadline_error(policy, what)
@@ -528,8 +529,8 @@ def _watch(sock: Any) -> None:
 
 def session() -> Any:
     """A requests session for stores: no proxy variables or netrc credentials picked up behind our
-    back, and every socket it connects or reuses known to the running attempt's deadline watchdog
-    from the start (connect, TLS, headers, body)."""
+    back, and every socket it connects (once connected, TLS included) or reuses known to the running
+    attempt's deadline watchdog, so headers and body are under the deadline."""
     import requests  # imported on first network use: it costs ~50 ms, local stores never need it
 
     s = requests.Session()
