@@ -10,16 +10,27 @@ What a `Policy` bounds (all injectable, so tests run without real waiting):
 - the wait between attempts: exponential backoff with jitter, capped, `Retry-After` honoured up to
   the cap;
 - a stall: no byte for `stall_timeout` seconds fails the attempt (the socket read timeout);
-- the whole transfer: `deadline` seconds including waits, and `max_bytes` received in all.
+- the whole transfer: `deadline` seconds of wall clock including waits (each attempt's socket
+  timeouts come from the time left, and a watchdog shuts its sockets when it runs out, so headers
+  or a body that trickle in cannot outlast it), and `max_bytes` received in all.
+The NODEPREP_FETCH_* variables set these for every store kind alike (`Policy.from_env`).
+
+A URL is checked before anything connects to it, and so is every redirect hop (an http(s) URL
+without credentials; plain http only to loopback or with `insecure_http`: nodeprep/urls.py,
+nodeprep/stores/redirects.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import logging
 import os
 import random
 import shutil
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -29,7 +40,8 @@ from urllib.parse import unquote, urlparse
 
 from .artifact import sha256_file
 from .errors import ChecksumError, InputError, NetworkError
-from .urls import redact_url
+from .stores import redirects
+from .urls import check_transport, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -128,29 +140,47 @@ def local_path(location: str) -> Path | None:
     return Path(location)
 
 
-def _plain_opener(url: str, verify: bool | str = True, extra: Mapping[str, str] | None = None) -> Opener:
-    import requests  # imported on first network use: it costs ~50 ms, local stores never need it
+@contextlib.contextmanager
+def _plain_opener(url: str, verify: bool | str, extra: Mapping[str, str] | None,
+                  insecure_http: bool) -> Iterator[Opener]:
+    """A GET of `url` (checked here, before any connection) that follows redirects by the rules of
+    nodeprep/stores/redirects.py, each hop checked before it is connected to; `extra` headers
+    (an http store's credentials) go only to the origin of `url`. One session for all attempts."""
+    check_transport(url, insecure_http=insecure_http, what="URL")
+    what = redact_url(url)
+    with session() as session_:
 
-    def open_(headers: dict[str, str], timeout: tuple[float, float]) -> Any:
-        return requests.get(url, headers={**(extra or {}), **headers}, stream=True, timeout=timeout,
-                            verify=verify)
+        def open_(headers: dict[str, str], timeout: tuple[float, float]) -> Any:
+            target = url
+            for _ in range(redirects.MAX_REDIRECTS + 1):
+                hop = redirects.hop_headers({**(extra or {}), **headers}, url, target)
+                resp = session_.get(target, headers=hop, stream=True, timeout=timeout, verify=verify,
+                                    allow_redirects=False)
+                if resp.status_code not in redirects.STATUSES:
+                    return resp
+                location = resp.headers.get("Location")
+                resp.close()
+                target = redirects.next_hop(what, target, location, insecure_http=insecure_http,
+                                            server="store")
+            raise InputError(f"{what}: more than {redirects.MAX_REDIRECTS} redirects for "
+                             f"{redirects.shown(target)}; refused")
 
-    return open_
+        yield open_
 
 
-def fetch_bytes(url: str, *, timeout: float = 30, retries: int = 3, policy: Policy | None = None,
-                limit: int = 64 << 20, verify: bool | str = True,
-                headers: Mapping[str, str] | None = None) -> bytes:
-    """Small documents (store index), at most `limit` bytes. file:// and plain paths are read
-    directly."""
+def fetch_bytes(url: str, *, policy: Policy | None = None, limit: int = 64 << 20,
+                verify: bool | str = True, headers: Mapping[str, str] | None = None,
+                insecure_http: bool = False) -> bytes:
+    """Small documents (store index), at most `limit` bytes, within `policy` (default: the
+    NODEPREP_FETCH_* variables). file:// and plain paths are read directly."""
     path = local_path(url)
     if path is not None:
         try:
             return path.read_bytes()
         except FileNotFoundError:
             raise InputError(f"{path}: not found") from None
-    policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
-    return fetch_bytes_with(_plain_opener(url, verify, headers), redact_url(url), policy=policy, limit=limit)
+    with _plain_opener(url, verify, headers, insecure_http) as open_:
+        return fetch_bytes_with(open_, redact_url(url), policy=policy or Policy.from_env(), limit=limit)
 
 
 def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 64 << 20) -> bytes:
@@ -159,7 +189,8 @@ def fetch_bytes_with(open_: Opener, what: str, *, policy: Policy, limit: int = 6
 
     def attempt(timeout: tuple[float, float], deadline_at: float) -> None:
         out.clear()
-        with open_({}, timeout) as resp:
+        with _deadline_guard(policy, deadline_at, what) as watched, open_({}, timeout) as resp:
+            watched.append(_socket(resp))
             _check_status(resp, what, resuming=False)
             for chunk in _iter_body(resp, what):
                 out.extend(chunk)
@@ -177,16 +208,17 @@ def download(
     dest: Path,
     *,
     sha256: str,
-    timeout: float = 30,
-    retries: int = 5,
     progress: Progress | None = None,
     policy: Policy | None = None,
     size: int | None = None,
     verify: bool | str = True,
     headers: Mapping[str, str] | None = None,
+    insecure_http: bool = False,
 ) -> Path:
     """Download `url` to `dest`, resuming a previous `.part`, and verify `sha256` before the
-    final rename. An existing `dest` with the right checksum is reused without a request."""
+    final rename. An existing `dest` with the right checksum is reused without a request.
+    `policy` defaults to the NODEPREP_FETCH_* variables; `insecure_http` allows plain http off
+    loopback (the URL and every redirect hop)."""
     src = local_path(url)
     if src is not None:
         sha256 = _check_hex(sha256)
@@ -199,10 +231,9 @@ def download(
         part.unlink(missing_ok=True)  # a fresh file, never written through a link left there
         shutil.copyfile(src, part)
         return _finish(part, dest, sha256, redact_url(url))
-    policy = policy or Policy.from_env(attempts=retries, stall_timeout=timeout)
-    return download_with(_plain_opener(url, verify, headers), redact_url(url), dest, sha256=sha256, size=size,
-                         policy=policy,
-                         progress=progress)
+    with _plain_opener(url, verify, headers, insecure_http) as open_:
+        return download_with(open_, redact_url(url), dest, sha256=sha256, size=size,
+                             policy=policy or Policy.from_env(), progress=progress)
 
 
 def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: Policy,
@@ -218,6 +249,9 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
         part.unlink()
     cap = policy.byte_cap(size)
     received = [0]
+    # the furthest the kept bytes have reached: an attempt made progress only when it went past it
+    # (a server that ignores Range and cuts at the same place makes none, however much it sends)
+    furthest = [0]
     # sha256 of the first `hashed[0]` bytes of `part`, kept up to date while writing, so the file
     # is not read a second time to verify it (a resumed .part is hashed once, up to where it ends)
     digest = [hashlib.sha256()]
@@ -244,7 +278,8 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
             return
         # identity: a Range counts the bytes as stored (artifacts are compressed already)
         headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
-        with open_(headers, timeout) as resp:
+        with _deadline_guard(policy, deadline_at, what) as watched, open_(headers, timeout) as resp:
+            watched.append(_socket(resp))
             if resp.status_code == 416 and have:
                 if size is None:
                     return  # the server says there is nothing after what we have
@@ -269,6 +304,7 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
                                            f"(the store keeps sending)")
                     f.write(chunk)
                     done += len(chunk)
+                    furthest[0] = max(furthest[0], done)
                     if size is not None and done > size:
                         part.unlink(missing_ok=True)
                         raise ChecksumError(f"{what}: the store sent more than the {size} bytes listed")
@@ -279,7 +315,7 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
             if size is not None and done < size:
                 raise _Retry(f"connection closed at byte {done} of {size}")
 
-    _run(attempt, what, policy, lambda: received[0])
+    _run(attempt, what, policy, lambda: furthest[0])
     length = part.stat().st_size if part.exists() else 0
     rehash(length)
     return _finish(part, dest, sha256, what, actual=digest[0].hexdigest())
@@ -288,7 +324,7 @@ def download_with(open_: Opener, what: str, dest: Path, *, sha256: str, policy: 
 def _run(attempt: Callable[[tuple[float, float], float], None], what: str, policy: Policy,
          kept: Callable[[], int]) -> None:
     """Call `attempt` until it returns, retrying _Retry and transport errors within `policy`.
-    `kept()` counts the bytes kept so far: an attempt that raised it made progress."""
+    `kept()` is how far the kept bytes have reached: an attempt that raised it made progress."""
     import requests
     import urllib3.exceptions
 
@@ -439,7 +475,117 @@ def _check_length(resp: Any, done: int, have: int) -> None:
 
 def _check_deadline(policy: Policy, deadline_at: float, what: str) -> None:
     if policy.clock() > deadline_at:
-        raise NetworkError(f"{what}: gave up after {policy.deadline:g} s (the store is too slow)")
+        raise _deadline_error(policy, what)
+
+
+def _deadline_error(policy: Policy, what: str) -> NetworkError:
+    return NetworkError(f"{what}: gave up after {policy.deadline:g} s (the store is too slow)")
+
+
+@contextlib.contextmanager
+def _deadline_guard(policy: Policy, deadline_at: float, what: str) -> Iterator[list[Any]]:
+    """One attempt against the deadline: shuts every socket the attempt uses (those a `session()`
+    connects or reuses, and what the caller appends to the list yielded) when the time left runs
+    out, and then fails with the deadline. A read fills the whole buffer before it returns (and a
+    header line is read to its end), each receive with its own timeout, so a server that drips bytes
+    within the stall timeout kept one read going past a deadline checked only between reads."""
+    remaining = deadline_at - policy.clock()
+    if remaining <= 0:
+        raise _deadline_error(policy, what)
+    watched: list[Any] = []
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        for sock in list(watched):
+            if isinstance(sock, socket.socket):
+                with contextlib.suppress(OSError):  # the base class's: an SSLSocket's own drops its state
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    timer = threading.Timer(remaining, expire)
+    timer.daemon = True
+    outer, _ATTEMPT.sockets = getattr(_ATTEMPT, "sockets", None), watched
+    timer.start()
+    try:
+        yield watched
+    except Exception:
+        if expired.is_set():
+            raise _deadline_error(policy, what) from None
+        raise
+    finally:
+        _ATTEMPT.sockets = outer
+        timer.cancel()
+    if expired.is_set():  # a body without a length ends quietly when its socket is shut
+        raise _deadline_error(policy, what)
+
+
+# The sockets of the attempt running in this thread (`_deadline_guard`), which a session() adds to
+# as it connects or reuses them; None outside an attempt.
+_ATTEMPT = threading.local()
+
+
+def _watch(sock: Any) -> None:
+    watched = getattr(_ATTEMPT, "sockets", None)
+    if watched is not None and sock is not None:
+        watched.append(sock)
+
+
+def session() -> Any:
+    """A requests session for stores: no proxy variables or netrc credentials picked up behind our
+    back, and every socket it connects (once connected, TLS included) or reuses known to the running
+    attempt's deadline watchdog, so headers and body are under the deadline."""
+    import requests  # imported on first network use: it costs ~50 ms, local stores never need it
+
+    s = requests.Session()
+    s.trust_env = False
+    for adapter in s.adapters.values():
+        adapter.poolmanager.pool_classes_by_scheme = _watched_pools()
+    return s
+
+
+@functools.cache
+def _watched_pools() -> dict[str, type]:
+    """urllib3's pool classes, with connections that report their socket to `_watch` on connect
+    and on reuse (urllib3 1.26 and 2.x: `ConnectionCls`, `connect`, `_get_conn`)."""
+    import urllib3
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+
+    class Conn(HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            _watch(self.sock)
+
+    class TLSConn(HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            _watch(self.sock)
+
+    class Pool(urllib3.HTTPConnectionPool):
+        ConnectionCls = Conn
+
+        def _get_conn(self, timeout: float | None = None) -> Any:
+            conn = super()._get_conn(timeout)
+            _watch(getattr(conn, "sock", None))
+            return conn
+
+    class TLSPool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = TLSConn
+
+        def _get_conn(self, timeout: float | None = None) -> Any:
+            conn = super()._get_conn(timeout)
+            _watch(getattr(conn, "sock", None))
+            return conn
+
+    return {"http": Pool, "https": TLSPool}
+
+
+def _socket(resp: Any) -> socket.socket | None:
+    """The socket under a streamed requests response (urllib3 1.26 and 2.x), or None."""
+    raw = getattr(resp, "raw", None)
+    sock = getattr(getattr(raw, "_connection", None), "sock", None)
+    if sock is None:  # http.client's own reader: a buffered reader over a SocketIO
+        sock = getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
 
 
 def _check_hex(sha256: str) -> str:

@@ -25,7 +25,7 @@ profile_option = click.option(
 def registry_options(f: Any) -> Any:
     """--registry-auth, --ca-file, --insecure-http: how to reach an oci:// or https store."""
     f = click.option("--insecure-http", is_flag=True,
-                     help="Allow plain http to an oci:// registry that is not on loopback.")(f)
+                     help="Allow plain http to a store (http://, oci://) that is not on loopback.")(f)
     f = click.option("--ca-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
                      help="CA bundle (PEM) that signs the store's TLS certificate.")(f)
     f = click.option("--registry-auth", type=click.Path(dir_okay=False), default=None, metavar="FILE",

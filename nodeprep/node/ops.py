@@ -221,7 +221,7 @@ def plan(
     request = _request(layout, version, kernel, flavour, arch, activate)
     state = load_state(layout.root)
     src = Store(store, store_options or StoreOptions())
-    hook = _hook_config(layout, store, arch, store_options, keep_boot_kernel) if kernel_hook else None
+    hook = _hook_config(layout, src.location, arch, store_options, keep_boot_kernel) if kernel_hook else None
     return state, _plan_install(layout, src.entries, request, modules, hook)
 
 
@@ -252,7 +252,7 @@ def install(
     src = Store(store, store_options or StoreOptions())
     # Planned before taking the lock (bad input fails fast, nothing changed), then again under it.
     index = functools.cache(src.entries)  # read at most once, and only when something is missing
-    hook = _hook_config(layout, store, arch, store_options, keep_boot_kernel) if kernel_hook else None
+    hook = _hook_config(layout, src.location, arch, store_options, keep_boot_kernel) if kernel_hook else None
     first = _plan_install(layout, index, request, modules, hook)
     if first.userspace is not None and first.kmod is not None and src.local is not None:
         _require_support(layout, src, first.userspace, first.kmod, version)  # the node's GPUs first

@@ -90,7 +90,7 @@ FIELDS: tuple[Field, ...] = (
         "driver",
         "insecure_http",
         boolean,
-        "Allow plain http (oci+http://) to a registry that is not on loopback",
+        "Allow plain http (http://, oci+http://) to a store that is not on loopback",
     ),
     Field(
         "driver",

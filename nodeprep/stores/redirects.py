@@ -1,12 +1,14 @@
-"""Which registry redirects nodeprep follows, and what it sends there (pure functions).
+"""Which store redirects nodeprep follows, and what it sends there (pure functions).
 
 Registries that serve fleets answer a blob GET with a redirect to object storage, a CDN or a plain
-file server. The bytes are verified by digest whatever serves them, so the target needs no trust,
-but the request must not leak or weaken anything:
+file server; an http(s) store may redirect too (the same rules, nodeprep/download.py). A registry's
+bytes are verified by digest whatever serves them and an http store vouches for where it sends us,
+so the target needs no trust of its own, but the request must not leak or weaken anything:
 - credentials (the Authorization header) go only to the registry's own origin (scheme, host, port);
 - a plain-http target is followed only on loopback, or when the store was given with
-  --insecure-http (the flag that allows plain http to a registry off loopback);
-- only http(s) targets, and at most MAX_REDIRECTS hops;
+  --insecure-http (the flag that allows plain http to a store off loopback; urls.plain_http_allowed);
+- only http(s) targets without userinfo or characters URL parsers read differently, and at most
+  MAX_REDIRECTS hops;
 - the other headers (Range for a resume, Accept) go to the target unchanged.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 from urllib.parse import urljoin, urlsplit
 
 from ..errors import InputError
-from .ref import is_loopback
+from ..urls import ambiguous, plain_http_allowed
 
 MAX_REDIRECTS = 5
 STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -39,22 +41,24 @@ def shown(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-def next_hop(store: str, current: str, location: str | None, *, insecure_http: bool) -> str:
+def next_hop(store: str, current: str, location: str | None, *, insecure_http: bool,
+             server: str = "registry") -> str:
     """The absolute URL a redirect from `current` to `location` leads to, or an InputError naming
-    `store` when nodeprep must not follow it (see the module docstring)."""
+    `store` (and the `server` kind in its wording) when nodeprep must not follow it (see the module
+    docstring). Decided from the URLs alone, before anything connects to the target."""
     if not location:
-        raise InputError(f"{store}: the registry answered a redirect without a Location")
+        raise InputError(f"{store}: the {server} answered a redirect without a Location")
     target = urljoin(current, location.strip())
     parts = urlsplit(target)
     try:
         host, _port = parts.hostname, parts.port
     except ValueError:
         host = None
-    if parts.scheme not in ("http", "https") or not host:
-        raise InputError(f"{store}: the registry redirected to {shown(target)!r}, which is not an "
-                         f"http(s) URL; refused")
-    if parts.scheme == "http" and not insecure_http and not is_loopback(host):
-        raise InputError(f"{store}: the registry redirected to plain http ({shown(target)}), off "
+    if parts.scheme not in ("http", "https") or not host or ambiguous(target) or "@" in parts.netloc:
+        raise InputError(f"{store}: the {server} redirected to {shown(target)!r}, which is not an "
+                         f"http(s) URL with a plain host; refused")
+    if parts.scheme == "http" and not plain_http_allowed(host, insecure_http=insecure_http):
+        raise InputError(f"{store}: the {server} redirected to plain http ({shown(target)}), off "
                          f"loopback; refused (--insecure-http allows it)")
     return target
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, replace
 
 from ..errors import InputError
+from ..urls import plain_http_allowed
 
 # Distribution spec: repository name components and the tag grammar.
 _REPO_RE = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$")
@@ -49,15 +49,6 @@ class OciRef:
         return f"{scheme}://{self.host}/{self.repository}" + (f"@{self.digest}" if self.digest else "")
 
 
-def is_loopback(hostname: str) -> bool:
-    if hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(hostname).is_loopback
-    except ValueError:
-        return False
-
-
 def parse_ref(location: str, *, insecure_http: bool = False, what: str = "--store") -> OciRef:
     """Parse and validate an `oci://` / `oci+http://` location. Plain http is refused unless the
     registry is on loopback or `insecure_http` is set."""
@@ -82,7 +73,7 @@ def parse_ref(location: str, *, insecure_http: bool = False, what: str = "--stor
     if digest and not _DIGEST_RE.match(digest):
         raise InputError(f"{what}: {location!r}: {digest!r} is not sha256:<64 lowercase hex digits>")
     ref = OciRef(host=host, repository=repo, plain_http=plain, digest=digest or None)
-    if plain and not insecure_http and not is_loopback(ref.hostname):
+    if plain and not plain_http_allowed(ref.hostname, insecure_http=insecure_http):
         raise InputError(f"{what}: {location!r}: plain http to a registry that is not on loopback "
                          f"needs --insecure-http")
     return ref

@@ -17,10 +17,11 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 from .. import download
 from ..errors import ChecksumError, InputError, NetworkError
+from ..urls import ambiguous, plain_http_allowed
 from . import redirects
 from .auth import Challenge, Credentials, basic_header, parse_challenge
 from .ref import OciRef
@@ -41,16 +42,13 @@ class Registry:
     def __init__(self, ref: OciRef, *, credentials: Credentials | None = None,
                  ca_file: str | None = None, policy: download.Policy | None = None,
                  push: bool = False, insecure_http: bool = False) -> None:
-        import requests
-
         self.ref = ref
         self.insecure_http = insecure_http  # plain-http redirect targets off loopback (redirects.py)
         self.credentials = credentials
         self.verify: bool | str = ca_file or True
         self.policy = policy or download.Policy.from_env()
         self.scope = f"repository:{ref.repository}:" + ("pull,push" if push else "pull")
-        self.session = requests.Session()
-        self.session.trust_env = False  # no proxies or netrc credentials picked up behind our back
+        self.session = download.session()  # no proxies or netrc; its sockets under the deadline
         self._authorization: str | None = None
 
     # -- transport ---------------------------------------------------------------------------
@@ -121,10 +119,11 @@ class Registry:
     def _token(self, params: dict[str, str]) -> str:
         """The bearer-token flow: ask the realm for a token for our scope."""
         realm = params["realm"]
-        if not realm.startswith("https://") and not (realm.startswith("http://")
-                                                       and self.ref.plain_http):
-            raise InputError(f"{self.ref}: token realm {realm!r} is not https; refusing to send "
-                             f"credentials there")
+        plain_ok = (realm.startswith("http://") and self.ref.plain_http and not ambiguous(realm)
+                    and plain_http_allowed(urlsplit(realm).hostname or "", insecure_http=self.insecure_http))
+        if not realm.startswith("https://") and not plain_ok:  # the transport rule (urls.py), as for a hop
+            raise InputError(f"{self.ref}: token realm {redirects.shown(realm)!r} is not https (plain http "
+                             f"only to loopback or with --insecure-http); refusing to send credentials there")
         query = {"scope": self.scope}
         if "service" in params:
             query["service"] = params["service"]

@@ -24,7 +24,7 @@ from typing import Any
 from .. import download
 from ..artifact import INDEX, MAX_INDEX, IndexEntry, file_name, parse_index, read_index, sha256_listed
 from ..errors import ChecksumError, InputError
-from ..urls import has_userinfo, redact_url
+from ..urls import parse_store_location, redact_url
 from . import is_oci
 from .oci import Options
 
@@ -37,10 +37,9 @@ class Store:
     options: Options = field(default_factory=Options)
     _oci: list[Any] = field(default_factory=list, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if has_userinfo(self.location):
-            raise InputError(f"--store: {redact_url(self.location)}: credentials in the URL are refused",
-                             hint="give them in a credentials file instead (docs/profile.md)")
+    def __post_init__(self) -> None:  # normalised and checked once, before anything connects
+        object.__setattr__(self, "location", parse_store_location(
+            self.location, insecure_http=self.options.insecure_http))
 
     @property
     def local(self) -> Path | None:
@@ -70,7 +69,7 @@ class Store:
                 raise InputError(f"--store: {local / INDEX} not found (not an artifact store)")
             return entries
         raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers(),
-                                   limit=MAX_INDEX)
+                                   limit=MAX_INDEX, insecure_http=self.options.insecure_http)
         return parse_index(raw, source=redact_url(self.index_url()))
 
     def fetch(self, entry: IndexEntry, cache_dir: Path) -> Path:
@@ -90,7 +89,8 @@ class Store:
             return path
         url = self.location.rstrip("/") + "/" + dest.name
         return download.download(url, dest, sha256=entry.sha256, size=entry.size,
-                                 verify=self._verify, headers=self._headers())
+                                 verify=self._verify, headers=self._headers(),
+                                 insecure_http=self.options.insecure_http)
 
     @property
     def _verify(self) -> bool | str:
@@ -102,7 +102,7 @@ class Store:
         from urllib.parse import urlsplit
 
         from ..stores import auth
-        from ..stores.ref import is_loopback
+        from ..urls import is_loopback
 
         path = auth.resolve_path(self.options.registry_auth)
         if path is None:

@@ -36,6 +36,7 @@ class Faults:
     extra_bytes: int = 0  # directory mode: send this many junk bytes past the end of the file
     authorization: str | None = None  # directory mode: answer 401 unless this Authorization is sent
     redirect: str | None = None  # answer matching requests (HEAD too) with a 307 to this base URL + path
+    redirect_status: int = 307
 
 
 @dataclass
@@ -139,8 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
                 f.stalls -= 1
         rng = self.headers.get("Range")
         if f.redirect is not None and f.match in self.path:
-            self._record(rng, 307)
-            self.send_response(307)
+            self._record(rng, f.redirect_status)
+            self.send_response(f.redirect_status)
             self.send_header("Location", f.redirect + self.path)
             self.send_header("Content-Length", "0")
             self.end_headers()

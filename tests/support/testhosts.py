@@ -531,6 +531,7 @@ def fleet_vars(workdir: Path, source: Path, version: str, kernel: str) -> dict[s
         "driver": {
             "version": "{{ nvidia_driver_version }}",
             "store": "{{ nvidia_driver_store }}",
+            "insecure_http": True,  # serve_directory: plain http on each host's veth, off loopback
             "kernel": kernel,
         },
         "labels": {"cloud": "none", "extra": {"example.com/pool": "fleet-test"}},
@@ -551,6 +552,7 @@ def fleet_vars(workdir: Path, source: Path, version: str, kernel: str) -> dict[s
         "nvidia_driver_version": version,
         "nvidia_driver_root": IMAGE_ROOT,
         "nvidia_driver_kernel_release": kernel,
+        "nvidia_driver_insecure_http": True,  # the same store, for the role
         "nvidia_driver_doctor_checks": ["state", "ldcache"],  # no GPU, no loaded module here
         "node_labels_root": IMAGE_ROOT,
         "node_labels_kernel": kernel,

@@ -17,7 +17,7 @@ import pytest
 
 from nodeprep import download
 from nodeprep.cli import main
-from nodeprep.errors import NetworkError, ProfileError
+from nodeprep.errors import InputError, ProfileError
 from nodeprep.profile import load_profile
 from nodeprep.urls import redact_url
 from tests.support.clirunner import separate_stderr
@@ -182,8 +182,8 @@ def test_store_credentials_are_refused_and_never_shown(tmp_path: Path) -> None:
 def test_urls_are_redacted_in_download_errors() -> None:
     assert redact_url("see http://u:p@h:1/x and https://tok@h/y") == (
         "see http://<redacted>@h:1/x and https://<redacted>@h/y")
-    with pytest.raises(NetworkError) as e:
-        download.fetch_bytes("http://user:pw-secret@127.0.0.1:9/index.json", retries=1, timeout=5)
+    with pytest.raises(InputError) as e:  # refused before connecting, redacted in the refusal
+        download.fetch_bytes("http://user:pw-secret@127.0.0.1:9/index.json")
     assert "pw-secret" not in str(e.value) and "<redacted>@127.0.0.1:9" in str(e.value)
 
 

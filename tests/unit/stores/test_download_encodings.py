@@ -128,14 +128,16 @@ def test_small_documents_are_copied_out_of_the_reused_buffer(server: tuple[str, 
     assert download.fetch_bytes(f"{url}/chunked", policy=policy()) == BODY
 
 
+@pytest.mark.parametrize("make", ["requests", "download"])
 def test_a_session_keeps_its_connection_across_downloads(server: tuple[str, list[str]],
-                                                         tmp_path: Path) -> None:
-    """The registry client's case: one requests.Session for manifests and blobs. A body read to its
-    end hands the connection back for the next request (keep-alive), chunked or not."""
+                                                         tmp_path: Path, make: str) -> None:
+    """The registry client's case: one session for manifests and blobs (download.session(), whose
+    sockets the deadline watchdog knows, or a plain requests.Session). A body read to its end hands
+    the connection back for the next request (keep-alive), chunked or not."""
     import requests
 
     url, served = server
-    session = requests.Session()
+    session = download.session() if make == "download" else requests.Session()
 
     def opener(path: str) -> download.Opener:
         return lambda headers, timeout: session.get(f"{url}{path}", headers=headers, stream=True,

@@ -47,7 +47,7 @@ options:
     description: CA bundle (PEM) on the node that signs the store's TLS certificate.
     type: path
   insecure_http:
-    description: Allow plain http (C(oci+http://)) to a registry that is not on loopback.
+    description: Allow plain http (C(http://), C(oci+http://)) to a store that is not on loopback.
     type: bool
     default: false
   state:
