@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import stat
 import tarfile
 import tempfile
@@ -44,7 +43,6 @@ COMPRESSION = f"zstd-{ZSTD_LEVEL}-mt"
 CHUNK = 1 << 20
 
 Kind = Literal["kmod", "userspace"]
-DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
 
 
 def sha256_file(path: Path) -> str:

@@ -12,29 +12,27 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..artifact import DRIVER_VERSION_RE
 from ..errors import InputError
+from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
 
 UNIT_NAME = "nodeprep-nvidia.service"
 LD_CONF_NAME = "00-nvidia.conf"
 MODPROBE_CONF_NAME = "nodeprep-nvidia.conf"
 MODULE_SUBDIR = "updates/nodeprep"
 TEMP_PREFIXES = (".staging-", ".current-", ".removing-", ".tmp-")
-KERNEL_RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
 
 
 def check_version(version: str) -> str:
-    if not DRIVER_VERSION_RE.match(version):
+    if not DRIVER_VERSION_RE.fullmatch(version):
         raise InputError(f"--driver: {version!r} is not a driver version (e.g. 535.309.01)")
     return version
 
 
 def check_kernel(release: str) -> str:
-    if not KERNEL_RELEASE_RE.match(release):
+    if not KERNEL_RELEASE_RE.fullmatch(release):
         raise InputError(f"--kernel: {release!r} is not a kernel release (e.g. 6.1.0-28-amd64)")
     return release
 

@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "node.yaml"
 
 MINIMAL: dict[str, Any] = {"driver": {"version": "535.309.01"}}
+PIN = "sha256:" + "ab" * 32
 
 
 def _problems(data: Any) -> list[str]:
@@ -31,7 +32,7 @@ def _problems(data: Any) -> list[str]:
 def _with(section: str, key: str, value: Any) -> dict[str, Any]:
     data = json.loads(json.dumps(MINIMAL))
     if section == "cluster":
-        data["cluster"] = {"api_server": "10.0.0.10:6443"}
+        data["cluster"] = {"api_server": "10.0.0.10:6443", "ca_cert_hashes": [PIN]}
     data.setdefault(section, {})[key] = value
     return data
 
@@ -364,7 +365,8 @@ def test_every_problem_is_collected_with_did_you_mean() -> None:
     assert "cluster.api_server: required" in problems
     assert any(p.startswith("driver.version: ") for p in problems)
     assert any(p.startswith("cluster.gpu_taint: ") for p in problems)
-    assert len(problems) == 6
+    assert any(p.startswith("cluster.ca_cert_hashes: required in mode kubeadm") for p in problems)
+    assert len(problems) == 7
 
 
 def test_unknown_key_without_close_match_lists_allowed() -> None:
