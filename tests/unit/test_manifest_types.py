@@ -126,3 +126,23 @@ def test_not_a_manifest_object(raw: bytes) -> None:
         artifact.Manifest.from_json(raw, source="x/manifest.json")
     assert str(exc.value).startswith("x/manifest.json: malformed manifest (")
     assert "\n" not in str(exc.value) and len(str(exc.value)) < 400
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["install", "--driver", V + "\n", "--kernel", K], f"error: --driver: '{V}\\n' is not a driver version"),
+    (["install", "--driver", V, "--kernel", K + "\n"], f"error: --kernel: '{K}\\n' is not a kernel release"),
+    (["install", "--driver", V, "--kernel", "../" + K], f"error: --kernel: '../{K}' is not a kernel release"),
+    (["activate", V + "\n"], f"error: --driver: '{V}\\n' is not a driver version"),
+])
+def test_version_and_kernel_options_refuse_a_trailing_newline(tmp_path: Path, args: list[str],
+                                                              message: str) -> None:
+    """`$` matches before a trailing newline: the patterns are applied with fullmatch."""
+    store, root = tmp_path / "store", tmp_path / "root"
+    store.mkdir()
+    root.mkdir()
+    extra = ["--store", str(store)] if args[0] == "install" else []
+    result = _invoke(*args, *extra, "--root", str(root))
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(message), result.output
+    assert list(root.iterdir()) == [], "nothing written under --root"
