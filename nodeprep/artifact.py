@@ -26,7 +26,7 @@ import stat
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -35,7 +35,7 @@ import zstandard
 from . import sysfs
 from .errors import ArtifactError, ChecksumError, InputError
 from .safetar import LIMITS, MANIFEST, Beneath, Limits, MemberRules, link_problem
-from .vocab import FLAVOURS
+from .vocab import DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
 
 FORMAT_VERSION = 1
 INDEX = "index.json"
@@ -46,8 +46,7 @@ COMPRESSION = f"zstd-{ZSTD_LEVEL}-mt"
 CHUNK = 1 << 20
 
 Kind = Literal["kmod", "userspace"]
-DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
-KERNEL_RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
 def sha256_file(path: Path) -> str:
@@ -114,16 +113,109 @@ class Manifest:
 
     @classmethod
     def from_json(cls, raw: bytes | str, *, source: str = MANIFEST) -> Manifest:
+        """The manifest in `raw`; ArtifactError naming `source` and the first bad field when it is
+        not JSON or a field has the wrong type or value (a manifest comes from the store: hostile)."""
         try:
             data = json.loads(raw)
-            files = {k: FileEntry(**v) for k, v in data.pop("files", {}).items()}
-            manifest = cls(files=files, **data)
-        except (ValueError, TypeError) as e:
-            raise ArtifactError(f"{source}: malformed manifest ({e})") from None
-        if manifest.format != FORMAT_VERSION:
-            raise ArtifactError(f"{source}: manifest format {manifest.format} is not supported "
+        except (ValueError, RecursionError) as e:
+            raise ArtifactError(f"{source}: malformed manifest ({str(e)[:200]})") from None
+        if isinstance(data, dict) and "format" in data and data["format"] != FORMAT_VERSION:
+            raise ArtifactError(f"{source}: manifest format {_shown(data['format'])} is not supported "
                                 f"(this nodeprep reads format {FORMAT_VERSION})")
-        return manifest
+        try:
+            return _manifest(data)
+        except _Bad as e:
+            raise ArtifactError(f"{source}: malformed manifest ({e})") from None
+
+
+class _Bad(Exception):
+    """A manifest field of the wrong type or value (the message names it)."""
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _typed(data: dict[str, Any], key: str, kinds: tuple[type, ...], default: Any = _Bad) -> Any:
+    """data[key] when it is one of `kinds` (bool is no int), `default` when absent."""
+    if key not in data:
+        if default is _Bad:
+            raise _Bad(f"{key}: required")
+        return default
+    value = data[key]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise _Bad(f"{key}: expected {names}, got {_shown(value)}")
+    return value
+
+
+def _text(data: dict[str, Any], key: str, pattern: re.Pattern[str] | None = None, *,
+          optional: bool = False) -> str | None:
+    value = _typed(data, key, (str, type(None)) if optional else (str,), None if optional else _Bad)
+    if value is not None and (not value.isprintable() or (pattern and not pattern.fullmatch(value))):
+        raise _Bad(f"{key}: {_shown(value)} is not valid here")
+    return value
+
+
+def _str_map(data: dict[str, Any], key: str) -> dict[str, str]:
+    value = _typed(data, key, (dict,), {})
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise _Bad(f"{key}.{_shown(k)}: expected str, got {_shown(v)}")
+    return value
+
+
+_ENTRY_KEYS = {"sha256", "size", "mode", "target"}
+
+
+def _file_entry(name: str, raw: Any) -> FileEntry:
+    where = f"files.{_shown(name)}"
+    if not isinstance(raw, dict):
+        raise _Bad(f"{where}: expected a mapping, got {_shown(raw)}")
+    unknown = sorted(set(raw) - _ENTRY_KEYS)
+    if unknown:
+        raise _Bad(f"{where}: unknown field {_shown(unknown[0])}")
+    try:
+        target = _typed(raw, "target", (str, type(None)), None)
+        sha = _typed(raw, "sha256", (str,))
+        size, mode = _typed(raw, "size", (int,)), _typed(raw, "mode", (int,))
+    except _Bad as e:
+        raise _Bad(f"{where}.{e}") from None
+    if target is None and not SHA256_RE.fullmatch(sha):
+        raise _Bad(f"{where}.sha256: {_shown(sha)} is not 64 lower-case hex digits")
+    if not 0 <= size < 1 << 63 or not 0 <= mode <= 0o7777:
+        raise _Bad(f"{where}: size {size} or mode {mode} out of range")
+    return FileEntry(sha256=sha, size=size, mode=mode, target=target)
+
+
+def _manifest(data: Any) -> Manifest:
+    if not isinstance(data, dict):
+        raise _Bad(f"expected a JSON object, got {_shown(data)}")
+    known = {f.name for f in fields(Manifest)}
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise _Bad(f"unknown field {_shown(unknown[0])}")
+    kind = _text(data, "kind")
+    if kind not in ("kmod", "userspace"):
+        raise _Bad(f"kind: {_shown(kind)} is not kmod or userspace")
+    files = _typed(data, "files", (dict,), {})
+    return Manifest(
+        kind=kind,  # type: ignore[arg-type]
+        driver_version=_text(data, "driver_version", DRIVER_VERSION_RE),  # type: ignore[arg-type]
+        arch=_text(data, "arch"),  # type: ignore[arg-type]
+        os=_text(data, "os"),  # type: ignore[arg-type]
+        input_digest=_text(data, "input_digest"),  # type: ignore[arg-type]
+        inputs=_str_map(data, "inputs"),
+        flavour=_text(data, "flavour", optional=True),
+        kernel_release=_text(data, "kernel_release", KERNEL_RELEASE_RE, optional=True),
+        vermagic=_text(data, "vermagic", optional=True),
+        compiler=_text(data, "compiler", optional=True),
+        files={name: _file_entry(name, raw) for name, raw in files.items()},
+        extra=_typed(data, "extra", (dict,), {}),
+        format=_typed(data, "format", (int,), FORMAT_VERSION),
+        nodeprep_version=_typed(data, "nodeprep_version", (str,), ""),
+    )
 
 
 def artifact_name(kind: Kind, driver_version: str, *, arch: str = "amd64", flavour: str | None = None,
@@ -412,8 +504,7 @@ class IndexEntry:
                    kernel_release=manifest.kernel_release, vermagic=manifest.vermagic)
 
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-TOKEN_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # an index's arch and os
+TOKEN_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # an index's arch and os
 MAX_INDEX = 64 << 20  # bytes of an index.json, read from a directory or over the network alike
 MAX_VERMAGIC = 1024
 _ENTRY_FIELDS = tuple(IndexEntry.__dataclass_fields__)
@@ -429,13 +520,13 @@ def _shown(value: Any) -> str:
 _RULES: dict[str, tuple[Any, str]] = {
     "name": (lambda v: True, ""),  # checked against the other fields (index_entry)
     "kind": (lambda v: v in ("kmod", "userspace"), "is not kmod or userspace"),
-    "driver_version": (DRIVER_VERSION_RE.match, "is not a driver version"),
-    "arch": (TOKEN_RE.match, "is not an architecture name"),
-    "os": (TOKEN_RE.match, "is not an OS name"),
-    "sha256": (SHA256_RE.match, "is not a sha256 hex digest"),
-    "input_digest": (SHA256_RE.match, "is not a sha256 hex digest"),
+    "driver_version": (DRIVER_VERSION_RE.fullmatch, "is not a driver version"),
+    "arch": (TOKEN_RE.fullmatch, "is not an architecture name"),
+    "os": (TOKEN_RE.fullmatch, "is not an OS name"),
+    "sha256": (SHA256_RE.fullmatch, "is not a sha256 hex digest"),
+    "input_digest": (SHA256_RE.fullmatch, "is not a sha256 hex digest"),
     "flavour": (lambda v: v in FLAVOURS, f"is not one of {', '.join(FLAVOURS)}"),
-    "kernel_release": (KERNEL_RELEASE_RE.match, "is not a kernel release"),
+    "kernel_release": (KERNEL_RELEASE_RE.fullmatch, "is not a kernel release"),
     "vermagic": (lambda v: len(v) <= MAX_VERMAGIC and v.isprintable(), "is not a vermagic string"),
 }
 

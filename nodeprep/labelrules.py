@@ -59,14 +59,14 @@ def validate_key(key: str) -> list[str]:
             problems.append(f"key {key!r}: prefix is empty")
         elif len(prefix) > PREFIX_MAX:
             problems.append(f"key {key!r}: prefix is longer than {PREFIX_MAX} characters")
-        elif not _PREFIX_RE.match(prefix):
+        elif not _PREFIX_RE.fullmatch(prefix):
             problems.append(f"key {key!r}: prefix {prefix!r} is not a DNS subdomain "
                             "(lower-case alphanumerics, '-' and '.', alphanumeric at both ends)")
     if not name:
         problems.append(f"key {key!r}: name is empty")
     elif len(name) > NAME_MAX:
         problems.append(f"key {key!r}: name is longer than {NAME_MAX} characters")
-    elif not _NAME_RE.match(name):
+    elif not _NAME_RE.fullmatch(name):
         problems.append(f"key {key!r}: name must consist of alphanumerics, '-', '_' or '.', "
                         "and start and end with an alphanumeric")
     return problems
@@ -80,7 +80,7 @@ def validate_value(key: str, value: str) -> list[str]:
         return []
     if len(value) > VALUE_MAX:
         return [f"label {key!r}: value is longer than {VALUE_MAX} characters ({len(value)})"]
-    if not _NAME_RE.match(value):
+    if not _NAME_RE.fullmatch(value):
         return [f"label {key!r}: value {value!r} must consist of alphanumerics, '-', '_' or '.', "
                 "and start and end with an alphanumeric"]
     return []

@@ -8,7 +8,13 @@ repeat the values and the test fails when they differ.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
+
+# Validation patterns: always applied with fullmatch (`$` alone also matches before a trailing
+# newline); their `^...$` text is what the JSON Schemas publish (ECMA-262 `$` is the end).
+DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")  # a full driver version, 535.309.01
+KERNEL_RELEASE_RE = re.compile(r"^\d{1,4}\.\d{1,4}[A-Za-z0-9.+_~-]{0,120}$")  # 6.1.0-28-amd64
 
 # Kernel modules an artifact may ship, in load order (nvidia first: the others depend on it).
 KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")

@@ -254,7 +254,7 @@ def validate_request(req: BuildRequest) -> None:
             raise InputError("--headers-dir is only used with --builder host")
     if req.flavour not in drivers.FLAVOURS:
         raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
-    if req.driver is not None and not drivers.DRIVER_RE.match(req.driver):
+    if req.driver is not None and not drivers.DRIVER_RE.fullmatch(req.driver):
         raise InputError(
             f"--driver: {req.driver!r} is not a driver version (like 535.309.01) or branch (535)"
         )

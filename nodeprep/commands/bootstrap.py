@@ -143,8 +143,10 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
     from ..profile import parse_profile, read_profile
 
     text, document = read_profile(profile_path)  # the same reader and checks as join/profile check
-    profile = parse_profile(document.data, str(profile_path), document)
     hashes = cloudinit.check_ca_hashes(ca_hashes)
+    # --ca-cert-hash supplies the pins the profile may lack: the merged profile is validated again
+    profile = parse_profile(document.data, str(profile_path), document,
+                            insecure_skip_ca_verification=bool(hashes))
     if hashes:
         if profile.cluster is None:
             raise InputError(f"--ca-cert-hash: {profile_path} has no cluster section to join")
@@ -153,6 +155,7 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
             data = document.data
             data["cluster"]["ca_cert_hashes"] = list(merged)
             text = yaml.safe_dump(data, sort_keys=False)
+            profile = parse_profile(data, str(profile_path), document)
         hashes = merged
     elif profile.cluster is not None:
         hashes = tuple(profile.cluster.ca_cert_hashes)

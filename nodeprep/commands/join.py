@@ -78,7 +78,9 @@ def join_cmd(
     and a kubelet.service drop-in and restarts kubelet. Both register the nvidia runtime in
     containerd and write the CDI spec first. The bootstrap token is read from cluster.token_file
     (mode 0600) and never printed."""
-    prof = with_overrides(load_profile(profile_path(root, profile)), pop_overrides(overrides))
+    unpinned = {"insecure_skip_ca_verification": insecure_skip_ca_verification}
+    prof = with_overrides(load_profile(profile_path(root, profile), **unpinned), pop_overrides(overrides),
+                          **unpinned)
     options = JoinOptions(
         root=root,
         insecure_skip_ca_verification=insecure_skip_ca_verification,

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from ..kubeletflags import SortedArgs
 from ..profile import Cluster, Taint
-from .kubeletflags import SortedArgs
 from .token import BootstrapToken
 
 KUBEADM_V1BETA4_FROM = (1, 31)

@@ -18,15 +18,16 @@ from typing import Any
 
 from .. import runner
 from ..errors import InputError, StateError
+from ..kubeletflags import SortedArgs, check_version, sort_args
 from ..log import step
 from ..profile import Profile
+from ..profile.load import CA_PIN_REQUIRED
 from . import cdi as cdimod
 from . import containerd as ctd
 from . import gpus as gpumod
 from . import kube
 from .discovery import Discovery, discover
 from .files import FileChange, apply_changes, relocated, under
-from .kubeletflags import SortedArgs, check_version, sort_args
 from .token import BootstrapToken, read_token_file, redact
 
 log = logging.getLogger(__name__)
@@ -276,11 +277,8 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
         )
     root = Path(options.root)
     if not cluster.ca_cert_hashes and not options.insecure_skip_ca_verification and cluster.mode == "kubeadm":
-        raise InputError(
-            "cluster.ca_cert_hashes: required to verify the cluster CA",
-            hint="add the sha256:... pin (kubeadm token create --print-join-command shows it), or "
-            "pass --insecure-skip-ca-verification to trust the network",
-        )
+        raise InputError(f"{profile.source}: {CA_PIN_REQUIRED}",
+                         hint="or pass --insecure-skip-ca-verification to trust the network")
     if (
         cluster.mode == "kubelet"
         and not options.insecure_skip_ca_verification
@@ -293,23 +291,6 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
     token = options.token or read_token_file(
         under(root, cluster.token_file, input_field="cluster.token_file"), shown_as=cluster.token_file
     )
-    instead = {
-        "node-labels": "labels.extra",
-        "register-with-taints": "cluster.taints / cluster.gpu_taint",
-        "bootstrap-kubeconfig": "cluster.token_file",
-        "kubeconfig": "nothing (nodeprep sets it)",
-        "config": "nothing (nodeprep sets it)",
-        "hostname-override": "cluster.node_name",
-        "container-runtime-endpoint": "cluster.cri_socket",
-        "cgroup-driver": "cluster.cgroup_driver",
-    }
-    owned = [
-        f"cluster.kubelet_extra_args.{k}: set by nodeprep from the profile; use {instead[k]}"
-        for k in cluster.kubelet_extra_args
-        if k.lstrip("-") in instead
-    ]
-    if owned:
-        raise InputError("; ".join(owned))
     warnings = check_version(cluster.minor)
     gates = dict(cluster.feature_gates)
     if profile.runtime.cdi and CDI_GATE_FROM <= cluster.minor < CDI_GATE_DEFAULT_ON and CDI_GATE not in gates:

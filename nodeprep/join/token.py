@@ -43,7 +43,7 @@ class BootstrapToken:
 
 def parse_token(text: str, *, source: str) -> BootstrapToken:
     value = text.strip()
-    m = TOKEN_RE.match(value)
+    m = TOKEN_RE.fullmatch(value)
     if not m:
         # Never echo the content: it may be a real token with a typo.
         raise InputError(

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..artifact import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
 from ..errors import InputError
+from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
 
 UNIT_NAME = "nodeprep-nvidia.service"
 LD_CONF_NAME = "00-nvidia.conf"
@@ -26,13 +26,13 @@ TEMP_PREFIXES = (".staging-", ".current-", ".removing-", ".tmp-")
 
 
 def check_version(version: str) -> str:
-    if not DRIVER_VERSION_RE.match(version):
+    if not DRIVER_VERSION_RE.fullmatch(version):
         raise InputError(f"--driver: {version!r} is not a driver version (e.g. 535.309.01)")
     return version
 
 
 def check_kernel(release: str) -> str:
-    if not KERNEL_RELEASE_RE.match(release):
+    if not KERNEL_RELEASE_RE.fullmatch(release):
         raise InputError(f"--kernel: {release!r} is not a kernel release (e.g. 6.1.0-28-amd64)")
     return release
 

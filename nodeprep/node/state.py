@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..artifact import DRIVER_VERSION_RE, MANIFEST
+from ..artifact import MANIFEST
 from ..errors import StateError
+from ..vocab import DRIVER_VERSION_RE
 from .fsutil import atomic_write
 from .layout import Layout
 
@@ -89,7 +90,7 @@ def scan(layout: Layout) -> dict[str, Installed]:
     if not layout.opt.is_dir():
         return found
     for d in sorted(layout.opt.iterdir()):
-        if d.is_symlink() or not d.is_dir() or not DRIVER_VERSION_RE.match(d.name):
+        if d.is_symlink() or not d.is_dir() or not DRIVER_VERSION_RE.fullmatch(d.name):
             continue
         if not (d / MANIFEST).is_file():
             continue
@@ -114,7 +115,7 @@ def active_version(layout: Layout) -> str | None:
     except OSError:
         return None
     name = Path(target).name
-    return name if DRIVER_VERSION_RE.match(name) and (layout.opt / name / MANIFEST).is_file() else None
+    return name if DRIVER_VERSION_RE.fullmatch(name) and (layout.opt / name / MANIFEST).is_file() else None
 
 
 def load_state(root: Path) -> State:

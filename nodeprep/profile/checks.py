@@ -9,17 +9,31 @@ import re
 from collections import Counter
 from typing import Any
 
-from .. import labelrules
+from .. import kubeletflags, labelrules
 from ..urls import has_userinfo
 from ..vocab import KERNEL_MODULES
 from .model import DNS1123_SUBDOMAIN_RE, FLAG_NAME_RE, K8S_VERSION_RE, OLDEST_KUBERNETES, TAINT_EFFECTS, Taint
-from .rules import Problem, Problems, Rule, enum, list_of, show, string, type_name
+from .rules import Problem, Problems, Rule, enum, list_of, name_of, show, string, type_name
 
 _MODULE_LIST = list_of(enum(*KERNEL_MODULES))
 
 
 def abs_path(value: str) -> str | None:
-    return None if value.startswith("/") else f"{show(value)} must be an absolute path"
+    """A path on the node: absolute, no `..` component, no NUL, newline or other control character
+    (it becomes a file nodeprep writes or a line in a configuration file)."""
+    if not value.isprintable():
+        return f"{show(value)} holds a control character (NUL, newline, ...)"
+    if not value.startswith("/"):
+        return f"{show(value)} must be an absolute path"
+    if ".." in value.split("/"):
+        return f"{show(value)} must not contain '..'"
+    return None
+
+
+def cri_socket(value: str) -> str | None:
+    """A CRI endpoint: unix:// and an absolute socket path (abs_path's rules)."""
+    problem = abs_path(value.removeprefix("unix://"))
+    return f"{show(value)}: socket path {problem.split(' ', 1)[-1]}" if problem else None
 
 
 def store(value: str) -> str | None:
@@ -35,8 +49,10 @@ def store(value: str) -> str | None:
         except InputError as e:
             return str(e).split(": ", 1)[-1]
         return None
-    if value.startswith(("http://", "https://", "file://")) or value.startswith("/"):
-        return None
+    if value.startswith(("/", "file://")):
+        return abs_path(value.removeprefix("file://"))
+    if value.startswith(("http://", "https://")):
+        return None if value.isprintable() else f"{show(value)} holds a control character"
     return (f"{show(value)} must be an absolute directory, an http(s):// or file:// URL, or "
             f"oci://HOST[:PORT]/REPO")
 
@@ -53,13 +69,13 @@ def api_server(value: str) -> str | None:
         except ValueError:
             return f"{show(value)}: {show(host)} is not an IPv6 address"
         return None
-    if not (DNS1123_SUBDOMAIN_RE.match(host.lower()) and len(host) <= 253):
+    if not (DNS1123_SUBDOMAIN_RE.fullmatch(host.lower()) and len(host) <= 253):
         return f"{show(value)}: {show(host)} is not a host name or IP address (IPv6 goes in brackets)"
     return None
 
 
 def k8s_version(value: str) -> str | None:
-    m = K8S_VERSION_RE.match(value)
+    m = K8S_VERSION_RE.fullmatch(value)
     assert m
     if (int(m.group(1)), int(m.group(2))) < OLDEST_KUBERNETES:
         return (
@@ -70,7 +86,7 @@ def k8s_version(value: str) -> str | None:
 
 
 def node_name(value: str) -> str | None:
-    if len(value) > 253 or not DNS1123_SUBDOMAIN_RE.match(value):
+    if len(value) > 253 or not DNS1123_SUBDOMAIN_RE.fullmatch(value):
         return f"{show(value)} is not a valid node name (lower-case DNS subdomain, e.g. gpu-node-1)"
     return None
 
@@ -157,15 +173,22 @@ def _label_value(value: Any) -> tuple[Any, Problems]:
 def flag_name(name: str) -> str | None:
     if name.startswith("-"):
         return f"{show(name)}: write flag names without leading dashes (e.g. max-pods)"
-    if not FLAG_NAME_RE.match(name):
+    if not FLAG_NAME_RE.fullmatch(name):
         return f"{show(name)} is not a kubelet flag name (lower-case letters, digits and '-')"
     return None
+
+
+def kubelet_arg(name: str, value: Any) -> list[str]:
+    """A `cluster.kubelet_extra_args` entry whatever the Kubernetes version: a flag nodeprep does
+    not set itself, with a value of the flag's type (nodeprep.kubeletflags.flag_problem)."""
+    problem = kubeletflags.flag_problem(name.lstrip("-"), value)
+    return [f"{name_of(name)}: {problem}"] if problem else []
 
 
 def feature_gate(name: str) -> str | None:
     return (
         None
-        if re.match(r"^[A-Z][A-Za-z0-9]*$", name)
+        if re.fullmatch(r"[A-Z][A-Za-z0-9]*", name)
         else f"{show(name)} is not a feature gate name (e.g. DevicePluginCDIDevices)"
     )
 

@@ -8,13 +8,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..vocab import FLAVOURS
+from ..vocab import DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
 from .checks import (
     abs_path,
     api_server,
+    cri_socket,
     feature_gate,
     flag_name,
     k8s_version,
+    kubelet_arg,
     label_pair,
     label_value,
     modules,
@@ -23,7 +25,7 @@ from .checks import (
     store,
     taints,
 )
-from .model import CA_HASH_RE, DRIVER_VERSION_RE, K8S_VERSION_RE, KERNEL_RE
+from .model import CA_HASH_RE, K8S_VERSION_RE
 from .rules import Rule, boolean, enum, list_of, mapping, string
 
 
@@ -95,7 +97,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "driver",
         "kernel",
-        string(KERNEL_RE, "is not a kernel release (e.g. 6.1.0-28-amd64)", nullable=True),
+        string(KERNEL_RELEASE_RE, "is not a kernel release (e.g. 6.1.0-28-amd64)", nullable=True),
         "Kernel release to install modules for (default: the running kernel)",
         flag="--kernel",
     ),
@@ -203,7 +205,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "cluster",
         "cri_socket",
-        string(re.compile(r"^(unix|npipe)://."), "must be a unix:// endpoint"),
+        string(re.compile(r"^unix:///.*$"), "must be a unix:// endpoint", check=cri_socket),
         "CRI endpoint of the container runtime",
     ),
     Field(
@@ -215,7 +217,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "cluster",
         "kubelet_extra_args",
-        mapping(scalar_str, key_check=flag_name),
+        mapping(scalar_str, key_check=flag_name, pair_check=kubelet_arg),
         "Extra kubelet flags (name without dashes: value); deprecated ones move into KubeletConfiguration",
     ),
     Field(

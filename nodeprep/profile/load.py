@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import kubeletflags
 from ..errors import ProfileError
 from ..yamlinput import Document, load_yaml
 from .fields import FIELDS, REQUIRED_SECTIONS
-from .model import GPU_TAINT, SECTIONS, Profile, Taint
+from .model import GPU_TAINT, K8S_VERSION_RE, SECTIONS, Cluster, Profile, Taint
 from .rules import name_of, type_name
 
 DEFAULT_PATH = Path("/etc/nodeprep/node.yaml")
@@ -24,11 +25,30 @@ def _did_you_mean(key: str, options: list[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else f" (allowed: {', '.join(options)})"
 
 
-def _check_invariants(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
+# kubeadm mode without CA pins: refused unless `join --insecure-skip-ca-verification` (also in
+# nodeprep.join.plan for profiles built by hand)
+CA_PIN_REQUIRED = ("cluster.ca_cert_hashes: required in mode kubeadm to verify the cluster CA (kubeadm token "
+                   "create --print-join-command shows the sha256:... pin; cloud-init --ca-cert-hash adds it)")
+
+
+def _check_invariants(sections: Mapping[str, Mapping[str, Any]], insecure_skip_ca_verification: bool
+                      ) -> list[str]:
     """Rules across fields that the table cannot express."""
     problems: list[str] = []
     cluster = sections.get("cluster")
     if cluster:
+        if (cluster.get("mode", "kubeadm") == "kubeadm" and not cluster.get("ca_cert_hashes")
+                and not insecure_skip_ca_verification):
+            problems.append(f"{CA_PIN_REQUIRED}, or `nodeprep join --insecure-skip-ca-verification` "
+                            "trusts the network")
+        version = cluster.get("kubernetes_version", Cluster.kubernetes_version)
+        args, gates = cluster.get("kubelet_extra_args", {}), cluster.get("feature_gates", {})
+        if (isinstance(version, str) and K8S_VERSION_RE.fullmatch(version) and isinstance(args, dict)
+                and isinstance(gates, dict)):
+            minor = Cluster(api_server="", kubernetes_version=version).minor
+            problems += kubeletflags.version_problems(
+                {k: v for k, v in args.items() if isinstance(k, str) and isinstance(v, str)}, minor,
+                {k: v for k, v in gates.items() if isinstance(k, str)})
         if cluster.get("gpu_taint") and any(
             isinstance(t, Taint) and t.key == GPU_TAINT.key and t.value != GPU_TAINT.value
             for t in cluster.get("taints", ())
@@ -42,9 +62,11 @@ def _check_invariants(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return problems
 
 
-def parse_profile(data: Any, source: str = "profile", document: Document | None = None) -> Profile:
+def parse_profile(data: Any, source: str = "profile", document: Document | None = None, *,
+                  insecure_skip_ca_verification: bool = False) -> Profile:
     """Build a Profile from parsed YAML/JSON data; raise ProfileError listing every problem (with
-    its line when `document` is the parsed file)."""
+    its line when `document` is the parsed file). A kubeadm cluster without CA pins is refused
+    unless the caller joins with `insecure_skip_ca_verification` (`join`'s flag of that name)."""
     problems: list[str] = []
 
     def at(*path: Any) -> str:
@@ -91,7 +113,7 @@ def parse_profile(data: Any, source: str = "profile", document: Document | None 
                 problems.append(f"{f.path}: {len(errs) - MAX_PROBLEMS - 1} more problems")
             values[f.key] = value
         parsed[name] = values
-    problems += _check_invariants(parsed)
+    problems += _check_invariants(parsed, insecure_skip_ca_verification)
     if problems:
         if len(problems) > MAX_PROBLEMS:
             problems = [*problems[:MAX_PROBLEMS], f"and {len(problems) - MAX_PROBLEMS} more problems"]
@@ -113,10 +135,11 @@ def read_profile(path: Path) -> tuple[str, Document]:
         raise
 
 
-def load_profile(path: Path) -> Profile:
+def load_profile(path: Path, *, insecure_skip_ca_verification: bool = False) -> Profile:
     """Read and validate the profile at `path` (ProfileError naming the file on any problem)."""
     _, document = read_profile(path)
-    return parse_profile(document.data, str(path), document)
+    return parse_profile(document.data, str(path), document,
+                         insecure_skip_ca_verification=insecure_skip_ca_verification)
 
 
 def profile_path(root: Path, profile: Path | None) -> Path:

@@ -10,8 +10,6 @@ from typing import Any
 
 from ..vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES
 
-DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
-KERNEL_RE = re.compile(r"^\d+\.\d+[A-Za-z0-9.+_~-]*$")
 K8S_VERSION_RE = re.compile(r"^v?(1)\.(\d{1,2})(?:\.(\d{1,3}))?$")
 CA_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -80,7 +78,7 @@ class Cluster:
     @property
     def minor(self) -> tuple[int, int]:
         """(major, minor) of kubernetes_version, e.g. (1, 31)."""
-        m = K8S_VERSION_RE.match(self.kubernetes_version)
+        m = K8S_VERSION_RE.fullmatch(self.kubernetes_version)
         assert m, self.kubernetes_version
         return int(m.group(1)), int(m.group(2))
 

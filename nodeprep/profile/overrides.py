@@ -10,7 +10,8 @@ from .load import parse_profile
 from .model import Profile
 
 
-def with_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
+def with_overrides(profile: Profile, overrides: Mapping[str, Any], *,
+                   insecure_skip_ca_verification: bool = False) -> Profile:
     """A new Profile with `section.key` values replaced (command-line flags); None values are
     ignored. The result is validated like a file."""
     given = {path: value for path, value in overrides.items() if value is not None}
@@ -20,4 +21,5 @@ def with_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
     for path, value in given.items():
         f = field_by_path(path)
         data.setdefault(f.section, {})[f.key] = value
-    return parse_profile(data, f"{profile.source} + command line")
+    return parse_profile(data, f"{profile.source} + command line",
+                         insecure_skip_ca_verification=insecure_skip_ca_verification)

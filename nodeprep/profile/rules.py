@@ -89,7 +89,7 @@ def string(
             return value, [f"{show(value)} must be a quoted string (YAML read it as a number)"]
         if not isinstance(value, str):
             return value, [f"expected a string, got {type_name(value)}"]
-        if pattern is not None and not pattern.match(value):
+        if pattern is not None and not pattern.fullmatch(value):
             return value, [f"{show(value)} {expected}"]
         if check is not None and (problem := check(value)):
             return value, [problem]

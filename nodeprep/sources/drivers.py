@@ -106,7 +106,7 @@ def resolve(catalog: Mapping[str, list[str]], driver: str | None, flavour: str) 
     """The source for `driver` (exact version, a branch like '535', or None for the newest)."""
     if flavour not in FLAVOURS:
         raise InputError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
-    if driver is not None and not DRIVER_RE.match(driver):
+    if driver is not None and not DRIVER_RE.fullmatch(driver):
         raise InputError(
             f"--driver: {driver!r} is not a driver version (like 535.309.01 or a branch like 535)"
         )

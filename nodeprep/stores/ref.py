@@ -61,16 +61,16 @@ def parse_ref(location: str, *, insecure_http: bool = False, what: str = "--stor
     rest, _, digest = rest.partition("@")
     host, _, repo = rest.partition("/")
     repo = repo.rstrip("/")
-    if not _HOST_RE.match(host):
+    if not _HOST_RE.fullmatch(host):
         raise InputError(f"{what}: {location!r}: {host!r} is not a registry host[:port]")
     if ":" in host and not host.endswith("]"):
         port = host.rsplit(":", 1)[1]
         if not 0 < int(port) < 65536:
             raise InputError(f"{what}: {location!r}: port {port} is out of range")
-    if not repo or not _REPO_RE.match(repo) or len(repo) > 255:
+    if not repo or not _REPO_RE.fullmatch(repo) or len(repo) > 255:
         raise InputError(f"{what}: {location!r}: {repo!r} is not a repository name (lowercase "
                          f"letters, digits, separators . _ - and /)")
-    if digest and not _DIGEST_RE.match(digest):
+    if digest and not _DIGEST_RE.fullmatch(digest):
         raise InputError(f"{what}: {location!r}: {digest!r} is not sha256:<64 lowercase hex digits>")
     ref = OciRef(host=host, repository=repo, plain_http=plain, digest=digest or None)
     if plain and not plain_http_allowed(ref.hostname, insecure_http=insecure_http):

@@ -73,15 +73,16 @@ def manifest_for(members: Iterable[M], *, kind: str = "kmod", version: str = "53
 
 
 def write(dest: Path, members: Iterable[M], manifest: artifact.Manifest | None = None,
-          *, sizes: dict[str, int] | None = None) -> Path:
+          *, sizes: dict[str, int] | None = None, raw_manifest: bytes | None = None) -> Path:
     """Write `dest` (.tar.zst): manifest.json first, then `members` in order. `sizes` overrides the
-    tar header size of named regular files (their data is padded or cut to match)."""
+    tar header size of named regular files (their data is padded or cut to match); `raw_manifest`
+    replaces the manifest's bytes (fields of any type)."""
     members = list(members)
     manifest = manifest or manifest_for(members)
     cctx = zstandard.ZstdCompressor(level=3)
     with open(dest, "wb") as raw, cctx.stream_writer(raw) as zf, \
             tarfile.open(fileobj=zf, mode="w|", format=tarfile.GNU_FORMAT) as tar:
-        data = manifest.to_json()
+        data = manifest.to_json() if raw_manifest is None else raw_manifest
         ti = tarfile.TarInfo(artifact.MANIFEST)
         ti.size = len(data)
         tar.addfile(ti, io.BytesIO(data))

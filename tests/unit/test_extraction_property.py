@@ -34,10 +34,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from nodeprep import artifact
+from nodeprep.cli import main
 from nodeprep.errors import ArtifactError, NodeprepError
 from tests.support import rawartifact as ra
 
@@ -273,6 +275,110 @@ def test_extraction_rules_fixed_seed(members: list[ra.M]) -> None:
 @given(st.one_of(member_lists(), self_loops()))
 def test_extraction_rules_random(members: list[ra.M]) -> None:
     check_archive(members)
+
+
+# ---- the manifest: generated field types and values (issue 25) ---------------------------------
+# Each draw starts from a valid user-space manifest and replaces some fields, and some fields of its
+# file entries, with JSON values of any type. Parsing either yields a manifest whose every field has
+# its declared type, or raises ArtifactError (exit 2): one line naming the field, never another
+# exception; `install` of such an artifact ends the same way (exit 2, one `error:` line).
+
+MANIFEST_KEYS = ["kind", "driver_version", "arch", "os", "input_digest", "inputs", "flavour",
+                 "kernel_release", "vermagic", "compiler", "files", "extra", "format", "nodeprep_version",
+                 "unknown"]
+ENTRY_KEYS = ["sha256", "size", "mode", "target", "owner"]
+JSON_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+    st.sampled_from(["", "kmod", "userspace", "535.309.01", "535.309.01\n", "6.1.0-28-amd64", "../x",
+                     "a\x00b", "1", "755", "e" * 64, "libnvidia-ml.so.1"]),
+    st.text(max_size=8),
+)
+JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)), max_leaves=6)
+
+
+@st.composite
+def manifest_data(draw: st.DrawFn) -> dict[str, object]:
+    members = [ra.file("lib64/libnvidia-ml.so.1", b"x"), ra.link("lib64/l.so", "libnvidia-ml.so.1")]
+    base = ra.manifest_for(members, kind="userspace", version="535.309.01")
+    data = json.loads(base.to_json())
+    for key in draw(st.lists(st.sampled_from(MANIFEST_KEYS), max_size=3, unique=True)):
+        if draw(st.integers(0, 5)) == 0:
+            data.pop(key, None)
+        else:
+            data[key] = draw(JSON_VALUES)
+    files = data.get("files")
+    if isinstance(files, dict):
+        for name in list(files):
+            entry = files[name]
+            for key in draw(st.lists(st.sampled_from(ENTRY_KEYS), max_size=2, unique=True)):
+                if isinstance(entry, dict):
+                    entry[key] = draw(JSON_VALUES)
+    return data
+
+
+def _well_typed(m: artifact.Manifest) -> bool:
+    def text(v: object, optional: bool = False) -> bool:
+        return (v is None and optional) or (isinstance(v, str) and v.isprintable())
+
+    return (m.kind in ("kmod", "userspace") and text(m.driver_version) and text(m.arch) and text(m.os)
+            and text(m.input_digest) and all(text(m_) for m_ in (m.flavour, m.kernel_release, m.vermagic,
+                                                                  m.compiler) if m_ is not None)
+            and isinstance(m.inputs, dict) and all(isinstance(v, str) for v in m.inputs.values())
+            and isinstance(m.extra, dict) and type(m.format) is int and isinstance(m.nodeprep_version, str)
+            and all(type(e.size) is int and type(e.mode) is int and isinstance(e.sha256, str)
+                    and (e.target is None or isinstance(e.target, str)) for e in m.files.values()))
+
+
+def check_manifest(data: dict[str, object]) -> None:
+    raw = json.dumps(data).encode()
+    try:
+        m = artifact.Manifest.from_json(raw, source="art:manifest.json")
+    except ArtifactError as e:
+        event("refused: " + _reason(str(e)))
+        assert e.exit_code == 2 and "\n" not in str(e) and str(e).startswith("art:manifest.json: ")
+        return
+    event("parsed")
+    assert _well_typed(m), m
+    assert artifact.Manifest.from_json(m.to_json()) == m
+
+
+@settings(derandomize=True, deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(manifest_data())
+def test_manifest_field_types_fixed_seed(data: dict[str, object]) -> None:
+    check_manifest(data)
+
+
+@settings(derandomize=True, deadline=None, max_examples=25,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(manifest_data())
+def test_install_of_a_generated_manifest_is_one_refusal_or_none(data: dict[str, object]) -> None:
+    """Through the CLI: a manifest the parser refuses makes `install` exit 2 with one `error:` line
+    naming it; whatever the manifest holds, never a traceback."""
+    try:
+        artifact.Manifest.from_json(json.dumps(data))
+        refused = False
+    except ArtifactError:
+        refused = True
+    with tempfile.TemporaryDirectory(prefix="nodeprep-prop-") as tmp:
+        store, root = Path(tmp) / "store", Path(tmp) / "root"
+        store.mkdir()
+        root.mkdir()
+        version, kernel = "535.309.01", "6.1.0-28-amd64"
+        km = [ra.file(f"modules/{kernel}/nvidia.ko", b"x")]
+        kman = ra.manifest_for(km, kind="kmod", version=version, kernel=kernel)
+        us = [ra.file("lib64/libnvidia-ml.so.1", b"x"), ra.link("lib64/l.so", "libnvidia-ml.so.1")]
+        uman = ra.manifest_for(us, kind="userspace", version=version)
+        ra.write(store / kman.name, km, kman)
+        ra.write(store / uman.name, us, uman, raw_manifest=json.dumps(data).encode())
+        ra.store_with(store, [(store / kman.name, kman), (store / uman.name, uman)])
+        result = CliRunner().invoke(main, ["install", "--store", str(store), "--driver", version,
+                                           "--kernel", kernel, "--root", str(root), "--no-load"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if refused:
+        errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+        assert result.exit_code == 2 and len(errors) == 1, result.output
+        assert f"{uman.name}:manifest.json" in errors[0], errors[0]
 
 
 @st.composite

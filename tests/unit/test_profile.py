@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "node.yaml"
 
 MINIMAL: dict[str, Any] = {"driver": {"version": "535.309.01"}}
+PIN = "sha256:" + "ab" * 32
 
 
 def _problems(data: Any) -> list[str]:
@@ -31,7 +32,7 @@ def _problems(data: Any) -> list[str]:
 def _with(section: str, key: str, value: Any) -> dict[str, Any]:
     data = json.loads(json.dumps(MINIMAL))
     if section == "cluster":
-        data["cluster"] = {"api_server": "10.0.0.10:6443"}
+        data["cluster"] = {"api_server": "10.0.0.10:6443", "ca_cert_hashes": [PIN]}
     data.setdefault(section, {})[key] = value
     return data
 
@@ -364,7 +365,8 @@ def test_every_problem_is_collected_with_did_you_mean() -> None:
     assert "cluster.api_server: required" in problems
     assert any(p.startswith("driver.version: ") for p in problems)
     assert any(p.startswith("cluster.gpu_taint: ") for p in problems)
-    assert len(problems) == 6
+    assert any(p.startswith("cluster.ca_cert_hashes: required in mode kubeadm") for p in problems)
+    assert len(problems) == 7
 
 
 def test_unknown_key_without_close_match_lists_allowed() -> None:
@@ -517,3 +519,50 @@ def test_field_table_covers_the_model_exactly() -> None:
     for name, cls in profile.SECTIONS.items():
         table = sorted(f.key for f in profile.FIELDS if f.section == name)
         assert sorted(f.name for f in fields(cls)) == table, name
+
+
+def test_kubelet_extra_args_are_checked_by_type() -> None:
+    """Typical GPU-node args pass; values that would become a second flag in kubeadm-flags.env, an
+    out-of-range config integer or a non-IP are refused by the profile itself (issue 25)."""
+    good = {"node-ip": "10.0.0.5,fd00::5", "max-pods": 110, "provider-id": "aws:///eu-west-1a/i-0abc",
+            "eviction-hard": "memory.available<100Mi", "cluster-dns": "10.96.0.10", "v": "2",
+            "root-dir": "/var/lib/kubelet", "pod-max-pids": "-1"}
+    c = profile.parse_profile(_with("cluster", "kubelet_extra_args", good)).cluster
+    assert c is not None and c.kubelet_extra_args["max-pods"] == "110"
+    bad = {
+        "node-ip": ("10.0.0.1 --authorization-mode=AlwaysAllow", "is not an IP address"),
+        "provider-id": ("aws:///x --anonymous-auth=true", "holds ' '"),
+        "cloud-provider": ("external\n--x=y", "holds a control character"),
+        "max-pods": (int("1" * 56), "is not an integer from 0 to 2147483647"),
+        "read-only-port": ("70000", "is not an integer from 0 to 65535"),
+        "cluster-dns": ("kube-dns", "is not an IP address"),
+        "client-ca-file": ("/etc/../ca.crt", "is not an absolute path without '..'"),
+        "hostname-override": ("n1", "set by nodeprep from the profile; use cluster.node_name"),
+    }
+    for flag, (value, message) in bad.items():
+        problems = _problems(_with("cluster", "kubelet_extra_args", {flag: value}))
+        assert len(problems) == 1, problems
+        assert problems[0].startswith(f"cluster.kubelet_extra_args: {flag}: "), problems
+        assert message in problems[0], problems
+
+
+def test_removed_flags_and_gates_follow_the_profile_version() -> None:
+    data = _with("cluster", "kubelet_extra_args", {"keep-terminated-pod-volumes": "true"})
+    data["cluster"]["kubernetes_version"] = "1.30"
+    assert profile.parse_profile(data).cluster is not None
+    data["cluster"]["kubernetes_version"] = "1.31"
+    data["cluster"]["feature_gates"] = {"DevicePlugins": True}
+    assert _problems(data) == [
+        "cluster.kubelet_extra_args.keep-terminated-pod-volumes: --keep-terminated-pod-volumes was removed "
+        "in Kubernetes 1.31 (cluster is 1.31); remove it",
+        "cluster.feature_gates: feature gate DevicePlugins was removed in Kubernetes 1.28 (cluster is 1.31); "
+        "device plugins are always on (GA in 1.26); drop the gate",
+    ]
+
+
+def test_ca_pins_are_required_in_kubeadm_mode_unless_the_join_skips_verification() -> None:
+    data = _with("cluster", "ca_cert_hashes", [])
+    assert _problems(data)[0].startswith("cluster.ca_cert_hashes: required in mode kubeadm")
+    assert profile.parse_profile(data, insecure_skip_ca_verification=True).cluster is not None
+    data["cluster"]["mode"] = "kubelet"  # pins are kubeadm's discovery; kubelet mode uses ca_cert_file
+    assert profile.parse_profile(data).cluster is not None

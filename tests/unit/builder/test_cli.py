@@ -53,6 +53,17 @@ def one_error_line(res) -> str:
             ["--driver", "latest"],
             "error: --driver: 'latest' is not a driver version (like 535.309.01) or branch (535)",
         ),
+        (  # `$` alone matches before a trailing newline: the patterns are applied with fullmatch
+            ["--driver", "535.309.01\n"],
+            "error: --driver: '535.309.01\\n' is not a driver version (like 535.309.01) or branch (535)",
+        ),
+        (
+            ["--os", "debian-12", "--kernel", "6.1.0-28-amd64\n"],
+            "error: --kernel: '6.1.0-28-amd64\\n' is not a kernel release of debian-12 "
+            "(main: 6.1 (bookworm), "
+            "named 6.1.0-NN-amd64 like /6\\.1\\.0-\\d+-[a-z0-9-]+/; backports: 6.12 (bookworm-backports), "
+            "named 6.12.NN+deb12-amd64 like /\\d+\\.\\d+\\.\\d+\\+deb12-[a-z0-9-]+/)",
+        ),
         (["--sha256", "ab" * 32], "error: --sha256 is only used with --runfile"),
         (
             ["--runfile", "http://127.0.0.1:9/x.run"],

@@ -185,7 +185,8 @@ def test_missing_ca_pins_need_the_insecure_flag(node_root: Path, tmp_path: Path,
     prof = profile(tmp_path, ca_cert_hashes=[])
     code, out, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
     assert code == 2 and out == ""
-    assert err.splitlines()[0] == "error: cluster.ca_cert_hashes: required to verify the cluster CA"
+    assert err.splitlines()[0].startswith(
+        f"error: {prof}: cluster.ca_cert_hashes: required in mode kubeadm to verify the cluster CA")
     assert not (node_root / "etc/nodeprep/kubeadm-join.yaml").exists()  # nothing written
     code, _, _ = run_join(join_args(node_root, prof, smi_xml, "--insecure-skip-ca-verification"))
     assert code == 0
@@ -360,10 +361,11 @@ def test_flags_nodeprep_owns_are_refused(node_root: Path, tmp_path: Path, smi_xm
     code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
     assert code == 2
     assert (
-        "cluster.kubelet_extra_args.register-with-taints: set by nodeprep from the profile; "
+        "cluster.kubelet_extra_args: register-with-taints: set by nodeprep from the profile; "
         "use cluster.taints" in err
     )
-    assert "cluster.kubelet_extra_args.node-labels: set by nodeprep from the profile; use labels.extra" in err
+    assert ("cluster.kubelet_extra_args: node-labels: set by nodeprep from the profile; "
+            "use labels.extra") in err
 
 
 def test_cdi_feature_gate_on_1_28_only(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:

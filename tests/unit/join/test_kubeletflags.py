@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.join.kubeletflags import CONFIG_FIELDS, REMOVED, check_version, sort_args
+from nodeprep.kubeletflags import CONFIG_FIELDS, REMOVED, check_version, sort_args
 
 
 @pytest.mark.parametrize(
@@ -38,9 +38,9 @@ def test_every_minor_from_1_28_to_1_34_is_covered() -> None:
     args = {
         "max-pods": "110",
         "node-ip": "10.0.0.5",
-        "cgroup-driver": "systemd",
+        "fail-swap-on": "false",
         "provider-id": "aws:///x",
-        "register-with-taints": "nvidia.com/gpu=present:NoSchedule,dedicated:NoExecute",
+        "kube-reserved": "cpu=100m,memory=1Gi",
         "feature-gates": "KubeletCgroupDriverFromCRI=true",
     }
     for minor in range(28, 35):
@@ -48,14 +48,11 @@ def test_every_minor_from_1_28_to_1_34_is_covered() -> None:
         assert s.flags == {"node-ip": "10.0.0.5", "provider-id": "aws:///x"}
         assert s.config == {
             "maxPods": 110,
-            "cgroupDriver": "systemd",
-            "registerWithTaints": [
-                {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"},
-                {"key": "dedicated", "effect": "NoExecute"},
-            ],
+            "failSwapOn": False,
+            "kubeReserved": {"cpu": "100m", "memory": "1Gi"},
             "featureGates": {"KubeletCgroupDriverFromCRI": True},
         }
-        assert set(s.moved) == {"max-pods", "cgroup-driver", "register-with-taints", "feature-gates"}
+        assert set(s.moved) == {"max-pods", "fail-swap-on", "kube-reserved", "feature-gates"}
         assert check_version((1, minor)) == []
     assert "newer than the kubelet flag table" in check_version((1, 36))[0]
 
@@ -86,7 +83,7 @@ def test_bad_values_are_collected() -> None:
     with pytest.raises(InputError) as exc:
         sort_args({"max-pods": "many", "fail-swap-on": "maybe", "container-runtime": "remote"}, (1, 31))
     text = str(exc.value)
-    assert "cluster.kubelet_extra_args.max-pods: invalid literal for int()" in text
+    assert "cluster.kubelet_extra_args.max-pods: 'many' is not an integer from 0 to 2147483647" in text
     assert "cluster.kubelet_extra_args.fail-swap-on: 'maybe' is not true or false" in text
     assert "--container-runtime was removed in Kubernetes 1.27" in text
 

@@ -183,8 +183,9 @@ def doctor_problems(doctor_mod, root, checks, require_cuda, expect_version):
     return problems, report.to_dict().get("checks", []), report.active
 
 
-def load_profile(module, profile_mod, root, path):
-    """The node profile at `path` (as the node sees it, under `root`)."""
+def load_profile(module, profile_mod, root, path, **options):
+    """The node profile at `path` (as the node sees it, under `root`); `options` go to
+    nodeprep.profile.load_profile (insecure_skip_ca_verification)."""
     from pathlib import Path
 
-    return profile_mod.load_profile(Path(under_root(root, path)))
+    return profile_mod.load_profile(Path(under_root(root, path)), **options)

@@ -54,7 +54,8 @@ def run(module):
     token_changed, token_diffs = write_token(module, p)
 
     try:
-        profile = host.load_profile(module, profile_mod, p["root"], p["profile"])
+        profile = host.load_profile(module, profile_mod, p["root"], p["profile"],
+                                    insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
         options = plan_mod.JoinOptions(
             root=Path(p["root"]),
             insecure_skip_ca_verification=p["insecure_skip_ca_verification"],

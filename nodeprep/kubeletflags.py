@@ -14,22 +14,49 @@ Data, not logic (docs/join.md "Kubelet flags"). Sources:
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
+from .errors import InputError
 
 OLDEST = (1, 27)
 NEWEST = (1, 35)  # newest minor this table has been checked against
+INT32_MAX = 2**31 - 1
+# What a flag value that stays on the command line may not hold: kubeadm writes kubeletExtraArgs
+# into kubeadm-flags.env as KUBELET_KUBEADM_ARGS="--a=b --c=d", which systemd splits into words at
+# whitespace, so a space would start a second kubelet flag; quotes, backslashes and `$` would
+# change how that line is read.
+UNSAFE_IN_FLAG = frozenset(" \t\"'\\$`")
 
 
-def _str(v: str) -> str:
+def _printable(v: str) -> str:
+    if not v.isprintable():
+        raise ValueError(f"{v[:80]!r} holds a control character (newline, tab, ...)")
     return v
 
 
-def _int(v: str) -> int:
-    return int(v)
+def _str(v: str) -> str:
+    return _printable(v)
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    """An integer from `low` to `high` (a 56-digit number is not a pod limit)."""
+
+    def convert(v: str) -> int:
+        text = v.strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 10 or not low <= int(text) <= high:
+            raise ValueError(f"{v[:80]!r} is not an integer from {low} to {high}")
+        return int(text)
+
+    return convert
+
+
+_int = _int_in(0, INT32_MAX)
+_port = _int_in(0, 65535)
+_percent = _int_in(0, 100)
 
 
 def _bool(v: str) -> bool:
@@ -38,11 +65,42 @@ def _bool(v: str) -> bool:
         return True
     if low in ("false", "0", "no"):
         return False
-    raise ValueError(f"{v!r} is not true or false")
+    raise ValueError(f"{v[:80]!r} is not true or false")
+
+
+def _ip(v: str) -> str:
+    try:
+        return str(ipaddress.ip_address(v))
+    except ValueError:
+        raise ValueError(f"{v[:80]!r} is not an IP address") from None
+
+
+def _ips(v: str) -> list[str]:
+    """Comma-separated IP addresses (an IPv4 and an IPv6 for a dual-stack node)."""
+    items = v.split(",")
+    if not 1 <= len(items) <= 2:
+        raise ValueError(f"{v[:80]!r} is not one IP address or an IPv4,IPv6 pair")
+    return [_ip(x) for x in items]
+
+
+def _path(v: str) -> str:
+    """An absolute path without `..` (what the kubelet reads or writes on the node)."""
+    _printable(v)
+    if not v.startswith("/") or ".." in v.split("/"):
+        raise ValueError(f"{v[:80]!r} is not an absolute path without '..'")
+    return v
+
+
+def _path_or_empty(v: str) -> str:
+    return v if v == "" else _path(v)
 
 
 def _list(v: str) -> list[str]:
-    return [x.strip() for x in v.split(",") if x.strip()]
+    return [x.strip() for x in _printable(v).split(",") if x.strip()]
+
+
+def _ip_list(v: str) -> list[str]:
+    return [_ip(x) for x in _list(v)]
 
 
 def _map(v: str, sep: str = "=") -> dict[str, str]:
@@ -50,7 +108,7 @@ def _map(v: str, sep: str = "=") -> dict[str, str]:
     for item in _list(v):
         k, s, val = item.partition(sep)
         if not s:
-            raise ValueError(f"{item!r} is not key{sep}value")
+            raise ValueError(f"{item[:80]!r} is not key{sep}value")
         out[k.strip()] = val.strip()
     return out
 
@@ -75,6 +133,17 @@ def _taints(v: str) -> list[dict[str, str]]:
     return out
 
 
+def _flag_word(v: str) -> str:
+    """A value that stays a kubelet flag: one word in kubeadm-flags.env and the systemd drop-in."""
+    _printable(v)
+    bad = sorted(set(v) & UNSAFE_IN_FLAG)
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        raise ValueError(f"{v[:80]!r} holds {shown}: a kubelet flag value is one word "
+                         "(kubeadm-flags.env is split at whitespace into separate flags)")
+    return v
+
+
 @dataclass(frozen=True)
 class ConfigField:
     """Where a deprecated flag lives in KubeletConfiguration: dotted path + value converter."""
@@ -86,15 +155,15 @@ class ConfigField:
 # Flag (without dashes) -> KubeletConfiguration field. All are deprecated as flags in every version
 # this table covers (1.27+); nodeprep always moves them into the config file.
 CONFIG_FIELDS: dict[str, ConfigField] = {
-    "address": ConfigField("address"),
+    "address": ConfigField("address", _ip),
     "anonymous-auth": ConfigField("authentication.anonymous.enabled", _bool),
     "authentication-token-webhook": ConfigField("authentication.webhook.enabled", _bool),
     "authorization-mode": ConfigField("authorization.mode"),
     "cgroup-driver": ConfigField("cgroupDriver"),
     "cgroup-root": ConfigField("cgroupRoot"),
     "cgroups-per-qos": ConfigField("cgroupsPerQOS", _bool),
-    "client-ca-file": ConfigField("authentication.x509.clientCAFile"),
-    "cluster-dns": ConfigField("clusterDNS", _list),
+    "client-ca-file": ConfigField("authentication.x509.clientCAFile", _path),
+    "cluster-dns": ConfigField("clusterDNS", _ip_list),
     "cluster-domain": ConfigField("clusterDomain"),
     "container-log-max-files": ConfigField("containerLogMaxFiles", _int),
     "container-log-max-size": ConfigField("containerLogMaxSize"),
@@ -108,9 +177,9 @@ CONFIG_FIELDS: dict[str, ConfigField] = {
     "fail-swap-on": ConfigField("failSwapOn", _bool),
     "feature-gates": ConfigField("featureGates", _gates),
     "hairpin-mode": ConfigField("hairpinMode"),
-    "healthz-port": ConfigField("healthzPort", _int),
-    "image-gc-high-threshold": ConfigField("imageGCHighThresholdPercent", _int),
-    "image-gc-low-threshold": ConfigField("imageGCLowThresholdPercent", _int),
+    "healthz-port": ConfigField("healthzPort", _port),
+    "image-gc-high-threshold": ConfigField("imageGCHighThresholdPercent", _percent),
+    "image-gc-low-threshold": ConfigField("imageGCLowThresholdPercent", _percent),
     "image-service-endpoint": ConfigField("imageServiceEndpoint"),
     "kube-api-burst": ConfigField("kubeAPIBurst", _int),
     "kube-api-qps": ConfigField("kubeAPIQPS", _int),
@@ -119,27 +188,50 @@ CONFIG_FIELDS: dict[str, ConfigField] = {
     "max-open-files": ConfigField("maxOpenFiles", _int),
     "max-pods": ConfigField("maxPods", _int),
     "memory-manager-policy": ConfigField("memoryManagerPolicy"),
-    "pod-manifest-path": ConfigField("staticPodPath"),
-    "pod-max-pids": ConfigField("podPidsLimit", _int),
+    "pod-manifest-path": ConfigField("staticPodPath", _path),
+    "pod-max-pids": ConfigField("podPidsLimit", _int_in(-1, INT32_MAX)),
     "pods-per-core": ConfigField("podsPerCore", _int),
-    "port": ConfigField("port", _int),
+    "port": ConfigField("port", _port),
     "protect-kernel-defaults": ConfigField("protectKernelDefaults", _bool),
-    "read-only-port": ConfigField("readOnlyPort", _int),
+    "read-only-port": ConfigField("readOnlyPort", _port),
     "register-node": ConfigField("registerNode", _bool),
     "register-with-taints": ConfigField("registerWithTaints", _taints),
     "reserved-cpus": ConfigField("reservedSystemCPUs"),
-    "resolv-conf": ConfigField("resolvConf"),
+    "resolv-conf": ConfigField("resolvConf", _path_or_empty),
     "rotate-certificates": ConfigField("rotateCertificates", _bool),
     "runtime-request-timeout": ConfigField("runtimeRequestTimeout"),
     "seccomp-default": ConfigField("seccompDefault", _bool),
     "serialize-image-pulls": ConfigField("serializeImagePulls", _bool),
     "system-cgroups": ConfigField("systemCgroups"),
     "system-reserved": ConfigField("systemReserved", _map),
-    "tls-cert-file": ConfigField("tlsCertFile"),
-    "tls-private-key-file": ConfigField("tlsPrivateKeyFile"),
+    "tls-cert-file": ConfigField("tlsCertFile", _path),
+    "tls-private-key-file": ConfigField("tlsPrivateKeyFile", _path),
     "topology-manager-policy": ConfigField("topologyManagerPolicy"),
     "topology-manager-scope": ConfigField("topologyManagerScope"),
-    "volume-plugin-dir": ConfigField("volumePluginDir"),
+    "volume-plugin-dir": ConfigField("volumePluginDir", _path),
+}
+
+# Flags that stay flags, by the type of their value; any other flag's value is one word (_flag_word).
+FLAG_VALUES: dict[str, Callable[[str], Any]] = {
+    "node-ip": _ips,
+    "v": _int_in(0, 10),
+    "root-dir": _path,
+    "cert-dir": _path,
+    "image-credential-provider-config": _path,
+    "image-credential-provider-bin-dir": _path,
+    "seccomp-profile-root": _path,
+}
+
+# Flags nodeprep sets from the profile itself -> the profile field to use instead.
+OWNED: dict[str, str] = {
+    "node-labels": "labels.extra",
+    "register-with-taints": "cluster.taints / cluster.gpu_taint",
+    "bootstrap-kubeconfig": "cluster.token_file",
+    "kubeconfig": "nothing (nodeprep sets it)",
+    "config": "nothing (nodeprep sets it)",
+    "hostname-override": "cluster.node_name",
+    "container-runtime-endpoint": "cluster.cri_socket",
+    "cgroup-driver": "cluster.cgroup_driver",
 }
 
 # Flag -> (minor it was removed in, what to do instead).
@@ -224,51 +316,70 @@ def _set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
         node[parts[-1]] = value
 
 
+def flag_problem(flag: str, value: str) -> str | None:
+    """What is wrong with extra arg `flag: value` in any Kubernetes version (None: nothing): a
+    seed-era GPU flag or resource, a flag nodeprep sets itself, or a value not of the flag's type.
+    The message does not name the flag."""
+    if flag in SEED_ERA_GPU:
+        return f"{SEED_ERA_GPU[flag]}; instead {MODERN_GPU}"
+    if flag in OWNED:
+        return f"set by nodeprep from the profile; use {OWNED[flag]}"
+    if "alpha.kubernetes.io/nvidia-gpu" in value:
+        return f"alpha.kubernetes.io/nvidia-gpu is the Kubernetes 1.3-1.10 GPU resource; instead {MODERN_GPU}"
+    convert = CONFIG_FIELDS[flag].convert if flag in CONFIG_FIELDS else FLAG_VALUES.get(flag, _flag_word)
+    try:
+        convert(value)
+        if flag not in CONFIG_FIELDS:
+            _flag_word(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def version_problems(
+    args: Mapping[str, str], minor: tuple[int, int], feature_gates: Mapping[str, bool] | None = None
+) -> list[str]:
+    """Extra args and feature gates that Kubernetes `minor` no longer has, each naming its field."""
+    problems = []
+    for name in args:
+        flag = name.lstrip("-")
+        if flag in REMOVED and minor >= REMOVED[flag][0]:
+            removed, instead = REMOVED[flag]
+            problems.append(
+                f"cluster.kubelet_extra_args.{flag}: --{flag} was removed in Kubernetes {_v(removed)} "
+                f"(cluster is {_v(minor)}); {instead}"
+            )
+        elif flag == "feature-gates" and flag not in SEED_ERA_GPU:
+            try:
+                gates = _gates(args[name])
+            except ValueError:
+                continue  # flag_problem says so
+            problems += _gate_problems(gates, minor, f"cluster.kubelet_extra_args.{flag}")
+    return problems + _gate_problems(dict(feature_gates or {}), minor, "cluster.feature_gates")
+
+
 def sort_args(
     args: Mapping[str, str], minor: tuple[int, int], *, feature_gates: Mapping[str, bool] | None = None
 ) -> SortedArgs:
-    """Split kubelet extra args for Kubernetes `minor`: refuse removed and seed-era flags (one
-    InputError listing all), move deprecated ones into KubeletConfiguration."""
-    problems: list[str] = []
+    """Split kubelet extra args for Kubernetes `minor`: move deprecated ones into
+    KubeletConfiguration. What the profile's validation refuses (flag_problem, version_problems)
+    raises one InputError listing all, for callers that built a Profile by hand."""
+    problems = [f"cluster.kubelet_extra_args.{name.lstrip('-')}: {p}" for name, value in args.items()
+                if (p := flag_problem(name.lstrip("-"), value))]
+    problems += version_problems(args, minor, feature_gates)
+    if problems:
+        raise InputError("; ".join(problems))
     flags: dict[str, str] = {}
     config: dict[str, Any] = {}
     moved: list[str] = []
     for name, value in args.items():
         flag = name.lstrip("-")
-        where = f"cluster.kubelet_extra_args.{flag}"
-        if flag in SEED_ERA_GPU:
-            problems.append(f"{where}: {SEED_ERA_GPU[flag]}; instead {MODERN_GPU}")
-            continue
-        if flag in REMOVED and minor >= REMOVED[flag][0]:
-            removed, instead = REMOVED[flag]
-            problems.append(
-                f"{where}: --{flag} was removed in Kubernetes {_v(removed)} "
-                f"(cluster is {_v(minor)}); {instead}"
-            )
-            continue
-        if "alpha.kubernetes.io/nvidia-gpu" in value:
-            problems.append(
-                f"{where}: alpha.kubernetes.io/nvidia-gpu is the Kubernetes 1.3-1.10 GPU resource; "
-                f"instead {MODERN_GPU}"
-            )
-            continue
         if flag in CONFIG_FIELDS:
             field = CONFIG_FIELDS[flag]
-            try:
-                converted = field.convert(value)
-            except ValueError as e:
-                problems.append(f"{where}: {e}")
-                continue
-            if flag == "feature-gates":
-                problems += _gate_problems(converted, minor, where)
-            _set_path(config, field.path, converted)
+            _set_path(config, field.path, field.convert(value))
             moved.append(flag)
-            continue
-        flags[flag] = value
-    feature_gates = dict(feature_gates or {})
-    problems += _gate_problems(feature_gates, minor, "cluster.feature_gates")
-    if problems:
-        raise InputError("; ".join(problems))
+        else:
+            flags[flag] = value
     if feature_gates:
         _set_path(config, "featureGates", dict(feature_gates))
     return SortedArgs(flags, config, tuple(moved))
