@@ -148,8 +148,8 @@ def _dynamic_tags(read: Callable[[int, int], bytes], size: int, offset: int, fmt
 
 
 def _file_offsets(addr: int, loads: list[tuple[int, int, int]], bits: int) -> set[int]:
-    """Where ldconfig looks for the string table at `addr`: glibc before 2.35 subtracts the first
-    PT_LOAD's vaddr - offset, later ones that of the first PT_LOAD whose file bytes hold `addr`
+    """Where ldconfig looks for the string table at `addr`: older glibc subtracts the first
+    PT_LOAD's vaddr - offset, later glibc that of the first PT_LOAD whose file bytes hold `addr`
     (0 when there is none), in the address width of the file."""
     mask = (1 << bits) - 1
     first = loads[0][0] - loads[0][1] if loads else 0

@@ -121,7 +121,7 @@ def test_hostile_layouts() -> None:
     with pytest.raises(elf.ElfError, match="ambiguous SONAME"):  # two DT_SONAMEs that disagree
         soname_of(synth(strings=b"\0libone.so.1\0libtwo.so.1\0",
                         dynamic=[(DT_STRTAB, base + STRINGS_AT), (DT_SONAME, 1), (DT_SONAME, 13)]))
-    # two PT_LOADs: the first one's vaddr - offset (glibc < 2.35) and the one holding the string
+    # two PT_LOADs: the first one's vaddr - offset (older glibc) and the one holding the string
     # table (later glibc) put it at different offsets: another ldconfig would read another name
     strings = b"\0libone.so.1\0".ljust(0x10, b"\0") + b"\0libtwo.so.1\0"
     twice = synth(strings=strings, loads=[(base + 0x1000, 0x1010, 0x10), (base, 0, 0x300)])
