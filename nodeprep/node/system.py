@@ -4,6 +4,7 @@ idempotent and returns whether it changed anything."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -44,8 +45,14 @@ def soname_links(lib64: Path) -> list[str]:
     name (ldconfig's `_dl_is_dso`), `SONAME -> the newest file that has it` (ldconfig's version
     order), unless SONAME is that file itself, already resolves to it, or is no symlink (ldconfig
     leaves those too). Symlinks are never a link's target. An unsafe SONAME raises ArtifactError
-    before any link is made. Returns the links made."""
-    dfd = os.open(lib64, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    before any link is made. Returns the links made (none when lib64 is a symlink: such a root is
+    incomplete, node/complete.py)."""
+    try:
+        dfd = os.open(lib64, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            return []
+        raise
     try:
         newest: dict[str, str] = {}
         for entry in sorted(os.listdir(dfd)):

@@ -197,3 +197,24 @@ def test_links_for_the_real_user_space_are_ldconfig_n_links(test_cache: Path, tm
     runner.run(["ldconfig", "-n", theirs], timeout=120)
     assert system.soname_links(ours / "lib64")
     assert _lib64_tree(ours / "lib64") == _lib64_tree(theirs)
+
+
+def test_a_lib64_that_is_a_symlink_gets_no_links_and_is_refused(tmp_path: Path) -> None:
+    """No link is made through a symlinked lib64 (nothing is followed); the root is incomplete."""
+    root = tmp_path / "root"
+    root.mkdir()
+    store = tmp_path / "store"
+    store.mkdir()
+    payload = build_payload(tmp_path / "work", V2)
+    (payload / "lib64").rename(payload / "libdir")
+    (payload / "lib64").symlink_to("libdir")
+    manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
+                                 input_digest="0" * 64, inputs={})
+    us, _ = artifact.pack(payload, manifest, store)
+    kmod, kmod_manifest = standin_kmod(tmp_path / "ko", V2, store)
+    ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
+
+    result = invoke("install", "--store", str(store), "--driver", V2, "--kernel", KERNEL, "--root", str(root))
+    assert result.exit_code == 2
+    assert "incomplete user space" in error_line(result)
+    assert list((root / "opt/nvidia").iterdir()) == []
