@@ -368,7 +368,7 @@ def _extract(path: Path, dest: Path, limits: Limits) -> Manifest:
                     problem = rules.checksum_problem(name, h.hexdigest())
                     if problem:
                         raise ChecksumError(f"{path}: {problem}")
-                    _check_soname(dest, name)
+                    _check_soname(out, name)
             except ChecksumError:
                 raise
             except ArtifactError as e:
@@ -382,9 +382,9 @@ def _extract(path: Path, dest: Path, limits: Limits) -> Manifest:
     return manifest
 
 
-def _check_soname(dest: Path, name: str) -> None:
-    """sonames.read on the file just written (its parents are real directories of `dest`)."""
-    fd = os.open(dest / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _check_soname(out: Beneath, name: str) -> None:
+    """sonames.read on the file just written."""
+    fd = out.open_file(name)
     try:
         sonames.read(name, fd)
     finally:

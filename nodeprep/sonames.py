@@ -9,6 +9,7 @@ little-endian), whatever their EI_DATA says.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -61,19 +62,21 @@ def problem(member: str, fd: int) -> str | None:
 
 
 def tree_problems(top: Path, prefix: str) -> list[str]:
-    """problem() of every regular file beneath the directory `top` (links not followed), each
-    named `prefix/<path below top>`."""
+    """problem() of every regular file beneath the directory `top` (walked by directory fds, links
+    not followed), each named `prefix/<path below top>`."""
     found = []
-    for dirpath, _, filenames in os.walk(top):
+    for dirpath, _, filenames, dirfd in os.fwalk(top):
         for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
+            member = f"{prefix}/{os.path.relpath(os.path.join(dirpath, name), top)}"
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError:  # a symlink (ELOOP): its target is a file of the tree itself
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
+            except OSError as e:
+                if e.errno != errno.ELOOP:  # ELOOP: a symlink, whose target is a file of the tree
+                    found.append(f"{member}: cannot be read ({e.strerror})")
                 continue
             try:
                 if stat.S_ISREG(os.fstat(fd).st_mode):
-                    line = problem(f"{prefix}/{os.path.relpath(path, top)}", fd)
+                    line = problem(member, fd)
                     found += [line] if line else []
             finally:
                 os.close(fd)

@@ -73,3 +73,21 @@ def test_spool_reads_whatever_the_chunking(size: int) -> None:
     other = sonames.Spool("share/x.json")
     other.write(b"{}")
     assert other.problem() is None
+
+
+def test_a_name_near_path_max_is_read_beneath_dest(tmp_path: Path) -> None:
+    """The rule opens what it reads beneath dest's fd: dest's path plus an accepted name may be
+    longer than PATH_MAX (found by tests/unit/test_extraction_property.py)."""
+    name = "/".join(c * 200 for c in "abcdefghijklmnopqrst") + "/libx.so.1"
+    for data, problem in ((synth(b"libx.so.1"), None), (synth(b"../x"), "SONAME '../x'")):
+        members = [ra.file(name, data, 0o755)]
+        path = ra.write(tmp_path / "a.tar.zst", members, ra.manifest_for(members, kind="userspace"))
+        dest = tmp_path / ("dest-" + str(problem is None))
+        dest.mkdir()
+        if problem is None:
+            assert artifact.verify(path) == []
+            artifact.extract(path, dest)
+            continue
+        assert problem in artifact.verify(path)[0]
+        with pytest.raises(ArtifactError, match=problem):
+            artifact.extract(path, dest)

@@ -96,9 +96,11 @@ def test_install_refuses_a_library_whose_soname_escapes(tmp_path: Path) -> None:
             "file name") in verified.output
 
 
-def test_activate_refuses_a_root_holding_such_a_library(tmp_path: Path) -> None:
+@pytest.mark.parametrize("linked", [False, True])
+def test_activate_refuses_a_root_holding_such_a_library(tmp_path: Path, linked: bool) -> None:
     """A root unpacked before the rule (an older nodeprep): `ldconfig` at activation would make the
-    link, so activation is refused and V1 stays active."""
+    link, so activation is refused and V1 stays active. Also when the library sits outside lib64
+    and a link in lib64 leads to it (ldconfig follows links)."""
     root = tmp_path / "root"
     root.mkdir()
     install_driver(root, tmp_path / "w1", V1)
@@ -113,13 +115,16 @@ def test_activate_refuses_a_root_holding_such_a_library(tmp_path: Path) -> None:
     vdir.mkdir()
     artifact.extract(path, vdir)
     runner.run(["ldconfig", "-n", vdir / "lib64"], timeout=60)
-    compile_so(vdir / "lib64" / f"libevil.so.{V2}", escaping_soname(victim))
+    where = f"bin/libevil.so.{V2}" if linked else f"lib64/libevil.so.{V2}"
+    compile_so(vdir / where, escaping_soname(victim))
+    if linked:
+        (vdir / "lib64" / "libevil.so.1").symlink_to(f"../{where}")
     before = tree(tmp_path)
 
     result = invoke("activate", V2, "--root", str(root))
     assert result.exit_code == 2
     line = error_line(result)
-    assert f"/opt/nvidia/{V2}/lib64/libevil.so.{V2}: SONAME '{escaping_soname(victim)}'" in line
+    assert f"/opt/nvidia/{V2}/{where}: SONAME '{escaping_soname(victim)}'" in line
     assert os.readlink(root / "opt/nvidia/current") == V1
     assert tree(tmp_path) == before and not victim.is_symlink()
 
