@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import zstandard
 
-from . import sysfs
+from . import sonames, sysfs
 from .errors import ArtifactError, ChecksumError, InputError
 from .safetar import LIMITS, MANIFEST, Beneath, Limits, MemberRules, link_problem
 from .vocab import DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
@@ -389,9 +389,9 @@ def verify(path: Path, *, limits: Limits = LIMITS) -> list[str]:
                     return problems
                 continue
             if member.isreg():
-                problem = rules.checksum_problem(name, _sha256_stream(tar, member))
-                if problem:
-                    problems.append(problem)
+                spool = sonames.Spool(name)
+                problem = rules.checksum_problem(name, _sha256_stream(tar, member, spool.write))
+                problems += [p for p in (problem, spool.problem()) if p]
     except ArtifactError as e:
         problems.append(str(e))
         return problems
@@ -411,12 +411,15 @@ def _load_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, source: str) -
     return Manifest.from_json(data, source=source), data
 
 
-def _sha256_stream(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
+def _sha256_stream(tar: tarfile.TarFile, member: tarfile.TarInfo, sink: Any = None) -> str:
+    """The member's sha256; `sink(chunk)`, when given, sees its bytes too."""
     f = tar.extractfile(member)
     assert f is not None
     h = hashlib.sha256()
     for chunk in iter(functools.partial(f.read, CHUNK), b""):
         h.update(chunk)
+        if sink is not None:
+            sink(chunk)
     return h.hexdigest()
 
 
@@ -459,6 +462,7 @@ def _extract(path: Path, dest: Path, limits: Limits) -> Manifest:
                     problem = rules.checksum_problem(name, h.hexdigest())
                     if problem:
                         raise ChecksumError(f"{path}: {problem}")
+                    _check_soname(out, name)
             except ChecksumError:
                 raise
             except ArtifactError as e:
@@ -470,6 +474,15 @@ def _extract(path: Path, dest: Path, limits: Limits) -> Manifest:
         raise ArtifactError(f"{path}: manifest lists files missing from the archive: "
                             f"{', '.join(missing[:5])}")
     return manifest
+
+
+def _check_soname(out: Beneath, name: str) -> None:
+    """sonames.read on the file just written."""
+    fd = out.open_file(name)
+    try:
+        sonames.read(name, fd)
+    finally:
+        os.close(fd)
 
 
 def _hashing(chunks: Iterator[bytes], h: Any) -> Iterator[bytes]:

@@ -303,6 +303,14 @@ class Beneath:
             fd = nfd
         return fd, parts[-1]
 
+    def open_file(self, name: str) -> int:
+        """A read-only fd of `name`, a file written before (opened beneath dest, nothing followed)."""
+        fd, leaf = self._parent(name)
+        try:
+            return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        finally:
+            os.close(fd)
+
     def _refused(self, name: str, e: OSError) -> ArtifactError:
         return ArtifactError(f"unsafe member {name!r}: cannot create it without replacing or following "
                              f"an existing entry ({e.strerror})")

@@ -3,7 +3,8 @@
 Complete means: the files every user space must hold (nodeprep.builder.userspace.REQUIRED_LIBRARIES
 and REQUIRED_BINARIES) are regular files, and an ld cache built by `ldconfig` from that root's
 lib64 alone (staged in a private temporary tree, see staged_ld_cache) resolves each required
-soname (libcuda.so.1, libnvidia-ml.so.1) to a file of it. An incomplete
+soname (libcuda.so.1, libnvidia-ml.so.1) to a file of it, and no ELF file of the root has a
+SONAME other than a plain file name (nodeprep.sonames: ldconfig would link it outside lib64). An incomplete
 root is refused with ArtifactError (exit 2) naming what is missing.
 """
 
@@ -14,7 +15,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from .. import runner
+from .. import runner, sonames
 from ..builder.userspace import REQUIRED_BINARIES, REQUIRED_LIBRARIES
 from ..errors import ArtifactError, CommandError
 from .layout import Layout
@@ -37,6 +38,9 @@ def problems(layout: Layout, vdir: Path, version: str) -> list[str]:
     """What makes the driver root `vdir` (a directory under layout.opt) incomplete; empty: nothing."""
     found = [f"{rel} is missing" for rel in required_files(version) if not _regular(vdir / rel)]
     lib64 = vdir / "lib64"
+    unsafe = sonames.tree_problems(vdir, layout.node_path(vdir))  # lib64's links may lead anywhere in it
+    if unsafe:  # ldconfig, here or when activated, would make links where the SONAME says
+        return found + unsafe
     resolved = staged_ld_cache(layout, lib64) if lib64.is_dir() and not lib64.is_symlink() else {}
     for soname in REQUIRED_LIBRARIES.values():
         if not any(_regular(Path(t)) for t in resolved.get(soname, [])):

@@ -354,7 +354,7 @@ def _install_version(
         _stage_kmod(layout, kmod_path, kernel, staging / "modules" / kernel)
         crash_point("install:kmod-staged")
         if (staging / "lib64").is_dir():
-            system.ldconfig_links(staging / "lib64")
+            system.soname_links(staging / "lib64")
         complete.check(layout, staging, version, action="install")
         fsync_tree(staging)
         crash_point("install:ldconfig-n")

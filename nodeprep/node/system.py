@@ -1,16 +1,18 @@
-"""System integration of the active driver root: ld.so.conf.d + ldconfig, module links + depmod,
-modprobe.d (nouveau blacklist), firmware links, the systemd unit. Each function is idempotent and
-returns whether it changed anything."""
+"""System integration of the active driver root: soname links, ld.so.conf.d + ldconfig, module
+links + depmod, modprobe.d (nouveau blacklist), firmware links, the systemd unit. Each function is
+idempotent and returns whether it changed anything."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
-from .. import runner
+from .. import runner, sonames
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .crash import crash_point
 from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
@@ -36,9 +38,94 @@ def run_ldconfig(layout: Layout) -> None:
     runner.run(argv, timeout=120)
 
 
-def ldconfig_links(lib64: Path) -> None:
-    """Create the soname links of a freshly unpacked lib64 (ldconfig -n: no cache update)."""
-    runner.run(["ldconfig", "-n", lib64], timeout=120)
+def soname_links(lib64: Path) -> list[str]:
+    """Make the soname links of a freshly unpacked lib64, the links `ldconfig -n` made, from
+    SONAMEs checked by nodeprep.sonames and beneath lib64's directory fd (no tool runs over the
+    staged files, nothing is followed). For each SONAME of lib64's regular files with a library
+    name (ldconfig's `_dl_is_dso`), `SONAME -> the newest file that has it` (ldconfig's version
+    order), unless SONAME is that file itself, already resolves to it, or is no symlink (ldconfig
+    leaves those too). Symlinks are never a link's target. An unsafe SONAME raises ArtifactError
+    before any link is made. Returns the links made (none when lib64 is a symlink: such a root is
+    incomplete, node/complete.py)."""
+    try:
+        dfd = os.open(lib64, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            return []
+        raise
+    try:
+        newest: dict[str, str] = {}
+        for entry in sorted(os.listdir(dfd)):
+            if not _is_dso(entry):
+                continue
+            try:
+                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError:  # a symlink (ELOOP) or unreadable: no library of its own
+                continue
+            try:
+                soname = sonames.read(f"lib64/{entry}", fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+            finally:
+                os.close(fd)
+            if soname is not None and soname != entry and (
+                    soname not in newest or _libcmp(newest[soname], entry) < 0):
+                newest[soname] = entry
+        made = []
+        for soname, lib in sorted(newest.items()):
+            if _link_to(dfd, soname, lib):
+                made.append(soname)
+        return made
+    finally:
+        os.close(dfd)
+
+
+def _link_to(dfd: int, soname: str, lib: str) -> bool:
+    """ldconfig's create_links in the directory `dfd`: `soname -> lib` unless it resolves to lib
+    already or is something other than a symlink."""
+    try:
+        if os.stat(soname, dir_fd=dfd).st_ino == os.stat(lib, dir_fd=dfd, follow_symlinks=False).st_ino:
+            return False
+    except OSError:  # missing, dangling or a loop: made anew
+        pass
+    try:
+        if not stat.S_ISLNK(os.stat(soname, dir_fd=dfd, follow_symlinks=False).st_mode):
+            log.warning("lib64/%s is not a symbolic link: leaving it", soname)
+            return False
+        os.unlink(soname, dir_fd=dfd)
+    except FileNotFoundError:
+        pass
+    os.symlink(lib, soname, dir_fd=dfd)
+    return True
+
+
+def _is_dso(name: str) -> bool:
+    """glibc's _dl_is_dso: the names ldconfig treats as libraries."""
+    return (name.startswith(("lib", "ld-")) and ".so" in name) or name.startswith(("ld.so.", "ld64.so."))
+
+
+def _libcmp(a: str, b: str) -> int:
+    """glibc's _dl_cache_libcmp: < 0 when library name `a` is older than `b` (digit runs compare
+    as numbers)."""
+    i = j = 0
+    while i < len(a):
+        if a[i].isdigit() and a[i].isascii():
+            if not (j < len(b) and b[j].isdigit() and b[j].isascii()):
+                return 1
+            ei, ej = i, j
+            while ei < len(a) and a[ei].isascii() and a[ei].isdigit():
+                ei += 1
+            while ej < len(b) and b[ej].isascii() and b[ej].isdigit():
+                ej += 1
+            va, vb = int(a[i:ei]), int(b[j:ej])
+            if va != vb:
+                return va - vb
+            i, j = ei, ej
+        elif j < len(b) and b[j].isascii() and b[j].isdigit():
+            return -1
+        elif j >= len(b) or a[i] != b[j]:
+            return ord(a[i]) - (ord(b[j]) if j < len(b) else 0)
+        else:
+            i, j = i + 1, j + 1
+    return 0 - (ord(b[j]) if j < len(b) else 0)
 
 
 def read_ld_cache(layout: Layout) -> list[tuple[str, str, str]]:

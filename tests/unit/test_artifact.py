@@ -27,7 +27,8 @@ def _payload(tmp: Path) -> Path:
     p = tmp / "payload"
     (p / "lib64").mkdir(parents=True)
     (p / "bin").mkdir()
-    (p / "lib64" / "libcuda.so.535.309.01").write_bytes(b"\x7fELF" + os.urandom(4096))
+    # ELF class 0: no header ldconfig (or nodeprep.sonames) would read a SONAME from
+    (p / "lib64" / "libcuda.so.535.309.01").write_bytes(b"\x7fELF\0" + os.urandom(4095))
     (p / "lib64" / "libcuda.so.1").symlink_to("libcuda.so.535.309.01")
     (p / "bin" / "nvidia-smi").write_bytes(b"#!/bin/true\n")
     (p / "bin" / "nvidia-smi").chmod(0o700)
