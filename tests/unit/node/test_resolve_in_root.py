@@ -104,8 +104,10 @@ def _snapshot(top: Path) -> dict[str, str]:
     for dirpath, dirnames, filenames in os.walk(top):
         for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
-            kind = "dir" if os.path.isdir(p) else Path(p).read_text()
-            out[p] = os.readlink(p) if os.path.islink(p) else kind
+            if os.path.islink(p):
+                out[p] = os.readlink(p)
+            else:
+                out[p] = "dir" if os.path.isdir(p) else Path(p).read_text()
     return out
 
 
