@@ -104,8 +104,8 @@ def fsync_tree(top: Path) -> None:
 def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, point: str | None = None) -> bool:
     """Write `data` to `path` atomically; returns False (and writes nothing) when unchanged."""
     raw = data.encode() if isinstance(data, str) else data
-    try:
-        if path.read_bytes() == raw and (path.stat().st_mode & 0o7777) == mode:
+    try:  # a link in its place is replaced, never read or written through
+        if not path.is_symlink() and path.read_bytes() == raw and (path.stat().st_mode & 0o7777) == mode:
             return False
     except (FileNotFoundError, NotADirectoryError):
         pass

@@ -96,7 +96,7 @@ def node_view(layout: Layout, location: str | None) -> str | None:
 
 
 def hook_path(layout: Layout, event: str) -> Path:
-    return layout.root / "etc" / "kernel" / f"{event}.d" / HOOK_NAME
+    return layout.directory(f"/etc/kernel/{event}.d") / HOOK_NAME
 
 
 def render_hook(command: str, event: str) -> str:
@@ -195,7 +195,7 @@ def kernel_to_keep(layout: Layout, kernels: tuple[str, ...], new: str) -> str | 
 def hold_boot(layout: Layout, kernel: str, kept: str, version: str) -> Path:
     grub_cfg = layout.root / "boot" / "grub" / "grub.cfg"
     text = grub_cfg.read_text(errors="replace") if grub_cfg.is_file() else None
-    path = layout.root / HOLD_FILE
+    path = layout.host_path(HOLD_FILE)
     atomic_write(path, render_hold(grub_default(text, kept), kernel, kept, version))
     return path
 
@@ -203,7 +203,7 @@ def hold_boot(layout: Layout, kernel: str, kept: str, version: str) -> Path:
 def release_hold(layout: Layout, kernels: tuple[str, ...]) -> Path | None:
     """Remove the boot-default drop-in once every installed kernel (an image in ROOT/boot) has the
     driver's modules (`kernels`): until then the newest kernel may still be one without them."""
-    path = layout.root / HOLD_FILE
+    path = layout.host_path(HOLD_FILE)
     images = (p.name.removeprefix("vmlinuz-") for p in (layout.root / "boot").glob("vmlinuz-*"))
     lacking = [k for k in images if k not in kernels and _installed_kernel(layout, k)]
     if not path.exists() or lacking:

@@ -8,6 +8,11 @@
 /lib/modules/<kernel-release>/updates/nodeprep/<module>.ko -> /opt/nvidia/current/modules/<rel>/<module>.ko
 /lib/firmware/nvidia/<driver> -> /opt/nvidia/<driver>/firmware/nvidia/<driver>
 /var/lib/nodeprep/{state.json,lock}
+
+Under a --root every path is resolved beneath it (fsutil.beneath: openat2 RESOLVE_IN_ROOT), so an
+image's links, absolute ones included, lead where they lead on the booted node and never out of the
+root: a directory is resolved whole, a file's or link's last component is left as named (nodeprep
+replaces it by rename, never writes through it).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 
 from ..artifact import DRIVER_VERSION_RE
 from ..errors import InputError
+from .fsutil import beneath
 
 UNIT_NAME = "nodeprep-nvidia.service"
 LD_CONF_NAME = "00-nvidia.conf"
@@ -50,7 +56,7 @@ class Layout:
 
     @property
     def opt(self) -> Path:
-        return self.root / "opt" / "nvidia"
+        return self.directory("/opt/nvidia")
 
     def version_dir(self, version: str) -> Path:
         return self.opt / check_version(version)
@@ -64,33 +70,33 @@ class Layout:
 
     @property
     def ld_conf(self) -> Path:
-        return self.root / "etc" / "ld.so.conf.d" / LD_CONF_NAME
+        return self.directory("/etc/ld.so.conf.d") / LD_CONF_NAME
 
     @property
     def ld_cache(self) -> Path:
-        return self.root / "etc" / "ld.so.cache"
+        return self.directory("/etc") / "ld.so.cache"
 
     @property
     def modprobe_conf(self) -> Path:
-        return self.root / "etc" / "modprobe.d" / MODPROBE_CONF_NAME
+        return self.directory("/etc/modprobe.d") / MODPROBE_CONF_NAME
 
     @property
     def unit(self) -> Path:
-        return self.root / "etc" / "systemd" / "system" / UNIT_NAME
+        return self.directory("/etc/systemd/system") / UNIT_NAME
 
     @property
     def unit_wants(self) -> Path:
-        return self.root / "etc" / "systemd" / "system" / "multi-user.target.wants" / UNIT_NAME
+        return self.directory("/etc/systemd/system/multi-user.target.wants") / UNIT_NAME
 
     def module_links(self, kernel: str) -> Path:
-        return self.root / "lib" / "modules" / check_kernel(kernel) / MODULE_SUBDIR
+        return self.directory(f"/lib/modules/{check_kernel(kernel)}/{MODULE_SUBDIR}")
 
     def firmware_link(self, version: str) -> Path:
-        return self.root / "lib" / "firmware" / "nvidia" / check_version(version)
+        return self.directory("/lib/firmware/nvidia") / check_version(version)
 
     @property
     def state_dir(self) -> Path:
-        return self.root / "var" / "lib" / "nodeprep"
+        return self.directory("/var/lib/nodeprep")
 
     @property
     def state_file(self) -> Path:
@@ -102,11 +108,16 @@ class Layout:
 
     @property
     def download_dir(self) -> Path:
-        return self.root / "var" / "cache" / "nodeprep"
+        return self.directory("/var/cache/nodeprep")
 
     def host_path(self, path: str) -> Path:
-        """ROOT-relative view of an absolute path as the node sees it (`/opt/x` -> ROOT/opt/x)."""
-        return self.root / path.lstrip("/")
+        """Where the node's absolute `path` is under ROOT (`/opt/x` -> ROOT/opt/x), resolved beneath
+        it; a link in the last component is left as named."""
+        return beneath(self.root, path, follow_last=False)
+
+    def directory(self, path: str) -> Path:
+        """Where the node's directory `path` is under ROOT, every link on it resolved beneath ROOT."""
+        return beneath(self.root, path)
 
     def node_path(self, path: Path) -> str:
         """Inverse of host_path: the absolute path the node sees for `path` under ROOT."""

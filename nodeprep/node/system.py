@@ -101,7 +101,7 @@ def unlink_modules(layout: Layout, kernels: list[str]) -> bool:
 
 
 def linked_kernels(layout: Layout) -> list[str]:
-    base = layout.root / "lib" / "modules"
+    base = layout.directory("/lib/modules")
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if (p / "updates" / "nodeprep").is_dir())
