@@ -56,7 +56,7 @@ class Layout:
 
     @property
     def opt(self) -> Path:
-        return self.directory("/opt/nvidia")
+        return self.resolved("/opt/nvidia")
 
     def version_dir(self, version: str) -> Path:
         return self.opt / check_version(version)
@@ -70,33 +70,33 @@ class Layout:
 
     @property
     def ld_conf(self) -> Path:
-        return self.directory("/etc/ld.so.conf.d") / LD_CONF_NAME
+        return self.resolved("/etc/ld.so.conf.d") / LD_CONF_NAME
 
     @property
     def ld_cache(self) -> Path:
-        return self.directory("/etc") / "ld.so.cache"
+        return self.resolved("/etc") / "ld.so.cache"
 
     @property
     def modprobe_conf(self) -> Path:
-        return self.directory("/etc/modprobe.d") / MODPROBE_CONF_NAME
+        return self.resolved("/etc/modprobe.d") / MODPROBE_CONF_NAME
 
     @property
     def unit(self) -> Path:
-        return self.directory("/etc/systemd/system") / UNIT_NAME
+        return self.resolved("/etc/systemd/system") / UNIT_NAME
 
     @property
     def unit_wants(self) -> Path:
-        return self.directory("/etc/systemd/system/multi-user.target.wants") / UNIT_NAME
+        return self.resolved("/etc/systemd/system/multi-user.target.wants") / UNIT_NAME
 
     def module_links(self, kernel: str) -> Path:
-        return self.directory(f"/lib/modules/{check_kernel(kernel)}/{MODULE_SUBDIR}")
+        return self.resolved(f"/lib/modules/{check_kernel(kernel)}/{MODULE_SUBDIR}")
 
     def firmware_link(self, version: str) -> Path:
-        return self.directory("/lib/firmware/nvidia") / check_version(version)
+        return self.resolved("/lib/firmware/nvidia") / check_version(version)
 
     @property
     def state_dir(self) -> Path:
-        return self.directory("/var/lib/nodeprep")
+        return self.resolved("/var/lib/nodeprep")
 
     @property
     def state_file(self) -> Path:
@@ -108,15 +108,16 @@ class Layout:
 
     @property
     def download_dir(self) -> Path:
-        return self.directory("/var/cache/nodeprep")
+        return self.resolved("/var/cache/nodeprep")
 
     def host_path(self, path: str) -> Path:
         """Where the node's absolute `path` is under ROOT (`/opt/x` -> ROOT/opt/x), resolved beneath
         it; a link in the last component is left as named."""
         return beneath(self.root, path, follow_last=False)
 
-    def directory(self, path: str) -> Path:
-        """Where the node's directory `path` is under ROOT, every link on it resolved beneath ROOT."""
+    def resolved(self, path: str) -> Path:
+        """Where the node's `path` is under ROOT, every link on it (the last one too) resolved beneath
+        ROOT: for directories, and for files that are only read."""
         return beneath(self.root, path)
 
     def node_path(self, path: Path) -> str:

@@ -102,7 +102,7 @@ def unlink_modules(layout: Layout, kernels: list[str]) -> bool:
 
 
 def linked_kernels(layout: Layout) -> list[str]:
-    base = layout.directory("/lib/modules")
+    base = layout.resolved("/lib/modules")
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if (p / "updates" / "nodeprep").is_dir())
@@ -117,7 +117,7 @@ def depmod_base(layout: Layout, kernel: str) -> Path:
     """depmod's -b under --root. depmod follows the image's links on the host, so when ROOT/lib or
     ROOT/lib/modules is a link out of the root (absolute, or `../` past it), it gets the base whose
     lib/modules/<kernel> names, link-free, the directory that resolves beneath the root."""
-    real = layout.directory(f"/lib/modules/{kernel}")
+    real = layout.resolved(f"/lib/modules/{kernel}")
     if os.path.realpath(layout.root / "lib" / "modules" / kernel) == os.path.realpath(real):
         return layout.root
     if real.parts[-3:] == ("lib", "modules", kernel):
