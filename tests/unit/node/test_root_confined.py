@@ -101,3 +101,24 @@ def test_a_linked_lock_is_refused(store: Path, tmp_path: Path, target: str) -> N
     assert tree(out) == before and (out / "hostfile").read_text() == "host data\n"
     assert tree(root) == before_root and (root / "var/lib/nodeprep/lock").is_symlink()
     assert not (out / "missing").exists() and (root / "etc/hostname").read_text() == "node\n"
+
+
+@pytest.mark.parametrize("image", ["loop", "file"])
+def test_unresolvable_links_are_refused(store: Path, tmp_path: Path, image: str) -> None:
+    """A link loop (ROOT/opt -> /opt) or a file where a directory should be: exit 2, one `error:`
+    line naming the path, nothing written."""
+    root = tmp_path / "root"
+    root.mkdir()
+    if image == "loop":
+        (root / "opt").symlink_to("/opt")
+        want = "error: /opt/nvidia under --root " + str(root) + ": Too many levels of symbolic links at /opt"
+    else:
+        (root / "srv").write_text("not a directory\n")
+        (root / "opt").symlink_to("/srv/opt")
+        want = "error: /opt/nvidia under --root " + str(root) + ": Not a directory at /srv"
+    before = tree(tmp_path)
+    result = install(store, root)
+    assert result.exit_code == 2, result.output
+    assert [line for line in result.output.splitlines() if line.startswith("error: ")] == [want]
+    assert "Traceback" not in result.output
+    assert tree(tmp_path) == before
