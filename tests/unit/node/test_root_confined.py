@@ -1,5 +1,6 @@
 """`install --activate --root R` never writes outside R through the image's own links (issue #25):
-ROOT/opt, ROOT/etc/systemd, ROOT/var/lib/nodeprep, ROOT/lib, ROOT/etc/kernel as absolute links to a
+ROOT/opt, ROOT/etc/systemd, ROOT/var/lib/nodeprep, ROOT/lib, ROOT/lib/firmware, ROOT/etc/kernel,
+ROOT/etc/ld.so.conf.d and ROOT/etc/modprobe.d as absolute links to a
 directory outside the root, or as `../` links that climb out of it lexically. Each resolves inside
 the root as it does on the booted node (openat2 RESOLVE_IN_ROOT): the install succeeds, writes
 there, and the outside directory is byte-identical afterwards. A lock that is a link is refused
@@ -36,7 +37,8 @@ def install(store: Path, root: Path):  # type: ignore[no-untyped-def]
 def _outside(tmp_path: Path) -> Path:
     """A host directory the links point at, with content that must not change."""
     out = tmp_path / "outside"
-    for d in ("opt", "systemd/system", "state", "lib/modules", "kernel/postinst.d"):
+    for d in ("opt", "systemd/system", "state", "lib/modules", "kernel/postinst.d", "ld.so.conf.d",
+              "modprobe.d", "firmware/nvidia"):
         (out / d).mkdir(parents=True)
         (out / d / "keep").write_text(f"host's {d}\n")
     (out / "hostfile").write_text("host data\n")
@@ -50,6 +52,9 @@ CASES = {
     "var/lib/nodeprep": ("state", "state.json"),
     "lib": ("lib", f"modules/{KERNEL}/modules.dep"),  # depmod wrote it there
     "etc/kernel": ("kernel", "postinst.d/nodeprep"),
+    "etc/ld.so.conf.d": ("ld.so.conf.d", "00-nvidia.conf"),
+    "etc/modprobe.d": ("modprobe.d", "nodeprep-nvidia.conf"),
+    "lib/firmware": ("firmware", f"nvidia/{V}"),
 }
 
 
