@@ -111,7 +111,9 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, point: str
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
-    with open(tmp, "wb") as f:
+    tmp.unlink(missing_ok=True)  # a leftover (or an image's link of that name) is never written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
         f.write(raw)
         f.flush()
         os.fsync(f.fileno())

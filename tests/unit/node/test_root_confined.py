@@ -127,3 +127,20 @@ def test_unresolvable_links_are_refused(store: Path, tmp_path: Path, image: str)
     assert [line for line in result.output.splitlines() if line.startswith("error: ")] == [want]
     assert "Traceback" not in result.output
     assert tree(tmp_path) == before
+
+
+def test_atomic_write_never_writes_through_links(tmp_path: Path) -> None:
+    """A link in place of the file, or named like its temporary, is replaced, never written through."""
+    import os
+
+    from nodeprep.node.fsutil import atomic_write
+
+    host = tmp_path / "host"
+    host.write_text("host\n")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / f".tmp-f.{os.getpid()}").symlink_to(host)
+    (d / "f").symlink_to(host)
+    assert atomic_write(d / "f", "host\n") is True  # same bytes as the link's target: still replaced
+    assert host.read_text() == "host\n" and not (d / "f").is_symlink() and (d / "f").read_text() == "host\n"
+    assert os.listdir(d) == ["f"]
