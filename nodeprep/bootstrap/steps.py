@@ -57,7 +57,9 @@ LABELS_JSON = "/etc/nodeprep/labels.json"
 
 
 def _under(root: Path, target: str) -> Path:
-    return root / target.lstrip("/")
+    from ..node.fsutil import beneath
+
+    return beneath(root, target, follow_last=False)
 
 
 def _kernel(ctx: Context) -> str | None:

@@ -59,7 +59,7 @@ SPEC_NAME = "nvidia.yaml"
 
 def active_driver(root: Path) -> str:
     """The version /opt/nvidia/current points at (StateError when there is none)."""
-    link = under(root, f"{DRIVER_BASE}/current")
+    link = under(root, f"{DRIVER_BASE}/current", follow_last=False)
     try:
         target = os.readlink(link)
     except FileNotFoundError:

@@ -11,8 +11,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, StateError
-from ..node.fsutil import fsync_dir
+from ..errors import InputError
+from ..node.fsutil import beneath, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -117,25 +117,17 @@ def relocated(changes: list[FileChange], directory: Path) -> list[FileChange]:
     return [FileChange(under(directory, c.target), c.target, c.content, c.mode, c.secret) for c in changes]
 
 
-def under(root: Path, target: str | os.PathLike[str], *, input_field: str | None = None) -> Path:
-    """`target` (absolute, as the node sees it) inside `root`. Refuses a path whose existing part
-    leads out of `root` through a symlink (e.g. an image's /var/run -> /run), so nothing is ever read
-    from or written to the host running nodeprep by mistake: StateError, or InputError (exit 2)
-    naming `input_field` when the path is an input the user gave (the token file)."""
-    path = Path(root) / Path(os.fspath(target)).relative_to("/")
-    real_root = os.path.realpath(root)
-    probe = path
-    while not os.path.lexists(probe) and probe != probe.parent:
-        probe = probe.parent
-    real = os.path.realpath(probe)
-    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-        if input_field is not None:
-            raise InputError(
-                f"{input_field}: {target} leads outside --root {root} (through a symlink to {real})",
-                hint="fix the link in the image, or run nodeprep inside it (chroot)",
-            )
-        raise StateError(
-            f"{target}: leads outside --root {root} (through a symlink to {real})",
-            hint="fix the link in the image, or run nodeprep inside it (chroot)",
-        )
-    return path
+def under(root: Path, target: str | os.PathLike[str], *, input_field: str | None = None,
+          follow_last: bool = True) -> Path:
+    """`target` (absolute, as the node sees it) inside `root`, resolved beneath it as the booted node
+    resolves it (nodeprep.node.fsutil.beneath): an image's links, absolute ones like /var/run -> /run
+    included, never lead out of `root`, so nothing is read from or written to the host running
+    nodeprep by mistake. `follow_last` False leaves a link in the last component as named (to read
+    the link itself). A link loop or a file used as a directory is InputError (exit 2), naming
+    `input_field` when the path is an input the user gave (the token file)."""
+    try:
+        return beneath(Path(root), Path(os.fspath(target)).relative_to("/"), follow_last=follow_last)
+    except InputError as e:
+        if input_field is None:
+            raise
+        raise InputError(f"{input_field}: {e.message}", hint=e.hint) from None

@@ -96,7 +96,7 @@ def node_view(layout: Layout, location: str | None) -> str | None:
 
 
 def hook_path(layout: Layout, event: str) -> Path:
-    return layout.root / "etc" / "kernel" / f"{event}.d" / HOOK_NAME
+    return layout.resolved(f"/etc/kernel/{event}.d") / HOOK_NAME
 
 
 def render_hook(command: str, event: str) -> str:
@@ -185,7 +185,7 @@ def _kernel_key(release: str) -> tuple[Any, ...]:
 def kernel_to_keep(layout: Layout, kernels: tuple[str, ...], new: str) -> str | None:
     """The kernel the node should keep booting: the running one when it has the driver's modules and
     an image under ROOT/boot, else the newest such kernel (a chroot runs the host's kernel)."""
-    bootable = [k for k in kernels if k != new and (layout.root / "boot" / f"vmlinuz-{k}").exists()]
+    bootable = [k for k in kernels if k != new and (layout.resolved("/boot") / f"vmlinuz-{k}").exists()]
     running = running_kernel()
     if running in bootable:
         return running
@@ -193,9 +193,9 @@ def kernel_to_keep(layout: Layout, kernels: tuple[str, ...], new: str) -> str | 
 
 
 def hold_boot(layout: Layout, kernel: str, kept: str, version: str) -> Path:
-    grub_cfg = layout.root / "boot" / "grub" / "grub.cfg"
+    grub_cfg = layout.resolved("/boot/grub/grub.cfg")
     text = grub_cfg.read_text(errors="replace") if grub_cfg.is_file() else None
-    path = layout.root / HOLD_FILE
+    path = layout.host_path(HOLD_FILE)
     atomic_write(path, render_hold(grub_default(text, kept), kernel, kept, version))
     return path
 
@@ -203,8 +203,8 @@ def hold_boot(layout: Layout, kernel: str, kept: str, version: str) -> Path:
 def release_hold(layout: Layout, kernels: tuple[str, ...]) -> Path | None:
     """Remove the boot-default drop-in once every installed kernel (an image in ROOT/boot) has the
     driver's modules (`kernels`): until then the newest kernel may still be one without them."""
-    path = layout.root / HOLD_FILE
-    images = (p.name.removeprefix("vmlinuz-") for p in (layout.root / "boot").glob("vmlinuz-*"))
+    path = layout.host_path(HOLD_FILE)
+    images = (p.name.removeprefix("vmlinuz-") for p in layout.resolved("/boot").glob("vmlinuz-*"))
     lacking = [k for k in images if k not in kernels and _installed_kernel(layout, k)]
     if not path.exists() or lacking:
         return None
@@ -217,7 +217,7 @@ def release_hold(layout: Layout, kernels: tuple[str, ...]) -> Path | None:
 
 
 def _installed_kernel(layout: Layout, kernel: str) -> bool:
-    return any((layout.root / d / kernel / "kernel").is_dir() for d in ("lib/modules", "usr/lib/modules"))
+    return any(layout.resolved(f"/{d}/{kernel}/kernel").is_dir() for d in ("lib/modules", "usr/lib/modules"))
 
 
 def _flavour(layout: Layout, version: str, kernels: tuple[str, ...]) -> str | None:
@@ -282,7 +282,7 @@ def _missing(layout: Layout, kernel: str, version: str, have: tuple[str, ...], c
     else:
         hold = hold_boot(layout, kernel, kept, version)
         after = f"boot default kept on {kept} ({_node(layout, hold)})"
-        if not (layout.root / "etc" / "default" / "grub").exists():
+        if not layout.resolved("/etc/default/grub").exists():
             after += ", but GRUB is not installed here"
     message = f"{LOUD} {kernel}: {reason.splitlines()[0]}; it boots WITHOUT the GPU driver ({after})"
     return HookResult("postinst", kernel, version, ok=False, message=message, boot_hold=_node(layout, hold))

@@ -79,7 +79,7 @@ def modinfo_field(path: Path, field: str) -> str:
 def kernel_vermagic(layout: Layout, release: str) -> Vermagic | None:
     """The vermagic of the target kernel, read from one of its own modules under ROOT (None when the
     kernel's modules are not installed there, e.g. an image built before its kernel)."""
-    base = layout.root / "lib" / "modules" / release / "kernel"
+    base = layout.resolved(f"/lib/modules/{check_kernel(release)}/kernel")
     if not base.is_dir():
         return None
     for pattern in ("*.ko", "*.ko.xz", "*.ko.zst", "*.ko.gz"):

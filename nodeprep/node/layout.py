@@ -8,6 +8,11 @@
 /lib/modules/<kernel-release>/updates/nodeprep/<module>.ko -> /opt/nvidia/current/modules/<rel>/<module>.ko
 /lib/firmware/nvidia/<driver> -> /opt/nvidia/<driver>/firmware/nvidia/<driver>
 /var/lib/nodeprep/{state.json,lock}
+
+Under a --root every path is resolved beneath it (fsutil.beneath: openat2 RESOLVE_IN_ROOT), so an
+image's links, absolute ones included, lead where they lead on the booted node and never out of the
+root: a directory is resolved whole, a file's or link's last component is left as named (nodeprep
+replaces it by rename, never writes through it).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
+from .fsutil import beneath
 
 UNIT_NAME = "nodeprep-nvidia.service"
 LD_CONF_NAME = "00-nvidia.conf"
@@ -48,7 +54,7 @@ class Layout:
 
     @property
     def opt(self) -> Path:
-        return self.root / "opt" / "nvidia"
+        return self.resolved("/opt/nvidia")
 
     def version_dir(self, version: str) -> Path:
         return self.opt / check_version(version)
@@ -62,33 +68,33 @@ class Layout:
 
     @property
     def ld_conf(self) -> Path:
-        return self.root / "etc" / "ld.so.conf.d" / LD_CONF_NAME
+        return self.resolved("/etc/ld.so.conf.d") / LD_CONF_NAME
 
     @property
     def ld_cache(self) -> Path:
-        return self.root / "etc" / "ld.so.cache"
+        return self.resolved("/etc") / "ld.so.cache"
 
     @property
     def modprobe_conf(self) -> Path:
-        return self.root / "etc" / "modprobe.d" / MODPROBE_CONF_NAME
+        return self.resolved("/etc/modprobe.d") / MODPROBE_CONF_NAME
 
     @property
     def unit(self) -> Path:
-        return self.root / "etc" / "systemd" / "system" / UNIT_NAME
+        return self.resolved("/etc/systemd/system") / UNIT_NAME
 
     @property
     def unit_wants(self) -> Path:
-        return self.root / "etc" / "systemd" / "system" / "multi-user.target.wants" / UNIT_NAME
+        return self.resolved("/etc/systemd/system/multi-user.target.wants") / UNIT_NAME
 
     def module_links(self, kernel: str) -> Path:
-        return self.root / "lib" / "modules" / check_kernel(kernel) / MODULE_SUBDIR
+        return self.resolved(f"/lib/modules/{check_kernel(kernel)}/{MODULE_SUBDIR}")
 
     def firmware_link(self, version: str) -> Path:
-        return self.root / "lib" / "firmware" / "nvidia" / check_version(version)
+        return self.resolved("/lib/firmware/nvidia") / check_version(version)
 
     @property
     def state_dir(self) -> Path:
-        return self.root / "var" / "lib" / "nodeprep"
+        return self.resolved("/var/lib/nodeprep")
 
     @property
     def state_file(self) -> Path:
@@ -100,11 +106,17 @@ class Layout:
 
     @property
     def download_dir(self) -> Path:
-        return self.root / "var" / "cache" / "nodeprep"
+        return self.resolved("/var/cache/nodeprep")
 
     def host_path(self, path: str) -> Path:
-        """ROOT-relative view of an absolute path as the node sees it (`/opt/x` -> ROOT/opt/x)."""
-        return self.root / path.lstrip("/")
+        """Where the node's absolute `path` is under ROOT (`/opt/x` -> ROOT/opt/x), resolved beneath
+        it; a link in the last component is left as named."""
+        return beneath(self.root, path, follow_last=False)
+
+    def resolved(self, path: str) -> Path:
+        """Where the node's `path` is under ROOT, every link on it (the last one too) resolved beneath
+        ROOT: for directories, and for files that are only read."""
+        return beneath(self.root, path)
 
     def node_path(self, path: Path) -> str:
         """Inverse of host_path: the absolute path the node sees for `path` under ROOT."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import stat
 from collections.abc import Iterator
 
+from ..errors import InputError
 from .layout import Layout
 
 log = logging.getLogger(__name__)
@@ -16,9 +19,11 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def locked(layout: Layout) -> Iterator[None]:
     """Hold the node lock; waits (and says so) while another run holds it. The kernel drops the
-    lock when the holder dies, so a kill -9 never leaves it stuck."""
+    lock when the holder dies, so a kill -9 never leaves it stuck. The lock file is opened without
+    following a link (its directory is resolved beneath the root): a link or anything but a regular
+    file there is refused, never truncated or written through."""
     layout.state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(layout.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(layout)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -31,3 +36,19 @@ def locked(layout: Layout) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _open_lock(layout: Layout) -> int:
+    path = layout.lock_file
+    refused = InputError(f"{layout.node_path(path)} is not a regular file: not nodeprep's lock",
+                         hint="remove it, then run the command again")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise refused from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise refused
+    return fd

@@ -132,10 +132,10 @@ def clean_leftovers(layout: Layout) -> list[Path]:
     for path in owned:
         if path.parent.is_dir():
             removed += clean_temporaries(path.parent, (f".tmp-{path.name}.", f".current-{path.name}."))
-    base = layout.root / "lib" / "modules"
+    base = layout.resolved("/lib/modules")
     for rel in system.linked_kernels(layout):
         removed += clean_temporaries(base / rel / "updates" / "nodeprep", (".current-",))
-    fw = layout.root / "lib" / "firmware" / "nvidia"
+    fw = layout.resolved("/lib/firmware/nvidia")
     if fw.is_dir():
         removed += clean_temporaries(fw, (".current-",))
     for p in removed:

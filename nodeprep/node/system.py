@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .. import runner, sonames
+from ..errors import InputError
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .crash import crash_point
 from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
@@ -188,15 +189,29 @@ def unlink_modules(layout: Layout, kernels: list[str]) -> bool:
 
 
 def linked_kernels(layout: Layout) -> list[str]:
-    base = layout.root / "lib" / "modules"
+    base = layout.resolved("/lib/modules")
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if (p / "updates" / "nodeprep").is_dir())
 
 
 def depmod(layout: Layout, kernel: str) -> None:
-    argv = ["depmod", kernel] if layout.live else ["depmod", "-b", layout.root, kernel]
+    argv = ["depmod", kernel] if layout.live else ["depmod", "-b", depmod_base(layout, kernel), kernel]
     runner.run(argv, timeout=300)
+
+
+def depmod_base(layout: Layout, kernel: str) -> Path:
+    """depmod's -b under --root. depmod follows the image's links on the host, so when ROOT/lib or
+    ROOT/lib/modules is a link out of the root (absolute, or `../` past it), it gets the base whose
+    lib/modules/<kernel> names, link-free, the directory that resolves beneath the root."""
+    real = layout.resolved(f"/lib/modules/{kernel}")
+    if os.path.realpath(layout.root / "lib" / "modules" / kernel) == os.path.realpath(real):
+        return layout.root
+    if real.parts[-3:] == ("lib", "modules", kernel):
+        return Path(*real.parts[:-3])
+    raise InputError(f"{layout.node_path(real)}: /lib/modules/{kernel} of --root {layout.root} resolves "
+                     "to a directory depmod cannot be pointed at",
+                     hint="make /lib/modules a real directory (or /lib a link to usr/lib) in the image")
 
 
 def link_firmware(layout: Layout, version: str) -> str | None:

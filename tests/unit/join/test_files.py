@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.errors import StateError
+from nodeprep.errors import InputError
 from nodeprep.join.files import FileChange, apply_changes, under
 
 from .conftest import mode_of
@@ -28,15 +28,25 @@ def test_write_compare_rewrite(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "etc/x")) == ["secret.yaml"]  # no temp files left
 
 
-def test_paths_may_not_leave_the_root(tmp_path: Path) -> None:
+def test_paths_resolve_beneath_the_root(tmp_path: Path) -> None:
+    """An image's links lead where they lead on the booted node: an absolute one (an image's
+    /var/run -> /run) and a `../..` one resolve inside the root, never on the host (issue #25)."""
     root = tmp_path / "image"
     (root / "var").mkdir(parents=True)
     outside = tmp_path / "host-run"
     outside.mkdir()
-    (root / "var/run").symlink_to(outside)  # like an image's /var/run -> /run, resolved on the host
-    with pytest.raises(StateError, match="leads outside --root"):
-        under(root, "/var/run/cdi/nvidia.yaml")
+    (root / "var/run").symlink_to(outside)  # absolute: the node sees ROOT<outside>
+    assert under(root, "/var/run/cdi/nvidia.yaml") == root / str(outside).lstrip("/") / "cdi/nvidia.yaml"
+    (root / "var/run3").symlink_to("../../../../../../../../../host-run")
+    assert under(root, "/var/run3/cdi/nvidia.yaml") == root / "host-run/cdi/nvidia.yaml"
     (root / "run").mkdir()
     (root / "var/run2").symlink_to("../run")  # relative links inside the root are fine
-    assert under(root, "/var/run2/cdi/nvidia.yaml") == root / "var/run2/cdi/nvidia.yaml"
+    assert under(root, "/var/run2/cdi/nvidia.yaml") == root / "run/cdi/nvidia.yaml"
     assert under(Path("/"), "/etc/cdi/nvidia.yaml") == Path("/etc/cdi/nvidia.yaml")
+    (root / "var/loop").symlink_to("loop")
+    with pytest.raises(InputError, match="cluster.token_file: /var/loop/x under --root .*: Too many levels"):
+        under(root, "/var/loop/x", input_field="cluster.token_file")
+    change = FileChange(under(root, "/var/run/cdi/nvidia.yaml"), "/var/run/cdi/nvidia.yaml", b"spec\n")
+    assert apply_changes([change]) == [change]
+    assert os.listdir(outside) == []
+    assert (root / str(outside).lstrip("/") / "cdi/nvidia.yaml").read_bytes() == b"spec\n"

@@ -118,8 +118,11 @@ def nodeprep_errors(module):
 
 
 def under_root(root, path):
-    """`path` (absolute, as seen on the node) inside `root`."""
-    return os.path.join(root or "/", str(path).lstrip("/"))
+    """`path` (absolute, as seen on the node) inside `root`, the image's links resolved beneath it as
+    on the booted node, never out of it (nodeprep.node.fsutil.beneath; call after import_nodeprep)."""
+    from nodeprep.node.fsutil import beneath
+
+    return str(beneath(root or "/", str(path)))
 
 
 def read_text(path):
