@@ -3,7 +3,8 @@ space of every NVIDIA device (vendor 0x10de) under <sysfs>/bus/pci/devices. A vG
 vendor-specific capability (id 0x09) whose bytes 3-4 are "VF"; its records lead to the host driver's
 version and branch (10 bytes each, NUL-padded). GFD labels `nvidia.com/vgpu.present` true or false,
 and sets no vGPU label at all when the devices cannot be read in full (an unprivileged read of
-`config` gives 64 bytes, not 256): `read_vgpu` returns None then, with the reason in `problems`.
+`config` gives 64 bytes, not 256): `read_vgpu` returns None then, with the reason in `problems`
+(silently when a device has no `config` file at all, like any missing sysfs attribute).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def read_vgpu(sysfs_root: Path, problems: list[str]) -> VgpuFacts | None:
             continue
         try:
             config = read_bytes(dev / "config", limit=CONFIG_MAX)
+        except (FileNotFoundError, NotADirectoryError):  # no config space at all: silently, as sysfs.py
+            return None
         except OSError as e:
             problems.append(f"{dev / 'config'}: {e.strerror or e}")
             return None

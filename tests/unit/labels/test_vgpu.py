@@ -90,6 +90,15 @@ def test_hostile_capabilities_end_without_an_error(capability: bytes, empty_sysf
     assert any("vGPU capability without a host driver record" in w for w in warnings)
 
 
+def test_a_device_without_a_config_space_sets_no_vgpu_label(empty_sysfs: Path, nvidia_smi_fixtures: Path,
+                                                             options: Callable[..., LabelOptions]) -> None:
+    dev = add_pci(empty_sysfs, BUS, 0x10DE, 0x1EB8, 0x030200)
+    (dev / "config").unlink()
+    result = node_labels(options(nvidia_smi_xml=nvidia_smi_fixtures / T4, cloud="none"))
+    assert "nvidia.com/vgpu.present" not in result.labels
+    assert not [w for w in result.warnings if w.startswith("vgpu:")]
+
+
 def test_a_capability_chain_that_loops_ends(empty_sysfs: Path) -> None:
     config = bytearray(pci_config(0x10DE, 0x1EB8, 0x030200, bytes([0x01, 0x40, 0x08])))  # next = itself
     assert vgpu.vendor_capability(bytes(config)) is None
