@@ -105,3 +105,103 @@ def dev_null(root: Path) -> None:
     """ROOT/dev/null as the character device (1, 3)."""
     (root / "dev").mkdir(exist_ok=True)
     os.mknod(root / "dev" / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+
+
+# NVIDIA's published compute capability of each product in tests/fixtures/nvidia-smi (CUDA GPUs list):
+# the one fact NVML gives that an `nvidia-smi -q -x` capture of those drivers does not hold.
+COMPUTE_CAPABILITY = {
+    "NVIDIA A100-SXM4-80GB": (8, 0), "Tesla T4": (7, 5), "NVIDIA A10G": (8, 6), "NVIDIA RTX A5000": (8, 6),
+    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": (12, 0),
+}
+
+NVML_CAPTURE_C = r"""
+#include <stdio.h>
+#include <string.h>
+typedef int nvmlReturn_t;
+typedef struct { const char *name; unsigned long long mem_mib; int cc_major, cc_minor, mig;
+                 const char *bus; unsigned int did; const char *uuid; } gpu_t;
+static const gpu_t GPUS[] = { %(gpus)s };
+static const unsigned int N = sizeof GPUS / sizeof GPUS[0];
+typedef const gpu_t *nvmlDevice_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+                 char busId[32]; } nvmlPciInfo_t;
+static nvmlReturn_t copy(char *out, unsigned int len, const char *s) {
+    if (strlen(s) + 1 > len) return 7;  /* NVML_ERROR_INSUFFICIENT_SIZE */
+    strcpy(out, s); return 0;
+}
+nvmlReturn_t nvmlInit_v2(void) { return 0; }
+nvmlReturn_t nvmlInit(void) { return 0; }
+nvmlReturn_t nvmlInitWithFlags(unsigned int f) { (void)f; return 0; }
+nvmlReturn_t nvmlShutdown(void) { return 0; }
+const char *nvmlErrorString(nvmlReturn_t r) {
+    return r == 3 ? "Not Supported" : r ? "Unknown Error" : "Success";
+}
+nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int len) { return copy(v, len, "%(driver)s"); }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { *v = %(cuda)d; return 0; }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = %(cuda)d; return 0; }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { *n = N; return 0; }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { *n = N; return 0; }
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) {
+    if (i >= N) return 2;  /* NVML_ERROR_INVALID_ARGUMENT */
+    *d = &GPUS[i]; return 0;
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d) {
+    return nvmlDeviceGetHandleByIndex_v2(i, d);
+}
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *s, unsigned int len) { return copy(s, len, d->name); }
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *s, unsigned int len) { return copy(s, len, d->uuid); }
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
+    m->total = d->mem_mib << 20; m->free = m->total; m->used = 0; return 0;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
+    m->total = d->mem_mib << 20; m->reserved = 0; m->free = m->total; m->used = 0; return 0;
+}
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *a, int *b) {
+    *a = d->cc_major; *b = d->cc_minor; return 0;
+}
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *cur, unsigned int *pend) {
+    if (d->mig < 0) return 3;  /* NVML_ERROR_NOT_SUPPORTED: not MIG-capable */
+    *cur = *pend = (unsigned int)d->mig; return 0;
+}
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *n) {
+    *n = 0; return d->mig < 0 ? 3 : 0;
+}
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int i, nvmlDevice_t *m) {
+    (void)d; (void)i; (void)m; return 6;  /* NVML_ERROR_NOT_FOUND */
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
+    memset(p, 0, sizeof *p); copy(p->busId, sizeof p->busId, d->bus);
+    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%%s", d->bus + 4);
+    sscanf(d->bus, "%%x:%%x:%%x", &p->domain, &p->bus, &p->device); p->pciDeviceId = d->did; return 0;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) {
+    return nvmlDeviceGetPciInfo_v3(d, p);
+}
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *n) {
+    *n = (unsigned int)(d - GPUS); return 0;
+}
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *n) { *n = (unsigned int)(d - GPUS); return 0; }
+"""
+
+
+def nvml_serving(capture: bytes) -> str:
+    """C source of a libnvidia-ml that answers NVML's calls with a `nvidia-smi -q -x` capture's facts
+    (name, total memory, MIG mode, PCI bus and device id, UUID, driver and CUDA versions; compute
+    capability from COMPUTE_CAPABILITY), read here with ElementTree, independently of nodeprep."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(capture)
+    rows = []
+    for g in root.findall("gpu"):
+        name = g.findtext("product_name") or ""
+        major, minor = COMPUTE_CAPABILITY[name]
+        mig = {"Enabled": 1, "Disabled": 0}.get(g.findtext("mig_mode/current_mig") or "", -1)
+        memory = int((g.findtext("fb_memory_usage/total") or "0").split()[0])
+        rows.append(f'{{"{name}", {memory}ULL, {major}, {minor}, {mig}, "{g.findtext("pci/pci_bus_id")}", '
+                    f'0x{g.findtext("pci/pci_device_id")}U, "{g.findtext("uuid")}"}}')
+    cmaj, cmin = ((root.findtext("cuda_version") or "0.0").split(".") + ["0"])[:2]
+    return NVML_CAPTURE_C % {"gpus": ", ".join(rows), "driver": root.findtext("driver_version"),
+                             "cuda": int(cmaj) * 1000 + int(cmin) * 10}
