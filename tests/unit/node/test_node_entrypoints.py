@@ -154,3 +154,18 @@ def test_hostile_recorded_entry_points_are_ignored(store: Path, tmp_path: Path) 
     assert "/etc/passwd" not in load_state(root).entry_points
     assert invoke("activate", V2, "--root", str(root)).exit_code == 0
     assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+
+
+def test_doctor_takes_the_library_entry_point_for_the_active_version(store: Path, tmp_path: Path) -> None:
+    """With Debian's ld.so.conf the cache lists libnvidia-ml.so.1 twice (current/lib64 first, then the
+    entry point); both are the active file, so doctor names no other copy."""
+    root = tmp_path / "root"
+    (root / LIBDIR).mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    assert install(store, root, V1, "--activate").exit_code == 0
+    done = invoke("doctor", "--root", str(root), "--check", "ldcache", "--json")
+    (check,) = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "ldcache"]
+    assert check["ok"], check
+    assert f"libnvidia-ml.so.1 -> /opt/nvidia/{V1}/lib64/libnvidia-ml.so.{V1}" in check["message"]
+    assert "also in cache" not in check["message"]
