@@ -68,6 +68,14 @@ def planned(layout: Layout, version: str) -> dict[str, str]:
     return out
 
 
+def required(layout: Layout, arch: str) -> dict[str, str]:
+    """The entry points every installable version has (complete.py requires nvidia-smi, libcuda.so.1 and
+    libnvidia-ml.so.1), known before its artifact is read: what `install --activate` checks first."""
+    libdir = library_dir(layout, arch if arch in TRIPLETS else "amd64")
+    return {"/usr/bin/nvidia-smi": "bin/nvidia-smi",
+            **{f"{libdir}/{lib}": f"lib64/{lib}" for lib in LIBRARIES}}
+
+
 def link_text(layout: Layout, node_path: str, below_current: str) -> str:
     """Relative link text from the entry point's real folder to /opt/nvidia/current/<below_current>
     (the text of `current`, never its resolved version)."""
@@ -97,11 +105,13 @@ def dpkg_owner(layout: Layout, node_path: str) -> str | None:
     return None
 
 
-def refusal(layout: Layout, version: str, recorded: Iterable[str]) -> str | None:
-    """Why the entry points of `version` cannot be made (one line), or None. A path is free when it
-    is absent or is a link nodeprep made (recorded, or naming /opt/nvidia/current as nodeprep does)."""
+def refusal(layout: Layout, version: str, recorded: Iterable[str],
+            paths: dict[str, str] | None = None) -> str | None:
+    """Why the entry points of `version` (or `paths`, from required()) cannot be made (one line), or
+    None. A path is free when it is absent or is a link nodeprep made (recorded, or naming
+    /opt/nvidia/current as nodeprep does)."""
     ours = set(recorded)
-    for node_path, below in planned(layout, version).items():
+    for node_path, below in (planned(layout, version) if paths is None else paths).items():
         owner = dpkg_owner(layout, node_path)
         if owner:
             return (f"{node_path} belongs to package {owner} (dpkg): nodeprep does not replace another "

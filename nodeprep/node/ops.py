@@ -254,6 +254,11 @@ def install(
     index = functools.cache(src.entries)  # read at most once, and only when something is missing
     hook = _hook_config(layout, store, arch, store_options, keep_boot_kernel) if kernel_hook else None
     first = _plan_install(layout, index, request, modules, hook)
+    if activate:  # another package's nvidia-smi: refused before anything is fetched or installed
+        problem = entrypoints.refusal(layout, version, load_state(layout.root).entry_points,
+                                      entrypoints.required(layout, arch))
+        if problem:
+            raise InputError(problem, hint="nothing was changed")
     if first.userspace is not None and first.kmod is not None and src.local is not None:
         _require_support(layout, src, first.userspace, first.kmod, version)  # the node's GPUs first
     with locked(layout):

@@ -106,6 +106,16 @@ def test_another_packages_nvidia_smi_is_never_replaced(store: Path, tmp_path: Pa
     assert tree(root) == before  # nothing changed: not current, not ld.so.conf.d, not the state
     assert load_state(root).active is None
 
+    fresh = tmp_path / "fresh"  # install --activate: refused before the version is even installed
+    (fresh / "usr/bin").mkdir(parents=True)
+    (fresh / "usr/bin/nvidia-smi").write_bytes(b"x")
+    (fresh / "var/lib/dpkg/info").mkdir(parents=True)
+    (fresh / "var/lib/dpkg/info/nvidia-smi:amd64.list").write_text("/usr/bin/nvidia-smi\n")
+    before = tree(fresh)
+    at_once = install(store, fresh, V1, "--activate")
+    assert at_once.exit_code == 2 and "belongs to package nvidia-smi (dpkg)" in at_once.output
+    assert tree(fresh) == before
+
     listed_in_lib = tmp_path / "merged"  # merged /usr: dpkg lists /bin/nvidia-smi for the same file
     (listed_in_lib / "usr/bin").mkdir(parents=True)
     (listed_in_lib / "usr/bin/nvidia-smi").write_bytes(b"x")
@@ -124,10 +134,10 @@ def test_a_file_nodeprep_did_not_make_is_refused_until_moved(store: Path, tmp_pa
     refused = install(store, root, V1, "--activate")
     assert refused.exit_code == 2
     assert f"/{LIBDIR}/libnvidia-ml.so.1 exists and nodeprep did not make it" in refused.output
-    assert os.readlink(foreign) == "libnvidia-ml.so.470.256.02" and load_state(root).active is None
+    assert os.readlink(foreign) == "libnvidia-ml.so.470.256.02" and load_state(root).installed == {}
 
     foreign.unlink()
-    assert invoke("activate", V1, "--root", str(root)).exit_code == 0
+    assert install(store, root, V1, "--activate").exit_code == 0
     assert resolved(root, f"/{LIBDIR}/libnvidia-ml.so.1") == f"opt/nvidia/{V1}/lib64/libnvidia-ml.so.{V1}"
 
 
