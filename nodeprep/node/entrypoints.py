@@ -89,6 +89,19 @@ def _aliases(node_path: str) -> set[str]:
     return {node_path, bare, f"/usr{bare}"}
 
 
+def drift(layout: Layout, version: str, arch: str) -> tuple[str, ...]:
+    """Node paths of the entry points an activation of `version` would make or repoint (for the
+    plan; required() when `version` is not installed yet)."""
+    vdir = layout.version_dir(version)
+    paths = planned(layout, version) if vdir.is_dir() else required(layout, arch)
+    out = []
+    for node_path, below in paths.items():
+        path = layout.host_path(node_path)
+        if not (path.is_symlink() and os.readlink(path) == link_text(layout, node_path, below)):
+            out.append(node_path)
+    return tuple(out)
+
+
 def dpkg_owner(layout: Layout, node_path: str) -> str | None:
     """The dpkg package whose file list under the root names `node_path` (None: none does)."""
     info = layout.root / DPKG_INFO

@@ -195,7 +195,8 @@ def _plan_install(
     `hook`: the kernel hook to set up (None: none)."""
     state = load_state(layout.root)
     entries = index() if needs_index(state, request.version, request.kernel) else None
-    drift = system.drift(layout, modules) if request.activate else ()
+    drift = (system.drift(layout, modules) + entrypoints.drift(layout, request.version, request.arch)
+             if request.activate else ())
     hook_drift = kernelhook.drift(layout, system.nodeprep_command(layout)) if hook else ()
     return plan_install(state, request, entries, live_kernel=_live_kernel(layout), drift=drift,
                         kernel_hook=hook.to_dict() if hook else None, hook_drift=hook_drift)

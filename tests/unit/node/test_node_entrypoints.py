@@ -86,6 +86,14 @@ def test_links_follow_activate_switch_rollback(store: Path, tmp_path: Path) -> N
     again = invoke("activate", V1, "--root", str(root), "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["changed"] is False
 
+    (root / "usr/bin/nvidia-smi").unlink()  # the plan (install --check) sees what activation would redo
+    shown = install(store, root, V1, "--activate", "--check", "--json")
+    assert json.loads(shown.stdout)["activation"]["rewrite"] == ["/usr/bin/nvidia-smi"], shown.output
+    assert install(store, root, V1, "--activate").exit_code == 0
+    assert resolved(root, "/usr/bin/nvidia-smi") == f"opt/nvidia/{V1}/bin/nvidia-smi"
+    shown = install(store, root, V1, "--activate", "--check", "--json")
+    assert json.loads(shown.stdout)["activation"]["rewrite"] == []
+
 
 def test_another_packages_nvidia_smi_is_never_replaced(store: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
