@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..urls import redact_url
 from . import cloud as cloudmod
 from . import gpu as gpumod
+from . import vgpu as vgpumod
 from .system import SystemFacts, system_facts
 from .validate import VALUE_MAX, check_labels, sanitise, split_for_kubelet, validate_label
 
@@ -59,6 +60,7 @@ class Facts:
     cloud: cloudmod.CloudFacts
     dmi: dict[str, str]
     system: SystemFacts
+    vgpu: vgpumod.VgpuFacts | None = None  # None: not readable in full, GFD sets no vGPU label
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -211,7 +213,10 @@ def gather_facts(opts: LabelOptions) -> tuple[Facts, list[str]]:
         cloud = cloudmod.CloudFacts(cloudmod.detect_cloud(dmi), itype, source="dmi" if itype else "none")
     if gpu is not None:
         warnings.extend(f"gpu: {n}" for n in gpu.notes)
-    return Facts(gpu, cloud, dmi, system), warnings
+    vgpu_problems: list[str] = []
+    vgpu = vgpumod.read_vgpu(opts.sysfs_root, vgpu_problems) if gpu is not None and gpu.gpus else None
+    warnings.extend(f"vgpu: {p}" for p in vgpu_problems)
+    return Facts(gpu, cloud, dmi, system, vgpu), warnings
 
 
 # --- labels ----------------------------------------------------------------------------------------
@@ -240,6 +245,17 @@ def _version_labels(driver: str | None, cuda: tuple[int, int] | None, warnings: 
         out[f"{NVIDIA}/cuda.runtime.major"] = out[f"{NVIDIA}/cuda.runtime-version.major"] = str(cuda[0])
         out[f"{NVIDIA}/cuda.runtime.minor"] = out[f"{NVIDIA}/cuda.runtime-version.minor"] = str(cuda[1])
         out[f"{NVIDIA}/cuda.runtime-version.full"] = f"{cuda[0]}.{cuda[1]}"
+    return out
+
+
+def _vgpu_labels(vgpu: vgpumod.VgpuFacts | None) -> dict[str, str]:
+    """GFD's vGPU labeler (internal/lm/vgpu.go): present true/false, the host driver when known."""
+    if vgpu is None:
+        return {}
+    out = {f"{NVIDIA}/vgpu.present": "true" if vgpu.present else "false"}
+    if vgpu.host_driver_version is not None:
+        out[f"{NVIDIA}/vgpu.host-driver-version"] = vgpu.host_driver_version
+        out[f"{NVIDIA}/vgpu.host-driver-branch"] = vgpu.host_driver_branch or ""
     return out
 
 
@@ -283,6 +299,7 @@ def gpu_labels(facts: Facts, mig_strategy: str, warnings: list[str]) -> dict[str
     if capable:
         labels[f"{NVIDIA}/mig.capable"] = "true" if any(capable) else "false"
     labels.update(_version_labels(g.driver_version, g.cuda_version, warnings))
+    labels.update(_vgpu_labels(facts.vgpu))
     if mig_strategy not in MIG_STRATEGIES:
         raise InputError(f"--mig-strategy {mig_strategy!r}: expected one of {', '.join(MIG_STRATEGIES)}")
     if mig_strategy != "none":

@@ -147,7 +147,8 @@ def _check_ldcache(layout: Layout, active: str | None) -> Check:
                 f"{lib} resolves to {first} -> {_node(layout, real)}, not into /opt/nvidia/{active}/lib64"
             )
             continue
-        extra = [p for p in paths[1:] if not p.startswith("/opt/nvidia/current/")]
+        extra = [p for p in paths[1:] if not p.startswith("/opt/nvidia/current/")
+                 and Path(os.path.realpath(layout.host_path(p))) != real]  # entry points lead there too
         good.append(
             f"{lib} -> {_node(layout, real)}" + (f" (also in cache: {', '.join(extra)})" if extra else "")
         )

@@ -30,7 +30,7 @@ from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store, cache_path
 from ..sysfs import read_attr
 from ..vocab import DEFAULT_MODULES
-from . import complete, kernelhook, support, system
+from . import complete, entrypoints, kernelhook, support, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
@@ -195,7 +195,8 @@ def _plan_install(
     `hook`: the kernel hook to set up (None: none)."""
     state = load_state(layout.root)
     entries = index() if needs_index(state, request.version, request.kernel) else None
-    drift = system.drift(layout, modules) if request.activate else ()
+    drift = (system.drift(layout, modules) + entrypoints.drift(layout, request.version, request.arch)
+             if request.activate else ())
     hook_drift = kernelhook.drift(layout, system.nodeprep_command(layout)) if hook else ()
     return plan_install(state, request, entries, live_kernel=_live_kernel(layout), drift=drift,
                         kernel_hook=hook.to_dict() if hook else None, hook_drift=hook_drift)
@@ -254,6 +255,11 @@ def install(
     index = functools.cache(src.entries)  # read at most once, and only when something is missing
     hook = _hook_config(layout, src.location, arch, store_options, keep_boot_kernel) if kernel_hook else None
     first = _plan_install(layout, index, request, modules, hook)
+    if activate:  # another package's nvidia-smi: refused before anything is fetched or installed
+        problem = entrypoints.refusal(layout, version, load_state(layout.root).entry_points,
+                                      entrypoints.required(layout, arch))
+        if problem:
+            raise InputError(problem, hint="nothing was changed")
     if first.userspace is not None and first.kmod is not None and src.local is not None:
         _require_support(layout, src, first.userspace, first.kmod, version)  # the node's GPUs first
     with locked(layout):
@@ -438,6 +444,10 @@ def _activate(
     spec_problem = hooks.refusal(layout.root)
     if spec_problem:  # the spec must follow the switch: refuse before changing anything
         raise InputError(f"{spec_problem}; {version} not activated", hint="nothing was changed")
+    entry_problem = entrypoints.refusal(layout, version, state.entry_points)
+    if entry_problem:  # another package's nvidia-smi, libnvidia-ml.so.1, ...: never replaced
+        raise InputError(entry_problem, hint="nothing was changed")
+    entry_points = tuple(sorted(entrypoints.planned(layout, version)))
     previous = todo.active
     changed = False
     changed |= system.write_ld_conf(layout)
@@ -451,12 +461,14 @@ def _activate(
     changed |= system.unlink_modules(layout, stale)
     crash_point("activate:module-links")
     new_previous = previous if previous and previous != version else state.previous
-    new_state = replace(state, active=version, previous=new_previous)
+    recorded = tuple(sorted(set(state.entry_points) | set(entry_points)))  # recorded before made
+    new_state = replace(state, active=version, previous=new_previous, entry_points=recorded)
     changed |= save_state(layout, new_state, point="activate:state-tmp")
     crash_point("activate:state-written")
     flipped = atomic_symlink(layout.current, version, point="activate:link-created")
     changed |= flipped
     crash_point("activate:flipped")
+    changed |= _follow_entry_points(layout, version, new_state.entry_points, entry_points)
     system.run_ldconfig(layout)
     crash_point("activate:ldconfig")
     for rel in sorted(set(target.kernels) | set(stale)):
@@ -484,6 +496,19 @@ def _activate(
         loaded=loaded,
         notes=tuple(notes),
     )
+
+
+def _follow_entry_points(layout: Layout, version: str, recorded: tuple[str, ...],
+                         entry_points: tuple[str, ...]) -> bool:
+    """Make the entry points of the now active `version` (links through `current`) and drop the
+    `recorded` ones it does not ship; True if anything changed."""
+    changed = entrypoints.link(layout, version)
+    stale = set(recorded) - set(entry_points)
+    if stale:
+        entrypoints.unlink(layout, stale)
+        save_state(layout, replace(load_state(layout.root), entry_points=entry_points))
+        changed = True
+    return changed
 
 
 def _reload(version: str, modules: tuple[str, ...], notes: list[str]) -> bool:
@@ -523,6 +548,9 @@ def remove(root: Path, version: str) -> RemoveResult:
         if system.unlink_firmware(layout, version, entry.firmware_link):
             removed.append(str(entry.firmware_link))
         installed = {v: i for v, i in state.installed.items() if v != version}
+        if state.active is None and state.entry_points:  # nothing active: no entry point has a target
+            removed += entrypoints.unlink(layout, state.entry_points)
+            state = replace(state, entry_points=())
         save_state(
             layout,
             replace(

@@ -4,7 +4,8 @@ The filesystem is the truth; state.json adds history. A version is installed whe
 /opt/nvidia/<v>/manifest.json exists (the directory only appears by rename once complete); the
 kernels it supports are its modules/<rel>/manifest.json files; the active version is where
 /opt/nvidia/current points. state.json (written atomically) records the previous active version
-(for rollback) and what nodeprep created outside /opt/nvidia (firmware links), so `remove` deletes
+(for rollback) and what nodeprep created outside /opt/nvidia (firmware links, the entry points of
+entrypoints.py), so `remove` deletes
 only its own files. load_state() reconciles the two, so a run killed between a rename and the
 state write loses nothing.
 """
@@ -46,6 +47,7 @@ class State:
     active: str | None = None
     previous: str | None = None
     kernel_hook: dict[str, Any] | None = None  # what the kernel hook needs (kernelhook.HookConfig)
+    entry_points: tuple[str, ...] = ()  # node paths of the links entrypoints.py made
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +55,7 @@ class State:
             "active": self.active,
             "previous": self.previous,
             "kernel_hook": self.kernel_hook,
+            "entry_points": list(self.entry_points),
             "installed": {
                 v: {**asdict(i), "kernels": list(i.kernels)}
                 for v, i in sorted(self.installed.items(), key=lambda kv: version_key(kv[0]))
@@ -135,7 +138,16 @@ def load_state(root: Path) -> State:
         previous = None
     hook = recorded.get("kernel_hook")
     return State(installed=installed, active=active, previous=previous,
-                 kernel_hook=hook if isinstance(hook, dict) else None)
+                 kernel_hook=hook if isinstance(hook, dict) else None,
+                 entry_points=_entry_points(recorded.get("entry_points")))
+
+
+def _entry_points(value: object) -> tuple[str, ...]:
+    """The recorded entry points: absolute /usr paths without `..` (anything else is not nodeprep's)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({p for p in value if isinstance(p, str) and p.startswith("/usr/")
+                         and ".." not in p.split("/") and "\0" not in p}))
 
 
 def save_state(layout: Layout, state: State, *, point: str | None = None) -> bool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -40,7 +39,7 @@ from typing import Any
 import requests
 import yaml
 
-from tests.support import procs
+from tests.support import binaries, procs
 
 ENV = "NODEPREP_K8S_BIN"
 VERSION = "v1.24.0-alpha.3"
@@ -52,20 +51,7 @@ START_TIMEOUT = 90.0
 
 
 def expected_sha256() -> dict[str, str]:
-    out = {}
-    for line in SHA_FILE.read_text().splitlines():
-        if line.strip():
-            digest, name = line.split()
-            out[name] = digest
-    return out
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return binaries.read_sha256_list(SHA_FILE)
 
 
 def skip_reason() -> str | None:
@@ -74,8 +60,7 @@ def skip_reason() -> str | None:
     if not where:
         return (f"{ENV} is not set: it names a directory with the Kubernetes {VERSION} server binaries "
                 "(.ci/run points it at ../shared/k8s)")
-    d = Path(where)
-    missing = [n for n in BINARIES if not (d / n).is_file() and not (d / f"{n}.zst").is_file()]
+    missing = binaries.missing(ENV, BINARIES)
     if missing:
         return f"{ENV}={where} lacks {', '.join(missing)}"
     try:
@@ -87,35 +72,7 @@ def skip_reason() -> str | None:
 
 def k8s_binaries(cache: Path) -> dict[str, Path]:
     """Paths of the four binaries, sha256-verified; .zst ones decompressed once into the cache."""
-    import zstandard
-
-    src = Path(os.environ[ENV])
-    want = expected_sha256()
-    out: dict[str, Path] = {}
-    for name in BINARIES:
-        digest = want[name]
-        plain = src / name
-        if plain.is_file():
-            if _sha256(plain) != digest:
-                raise RuntimeError(f"{plain}: sha256 differs from {SHA_FILE.name}")
-            out[name] = plain
-            continue
-        dest = cache / "k8s" / digest / name
-        if not dest.is_file():
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with open(dest.parent / ".lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if not dest.is_file():
-                    part = dest.with_suffix(".part")
-                    with (src / f"{name}.zst").open("rb") as fin, part.open("wb") as fout:
-                        zstandard.ZstdDecompressor().copy_stream(fin, fout)
-                    if _sha256(part) != digest:
-                        part.unlink()
-                        raise RuntimeError(f"{src / name}.zst: sha256 differs from {SHA_FILE.name}")
-                    part.chmod(0o755)
-                    part.rename(dest)
-        out[name] = dest
-    return out
+    return binaries.verified(ENV, BINARIES, SHA_FILE, cache / "k8s")
 
 
 def etcd_binary() -> Path:

@@ -30,10 +30,13 @@ ESCAPES = [
     (re.compile(r"/work/(?:shared|main|wt-|\.library|\.mirror)"), "a path of the workplace"),
 ]
 # Files allowed to name a path beside the checkout, when they read it only through a variable: CI's
-# entry point exports NODEPREP_K8S_BIN (../shared/k8s, real Kubernetes binaries) when it is there, the
-# control-plane support reads that variable (its tests skip without it); the run-time guard allows
-# what a NODEPREP_* variable names.
-ALLOWED = {".ci/run": "NODEPREP_K8S_BIN", "tests/support/controlplane.py": "NODEPREP_K8S_BIN"}
+# entry point exports NODEPREP_K8S_BIN (../shared/k8s, real Kubernetes binaries) and
+# NODEPREP_NVIDIA_BIN (../shared/nvidia, NVIDIA's GPU stack) when they are there, the support modules
+# read those variables (their tests skip without them); the run-time guard allows what a NODEPREP_*
+# variable names.
+ALLOWED = {".ci/run": ("NODEPREP_K8S_BIN", "NODEPREP_NVIDIA_BIN"),
+           "tests/support/controlplane.py": ("NODEPREP_K8S_BIN",),
+           "tests/support/nvidia.py": ("NODEPREP_NVIDIA_BIN",)}
 FILE_PARENTS = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?((?:\.parent\b)+|\.parents\[(\d+)\])")
 
 
@@ -55,7 +58,7 @@ def escapes(path: Path) -> list[str]:
         return []
     found = []
     allowed = ALLOWED.get(path.relative_to(REPO).as_posix())
-    if allowed is not None and allowed in text:
+    if allowed is not None and all(name in text for name in allowed):
         return []
     for number, line in enumerate(text.splitlines(), 1):
         for pattern, what in ESCAPES:

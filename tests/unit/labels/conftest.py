@@ -66,7 +66,21 @@ def add_pci(sysfs: Path, bus_id: str, vendor: int, device: int, cls: int, subsys
     (d / "class").write_text(f"0x{cls:06x}\n")
     (d / "subsystem_vendor").write_text(f"0x{vendor:04x}\n")
     (d / "subsystem_device").write_text(f"0x{subsys:04x}\n")
+    (d / "config").write_bytes(pci_config(vendor, device, cls))
     return d
+
+
+def pci_config(vendor: int, device: int, cls: int, capability: bytes = b"") -> bytes:
+    """A 256-byte PCI configuration space as root reads it from sysfs; with `capability`, a
+    capability list whose one entry (at 0x40) is those bytes."""
+    config = bytearray(256)
+    config[0:4] = vendor.to_bytes(2, "little") + device.to_bytes(2, "little")
+    config[9:12] = cls.to_bytes(3, "little")
+    if capability:
+        config[0x06] = 0x10  # status: capability list
+        config[0x34] = 0x40
+        config[0x40:0x40 + len(capability)] = capability
+    return bytes(config)
 
 
 def write_dmi(dmi: Path, **fields: str) -> Path:

@@ -37,7 +37,7 @@ def versions(driver: str, cuda: str) -> dict[str, str]:
 
 COMMON = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.machine": "unknown",
           "nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/mps.capable": "false",
-          "nvidia.com/gpu.mode": "unknown"}
+          "nvidia.com/gpu.mode": "unknown", "nvidia.com/vgpu.present": "false"}
 
 EXPECTED: dict[str, dict[str, str]] = {
     "a100-sxm4-80gb-mig_535.54.03.xml": {

@@ -81,6 +81,7 @@ def test_hgx_h100_counts_gpus_not_nvswitches(empty_sysfs: Path, options: Callabl
         "nvidia.com/cuda.driver-version.minor": "127",
         "nvidia.com/cuda.driver-version.revision": "05",
         "nvidia.com/cuda.driver-version.full": "550.127.05",
+        "nvidia.com/vgpu.present": "false",  # config spaces read in full, no vGPU capability
     }
     assert result.sources["gpu"] == "pci"
     facts = from_sysfs(empty_sysfs)
