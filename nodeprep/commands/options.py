@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import click
 
 from ..profile import field_by_path
+
+log = logging.getLogger("nodeprep")
 
 root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True,
@@ -20,6 +23,31 @@ profile_option = click.option(
     "--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Node profile (default /etc/nodeprep/node.yaml under --root when it exists).",
 )
+
+
+_ALIAS_USED = "nodeprep.check_alias"
+
+
+def check_option(help: str, *deprecated: str, dest: str = "check") -> Callable[[Any], Any]:
+    """`--check`, the one spelling of "show the plan, change nothing" on every writing command, and
+    the command's older spellings (`deprecated`) as hidden aliases that print one `warning:` line.
+    An alias given on the command line is processed before a `--check` that is not (click's order),
+    so the `--check` callback sees it."""
+
+    def alias(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            log.warning("warning: %s is deprecated; use --check", param.opts[0])
+            ctx.meta[_ALIAS_USED] = True
+
+    def check(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        return bool(value or ctx.meta.get(_ALIAS_USED))
+
+    def decorate(f: Any) -> Any:
+        for name in deprecated:
+            f = click.option(name, is_flag=True, hidden=True, expose_value=False, callback=alias)(f)
+        return click.option("--check", dest, is_flag=True, help=help, callback=check)(f)
+
+    return decorate
 
 
 def registry_options(f: Any) -> Any:

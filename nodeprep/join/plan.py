@@ -142,6 +142,8 @@ class JoinPlan:
                         tofile=f"{f.target} (nodeprep)",
                     )
                 ]
+        for problem in self.preflight:
+            out.append(f"# preflight (a real join refuses): {problem}")
         for a in self.actions:
             when = "on the booted node, run" if a.deferred else "would run"
             out.append(f"# {when}: {a}  ({a.why})")
@@ -485,12 +487,8 @@ def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
 def preview_join(plan: JoinPlan, output_dir: Path | None = None) -> dict[str, Any]:
     """A dry run: the plan's summary; nothing on the node is written and nothing runs. With
     `output_dir`, the files are written under that directory (as they would lie under the root).
-    Refuses (StateError) when preflight found problems, like apply_join."""
-    if plan.preflight:
-        raise StateError(
-            "preflight failed: " + "; ".join(plan.preflight),
-            hint="fix it (nodeprep doctor) or pass --skip-preflight",
-        )
+    Preflight findings are part of the plan (`preflight`), not a refusal: a plan can be shown on any
+    machine; only apply_join refuses."""
     result = plan.to_dict()
     placed = relocated(list(plan.files), output_dir) if output_dir is not None else []
     apply_changes(placed)
