@@ -93,6 +93,7 @@ def join_cmd(
         nvidia_smi_xml=nvidia_smi_xml,
         discovery=not skip_discovery,
         discovery_timeout=discovery_timeout,
+        check=check,
     )
     if output_dir is not None and not check:
         raise click.UsageError("--output-dir goes with --check (a join writes under --root)")
@@ -135,7 +136,7 @@ def runtime_cmd(
 ) -> None:
     """Register the nvidia runtime in containerd and write the CDI spec (no cluster join)."""
     prof = load_profile(profile_path(root, profile))
-    plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml))
+    plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml, check=check))
     summary = [f.summary() for f in plan.files]
     if check:
         result = {
@@ -143,6 +144,7 @@ def runtime_cmd(
             "files": summary,
             "commands": [list(a.argv) for a in plan.actions],
             "warnings": list(plan.warnings),
+            "preflight": list(plan.preflight),
         }
     else:
         result = apply_runtime(plan)
@@ -151,6 +153,7 @@ def runtime_cmd(
         emit_json(result)
         return
     _warn(plan.warnings)
+    _warn([f"preflight: {p} (a real run refuses)" for p in plan.preflight])
     for f in summary:
         click.echo(f"{f['path']}: {'changed' if f['changed'] else 'unchanged'}")
 

@@ -50,6 +50,9 @@ class JoinOptions:
     # off for offline image builds where the API server cannot be reached (--skip-discovery)
     discovery: bool = True
     discovery_timeout: float = 60.0
+    # a plan to show (--check, Ansible check mode), never applied: what would stop an apply (no
+    # active driver for the CDI spec yet) is a finding in `preflight`, not an error
+    check: bool = False
 
     @property
     def live(self) -> bool:
@@ -74,6 +77,7 @@ class RuntimePlan:
     actions: tuple[Action, ...]
     warnings: tuple[str, ...]
     gpu_source: str
+    preflight: tuple[str, ...] = ()  # what stops an apply, found by a check plan (JoinOptions.check)
 
     @property
     def changed(self) -> bool:
@@ -160,6 +164,7 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     options = options or JoinOptions()
     root = Path(options.root)
     warnings: list[str] = []
+    findings: list[str] = []
     files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings)
     source = "none"
     if profile.runtime.cdi:
@@ -172,7 +177,12 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
                 "--nvidia-smi-xml): CDI spec not written; `nodeprep runtime` writes it on the booted node"
             )
         else:
-            files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
+            try:
+                files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
+            except StateError as e:
+                if not options.check:
+                    raise
+                findings.append(f"CDI spec: {e}")
     warnings += _containerd_version_warnings(profile, options)
     if profile.runtime.nvidia_runtime:
         missing = ctd.missing_runtime_warning(root, profile.runtime.nvidia_runtime_path)
@@ -182,7 +192,7 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
         actions.append(
             Action(("systemctl", "restart", "containerd.service"), "containerd configuration changed")
         )
-    return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source)
+    return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source, tuple(findings))
 
 
 def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list[str]:
@@ -205,6 +215,8 @@ def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list
 
 
 def apply_runtime(plan: RuntimePlan) -> dict[str, Any]:
+    if plan.preflight:
+        raise StateError("; ".join(plan.preflight), hint="a check plan is shown, never applied")
     written = apply_changes(list(plan.files))
     ran = _run_actions(plan.actions)
     return {
@@ -420,7 +432,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
                     "offline root: kubelet starts and bootstraps at first boot",
                 )
             )
-    preflight = [] if options.skip_preflight else _preflight(profile, options)
+    preflight = list(runtime.preflight) + ([] if options.skip_preflight else _preflight(profile, options))
     discovery = None
     if options.discovery and not already:
         ca_pem = None
