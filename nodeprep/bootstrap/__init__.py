@@ -18,7 +18,7 @@ from .engine import Journal, Outcome, Report, Step, run_steps
 from .steps import Context, Options, default_steps
 
 __all__ = ["Context", "Options", "Outcome", "Report", "Step", "bootstrap", "default_steps", "describe",
-           "profile_digest", "summary_line"]
+           "new_warnings", "profile_digest", "summary_line"]
 
 RECORD_FILE = Path("var/lib/nodeprep/bootstrap.json")
 LOCK_FILE = Path("var/lib/nodeprep/bootstrap.lock")
@@ -79,6 +79,16 @@ def describe(outcome: Outcome) -> str:
     elif summary:
         text += f" ({summary})"
     return text
+
+
+def new_warnings(outcome: Outcome, seen: set[str]) -> list[str]:
+    """The warnings of a step run now that no earlier step of this run gave (the join plan repeats
+    the runtime's); `seen` collects them. A step skipped as already done gives none."""
+    if outcome.status != "done":
+        return []
+    found = [str(w) for w in outcome.result.get("warnings", []) if str(w) not in seen]
+    seen.update(found)
+    return list(dict.fromkeys(found))
 
 
 def summary_line(report: Report) -> str:

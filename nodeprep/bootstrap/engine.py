@@ -2,9 +2,10 @@
 file under a digest of the input, and on a rerun skip the steps recorded as done for that digest.
 
 A step is a function `context -> dict` (its JSON-able result); the caller builds the context from
-the results of the steps done so far (`make_context`). The first failure stops the run; the steps
-after it are reported as pending. A new digest starts over; the record keeps the newest KEEP_RUNS
-digests. One run at a time per record (an flock on `Journal.lock`).
+the results of the steps done so far (`make_context`). A result with `"provisional": true` (a dry
+run of the step) is recorded but not final: the next run runs that step again. The first failure
+stops the run; the steps after it are reported as pending. A new digest starts over; the record
+keeps the newest KEEP_RUNS digests. One run at a time per record (an flock on `Journal.lock`).
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def run_steps(
         for step in steps:
             if failed:
                 outcome = Outcome(step.name, "pending")
-            elif recorded.get(step.name, {}).get("status") == "done":
+            elif _final(recorded.get(step.name, {})):
                 outcome = Outcome(step.name, "skipped", result=results[step.name])
             else:
                 ctx = make_context(dict(results))
@@ -197,6 +198,11 @@ def run_steps(
                 on_outcome(outcome)
     return Report(digest=digest, outcomes=tuple(outcomes), seconds=time.monotonic() - start,
                   record_path=journal.record)
+
+
+def _final(entry: Mapping[str, Any]) -> bool:
+    """A recorded step that a rerun skips: done, and not a provisional (dry-run) result."""
+    return entry.get("status") == "done" and not entry.get("result", {}).get("provisional")
 
 
 def _note(journal: Journal, record: dict[str, Any], digest: str, run: dict[str, Any],

@@ -136,9 +136,7 @@ def step_labels(ctx: Context) -> dict[str, Any]:
         kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
         use_nvml=ctx.live, run_nvidia_smi=ctx.live,
     )
-    result = node_labels(opts)
-    for w in result.warnings:
-        log.warning("warning: %s", w)
+    result = node_labels(opts)  # its warnings are in this step's result; the front-end prints them
     labels = dict(sorted(result.labels.items()))
     atomic_write(_under(ctx.root, NFD_FEATURES), render_nfd(labels))
     atomic_write(_under(ctx.root, LABELS_JSON), json.dumps(labels, indent=2, sort_keys=True) + "\n")
@@ -179,12 +177,13 @@ def step_join(ctx: Context) -> dict[str, Any]:
     if ran:
         summary = f"joined ({plan.mode}, ran {' ; '.join(' '.join(a) for a in ran)})"
     elif ctx.dry_run_join:
-        summary = f"dry run: {plan.mode} configuration written, nothing run"
+        summary = f"dry run: {plan.mode} configuration written, nothing run; the next bootstrap joins"
     elif deferred:
         summary = f"configuration written; at first boot: {' ; '.join(' '.join(a) for a in deferred)}"
     else:
         summary = "configuration written; " + ("already joined" if plan.already_joined else "nothing to run")
     result["dry_run"] = ctx.dry_run_join
+    result["provisional"] = ctx.dry_run_join  # not done: a rerun without the dry run joins
     result["summary"] = summary
     return result
 

@@ -49,10 +49,14 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
     resume at the failed step; a rerun after success changes nothing.
     """
     path = _profile_path(profile, root)
+    warned: set[str] = set()
 
     def show(outcome: bootstrap_lib.Outcome) -> None:
-        if not as_json:
-            click.echo(bootstrap_lib.describe(outcome), err=True)
+        if as_json:
+            return  # the warnings are in each step's result
+        for w in bootstrap_lib.new_warnings(outcome, warned):
+            log.warning("warning: %s", w)
+        click.echo(bootstrap_lib.describe(outcome), err=True)
 
     options = bootstrap_lib.Options(dry_run_join=dry_run_join, sysfs_root=sysfs_root,
                                     nvidia_smi_xml=nvidia_smi_xml, load_modules=load_modules)
