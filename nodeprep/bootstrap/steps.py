@@ -26,7 +26,7 @@ class Options:
     """How bootstrap runs, beyond the profile (front-end flags)."""
 
     dry_run_join: bool = False
-    sysfs_root: Path = Path("/sys")  # where GPU/DMI facts are read (labels)
+    sysfs_root: Path | None = None  # where GPU/DMI facts are read (labels); None: ROOT/sys
     nvidia_smi_xml: Path | None = None  # GPU facts from this capture instead of asking the driver
     load_modules: bool | None = None  # None: only when root is / (never modprobe for an image)
 
@@ -131,7 +131,7 @@ def step_labels(ctx: Context) -> dict[str, Any]:
     from ..node.fsutil import atomic_write
 
     opts = LabelOptions(
-        root=ctx.root, sysfs_root=ctx.options.sysfs_root, nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+        root=ctx.root, sysfs_root=ctx.options.sysfs_root or ctx.root / "sys", nvidia_smi_xml=ctx.options.nvidia_smi_xml,
         cloud=ctx.profile.labels.cloud, extra=dict(ctx.profile.labels.extra),
         kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
         use_nvml=ctx.live, run_nvidia_smi=ctx.live,

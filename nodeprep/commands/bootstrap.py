@@ -13,7 +13,7 @@ import yaml
 from .. import bootstrap as bootstrap_lib
 from .. import cloudinit
 from ..errors import InputError
-from .options import emit_json, json_option, root_option
+from .options import emit_json, json_option, resolve_sysfs, root_option, sysfs_root_option
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,13 @@ def _profile_path(profile: Path | None, root: Path) -> Path:
 @click.option("--dry-run-join", is_flag=True,
               help="Render the join configuration but do not run kubeadm/kubelet.")
 @click.option("--restart", is_flag=True, help="Ignore recorded progress and run every step again.")
-@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
-              show_default=True, help="Stands for /sys when reading GPU and DMI facts for labels.")
+@sysfs_root_option
 @click.option("--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Read GPU facts from this `nvidia-smi -q -x` capture (images, offline preparation).")
 @click.option("--load-modules/--no-load-modules", default=None,
               help="Load the kernel modules (default: only when --root is /).")
 def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join: bool, restart: bool,
-                  sysfs_root: Path, nvidia_smi_xml: Path | None, load_modules: bool | None) -> None:
+                  sysfs_dir: Path | None, nvidia_smi_xml: Path | None, load_modules: bool | None) -> None:
     """Bring this node up from its profile: driver, modules + doctor, labels, container runtime, join.
 
     Progress is recorded per step in /var/lib/nodeprep/bootstrap.json: rerun after a failure to
@@ -58,7 +57,7 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
             log.warning("warning: %s", w)
         click.echo(bootstrap_lib.describe(outcome), err=True)
 
-    options = bootstrap_lib.Options(dry_run_join=dry_run_join, sysfs_root=sysfs_root,
+    options = bootstrap_lib.Options(dry_run_join=dry_run_join, sysfs_root=resolve_sysfs(sysfs_dir, root),
                                     nvidia_smi_xml=nvidia_smi_xml, load_modules=load_modules)
     report = bootstrap_lib.bootstrap(path, root=root, options=options, restart=restart, on_outcome=show)
     if as_json:

@@ -18,6 +18,17 @@ root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True,
     help="Operate on the system mounted at DIR (chroot, image) instead of /.",
 )
+sysfs_root_option = click.option(
+    "--sysfs-root", "sysfs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Stands for /sys (PCI devices, the nvidia module, DMI); default: ROOT/sys, as doctor reads it.",
+)
+
+
+def resolve_sysfs(given: Path | None, root: Path) -> Path:
+    """--sysfs-root, else the root's own /sys (ROOT/sys; /sys for /), the one doctor reads."""
+    return given if given is not None else root / "sys"
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary only.")
 profile_option = click.option(
     "--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
