@@ -131,7 +131,8 @@ def step_labels(ctx: Context) -> dict[str, Any]:
     from ..node.fsutil import atomic_write
 
     opts = LabelOptions(
-        root=ctx.root, sysfs_root=ctx.options.sysfs_root or ctx.root / "sys", nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+        root=ctx.root, sysfs_root=ctx.options.sysfs_root or ctx.root / "sys",
+        nvidia_smi_xml=ctx.options.nvidia_smi_xml,
         cloud=ctx.profile.labels.cloud, extra=dict(ctx.profile.labels.extra),
         kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
         use_nvml=ctx.live, run_nvidia_smi=ctx.live,

@@ -13,6 +13,7 @@ import yaml
 from .. import bootstrap as bootstrap_lib
 from .. import cloudinit
 from ..errors import InputError
+from ..node import oplog
 from .options import emit_json, json_option, resolve_sysfs, root_option, sysfs_root_option
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join:
     warned: set[str] = set()
 
     def show(outcome: bootstrap_lib.Outcome) -> None:
+        if outcome.status == "done":
+            oplog.record(root, "bootstrap", [f"{outcome.name}: {outcome.result.get('summary', 'done')}"])
         if as_json:
             return  # the warnings are in each step's result
         for w in bootstrap_lib.new_warnings(outcome, warned):

@@ -9,10 +9,9 @@ import click
 
 from ..errors import InputError
 from ..join.activation import HOOKS
-from ..node import ops
+from ..node import oplog, ops
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.plan import InstallPlan
-from ..node.state import load_state, version_key
 from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
 from .options import emit_json, json_option, registry_options, root_option, store_options
 
@@ -34,6 +33,24 @@ modules_option = click.option(
     metavar="LIST",
     help="Modules the boot unit loads, in order (add nvidia-drm, nvidia-peermem when wanted).",
 )
+
+
+def _activation_changes(result: ops.ActivateResult | None) -> list[str]:
+    if result is None or not result.changed:
+        return []
+    return [f"activated {result.version} (previous: {result.previous or 'none'})"]
+
+
+def _install_changes(root: Path, result: ops.InstallResult) -> list[str]:
+    """What an install changed, for the node operation log (nodeprep.node.oplog)."""
+    from ..node.inventory import kmod_flavour
+
+    changes = []
+    if result.changed:
+        flavour = kmod_flavour(root, result.version, result.kernel) or "unknown flavour"
+        what = "installed" if result.installed_userspace else "added the kernel modules of"
+        changes.append(f"{what} {result.version} for kernel {result.kernel} ({flavour})")
+    return changes + _activation_changes(result.activation)
 
 
 def _print_notes(notes: tuple[str, ...]) -> None:
@@ -122,6 +139,7 @@ def install_cmd(
         hooks=HOOKS,
         keep_boot_kernel=keep_boot_kernel,
     )
+    oplog.record(root, "install", _install_changes(root, result))
     if as_json:
         emit_json(result.to_dict())
         return
@@ -181,6 +199,7 @@ def activate_cmd(
     result = ops.activate(
         root, version, kernel=kernel, load=not no_load, modules=_modules(modules), hooks=HOOKS
     )
+    oplog.record(root, "activate", _activation_changes(result))
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -195,6 +214,7 @@ def activate_cmd(
 def rollback_cmd(no_load: bool, modules: str, root: Path, as_json: bool) -> None:
     """Activate the previously active driver version."""
     result = ops.rollback(root, load=not no_load, modules=_modules(modules), hooks=HOOKS)
+    oplog.record(root, "rollback", _activation_changes(result))
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -205,18 +225,19 @@ def rollback_cmd(no_load: bool, modules: str, root: Path, as_json: bool) -> None
 @root_option
 @json_option
 def list_cmd(root: Path, as_json: bool) -> None:
-    """Installed driver versions, the active one, and the kernels each supports."""
-    state = load_state(root)
+    """Installed driver versions (* active, < previous): size, install time, kernels and their
+    module flavour; --json adds what doctor works from."""
+    from ..node.inventory import inventory, render
+
+    doc = inventory(root)
     if as_json:
-        emit_json(state.to_dict())
+        emit_json(doc)
         return
-    if not state.installed:
+    if not doc["installed"]:
         click.echo("no NVIDIA driver installed by nodeprep")
         return
-    for v in sorted(state.installed, key=version_key):
-        mark = "*" if v == state.active else ("<" if v == state.previous else " ")
-        kernels = ", ".join(state.installed[v].kernels) or "no kernel modules"
-        click.echo(f"{mark} {v}  kernels: {kernels}")
+    for line in render(doc):
+        click.echo(line)
 
 
 @click.command("remove")
@@ -226,6 +247,7 @@ def list_cmd(root: Path, as_json: bool) -> None:
 def remove_cmd(version: str, root: Path, as_json: bool) -> None:
     """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
     result = ops.remove(root, version)
+    oplog.record(root, "remove", [f"removed {version}"] if result.changed else [])
     if as_json:
         emit_json(result.to_dict())
     elif result.changed:
@@ -292,6 +314,8 @@ def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_j
         result = kernelhook.kernel_installed(root, kernel, hooks=HOOKS)
     else:
         result = kernelhook.kernel_removed(root, kernel)
+    changes = [f"kernel {kernel}: {result.message}"] if result.changed else []
+    oplog.record(root, f"kernel-hook {event}", changes)
     if as_json:
         emit_json(result.to_dict())
     else:

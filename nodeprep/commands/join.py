@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..join.plan import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime, preview_join
+from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
 from .options import (
     check_option,
@@ -28,6 +30,12 @@ nvidia_smi_xml_option = click.option(
     help="Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
     "(offline image builds).",
 )
+
+
+def applied_changes(result: dict[str, Any]) -> list[str]:
+    """The node operation log's lines for an applied join or runtime plan: files written (paths
+    only, never content) and commands run (argv never holds a secret)."""
+    return [f"wrote {t}" for t in result["written"]] + [f"ran {' '.join(a)}" for a in result["ran"]]
 
 
 def _warn(warnings: list[str] | tuple[str, ...]) -> None:
@@ -102,6 +110,7 @@ def join_cmd(
         result = preview_join(plan, output_dir)
     else:
         result = apply_join(plan, run=True)
+        oplog.record(root, "join", applied_changes(result))
     result["dry_run"] = check  # the key scripts read since --dry-run
     result["check"] = check
     if as_json:
@@ -148,6 +157,7 @@ def runtime_cmd(
         }
     else:
         result = apply_runtime(plan)
+        oplog.record(root, "runtime", applied_changes(result))
         result["files"] = summary
     if as_json:
         emit_json(result)

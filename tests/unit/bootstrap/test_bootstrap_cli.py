@@ -123,6 +123,9 @@ def test_dry_run_join_prints_its_warnings_and_a_rerun_joins(tmp_path: Path) -> N
     assert any("not running kubeadm join; run `kubeadm join --config" in w for w in warnings)
     assert len(warnings) == len(set(warnings))
     assert "bootstrap: join: done in " in err and "the next bootstrap joins" in err
+    logged = [ln.split("]: ", 1)[1] for ln in (root / "var/log/nodeprep.log").read_text().splitlines()]
+    assert [ln.split(":")[0] for ln in logged] == ["driver", "modules", "labels", "runtime", "join"]
+    assert logged[0] == f"driver: 535.309.01 active for kernel {KERNEL}"
     code, _, err = invoke(*args)
     assert "bootstrap: join: already done" not in err
     assert "bootstrap: driver: already done" in err

@@ -92,6 +92,11 @@ def test_join_logs_the_real_path_under_the_root(node_root: Path, tmp_path: Path,
     wrote = sorted(line.removeprefix("wrote ") for line in err.splitlines() if line.startswith("wrote "))
     assert f"{node_root}/etc/containerd/config.toml" in wrote and len(wrote) == 5
     assert all(Path(p).is_file() and Path(p).is_relative_to(node_root) for p in wrote)
+    # the node operation log names each file written (node paths, never content: no token)
+    logged = (node_root / "var/log/nodeprep.log").read_text()
+    assert sorted(ln.split("]: wrote ", 1)[1] for ln in logged.splitlines()) == sorted(
+        p.removeprefix(str(node_root)) for p in wrote)
+    assert TOKEN.split(".")[1] not in logged
 
 
 def test_gpu_warning_is_printed_once(node_root: Path, tmp_path: Path) -> None:
