@@ -143,18 +143,20 @@ def run_steps(
     source: str,
     restart: bool = False,
     on_outcome: Callable[[Outcome], None] | None = None,
+    record_run: bool = True,
 ) -> Report:
     """Run `steps` in order, skipping those recorded as done for `digest`; stop at the first failure.
     `make_context(results)` gives a step what it sees (results: the earlier steps' results by name);
-    `source` names the input in the record (the profile's path)."""
+    `source` names the input in the record (the profile's path). Without `record_run` (a check:
+    steps that only plan) every step runs, and nothing is locked, read or written."""
     start = time.monotonic()
     names = [s.name for s in steps]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate step names: {names}")
     outcomes: list[Outcome] = []
-    with _locked(journal):
+    with _locked(journal) if record_run else contextlib.nullcontext():
         try:
-            record = load_record(journal)
+            record = load_record(journal) if record_run else _empty_record()
         except StateError:
             if not restart:
                 raise
@@ -184,14 +186,14 @@ def run_steps(
                 except Exception as e:
                     outcome = Outcome(step.name, "failed", time.monotonic() - t0,
                                       error=f"{type(e).__name__}: {e}", exit_code=1)
-                    _note(journal, record, digest, run, outcome)
+                    _note(journal, record, digest, run, outcome, save=record_run)
                     if on_outcome:
                         on_outcome(outcome)
                     raise
                 else:
                     outcome = Outcome(step.name, "done", time.monotonic() - t0, result=result)
                     results[step.name] = result
-                _note(journal, record, digest, run, outcome)
+                _note(journal, record, digest, run, outcome, save=record_run)
                 failed = outcome.status == "failed"
             outcomes.append(outcome)
             if on_outcome:
@@ -206,7 +208,7 @@ def _final(entry: Mapping[str, Any]) -> bool:
 
 
 def _note(journal: Journal, record: dict[str, Any], digest: str, run: dict[str, Any],
-          outcome: Outcome) -> None:
+          outcome: Outcome, *, save: bool = True) -> None:
     """Record one step's outcome (the run of `digest` moves to the front; old runs drop off)."""
     entry: dict[str, Any] = {"status": outcome.status, "seconds": round(outcome.seconds, 3), "at": _now()}
     if outcome.status == "done":
@@ -217,4 +219,5 @@ def _note(journal: Journal, record: dict[str, Any], digest: str, run: dict[str, 
     run["completed"] = False
     runs = {digest: run, **{k: v for k, v in record["runs"].items() if k != digest}}
     record["runs"] = dict(list(runs.items())[:KEEP_RUNS])
-    save_record(journal, record)
+    if save:
+        save_record(journal, record)

@@ -77,8 +77,9 @@ def test_bad_store_fails_the_first_step_and_resumes(tmp_path: Path) -> None:
 def test_help_lists_the_steps() -> None:
     code, out, _ = invoke("--help")
     assert code == 0
-    for word in ("driver", "labels", "join", "--root", "--json", "--dry-run-join", "--restart"):
+    for word in ("driver", "labels", "join", "--root", "--json", "--check", "--restart"):
         assert word in out
+    assert "--dry-run-join" not in out  # deprecated: still accepted, with one warning line
 
 
 def _closed_port() -> int:
@@ -117,6 +118,9 @@ def test_dry_run_join_prints_its_warnings_and_a_rerun_joins(tmp_path: Path) -> N
     args = ("--root", str(root), "--profile", str(p), "--nvidia-smi-xml", str(CAPTURE))
     code, _, err = invoke(*args, "--dry-run-join")
     assert code == 0, err
+    assert [ln for ln in err.splitlines() if "deprecated" in ln and "--check" in ln] == [
+        "warning: --dry-run-join is deprecated; --check shows the plan and changes nothing (this run "
+        "installs and writes as before, only the join command is not run)"]
     warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
     assert "warning: moved deprecated kubelet flags into KubeletConfiguration: max-pods" in warnings
     assert any(w.startswith("warning: nvidia-container-runtime is not installed") for w in warnings)
@@ -130,3 +134,34 @@ def test_dry_run_join_prints_its_warnings_and_a_rerun_joins(tmp_path: Path) -> N
     assert "bootstrap: join: already done" not in err
     assert "bootstrap: driver: already done" in err
     assert "bootstrap: join: failed in " in err and "cluster.api_server: " in err and code == 1
+
+
+def test_check_shows_the_whole_plan_and_changes_nothing(tmp_path: Path) -> None:
+    """`bootstrap --check` on an image without a driver (and this machine without a GPU): every step
+    shows its plan, what would stop the real run is printed once as a `preflight` warning, exit 0,
+    and nothing under the root changes (no bootstrap.json, no lock, no log, no driver)."""
+    root, p = image_root(tmp_path)
+    before = sorted((str(x.relative_to(root)), x.is_dir()) for x in root.rglob("*"))
+    args = ("--root", str(root), "--profile", str(p), "--nvidia-smi-xml", str(CAPTURE), "--check")
+    code, _, err = invoke(*args)
+    assert code == 0, err
+    journal = [ln for ln in err.splitlines() if ln.startswith("bootstrap: ")]
+    assert journal[0].startswith("bootstrap: driver: done in ") and journal[0].endswith(
+        f"(would install 535.309.01 for kernel {KERNEL} and activate it)")
+    assert "doctor now: 2 finding(s)" in journal[1]
+    assert "would write /etc/containerd/config.toml" in journal[3]
+    assert "would run kubeadm join --config /etc/nodeprep/kubeadm-join.yaml" in journal[4]
+    assert journal[5].startswith("bootstrap: check: plan shown, nothing changed in ")
+    found = [ln for ln in err.splitlines() if ln.startswith("warning: preflight: ")]
+    assert found == [
+        "warning: preflight: doctor: state: no NVIDIA driver installed by nodeprep (nodeprep install "
+        "--driver VERSION) (on the node as it is now)",
+        "warning: preflight: doctor: ldcache: no active driver root for the ld cache to resolve into "
+        "(on the node as it is now)",
+        "warning: preflight: CDI spec: /opt/nvidia/current does not exist: no active driver (on the "
+        "node as it is now)"]
+    assert "warning: moved deprecated kubelet flags into KubeletConfiguration: max-pods" in err
+    code, out, _ = invoke(*args, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["check"] is True and data["steps"][4]["result"]["written"] == []
+    assert sorted((str(x.relative_to(root)), x.is_dir()) for x in root.rglob("*")) == before
