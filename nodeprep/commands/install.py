@@ -9,11 +9,11 @@ import click
 
 from ..errors import InputError
 from ..join.activation import HOOKS
-from ..node import oplog, ops
+from ..node import oplog, ops, preview
 from ..node.doctor import ALL_CHECKS, doctor
-from ..node.plan import InstallPlan
+from ..node.plan import ActivatePlan, InstallPlan
 from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
-from .options import emit_json, json_option, registry_options, root_option, store_options
+from .options import check_option, emit_json, json_option, registry_options, root_option, store_options
 
 
 def _modules(value: str) -> tuple[str, ...]:
@@ -83,10 +83,8 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 @click.option(
     "--no-load", is_flag=True, help="Do not load the kernel modules now (the unit loads them at boot)."
 )
-@click.option(
-    "--check", "check_only", is_flag=True,
-    help="Print what would change (the plan) and change nothing; no artifact is fetched.",
-)
+@check_option("Print what would change (the plan) and change nothing; no artifact is fetched.",
+              dest="check_only")
 @click.option(
     "--keep-boot-kernel", is_flag=True,
     help="When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
@@ -185,17 +183,36 @@ def _print_activation(result: ops.ActivateResult) -> None:
     _print_notes(result.notes)
 
 
+def _print_activation_plan(act: ActivatePlan, as_json: bool) -> None:
+    if as_json:
+        emit_json(act.to_dict())
+        return
+    if act.switch:
+        click.echo(f"would activate {act.version} (active now: {act.active or 'none'})")
+    else:
+        click.echo(f"{act.version} is already active")
+    for path in act.drift:
+        click.echo(f"would rewrite {path}")
+    if not act.changes:
+        click.echo("nothing to do")
+
+
 @click.command("activate")
 @click.argument("version")
 @click.option("--kernel", default=None, metavar="RELEASE", help="Require modules for this kernel release.")
 @click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@check_option("Print what activating VERSION would change and change nothing.")
 @modules_option
 @root_option
 @json_option
 def activate_cmd(
-    version: str, kernel: str | None, no_load: bool, modules: str, root: Path, as_json: bool
+    version: str, kernel: str | None, no_load: bool, check: bool, modules: str, root: Path, as_json: bool
 ) -> None:
     """Make an installed VERSION the active driver (atomic switch of /opt/nvidia/current)."""
+    if check:
+        _print_activation_plan(preview.activation(root, version, kernel=kernel, modules=_modules(modules)),
+                               as_json)
+        return
     result = ops.activate(
         root, version, kernel=kernel, load=not no_load, modules=_modules(modules), hooks=HOOKS
     )
@@ -208,11 +225,15 @@ def activate_cmd(
 
 @click.command("rollback")
 @click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@check_option("Print what the rollback would change and change nothing.")
 @modules_option
 @root_option
 @json_option
-def rollback_cmd(no_load: bool, modules: str, root: Path, as_json: bool) -> None:
+def rollback_cmd(no_load: bool, check: bool, modules: str, root: Path, as_json: bool) -> None:
     """Activate the previously active driver version."""
+    if check:
+        _print_activation_plan(preview.activation(root, None, modules=_modules(modules)), as_json)
+        return
     result = ops.rollback(root, load=not no_load, modules=_modules(modules), hooks=HOOKS)
     oplog.record(root, "rollback", _activation_changes(result))
     if as_json:
@@ -242,10 +263,18 @@ def list_cmd(root: Path, as_json: bool) -> None:
 
 @click.command("remove")
 @click.argument("version")
+@check_option("Print whether VERSION would be removed and change nothing.")
 @root_option
 @json_option
-def remove_cmd(version: str, root: Path, as_json: bool) -> None:
+def remove_cmd(version: str, check: bool, root: Path, as_json: bool) -> None:
     """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
+    if check:
+        todo = preview.removal(root, version)
+        if as_json:
+            emit_json(todo.to_dict())
+        else:
+            click.echo(f"would remove {version}" if todo.remove else f"unchanged: {version} is not installed")
+        return
     result = ops.remove(root, version)
     oplog.record(root, "remove", [f"removed {version}"] if result.changed else [])
     if as_json:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nodeprep.cli import main
 from tests.support.clirunner import separate_stderr
-from tests.support.standin import KERNEL, standin_store
+from tests.support.standin import KERNEL, standin_store, tree
 
 V_OLD, V_NEW = "535.216.03", "535.309.01"
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (?P<cmd>[a-z -]+)\[\d+\]: (?P<change>.+)$")
@@ -97,3 +97,24 @@ def test_log_leading_out_of_the_root_is_not_written(tmp_path: Path) -> None:
     assert [ln for ln in err.splitlines() if "operation log" in ln] == [
         f"warning: node operation log {root}/var/log/nodeprep.log not written ({root}/var/log leads "
         f"outside {root})"]
+
+
+def test_activate_rollback_remove_check_change_nothing(tmp_path: Path) -> None:
+    """`--check` is the plan flag of every writing node command: activate, rollback and remove print
+    what they would change; the root (driver roots, links, state, log) is left exactly as it was."""
+    root = tmp_path / "root"
+    root.mkdir()
+    install(root, standin_store(tmp_path / "w1", tmp_path / "s1", V_OLD), V_OLD, "--activate")
+    install(root, standin_store(tmp_path / "w2", tmp_path / "s2", V_NEW), V_NEW, "--activate")
+    before = tree(root)
+    assert cli("activate", V_OLD, "--root", str(root), "--kernel", KERNEL, "--check")[1] == (
+        f"would activate {V_OLD} (active now: {V_NEW})\n")
+    assert cli("activate", V_NEW, "--root", str(root), "--check")[1] == (
+        f"{V_NEW} is already active\nnothing to do\n")
+    assert cli("rollback", "--root", str(root), "--check")[1] == (
+        f"would activate {V_OLD} (active now: {V_NEW})\n")
+    code, out, _ = cli("remove", V_OLD, "--root", str(root), "--check", "--json")
+    assert code == 0 and json.loads(out) == {"version": V_OLD, "changes": True}
+    code, _, err = cli("remove", V_NEW, "--root", str(root), "--check")
+    assert code == 2 and err.startswith(f"error: {V_NEW} is the active driver")
+    assert tree(root) == before
