@@ -70,7 +70,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 preflight:
-  description: What would make the real run refuse (doctor's findings, no active driver for the CDI spec yet), also shown as warnings; check mode does not fail on them.
+  description: >-
+    What would make the real run refuse (doctor's findings, no active driver for the CDI spec yet), also
+    shown as warnings; check mode does not fail on them.
   returned: check mode
   type: list
   elements: str

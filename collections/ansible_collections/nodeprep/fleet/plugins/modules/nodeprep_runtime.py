@@ -38,7 +38,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 preflight:
-  description: What would make the real run refuse (no active driver for the CDI spec yet), also shown as warnings; check mode does not fail on them.
+  description: >-
+    What would make the real run refuse (no active driver for the CDI spec yet), also shown as warnings;
+    check mode does not fail on them.
   returned: check mode
   type: list
   elements: str
