@@ -18,7 +18,7 @@ from .engine import Journal, Outcome, Report, Step, run_steps
 from .steps import Context, Options, default_steps
 
 __all__ = ["Context", "Options", "Outcome", "Report", "Step", "bootstrap", "default_steps", "describe",
-           "profile_digest", "summary_line"]
+           "new_warnings", "profile_digest", "summary_line"]
 
 RECORD_FILE = Path("var/lib/nodeprep/bootstrap.json")
 LOCK_FILE = Path("var/lib/nodeprep/bootstrap.lock")
@@ -62,8 +62,9 @@ def bootstrap(
         return Context(root=root, profile=profile, profile_path=profile_path, digest=digest,
                        options=options or Options(), results=results)
 
-    return run_steps(journal(root), digest, steps, context, source=str(profile_path), restart=restart,
-                     on_outcome=on_outcome)
+    check = bool(options and options.check)
+    return run_steps(journal(root), digest, steps, context, source=str(profile_path),
+                     restart=restart or check, on_outcome=on_outcome, record_run=not check)
 
 
 def describe(outcome: Outcome) -> str:
@@ -81,10 +82,24 @@ def describe(outcome: Outcome) -> str:
     return text
 
 
-def summary_line(report: Report) -> str:
+def new_warnings(outcome: Outcome, seen: set[str], *, key: str = "warnings") -> list[str]:
+    """The warnings (or with `key`, e.g. "preflight", those findings) of a step run now that no
+    earlier step of this run gave (the join plan repeats the runtime's); `seen` collects them. A
+    step skipped as already done gives none."""
+    if outcome.status != "done":
+        return []
+    found = [str(w) for w in outcome.result.get(key, []) if str(w) not in seen]
+    seen.update(found)
+    return list(dict.fromkeys(found))
+
+
+def summary_line(report: Report, *, check: bool = False) -> str:
     counts: dict[str, int] = {}
     for o in report.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     parts = ", ".join(f"{n} {s}" for s, n in counts.items())
+    if check:
+        verdict = "check: plan shown, nothing changed" if report.ok else "check FAILED"
+        return f"bootstrap: {verdict} in {report.seconds:.1f}s ({parts.replace('done', 'planned')})"
     verdict = "node ready" if report.ok else "FAILED (rerun to resume)"
     return f"bootstrap: {verdict} in {report.seconds:.1f}s ({parts}); state {report.record_path}"

@@ -2,9 +2,10 @@
 file under a digest of the input, and on a rerun skip the steps recorded as done for that digest.
 
 A step is a function `context -> dict` (its JSON-able result); the caller builds the context from
-the results of the steps done so far (`make_context`). The first failure stops the run; the steps
-after it are reported as pending. A new digest starts over; the record keeps the newest KEEP_RUNS
-digests. One run at a time per record (an flock on `Journal.lock`).
+the results of the steps done so far (`make_context`). A result with `"provisional": true` (a dry
+run of the step) is recorded but not final: the next run runs that step again. The first failure
+stops the run; the steps after it are reported as pending. A new digest starts over; the record
+keeps the newest KEEP_RUNS digests. One run at a time per record (an flock on `Journal.lock`).
 """
 
 from __future__ import annotations
@@ -142,18 +143,20 @@ def run_steps(
     source: str,
     restart: bool = False,
     on_outcome: Callable[[Outcome], None] | None = None,
+    record_run: bool = True,
 ) -> Report:
     """Run `steps` in order, skipping those recorded as done for `digest`; stop at the first failure.
     `make_context(results)` gives a step what it sees (results: the earlier steps' results by name);
-    `source` names the input in the record (the profile's path)."""
+    `source` names the input in the record (the profile's path). Without `record_run` (a check:
+    steps that only plan) every step runs, and nothing is locked, read or written."""
     start = time.monotonic()
     names = [s.name for s in steps]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate step names: {names}")
     outcomes: list[Outcome] = []
-    with _locked(journal):
+    with _locked(journal) if record_run else contextlib.nullcontext():
         try:
-            record = load_record(journal)
+            record = load_record(journal) if record_run else _empty_record()
         except StateError:
             if not restart:
                 raise
@@ -169,7 +172,7 @@ def run_steps(
         for step in steps:
             if failed:
                 outcome = Outcome(step.name, "pending")
-            elif recorded.get(step.name, {}).get("status") == "done":
+            elif _final(recorded.get(step.name, {})):
                 outcome = Outcome(step.name, "skipped", result=results[step.name])
             else:
                 ctx = make_context(dict(results))
@@ -183,14 +186,14 @@ def run_steps(
                 except Exception as e:
                     outcome = Outcome(step.name, "failed", time.monotonic() - t0,
                                       error=f"{type(e).__name__}: {e}", exit_code=1)
-                    _note(journal, record, digest, run, outcome)
+                    _note(journal, record, digest, run, outcome, save=record_run)
                     if on_outcome:
                         on_outcome(outcome)
                     raise
                 else:
                     outcome = Outcome(step.name, "done", time.monotonic() - t0, result=result)
                     results[step.name] = result
-                _note(journal, record, digest, run, outcome)
+                _note(journal, record, digest, run, outcome, save=record_run)
                 failed = outcome.status == "failed"
             outcomes.append(outcome)
             if on_outcome:
@@ -199,8 +202,13 @@ def run_steps(
                   record_path=journal.record)
 
 
+def _final(entry: Mapping[str, Any]) -> bool:
+    """A recorded step that a rerun skips: done, and not a provisional (dry-run) result."""
+    return entry.get("status") == "done" and not entry.get("result", {}).get("provisional")
+
+
 def _note(journal: Journal, record: dict[str, Any], digest: str, run: dict[str, Any],
-          outcome: Outcome) -> None:
+          outcome: Outcome, *, save: bool = True) -> None:
     """Record one step's outcome (the run of `digest` moves to the front; old runs drop off)."""
     entry: dict[str, Any] = {"status": outcome.status, "seconds": round(outcome.seconds, 3), "at": _now()}
     if outcome.status == "done":
@@ -211,4 +219,5 @@ def _note(journal: Journal, record: dict[str, Any], digest: str, run: dict[str, 
     run["completed"] = False
     runs = {digest: run, **{k: v for k, v in record["runs"].items() if k != digest}}
     record["runs"] = dict(list(runs.items())[:KEEP_RUNS])
-    save_record(journal, record)
+    if save:
+        save_record(journal, record)

@@ -26,7 +26,10 @@ class Options:
     """How bootstrap runs, beyond the profile (front-end flags)."""
 
     dry_run_join: bool = False
-    sysfs_root: Path = Path("/sys")  # where GPU/DMI facts are read (labels)
+    # --check: every step plans and writes nothing (no record, no lock, no log); what would stop the
+    # real run (doctor's findings, no active driver for the CDI spec yet) is a finding in `preflight`
+    check: bool = False
+    sysfs_root: Path | None = None  # where GPU/DMI facts are read (labels); None: ROOT/sys
     nvidia_smi_xml: Path | None = None  # GPU facts from this capture instead of asking the driver
     load_modules: bool | None = None  # None: only when root is / (never modprobe for an image)
 
@@ -45,6 +48,10 @@ class Context:
     @property
     def dry_run_join(self) -> bool:
         return self.options.dry_run_join
+
+    @property
+    def check(self) -> bool:
+        return self.options.check
 
     @property
     def live(self) -> bool:
@@ -94,6 +101,16 @@ def step_driver(ctx: Context) -> dict[str, Any]:
 
     options = StoreOptions(registry_auth=on_node(drv.registry_auth), ca_file=on_node(drv.ca_file),
                            insecure_http=drv.insecure_http)
+    if ctx.check:
+        from ..node.ops import plan
+
+        _, todo = plan(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
+                       activate=True, modules=tuple(drv.modules), store_options=options,
+                       keep_boot_kernel=drv.keep_boot_kernel)
+        data = todo.to_dict()
+        data["summary"] = (f"would install {drv.version} for kernel {todo.request.kernel} and activate it"
+                           if todo.changes else f"{drv.version} for kernel {todo.request.kernel}: unchanged")
+        return data
     from ..join.activation import HOOKS
 
     result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
@@ -111,12 +128,18 @@ def step_modules(ctx: Context) -> dict[str, Any]:
     from ..node.doctor import doctor
 
     made: list[str] = []
-    loaded = _load(ctx)
+    loaded = _load(ctx) and not ctx.check
     if loaded:
         made = load_modules(tuple(ctx.profile.driver.modules), root=ctx.root)
     # Offline (--root): no GPU, module or device nodes to look at; the image's driver root and ld cache are.
     checks = None if ctx.live else {"state", "ldcache", "kmod"}
     report = doctor(ctx.root, checks=checks)
+    if ctx.check:  # the gate on the node as it is now (before the driver step would have run)
+        found = [f"doctor: {c.name}: {c.message}" for c in report.problems()]
+        load = "would load the modules; " if _load(ctx) else ""
+        gate = f"doctor now: {len(found)} finding(s)" if found else "doctor ok now"
+        return {"loaded": False, "device_nodes": [], "doctor": report.to_dict(), "preflight": found,
+                "summary": load + gate}
     if not report.ok:
         raise StateError("doctor: " + "; ".join(f"{c.name}: {c.message}" for c in report.problems()),
                          hint="nodeprep doctor shows every check")
@@ -133,15 +156,18 @@ def step_labels(ctx: Context) -> dict[str, Any]:
     from ..node.fsutil import atomic_write
 
     opts = LabelOptions(
-        root=ctx.root, sysfs_root=ctx.options.sysfs_root, nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+        root=ctx.root, sysfs_root=ctx.options.sysfs_root or ctx.root / "sys",
+        nvidia_smi_xml=ctx.options.nvidia_smi_xml,
         cloud=ctx.profile.labels.cloud, extra=dict(ctx.profile.labels.extra),
         kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
         use_nvml=ctx.live, run_nvidia_smi=ctx.live,
     )
-    result = node_labels(opts)
-    for w in result.warnings:
-        log.warning("warning: %s", w)
+    result = node_labels(opts)  # its warnings are in this step's result; the front-end prints them
     labels = dict(sorted(result.labels.items()))
+    if ctx.check:
+        return {"labels": labels, "sources": result.sources, "warnings": list(result.warnings),
+                "files": [NFD_FEATURES, LABELS_JSON], "summary": f"would write {len(labels)} labels "
+                f"(gpu facts: {result.sources.get('gpu', 'none')})"}
     atomic_write(_under(ctx.root, NFD_FEATURES), render_nfd(labels))
     atomic_write(_under(ctx.root, LABELS_JSON), json.dumps(labels, indent=2, sort_keys=True) + "\n")
     return {"labels": labels, "sources": result.sources, "warnings": list(result.warnings),
@@ -155,7 +181,7 @@ def _join_options(ctx: Context) -> Any:
     labels = ctx.results.get("labels", {}).get("labels")
     # doctor already gated the bring-up in the modules step (with the checks that fit --root)
     return JoinOptions(root=ctx.root, nvidia_smi_xml=ctx.options.nvidia_smi_xml, labels=labels,
-                       skip_preflight=True)
+                       skip_preflight=True, check=ctx.check, discovery=not ctx.check)
 
 
 def step_runtime(ctx: Context) -> dict[str, Any]:
@@ -163,6 +189,12 @@ def step_runtime(ctx: Context) -> dict[str, Any]:
     from ..join.plan import apply_runtime, plan_runtime
 
     plan = plan_runtime(ctx.profile, _join_options(ctx))
+    if ctx.check:
+        would = [f.target for f in plan.files if f.changed]
+        return {"files": [f.summary() for f in plan.files], "warnings": list(plan.warnings),
+                "preflight": list(plan.preflight),
+                "summary": f"would write {', '.join(would)}" if would else "containerd configuration "
+                "unchanged"}
     result = apply_runtime(plan)
     result["summary"] = (f"wrote {', '.join(result['written'])}" if result["written"]
                          else "containerd configuration unchanged")
@@ -171,22 +203,31 @@ def step_runtime(ctx: Context) -> dict[str, Any]:
 
 def step_join(ctx: Context) -> dict[str, Any]:
     """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration."""
-    from ..join.plan import join
+    from ..join.plan import join, plan_join, preview_join
 
     if ctx.profile.cluster is None:
         return {"joined": False, "summary": "no cluster section in the profile: not joining"}
+    if ctx.check:
+        plan = plan_join(ctx.profile, _join_options(ctx))
+        result = preview_join(plan)
+        would = [f.target for f in plan.files if f.changed]
+        runs = [" ".join(a.argv) for a in plan.actions]
+        result["summary"] = (f"would write {len(would)} file(s); "
+                             + (f"would run {' ; '.join(runs)}" if runs else "would run nothing"))
+        return result
     plan, result = join(ctx.profile, _join_options(ctx), dry_run=ctx.dry_run_join)
     ran = result.get("ran", [])
     deferred = result.get("deferred_commands", [])
     if ran:
         summary = f"joined ({plan.mode}, ran {' ; '.join(' '.join(a) for a in ran)})"
     elif ctx.dry_run_join:
-        summary = f"dry run: {plan.mode} configuration written, nothing run"
+        summary = f"dry run: {plan.mode} configuration written, nothing run; the next bootstrap joins"
     elif deferred:
         summary = f"configuration written; at first boot: {' ; '.join(' '.join(a) for a in deferred)}"
     else:
         summary = "configuration written; " + ("already joined" if plan.already_joined else "nothing to run")
     result["dry_run"] = ctx.dry_run_join
+    result["provisional"] = ctx.dry_run_join  # not done: a rerun without the dry run joins
     result["summary"] = summary
     return result
 

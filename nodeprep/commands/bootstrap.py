@@ -13,7 +13,8 @@ import yaml
 from .. import bootstrap as bootstrap_lib
 from .. import cloudinit
 from ..errors import InputError
-from .options import emit_json, json_option, root_option
+from ..node import oplog
+from .options import check_option, emit_json, json_option, resolve_sysfs, root_option, sysfs_root_option
 
 log = logging.getLogger(__name__)
 
@@ -27,40 +28,59 @@ def _profile_path(profile: Path | None, root: Path) -> Path:
     return default
 
 
+def _deprecated_dry_run_join(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        log.warning("warning: --dry-run-join is deprecated; --check shows the plan and changes nothing "
+                    "(this run installs and writes as before, only the join command is not run)")
+    return value
+
+
 @click.command("bootstrap")
 @click.option("--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Node profile (default /etc/nodeprep/node.yaml under --root).")
 @root_option
 @json_option
-@click.option("--dry-run-join", is_flag=True,
-              help="Render the join configuration but do not run kubeadm/kubelet.")
+@check_option("Show the whole bring-up plan and change nothing (no record, no log): each step's plan, "
+              "and what the gates find on the node as it is now as `preflight` warnings.")
+@click.option("--dry-run-join", is_flag=True, hidden=True, callback=_deprecated_dry_run_join,
+              help="Deprecated: run every step but only write the join configuration (see --check).")
 @click.option("--restart", is_flag=True, help="Ignore recorded progress and run every step again.")
-@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
-              show_default=True, help="Stands for /sys when reading GPU and DMI facts for labels.")
+@sysfs_root_option
 @click.option("--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Read GPU facts from this `nvidia-smi -q -x` capture (images, offline preparation).")
 @click.option("--load-modules/--no-load-modules", default=None,
               help="Load the kernel modules (default: only when --root is /).")
-def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, dry_run_join: bool, restart: bool,
-                  sysfs_root: Path, nvidia_smi_xml: Path | None, load_modules: bool | None) -> None:
+def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, dry_run_join: bool,
+                  restart: bool, sysfs_dir: Path | None, nvidia_smi_xml: Path | None,
+                  load_modules: bool | None) -> None:
     """Bring this node up from its profile: driver, modules + doctor, labels, container runtime, join.
 
     Progress is recorded per step in /var/lib/nodeprep/bootstrap.json: rerun after a failure to
     resume at the failed step; a rerun after success changes nothing.
     """
     path = _profile_path(profile, root)
+    warned: set[str] = set()
+    found: set[str] = set()
 
     def show(outcome: bootstrap_lib.Outcome) -> None:
-        if not as_json:
-            click.echo(bootstrap_lib.describe(outcome), err=True)
+        if outcome.status == "done" and not check:
+            oplog.record(root, "bootstrap", [f"{outcome.name}: {outcome.result.get('summary', 'done')}"])
+        if as_json:
+            return  # the warnings are in each step's result
+        for w in bootstrap_lib.new_warnings(outcome, warned):
+            log.warning("warning: %s", w)
+        for finding in bootstrap_lib.new_warnings(outcome, found, key="preflight"):
+            log.warning("warning: preflight: %s (on the node as it is now)", finding)
+        click.echo(bootstrap_lib.describe(outcome), err=True)
 
-    options = bootstrap_lib.Options(dry_run_join=dry_run_join, sysfs_root=sysfs_root,
-                                    nvidia_smi_xml=nvidia_smi_xml, load_modules=load_modules)
+    options = bootstrap_lib.Options(dry_run_join=dry_run_join, check=check,
+                                    sysfs_root=resolve_sysfs(sysfs_dir, root), nvidia_smi_xml=nvidia_smi_xml,
+                                    load_modules=load_modules)
     report = bootstrap_lib.bootstrap(path, root=root, options=options, restart=restart, on_outcome=show)
     if as_json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), "check": check})
     else:
-        click.echo(bootstrap_lib.summary_line(report), err=True)
+        click.echo(bootstrap_lib.summary_line(report, check=check), err=True)
     if not report.ok:
         click.get_current_context().exit(report.exit_code)
 

@@ -9,12 +9,11 @@ import click
 
 from ..errors import InputError
 from ..join.activation import HOOKS
-from ..node import ops
+from ..node import oplog, ops, preview
 from ..node.doctor import ALL_CHECKS, doctor
-from ..node.plan import InstallPlan
-from ..node.state import load_state, version_key
+from ..node.plan import ActivatePlan, InstallPlan
 from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
-from .options import emit_json, json_option, registry_options, root_option, store_options
+from .options import check_option, emit_json, json_option, registry_options, root_option, store_options
 
 
 def _modules(value: str) -> tuple[str, ...]:
@@ -34,6 +33,24 @@ modules_option = click.option(
     metavar="LIST",
     help="Modules the boot unit loads, in order (add nvidia-drm, nvidia-peermem when wanted).",
 )
+
+
+def _activation_changes(result: ops.ActivateResult | None) -> list[str]:
+    if result is None or not result.changed:
+        return []
+    return [f"activated {result.version} (previous: {result.previous or 'none'})"]
+
+
+def _install_changes(root: Path, result: ops.InstallResult) -> list[str]:
+    """What an install changed, for the node operation log (nodeprep.node.oplog)."""
+    from ..node.inventory import kmod_flavour
+
+    changes = []
+    if result.changed:
+        flavour = kmod_flavour(root, result.version, result.kernel) or "unknown flavour"
+        what = "installed" if result.installed_userspace else "added the kernel modules of"
+        changes.append(f"{what} {result.version} for kernel {result.kernel} ({flavour})")
+    return changes + _activation_changes(result.activation)
 
 
 def _print_notes(notes: tuple[str, ...]) -> None:
@@ -66,10 +83,8 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 @click.option(
     "--no-load", is_flag=True, help="Do not load the kernel modules now (the unit loads them at boot)."
 )
-@click.option(
-    "--check", "check_only", is_flag=True,
-    help="Print what would change (the plan) and change nothing; no artifact is fetched.",
-)
+@check_option("Print what would change (the plan) and change nothing; no artifact is fetched.",
+              dest="check_only")
 @click.option(
     "--keep-boot-kernel", is_flag=True,
     help="When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
@@ -122,6 +137,7 @@ def install_cmd(
         hooks=HOOKS,
         keep_boot_kernel=keep_boot_kernel,
     )
+    oplog.record(root, "install", _install_changes(root, result))
     if as_json:
         emit_json(result.to_dict())
         return
@@ -167,20 +183,40 @@ def _print_activation(result: ops.ActivateResult) -> None:
     _print_notes(result.notes)
 
 
+def _print_activation_plan(act: ActivatePlan, as_json: bool) -> None:
+    if as_json:
+        emit_json(act.to_dict())
+        return
+    if act.switch:
+        click.echo(f"would activate {act.version} (active now: {act.active or 'none'})")
+    else:
+        click.echo(f"{act.version} is already active")
+    for path in act.drift:
+        click.echo(f"would rewrite {path}")
+    if not act.changes:
+        click.echo("nothing to do")
+
+
 @click.command("activate")
 @click.argument("version")
 @click.option("--kernel", default=None, metavar="RELEASE", help="Require modules for this kernel release.")
 @click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@check_option("Print what activating VERSION would change and change nothing.")
 @modules_option
 @root_option
 @json_option
 def activate_cmd(
-    version: str, kernel: str | None, no_load: bool, modules: str, root: Path, as_json: bool
+    version: str, kernel: str | None, no_load: bool, check: bool, modules: str, root: Path, as_json: bool
 ) -> None:
     """Make an installed VERSION the active driver (atomic switch of /opt/nvidia/current)."""
+    if check:
+        _print_activation_plan(preview.activation(root, version, kernel=kernel, modules=_modules(modules)),
+                               as_json)
+        return
     result = ops.activate(
         root, version, kernel=kernel, load=not no_load, modules=_modules(modules), hooks=HOOKS
     )
+    oplog.record(root, "activate", _activation_changes(result))
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -189,12 +225,17 @@ def activate_cmd(
 
 @click.command("rollback")
 @click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@check_option("Print what the rollback would change and change nothing.")
 @modules_option
 @root_option
 @json_option
-def rollback_cmd(no_load: bool, modules: str, root: Path, as_json: bool) -> None:
+def rollback_cmd(no_load: bool, check: bool, modules: str, root: Path, as_json: bool) -> None:
     """Activate the previously active driver version."""
+    if check:
+        _print_activation_plan(preview.activation(root, None, modules=_modules(modules)), as_json)
+        return
     result = ops.rollback(root, load=not no_load, modules=_modules(modules), hooks=HOOKS)
+    oplog.record(root, "rollback", _activation_changes(result))
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -205,27 +246,37 @@ def rollback_cmd(no_load: bool, modules: str, root: Path, as_json: bool) -> None
 @root_option
 @json_option
 def list_cmd(root: Path, as_json: bool) -> None:
-    """Installed driver versions, the active one, and the kernels each supports."""
-    state = load_state(root)
+    """Installed driver versions (* active, < previous): size, install time, kernels and their
+    module flavour; --json adds what doctor works from."""
+    from ..node.inventory import inventory, render
+
+    doc = inventory(root)
     if as_json:
-        emit_json(state.to_dict())
+        emit_json(doc)
         return
-    if not state.installed:
+    if not doc["installed"]:
         click.echo("no NVIDIA driver installed by nodeprep")
         return
-    for v in sorted(state.installed, key=version_key):
-        mark = "*" if v == state.active else ("<" if v == state.previous else " ")
-        kernels = ", ".join(state.installed[v].kernels) or "no kernel modules"
-        click.echo(f"{mark} {v}  kernels: {kernels}")
+    for line in render(doc):
+        click.echo(line)
 
 
 @click.command("remove")
 @click.argument("version")
+@check_option("Print whether VERSION would be removed and change nothing.")
 @root_option
 @json_option
-def remove_cmd(version: str, root: Path, as_json: bool) -> None:
+def remove_cmd(version: str, check: bool, root: Path, as_json: bool) -> None:
     """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
+    if check:
+        todo = preview.removal(root, version)
+        if as_json:
+            emit_json(todo.to_dict())
+        else:
+            click.echo(f"would remove {version}" if todo.remove else f"unchanged: {version} is not installed")
+        return
     result = ops.remove(root, version)
+    oplog.record(root, "remove", [f"removed {version}"] if result.changed else [])
     if as_json:
         emit_json(result.to_dict())
     elif result.changed:
@@ -292,6 +343,8 @@ def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_j
         result = kernelhook.kernel_installed(root, kernel, hooks=HOOKS)
     else:
         result = kernelhook.kernel_removed(root, kernel)
+    changes = [f"kernel {kernel}: {result.message}"] if result.changed else []
+    oplog.record(root, f"kernel-hook {event}", changes)
     if as_json:
         emit_json(result.to_dict())
     else:

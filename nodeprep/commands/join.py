@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..join.plan import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime, preview_join
+from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
-from .options import emit_json, json_option, override_options, pop_overrides, profile_option, root_option
+from .options import (
+    check_option,
+    emit_json,
+    json_option,
+    override_options,
+    pop_overrides,
+    profile_option,
+    root_option,
+)
 
 log = logging.getLogger("nodeprep.join")
 
@@ -22,6 +32,12 @@ nvidia_smi_xml_option = click.option(
 )
 
 
+def applied_changes(result: dict[str, Any]) -> list[str]:
+    """The node operation log's lines for an applied join or runtime plan: files written (paths
+    only, never content) and commands run (argv never holds a secret)."""
+    return [f"wrote {t}" for t in result["written"]] + [f"ran {' '.join(a)}" for a in result["ran"]]
+
+
 def _warn(warnings: list[str] | tuple[str, ...]) -> None:
     for w in warnings:
         log.warning("warning: %s", w)
@@ -31,17 +47,16 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
 @profile_option
 @root_option
 @json_option
-@click.option(
+@check_option(
+    "Change nothing: print every file the join would write (diffs against what is there, token "
+    "masked), the commands it would run and what preflight found (only a real join refuses).",
     "--dry-run",
-    is_flag=True,
-    help="Change nothing: print every file the join would write (diffs against what is there, token "
-    "masked) and the commands it would run.",
 )
 @click.option(
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="With --dry-run: also write the files under DIR (DIR/etc/...), not on the node.",
+    help="With --check: also write the files under DIR (DIR/etc/...), not on the node.",
 )
 @click.option(
     "--insecure-skip-ca-verification",
@@ -62,7 +77,7 @@ def join_cmd(
     profile: Path | None,
     root: Path,
     as_json: bool,
-    dry_run: bool,
+    check: bool,
     output_dir: Path | None,
     insecure_skip_ca_verification: bool,
     skip_preflight: bool,
@@ -88,15 +103,18 @@ def join_cmd(
         nvidia_smi_xml=nvidia_smi_xml,
         discovery=not skip_discovery,
         discovery_timeout=discovery_timeout,
+        check=check,
     )
-    if output_dir is not None and not dry_run:
-        raise click.UsageError("--output-dir goes with --dry-run (a join writes under --root)")
+    if output_dir is not None and not check:
+        raise click.UsageError("--output-dir goes with --check (a join writes under --root)")
     plan = plan_join(prof, options)
-    if dry_run:
+    if check:
         result = preview_join(plan, output_dir)
     else:
         result = apply_join(plan, run=True)
-    result["dry_run"] = dry_run
+        oplog.record(root, "join", applied_changes(result))
+    result["dry_run"] = check  # the key scripts read since --dry-run
+    result["check"] = check
     if as_json:
         emit_json(result)
         return
@@ -105,8 +123,9 @@ def join_cmd(
         f"mode {plan.mode}, Kubernetes {plan.kubernetes_version}"
         f"{', ' + plan.kubeadm_api if plan.kubeadm_api else ''}"
     )
-    if dry_run:
+    if check:
         click.echo(plan.render_text(), nl=False)
+        _warn([f"preflight: {p} (a real join refuses)" for p in plan.preflight])
         changed = sum(1 for f in plan.files if f.changed)
         where = f"; files under {output_dir}" if output_dir is not None else ""
         click.echo(f"would join: {head}; would write {changed} file(s), nothing changed{where}", err=True)
@@ -121,14 +140,14 @@ def join_cmd(
 @profile_option
 @root_option
 @json_option
-@click.option("--check", is_flag=True, help="Only report what would change (nothing written).")
+@check_option("Only report what would change (nothing written).")
 @nvidia_smi_xml_option
 def runtime_cmd(
     profile: Path | None, root: Path, as_json: bool, check: bool, nvidia_smi_xml: Path | None
 ) -> None:
     """Register the nvidia runtime in containerd and write the CDI spec (no cluster join)."""
     prof = load_profile(profile_path(root, profile))
-    plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml))
+    plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml, check=check))
     summary = [f.summary() for f in plan.files]
     if check:
         result = {
@@ -136,14 +155,17 @@ def runtime_cmd(
             "files": summary,
             "commands": [list(a.argv) for a in plan.actions],
             "warnings": list(plan.warnings),
+            "preflight": list(plan.preflight),
         }
     else:
         result = apply_runtime(plan)
+        oplog.record(root, "runtime", applied_changes(result))
         result["files"] = summary
     if as_json:
         emit_json(result)
         return
     _warn(plan.warnings)
+    _warn([f"preflight: {p} (a real run refuses)" for p in plan.preflight])
     for f in summary:
         click.echo(f"{f['path']}: {'changed' if f['changed'] else 'unchanged'}")
 

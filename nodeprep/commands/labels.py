@@ -15,7 +15,7 @@ from ..labels.cloud import CLOUD_CHOICES, Endpoints
 from ..labels.core import MIG_STRATEGIES, LabelOptions, node_labels
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
-from .options import profile_option, root_option
+from .options import profile_option, resolve_sysfs, root_option, sysfs_root_option
 
 DEFAULT_PROFILE = "etc/nodeprep/node.yaml"
 GPU_SOURCES = ("auto", "nvml", "nvidia-smi", "pci")  # pci: sysfs only, no driver asked
@@ -48,8 +48,7 @@ def _write_atomic(path: Path, text: str) -> None:
               help="Which metadata service to ask "
                    "(default: the profile's labels.cloud, else auto = from DMI).")
 @click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES), default="none", show_default=True)
-@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
-              show_default=True, help="Stands for /sys (PCI devices, the nvidia module).")
+@sysfs_root_option
 @click.option("--dmi-root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Stands for /sys/class/dmi/id (default: under --sysfs-root).")
 @click.option("--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -72,7 +71,7 @@ def _write_atomic(path: Path, text: str) -> None:
 @profile_option
 @root_option
 def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[str, ...], cloud: str | None,
-               mig_strategy: str, sysfs_root: Path, dmi_root: Path | None, nvidia_smi_xml: Path | None,
+               mig_strategy: str, sysfs_dir: Path | None, dmi_root: Path | None, nvidia_smi_xml: Path | None,
                gpu_source: str, pci_ids: Path | None, aws_metadata_url: str | None,
                gce_metadata_url: str | None, azure_metadata_url: str | None, timeout: float, do_apply: bool,
                kubeconfig: Path | None, node: str | None, profile: Path | None, root: Path) -> None:
@@ -89,7 +88,8 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
     if fmt == "kubelet":
         check_kubelet_labels(extra)
     opts = LabelOptions(
-        root=root, sysfs_root=sysfs_root, dmi_root=dmi_root, nvidia_smi_xml=nvidia_smi_xml,
+        root=root, sysfs_root=resolve_sysfs(sysfs_dir, root), dmi_root=dmi_root,
+        nvidia_smi_xml=nvidia_smi_xml,
         cloud=cloud or prof.cloud, extra=extra, mig_strategy=mig_strategy, pci_ids=pci_ids,
         endpoints=Endpoints.from_env(aws=aws_metadata_url, gce=gce_metadata_url, azure=azure_metadata_url),
         source_timeout=timeout, total_timeout=timeout * 1.5,
@@ -102,6 +102,10 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         raise StateError(f"--source {gpu_source}: no GPU facts from it (got: {result.sources['gpu']}); "
                          + "; ".join(w for w in result.warnings if w.startswith("gpu:")),
                          hint="is the driver loaded? (nodeprep doctor)")
+    if gpu_source != "auto" and (result.facts.gpu is None or not result.facts.gpu.gpus):
+        raise StateError(f"--source {gpu_source}: no NVIDIA GPU found ({opts.sysfs_root}/bus/pci/devices "
+                         "has no device with vendor 10de)" if gpu_source == "pci"
+                         else f"--source {gpu_source}: no NVIDIA GPU found")
     for w in result.warnings:
         log.warning("warning: %s", w)
     applied = None

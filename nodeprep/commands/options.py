@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,15 +12,53 @@ import click
 
 from ..profile import field_by_path
 
+log = logging.getLogger("nodeprep")
+
 root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True,
     help="Operate on the system mounted at DIR (chroot, image) instead of /.",
 )
+sysfs_root_option = click.option(
+    "--sysfs-root", "sysfs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Stands for /sys (PCI devices, the nvidia module, DMI); default: ROOT/sys, as doctor reads it.",
+)
+
+
+def resolve_sysfs(given: Path | None, root: Path) -> Path:
+    """--sysfs-root, else the root's own /sys (ROOT/sys; /sys for /), the one doctor reads."""
+    return given if given is not None else root / "sys"
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary only.")
 profile_option = click.option(
     "--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Node profile (default /etc/nodeprep/node.yaml under --root when it exists).",
 )
+
+
+_ALIAS_USED = "nodeprep.check_alias"
+
+
+def check_option(help: str, *deprecated: str, dest: str = "check") -> Callable[[Any], Any]:
+    """`--check`, the one spelling of "show the plan, change nothing" on every writing command, and
+    the command's older spellings (`deprecated`) as hidden aliases that print one `warning:` line.
+    An alias given on the command line is processed before a `--check` that is not (click's order),
+    so the `--check` callback sees it."""
+
+    def alias(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            log.warning("warning: %s is deprecated; use --check", param.opts[0])
+            ctx.meta[_ALIAS_USED] = True
+
+    def check(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        return bool(value or ctx.meta.get(_ALIAS_USED))
+
+    def decorate(f: Any) -> Any:
+        for name in deprecated:
+            f = click.option(name, is_flag=True, hidden=True, expose_value=False, callback=alias)(f)
+        return click.option("--check", dest, is_flag=True, help=help, callback=check)(f)
+
+    return decorate
 
 
 def registry_options(f: Any) -> Any:

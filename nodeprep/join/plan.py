@@ -51,6 +51,9 @@ class JoinOptions:
     # off for offline image builds where the API server cannot be reached (--skip-discovery)
     discovery: bool = True
     discovery_timeout: float = 60.0
+    # a plan to show (--check, Ansible check mode), never applied: what would stop an apply (no
+    # active driver for the CDI spec yet) is a finding in `preflight`, not an error
+    check: bool = False
 
     @property
     def live(self) -> bool:
@@ -75,6 +78,7 @@ class RuntimePlan:
     actions: tuple[Action, ...]
     warnings: tuple[str, ...]
     gpu_source: str
+    preflight: tuple[str, ...] = ()  # what stops an apply, found by a check plan (JoinOptions.check)
 
     @property
     def changed(self) -> bool:
@@ -143,6 +147,8 @@ class JoinPlan:
                         tofile=f"{f.target} (nodeprep)",
                     )
                 ]
+        for problem in self.preflight:
+            out.append(f"# preflight (a real join refuses): {problem}")
         for a in self.actions:
             when = "on the booted node, run" if a.deferred else "would run"
             out.append(f"# {when}: {a}  ({a.why})")
@@ -159,6 +165,7 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     options = options or JoinOptions()
     root = Path(options.root)
     warnings: list[str] = []
+    findings: list[str] = []
     files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings)
     source = "none"
     if profile.runtime.cdi:
@@ -171,7 +178,12 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
                 "--nvidia-smi-xml): CDI spec not written; `nodeprep runtime` writes it on the booted node"
             )
         else:
-            files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
+            try:
+                files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
+            except StateError as e:
+                if not options.check:
+                    raise
+                findings.append(f"CDI spec: {e}")
     warnings += _containerd_version_warnings(profile, options)
     if profile.runtime.nvidia_runtime:
         missing = ctd.missing_runtime_warning(root, profile.runtime.nvidia_runtime_path)
@@ -181,7 +193,7 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
         actions.append(
             Action(("systemctl", "restart", "containerd.service"), "containerd configuration changed")
         )
-    return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source)
+    return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source, tuple(findings))
 
 
 def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list[str]:
@@ -204,6 +216,8 @@ def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list
 
 
 def apply_runtime(plan: RuntimePlan) -> dict[str, Any]:
+    if plan.preflight:
+        raise StateError("; ".join(plan.preflight), hint="a check plan is shown, never applied")
     written = apply_changes(list(plan.files))
     ran = _run_actions(plan.actions)
     return {
@@ -399,7 +413,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
                     "offline root: kubelet starts and bootstraps at first boot",
                 )
             )
-    preflight = [] if options.skip_preflight else _preflight(profile, options)
+    preflight = list(runtime.preflight) + ([] if options.skip_preflight else _preflight(profile, options))
     discovery = None
     if options.discovery and not already:
         ca_pem = None
@@ -466,12 +480,8 @@ def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
 def preview_join(plan: JoinPlan, output_dir: Path | None = None) -> dict[str, Any]:
     """A dry run: the plan's summary; nothing on the node is written and nothing runs. With
     `output_dir`, the files are written under that directory (as they would lie under the root).
-    Refuses (StateError) when preflight found problems, like apply_join."""
-    if plan.preflight:
-        raise StateError(
-            "preflight failed: " + "; ".join(plan.preflight),
-            hint="fix it (nodeprep doctor) or pass --skip-preflight",
-        )
+    Preflight findings are part of the plan (`preflight`), not a refusal: a plan can be shown on any
+    machine; only apply_join refuses."""
     result = plan.to_dict()
     placed = relocated(list(plan.files), output_dir) if output_dir is not None else []
     apply_changes(placed)

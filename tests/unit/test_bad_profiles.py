@@ -1,5 +1,5 @@
 """A corpus of malformed and hostile node profiles, each run through the three commands that read a
-profile: `join --dry-run`, `profile check` and `cloud-init`.
+profile: `join --check`, `profile check` and `cloud-init`.
 
 Every one must end the same way in all three: exit 2, exactly one `error:` line naming the file and
 the field (or the line / limit when the file is not YAML at all), no traceback, nothing written under
@@ -100,7 +100,7 @@ def _invoke(args: list[str]) -> Result:
 
 
 COMMANDS = {
-    "join": lambda f, r: ["join", "--dry-run", "--profile", str(f), "--root", str(r)],
+    "join": lambda f, r: ["join", "--check", "--profile", str(f), "--root", str(r)],
     "profile-check": lambda f, r: ["profile", "check", "--profile", str(f), "--root", str(r)],
     "cloud-init": lambda f, r: ["cloud-init", "--profile", str(f), "--out", str(r / "user-data")],
 }

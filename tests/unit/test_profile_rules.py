@@ -46,9 +46,9 @@ def profile(tmp_path: Path, extra: str = "", *, token_file: str = "/etc/nodeprep
 def commands(prof: Path, root: Path) -> dict[str, list[str]]:
     return {
         "profile check": ["profile", "check", "--profile", str(prof), "--root", str(root)],
-        "join": ["join", "--dry-run", "--profile", str(prof), "--root", str(root)],
+        "join": ["join", "--check", "--profile", str(prof), "--root", str(root)],
         "cloud-init": ["cloud-init", "--profile", str(prof), "--nodeprep-from", "index"],
-        "bootstrap": ["bootstrap", "--profile", str(prof), "--root", str(root), "--dry-run-join"],
+        "bootstrap": ["bootstrap", "--profile", str(prof), "--root", str(root), "--check"],
         "labels": ["labels", "--profile", str(prof), "--root", str(root), "--cloud", "none",
                    "--sysfs-root", str(root / "sys")],
     }
@@ -141,7 +141,7 @@ def test_cloud_init_refuses_a_readable_token_file_like_join(tmp_path: Path) -> N
     assert err.splitlines()[0] == (f"error: --token-file: {token} has mode 0644; the bootstrap token "
                                    "must not be readable by group or others")
     assert TOKEN not in err
-    code, out, err = cli("join", "--dry-run", "--profile", str(prof), "--root", str(tmp_path / "root"))
+    code, out, err = cli("join", "--check", "--profile", str(prof), "--root", str(tmp_path / "root"))
     assert code == 2
     assert err.splitlines()[0] == ("error: cluster.token_file: /etc/nodeprep/bootstrap-token has mode "
                                    "0644; the bootstrap token must not be readable by group or others")
@@ -160,7 +160,7 @@ def test_token_symlink_leaving_root_is_read_inside_it(tmp_path: Path) -> None:
     outside.write_text(TOKEN + "\n")
     outside.chmod(0o600)
     (root / "etc" / "nodeprep" / "bootstrap-token").symlink_to(outside)
-    code, out, err = cli("join", "--dry-run", "--profile", str(profile(tmp_path)), "--root", str(root))
+    code, out, err = cli("join", "--check", "--profile", str(profile(tmp_path)), "--root", str(root))
     assert code == 2
     assert err.startswith("error: cluster.token_file: /etc/nodeprep/bootstrap-token does not exist")
     assert TOKEN not in out + err

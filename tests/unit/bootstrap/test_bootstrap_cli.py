@@ -4,10 +4,17 @@ root. The full bring-up with real artifacts is in tests/slow/bootstrap/."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
+
+import yaml
 
 from nodeprep.cli import main
 from tests.support.clirunner import separate_stderr
+from tests.support.fixtures import NVIDIA_SMI
+from tests.support.standin import KERNEL, standin_store
+
+CAPTURE = NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -70,5 +77,91 @@ def test_bad_store_fails_the_first_step_and_resumes(tmp_path: Path) -> None:
 def test_help_lists_the_steps() -> None:
     code, out, _ = invoke("--help")
     assert code == 0
-    for word in ("driver", "labels", "join", "--root", "--json", "--dry-run-join", "--restart"):
+    for word in ("driver", "labels", "join", "--root", "--json", "--check", "--restart"):
         assert word in out
+    assert "--dry-run-join" not in out  # deprecated: still accepted, with one warning line
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def image_root(tmp_path: Path) -> tuple[Path, Path]:
+    """An image root with one kernel and a token file, and a profile that joins a cluster whose API
+    server is a closed loopback port (never any other address), from a store of small real artifacts."""
+    store = standin_store(tmp_path / "work", tmp_path / "store", "535.309.01")
+    root = tmp_path / "root"
+    (root / "lib/modules" / KERNEL).mkdir(parents=True)
+    (root / "etc/nodeprep").mkdir(parents=True)
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    token = root / "etc/nodeprep/bootstrap-token"
+    token.write_text("abcdef.0123456789abcdef\n")
+    token.chmod(0o600)
+    p = tmp_path / "node.yaml"
+    p.write_text(yaml.safe_dump({
+        "driver": {"version": "535.309.01", "store": str(store), "kernel": KERNEL},
+        "labels": {"cloud": "none"},
+        "cluster": {"api_server": f"127.0.0.1:{_closed_port()}", "ca_cert_hashes": ["sha256:" + "0f" * 32],
+                    "kubernetes_version": "1.31", "kubelet_extra_args": {"max-pods": "110"}},
+    }))
+    return root, p
+
+
+def test_dry_run_join_prints_its_warnings_and_a_rerun_joins(tmp_path: Path) -> None:
+    """The warnings of the runtime and join steps (kubeadm to run on the booted node, a moved
+    max-pods, no container toolkit) are printed once each, not only recorded in bootstrap.json; a
+    dry-run join is not recorded as done: the next bootstrap runs the join (here it fails: nothing
+    listens at the loopback API server), it does not say `join: already done`."""
+    root, p = image_root(tmp_path)
+    args = ("--root", str(root), "--profile", str(p), "--nvidia-smi-xml", str(CAPTURE))
+    code, _, err = invoke(*args, "--dry-run-join")
+    assert code == 0, err
+    assert [ln for ln in err.splitlines() if "deprecated" in ln and "--check" in ln] == [
+        "warning: --dry-run-join is deprecated; --check shows the plan and changes nothing (this run "
+        "installs and writes as before, only the join command is not run)"]
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
+    assert "warning: moved deprecated kubelet flags into KubeletConfiguration: max-pods" in warnings
+    assert any(w.startswith("warning: nvidia-container-runtime is not installed") for w in warnings)
+    assert any("not running kubeadm join; run `kubeadm join --config" in w for w in warnings)
+    assert len(warnings) == len(set(warnings))
+    assert "bootstrap: join: done in " in err and "the next bootstrap joins" in err
+    logged = [ln.split("]: ", 1)[1] for ln in (root / "var/log/nodeprep.log").read_text().splitlines()]
+    assert [ln.split(":")[0] for ln in logged] == ["driver", "modules", "labels", "runtime", "join"]
+    assert logged[0] == f"driver: 535.309.01 active for kernel {KERNEL}"
+    code, _, err = invoke(*args)
+    assert "bootstrap: join: already done" not in err
+    assert "bootstrap: driver: already done" in err
+    assert "bootstrap: join: failed in " in err and "cluster.api_server: " in err and code == 1
+
+
+def test_check_shows_the_whole_plan_and_changes_nothing(tmp_path: Path) -> None:
+    """`bootstrap --check` on an image without a driver (and this machine without a GPU): every step
+    shows its plan, what would stop the real run is printed once as a `preflight` warning, exit 0,
+    and nothing under the root changes (no bootstrap.json, no lock, no log, no driver)."""
+    root, p = image_root(tmp_path)
+    before = sorted((str(x.relative_to(root)), x.is_dir()) for x in root.rglob("*"))
+    args = ("--root", str(root), "--profile", str(p), "--nvidia-smi-xml", str(CAPTURE), "--check")
+    code, _, err = invoke(*args)
+    assert code == 0, err
+    journal = [ln for ln in err.splitlines() if ln.startswith("bootstrap: ")]
+    assert journal[0].startswith("bootstrap: driver: done in ") and journal[0].endswith(
+        f"(would install 535.309.01 for kernel {KERNEL} and activate it)")
+    assert "doctor now: 2 finding(s)" in journal[1]
+    assert "would write /etc/containerd/config.toml" in journal[3]
+    assert "would run kubeadm join --config /etc/nodeprep/kubeadm-join.yaml" in journal[4]
+    assert journal[5].startswith("bootstrap: check: plan shown, nothing changed in ")
+    found = [ln for ln in err.splitlines() if ln.startswith("warning: preflight: ")]
+    assert found == [
+        "warning: preflight: doctor: state: no NVIDIA driver installed by nodeprep (nodeprep install "
+        "--driver VERSION) (on the node as it is now)",
+        "warning: preflight: doctor: ldcache: no active driver root for the ld cache to resolve into "
+        "(on the node as it is now)",
+        "warning: preflight: CDI spec: /opt/nvidia/current does not exist: no active driver (on the "
+        "node as it is now)"]
+    assert "warning: moved deprecated kubelet flags into KubeletConfiguration: max-pods" in err
+    code, out, _ = invoke(*args, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["check"] is True and data["steps"][4]["result"]["written"] == []
+    assert sorted((str(x.relative_to(root)), x.is_dir()) for x in root.rglob("*")) == before

@@ -120,8 +120,11 @@ def test_driver_module_sequence(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
     args = {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
-    status, result = module("nodeprep_driver", args, check=True)
+    status, result = module("nodeprep_driver", {**args, "doctor": True, "doctor_checks": ["state"]},
+                            check=True)
     assert status == "CHANGED" and result["active"] == version and result["previous"] is None, result
+    assert result["preflight"] == ["state: no NVIDIA driver installed by nodeprep (nodeprep install "
+                                   "--driver VERSION)"], result
     plan = result["plan"]
     assert plan["install_kmod"].startswith(f"nvidia-kmod-{version}") and plan["activation"]["switch"] is True
     assert tree(root) == {}
@@ -140,9 +143,13 @@ def test_driver_module_sequence(tmp_path: Path) -> None:
 
 
 def test_doctor_module_fails_with_the_problems(tmp_path: Path) -> None:
+    """The gate fails on its problems; in check mode it reports them (ok false, `preflight`) and the
+    play goes on, like the driver module's check with `doctor`."""
     status, result = module("nodeprep_doctor", {"root": str(tmp_path), "checks": ["state"]})
     assert status == "FAILED!" and str(result["msg"]).startswith("doctor: state:")
     assert result["changed"] is False
+    status, result = module("nodeprep_doctor", {"root": str(tmp_path), "checks": ["state"]}, check=True)
+    assert status == "SUCCESS" and result["ok"] is False and result["preflight"][0].startswith("state: ")
 
 
 def test_info_probe_reports_current_only_for_this_install(tmp_path: Path) -> None:
@@ -227,11 +234,18 @@ def test_join_module_writes_the_token_it_is_given(tmp_path: Path) -> None:
     assert module("nodeprep_profile", {"root": str(tmp_path), "content": profile})[0] == "CHANGED"
     args = {"root": str(tmp_path), "token": token, "dry_run": True, "nvidia_smi_xml": str(CAPTURE)}
     token_file = tmp_path / "etc/nodeprep/bootstrap-token"
-    # check mode plans with the token it would write (no file yet): it gets as far as the driver
+    # check mode plans with the token it would write (no file yet) and shows the whole plan on a
+    # node without a driver or GPU: what stops the real run is reported, not a failure
     status, result = module("nodeprep_join", args, check=True)
-    assert status == "FAILED!" and result["error_type"] == "StateError", result
-    assert "bootstrap-token" not in str(result["msg"])
+    assert status == "CHANGED", result
+    found = result["preflight"]
+    assert found[0].startswith("CDI spec: /opt/nvidia/current does not exist"), found
+    assert any("no NVIDIA GPU on this node" in f for f in found), found
+    assert "/etc/nodeprep/kubeadm-join.yaml" in [f["path"] for f in result["plan"]["files"]]
     assert not token_file.exists() and token not in json.dumps(result)
+    status, result = module("nodeprep_runtime", {"root": str(tmp_path), "nvidia_smi_xml": str(CAPTURE)},
+                            check=True)
+    assert status == "CHANGED" and result["preflight"][0].startswith("CDI spec: "), result
     # a malformed token fails first, names the option, and is written nowhere
     for check in (True, False):
         bad = "abcdef.0123456789ABCDEF"

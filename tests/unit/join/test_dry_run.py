@@ -35,7 +35,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, bytes | str | None]]:
 
 def test_dry_run_writes_nothing_under_the_root(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     before = snapshot(node_root)
-    code, out, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--dry-run"))
+    code, out, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check"))
     assert code == 0, err
     assert snapshot(node_root) == before
     for target in ("/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
@@ -43,16 +43,32 @@ def test_dry_run_writes_nothing_under_the_root(node_root: Path, tmp_path: Path, 
                    "/etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml"):
         assert f"# ---- {target} (mode " in out
     assert "wrote " not in err and "would write 5 file(s), nothing changed" in err
-    code, js, _ = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--dry-run", "--json"))
+    code, js, _ = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check", "--json"))
     data = json.loads(js)
     assert code == 0 and data["dry_run"] is True and data["written"] == [] and data["preview"] == []
     assert snapshot(node_root) == before
 
 
+def test_check_is_the_flag_and_dry_run_a_deprecated_alias(node_root: Path, tmp_path: Path,
+                                                          smi_xml: Path) -> None:
+    """`--check` is the one documented "show the plan" flag; `--dry-run` still works, hidden from
+    --help, with one `warning:` line; both print the same plan and write nothing."""
+    before = snapshot(node_root)
+    code, new, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check"))
+    assert code == 0 and "use --check" not in err
+    code, old, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--dry-run"))
+    assert code == 0 and old == new and "# ---- /etc/cdi/nvidia.yaml" in new
+    assert [line for line in err.splitlines() if "use --check" in line] == [
+        "warning: --dry-run is deprecated; use --check"]
+    assert snapshot(node_root) == before
+    helptext = run_join(["join", "--help"])[1]
+    assert "--check" in helptext and "--dry-run" not in helptext
+
+
 def test_output_dir_holds_what_a_join_would_write(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     before = snapshot(node_root)
     out_dir = tmp_path / "preview"
-    code, js, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--dry-run", "--output-dir",
+    code, js, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check", "--output-dir",
                                        str(out_dir), "--json"))
     assert code == 0, err
     assert snapshot(node_root) == before
@@ -67,7 +83,7 @@ def test_output_dir_holds_what_a_join_would_write(node_root: Path, tmp_path: Pat
         rel = Path(p).relative_to(out_dir)
         assert (node_root / rel).read_bytes() == Path(p).read_bytes(), rel
     code, _, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--output-dir", str(out_dir)))
-    assert code == 2 and "--output-dir goes with --dry-run" in err
+    assert code == 2 and "--output-dir goes with --check" in err
 
 
 def test_join_logs_the_real_path_under_the_root(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
@@ -76,12 +92,17 @@ def test_join_logs_the_real_path_under_the_root(node_root: Path, tmp_path: Path,
     wrote = sorted(line.removeprefix("wrote ") for line in err.splitlines() if line.startswith("wrote "))
     assert f"{node_root}/etc/containerd/config.toml" in wrote and len(wrote) == 5
     assert all(Path(p).is_file() and Path(p).is_relative_to(node_root) for p in wrote)
+    # the node operation log names each file written (node paths, never content: no token)
+    logged = (node_root / "var/log/nodeprep.log").read_text()
+    assert sorted(ln.split("]: wrote ", 1)[1] for ln in logged.splitlines()) == sorted(
+        p.removeprefix(str(node_root)) for p in wrote)
+    assert TOKEN.split(".")[1] not in logged
 
 
 def test_gpu_warning_is_printed_once(node_root: Path, tmp_path: Path) -> None:
     """No capture, no sysfs under the root: the GPU fact chain finds nothing and says so once."""
     args = ["join", "--profile", str(profile(tmp_path)), "--root", str(node_root), "--skip-preflight",
-            "--skip-discovery", "--dry-run"]
+            "--skip-discovery", "--check"]
     code, _, err = run_join(args)
     assert code == 0, err
     assert err.count("gpu: no source available") == 1
@@ -135,7 +156,7 @@ def test_dry_run_on_the_live_system_writes_nothing(tmp_path: Path) -> None:
         return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *cmd,
                                *extra], capture_output=True, text=True, env=env, timeout=120)
 
-    dry = in_ro_namespace("--dry-run")
+    dry = in_ro_namespace("--check")
     assert dry.returncode == 0, dry.stderr
     assert "# ---- /etc/containerd/conf.d/99-nodeprep-nvidia.toml" in dry.stdout
     assert "# ---- /etc/nodeprep/kubeadm-join.yaml (mode 0600" in dry.stdout

@@ -139,7 +139,7 @@ def test_secrets_are_0600_and_never_printed(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     prof = profile(tmp_path)
-    code, out, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, out, err = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 0
     assert "# ---- /etc/nodeprep/kubeadm-join.yaml (mode 0600, new, secret)" in out
     assert "token: <redacted>" in out and "k9x2mq.****************" not in out
@@ -183,7 +183,7 @@ def test_second_run_changes_nothing(node_root: Path, tmp_path: Path, smi_xml: Pa
 
 def test_missing_ca_pins_need_the_insecure_flag(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     prof = profile(tmp_path, ca_cert_hashes=[])
-    code, out, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, out, err = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 2 and out == ""
     assert err.splitlines()[0].startswith(
         f"error: {prof}: cluster.ca_cert_hashes: required in mode kubeadm to verify the cluster CA")
@@ -214,7 +214,7 @@ def test_token_file_is_checked(
     node_root: Path, tmp_path: Path, smi_xml: Path, mode: int, content: str, message: str
 ) -> None:
     write_token(node_root, mode, content)
-    code, out, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--dry-run"))
+    code, out, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check"))
     assert code == 2 and message in err
     assert content not in err and content.split(".")[-1] not in err  # the bad token is not echoed
     assert not (node_root / "etc/nodeprep/kubeadm-join.yaml").exists()
@@ -222,7 +222,7 @@ def test_token_file_is_checked(
 
 def test_missing_token_file(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     (node_root / "etc/nodeprep/bootstrap-token").unlink()
-    code, _, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--dry-run"))
+    code, _, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check"))
     assert code == 2
     assert err.splitlines()[0] == "error: cluster.token_file: /etc/nodeprep/bootstrap-token does not exist"
 
@@ -234,7 +234,7 @@ def test_labels_that_cannot_be_self_set_refuse_the_join(
     data = yaml.safe_load(prof.read_text())
     data["labels"]["extra"]["node-role.kubernetes.io/gpu"] = ""
     prof.write_text(yaml.safe_dump(data))
-    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 2
     assert "labels.extra: cannot be set by the kubelet at registration" in err
     assert "node-role.kubernetes.io/gpu" in err
@@ -242,22 +242,30 @@ def test_labels_that_cannot_be_self_set_refuse_the_join(
 
 def test_removed_flag_is_refused_with_version(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     prof = profile(tmp_path, kubelet_extra_args={"keep-terminated-pod-volumes": "true"})
-    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 2
     assert ("--keep-terminated-pod-volumes was removed in Kubernetes 1.31 (cluster is 1.31)") in err
     prof = profile(
         tmp_path, kubelet_extra_args={"keep-terminated-pod-volumes": "true"}, kubernetes_version="1.30"
     )
-    code, _, _ = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, _, _ = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 0
 
 
 def test_preflight_refuses_when_doctor_fails(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
-    """No kernel module is loaded here, so the install engineer's doctor() fails on this root."""
+    """No kernel module is loaded here (no GPU), so doctor() fails on this root: `--check` still
+    prints the whole plan with the findings in it (exit 0, nothing written); only the real join
+    refuses with one `error: preflight failed` line and writes nothing."""
     pytest.importorskip("nodeprep.node.doctor")
-    args = [
-        a for a in join_args(node_root, profile(tmp_path), smi_xml, "--dry-run") if a != "--skip-preflight"
-    ]
+    args = [a for a in join_args(node_root, profile(tmp_path), smi_xml) if a != "--skip-preflight"]
+    code, out, err = run_join([*args, "--check"])
+    assert code == 0, err
+    assert "# ---- /etc/nodeprep/kubeadm-join.yaml (mode 0600, new, secret)" in out
+    assert "# preflight (a real join refuses): nodeprep doctor failed: " in out
+    assert "warning: preflight: nodeprep doctor failed: " in err and "error:" not in err
+    code, js, _ = run_join([*args, "--check", "--json"])
+    assert code == 0 and json.loads(js)["preflight"][0].startswith("nodeprep doctor failed: ")
+    assert not (node_root / "etc/nodeprep/kubeadm-join.yaml").exists()
     code, _, err = run_join(args)
     assert code == 1
     assert err.startswith("error: preflight failed: nodeprep doctor failed: ")
@@ -332,12 +340,12 @@ def test_mode_kubelet_needs_ca_file(node_root: Path, tmp_path: Path, smi_xml: Pa
 def test_profile_without_cluster(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     prof = tmp_path / "p.yaml"
     prof.write_text("driver: {version: '535.309.01'}\n")
-    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 2 and "no cluster section; nothing to join" in err
 
 
 def test_default_profile_path_under_root(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
-    code, _, err = run_join(["join", "--root", str(node_root), "--dry-run", "--skip-preflight"])
+    code, _, err = run_join(["join", "--root", str(node_root), "--check", "--skip-preflight"])
     assert code == 2 and f"{node_root}/etc/nodeprep/node.yaml: file not found" in err
 
 
@@ -350,7 +358,7 @@ def test_flags_override_the_profile(node_root: Path, tmp_path: Path, smi_xml: Pa
     assert code == 0
     doc = yaml.safe_load((node_root / "etc/nodeprep/kubeadm-join.yaml").read_text())
     assert doc["apiVersion"] == "kubeadm.k8s.io/v1beta3" and doc["nodeRegistration"]["name"] == "gpu-7"
-    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run", "--api-server", "nope"))
+    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--check", "--api-server", "nope"))
     assert code == 2 and "cluster.api_server: 'nope' must be host:port" in err
 
 
@@ -358,7 +366,7 @@ def test_flags_nodeprep_owns_are_refused(node_root: Path, tmp_path: Path, smi_xm
     prof = profile(
         tmp_path, kubelet_extra_args={"register-with-taints": "a=b:NoSchedule", "node-labels": "x=y"}
     )
-    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, _, err = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 2
     assert (
         "cluster.kubelet_extra_args: register-with-taints: set by nodeprep from the profile; "
@@ -385,7 +393,7 @@ def test_rotated_token_never_shows_the_old_one(node_root: Path, tmp_path: Path, 
     prof = profile(tmp_path)
     assert run_join(join_args(node_root, prof, smi_xml))[0] == 0
     write_token(node_root, 0o600, "newtok.1111222233334444")
-    code, out, err = run_join(join_args(node_root, prof, smi_xml, "--dry-run"))
+    code, out, err = run_join(join_args(node_root, prof, smi_xml, "--check"))
     assert code == 0 and "(mode 0600, changed, secret)" in out
     for secret in (SECRET, "1111222233334444"):
         assert secret not in out and secret not in err
@@ -394,7 +402,7 @@ def test_rotated_token_never_shows_the_old_one(node_root: Path, tmp_path: Path, 
 def test_the_annotated_example_joins(node_root: Path, smi_xml: Path) -> None:
     """examples/node.yaml as shipped (cloud: auto finds no DMI under the temp root: no metadata query)."""
     example = Path(__file__).resolve().parents[3] / "examples" / "node.yaml"
-    code, js, _ = run_join(join_args(node_root, example, smi_xml, "--dry-run", "--json"))
+    code, js, _ = run_join(join_args(node_root, example, smi_xml, "--check", "--json"))
     assert code == 0
     data = json.loads(js)
     assert data["kubeadm_api"] == "kubeadm.k8s.io/v1beta4"

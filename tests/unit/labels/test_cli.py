@@ -112,7 +112,8 @@ def test_help() -> None:
 def test_source_names_the_only_gpu_fact_source(empty_sysfs: Path, empty_root: Path, tmp_path: Path,
                                                base_args: list[str]) -> None:
     """`--source nvml|nvidia-smi` asks that source only and fails (exit 1, the reason given) when it has
-    nothing to say - there is no driver here; `--source pci` reads sysfs only; a capture and --source
+    nothing to say - there is no driver here; `--source pci` reads sysfs only (no GPU in it here: exit 1
+too); a capture and --source
     exclude each other (scripts/gpu-check.sh relies on all three)."""
     dmi = write_dmi(tmp_path / "dmi2", sys_vendor="Dell Inc.", product_name="PowerEdge")
     args = ["labels", "--root", str(empty_root), "--sysfs-root", str(empty_sysfs), "--dmi-root", str(dmi),
@@ -122,7 +123,29 @@ def test_source_names_the_only_gpu_fact_source(empty_sysfs: Path, empty_root: Pa
         assert code == 1 and out == ""
         assert err.startswith(f"error: --source {source}: no GPU facts from it (got: pci); gpu: {source} "
                               "unavailable: ")
-    code, out, _ = run([*args, "--source", "pci"])
-    assert code == 0 and json.loads(out)["sources"]["gpu"] == "pci"
+    code, out, err = run([*args, "--source", "pci"])  # sysfs read, no NVIDIA device in it
+    assert code == 1 and out == "" and err.startswith("error: --source pci: no NVIDIA GPU found (")
     code, _, err = run([*base_args, "--source", "nvml"])
     assert code == 2 and "--source: not with --nvidia-smi-xml" in err
+
+
+def test_root_reads_its_own_sysfs(tmp_path: Path, nvidia_smi_fixtures: Path) -> None:
+    """`labels --root R` reads R/sys like `doctor --root R` does, never this host's /sys: a GPU in
+    R/sys is found through --source pci, and a root without one is exit 1 with one line (docs/labels.md:
+    a named source with nothing to say is an error), not exit 0 with no GPU labels."""
+    root = tmp_path / "root"
+    dev = root / "sys/bus/pci/devices/0000:3b:00.0"
+    dev.mkdir(parents=True)
+    for name, value in (("vendor", "0x10de"), ("device", "0x1eb8"), ("class", "0x030200")):
+        (dev / name).write_text(value + "\n")
+    args = ["labels", "--root", str(root), "--cloud", "none", "--source", "pci"]
+    code, out, err = run(args)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["sources"]["gpu"] == "pci" and data["labels"]["nvidia.com/gpu.count"] == "1"
+    empty = tmp_path / "empty"
+    (empty / "sys/bus/pci/devices").mkdir(parents=True)
+    code, out, err = run(["labels", "--root", str(empty), "--cloud", "none", "--source", "pci"])
+    assert code == 1 and out == ""
+    assert err.splitlines()[0] == (f"error: --source pci: no NVIDIA GPU found ({empty}/sys/bus/pci/devices "
+                                   "has no device with vendor 10de)")

@@ -186,6 +186,13 @@ def doctor_problems(doctor_mod, root, checks, require_cuda, expect_version):
     return problems, report.to_dict().get("checks", []), report.active
 
 
+def report_findings(module, findings):
+    """Check mode: what would stop the real run, shown as warnings (the task does not fail)."""
+    for finding in findings:
+        module.warn(f"preflight (the real run refuses): {finding}")
+    return list(findings)
+
+
 def load_profile(module, profile_mod, root, path, **options):
     """The node profile at `path` (as the node sees it, under `root`); `options` go to
     nodeprep.profile.load_profile (insecure_skip_ca_verification)."""

@@ -29,6 +29,9 @@ def run(module):
         )
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
+    if problems and module.check_mode:  # a check shows what the gate would stop on; it does not stop
+        host.report_findings(module, problems)
+        module.exit_json(changed=False, ok=False, checks=checks, active=active, preflight=problems)
     if problems:
         module.fail_json(msg="doctor: " + "; ".join(problems), ok=False, checks=checks, active=active)
     module.exit_json(changed=False, ok=True, checks=checks, active=active)

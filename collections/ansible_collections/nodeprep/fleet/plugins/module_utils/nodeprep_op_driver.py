@@ -66,7 +66,14 @@ def run(module):
         if module.check_mode:  # the library's own plan: what install would change
             before, plan = ops.plan(root, p["store"], p["version"], **request)
             after = plan.after(before)
+            findings = []
+            if p["doctor"]:  # the gate the real run ends with, on the node as it is now
+                (doctor_mod,) = host.import_nodeprep(module, "nodeprep.node.doctor")
+                findings, _, _ = host.doctor_problems(
+                    doctor_mod, root, p["doctor_checks"], p["require_cuda"], None
+                )
             module.exit_json(
+                preflight=host.report_findings(module, findings),
                 changed=plan.changes,
                 version=p["version"],
                 kernel=plan.request.kernel,

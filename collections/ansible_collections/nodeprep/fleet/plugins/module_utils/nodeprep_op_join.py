@@ -63,6 +63,7 @@ def run(module):
             discovery=not p["skip_discovery"],
             nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
             token=token if module.check_mode else None,
+            check=module.check_mode,
         )
         plan = plan_mod.plan_join(profile, options)
         summary = plan.to_dict()
@@ -77,6 +78,8 @@ def run(module):
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     out = {"changed": changed, "plan": summary, "already_joined": plan.already_joined, "commands": commands}
+    if module.check_mode:  # a real run refuses on these (apply_join); a check shows them
+        out["preflight"] = host.report_findings(module, plan.preflight)
     if module._diff:
         out["diff"] = diffs
     module.exit_json(**out)

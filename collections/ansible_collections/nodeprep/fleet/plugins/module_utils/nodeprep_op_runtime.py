@@ -25,7 +25,8 @@ def run(module):
     try:
         profile = host.load_profile(module, profile_mod, p["root"], p["profile"])
         options = plan_mod.JoinOptions(
-            root=Path(p["root"]), nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None
+            root=Path(p["root"]), nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
+            check=module.check_mode,
         )
         plan = plan_mod.plan_runtime(profile, options)
         files = [f.summary() for f in plan.files]
@@ -39,6 +40,8 @@ def run(module):
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     out = {"changed": changed, "files": files, "commands": commands, "warnings_seen": list(plan.warnings)}
+    if module.check_mode:
+        out["preflight"] = host.report_findings(module, plan.preflight)
     if module._diff:
         out["diff"] = diffs
     module.exit_json(**out)

@@ -38,6 +38,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+preflight:
+  description: >-
+    The problems the gate would stop on, also shown as warnings; in check mode the task reports them (ok
+    false) instead of failing.
+  returned: check mode
+  type: list
+  elements: str
 ok:
   description: Whether every check passed.
   returned: always

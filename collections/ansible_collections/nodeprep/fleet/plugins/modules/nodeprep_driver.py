@@ -114,6 +114,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+preflight:
+  description: >-
+    With O(doctor), the doctor's findings on the node as it is now (the gate the real run ends with),
+    also shown as warnings; check mode does not fail on them.
+  returned: check mode
+  type: list
+  elements: str
 version:
   description: The requested version.
   returned: always

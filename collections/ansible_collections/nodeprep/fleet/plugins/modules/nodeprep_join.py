@@ -69,6 +69,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+preflight:
+  description: >-
+    What would make the real run refuse (doctor's findings, no active driver for the CDI spec yet), also
+    shown as warnings; check mode does not fail on them.
+  returned: check mode
+  type: list
+  elements: str
 plan:
   description: The join plan without secrets (mode, kubeadm API, files, commands, labels, taints, warnings).
   returned: always

@@ -37,6 +37,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+preflight:
+  description: >-
+    What would make the real run refuse (no active driver for the CDI spec yet), also shown as warnings;
+    check mode does not fail on them.
+  returned: check mode
+  type: list
+  elements: str
 files:
   description: Every planned file (path, mode, changed, sha256).
   returned: always

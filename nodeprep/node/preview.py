@@ -1,0 +1,28 @@
+"""What `activate`, `rollback` and `remove` would change on this root (their `--check`): the pure
+plans of nodeprep.node.plan over the node's state now; nothing is locked or written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..vocab import DEFAULT_MODULES
+from . import system
+from .kmod import target_kernel
+from .layout import Layout, check_version
+from .plan import ActivatePlan, RemovePlan, plan_activate, plan_remove, rollback_target
+from .state import load_state
+
+
+def activation(root: Path, version: str | None, *, kernel: str | None = None,
+               modules: tuple[str, ...] = DEFAULT_MODULES) -> ActivatePlan:
+    """activate VERSION (None: the rollback target), as ops.activate/ops.rollback would plan it."""
+    layout = Layout(Path(root))
+    state = load_state(layout.root)
+    version = rollback_target(state) if version is None else check_version(version)
+    live_kernel = target_kernel(layout, kernel) if layout.live else None
+    return plan_activate(state, version, kernel=None if layout.live else kernel, live_kernel=live_kernel,
+                         drift=system.drift(layout, modules))
+
+
+def removal(root: Path, version: str) -> RemovePlan:
+    return plan_remove(load_state(Path(root)), check_version(version))
