@@ -12,26 +12,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from click.testing import CliRunner
-
 from nodeprep import artifact, runner
-from nodeprep.cli import main
 from tests.support import rawartifact as ra
+from tests.support.clirunner import error_line, invoke
 from tests.support.standin import standin_kmod, tree, userspace_artifact
 from tests.unit.join.conftest import build_payload, install_driver
 
 V1, V2 = "535.216.03", "535.309.01"
 KERNEL = "6.1.0-28-amd64"
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
-
-
-def error_line(result) -> str:  # type: ignore[no-untyped-def]
-    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 def test_install_refuses_the_issue_kmod(tmp_path: Path) -> None:

@@ -19,28 +19,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep import artifact, runner
-from nodeprep.cli import main
 from nodeprep.node import system
 from tests.support import rawartifact as ra
+from tests.support.clirunner import error_line, invoke
 from tests.support.elfsynth import compile_so
 from tests.support.standin import standin_kmod, tree
 from tests.unit.join.conftest import build_payload, install_driver
 
 V1, V2 = "535.216.03", "535.309.01"
 KERNEL = "6.1.0-28-amd64"
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
-
-
-def error_line(result) -> str:  # type: ignore[no-untyped-def]
-    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 def escaping_soname(victim: Path) -> str:

@@ -15,26 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep import artifact
-from nodeprep.cli import main
+from tests.support.clirunner import error_line, invoke
 from tests.support.httpdir import serve_directory
 from tests.support.registry import make_ca
 from tests.support.standin import KERNEL, standin_store, tree
 
 V = "535.309.01"
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
-
-
-def error_line(result) -> str:  # type: ignore[no-untyped-def]
-    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
