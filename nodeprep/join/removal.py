@@ -17,12 +17,15 @@ import json
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
+from .. import runner
+from ..node.fsutil import fsync_dir
 from ..node.hooks import Removal, Undo
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd
-from .files import under
+from .files import atomic_write, under
 from .plan import JoinOptions, plan_runtime
 
 HEADER = b"# Written by nodeprep"
@@ -33,9 +36,8 @@ def _profile(root: Path) -> Profile | None:
     return load_profile(path) if path.is_file() else None
 
 
-def _targets(root: Path) -> tuple[Runtime, list[str]]:
+def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, list[str]]:
     """The runtime settings and every node path `nodeprep runtime` writes on this root."""
-    profile = _profile(root)
     runtime = profile.runtime if profile else Runtime()
     planned: list[str] = []
     if profile is not None:
@@ -80,9 +82,10 @@ def without_import(text: str, entry: str) -> str | None:
     return None
 
 
-def plan_removal(root: Path) -> Removal:
-    """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here)."""
-    runtime, targets = _targets(root)
+def plan_removal(root: Path, profile: Profile | None = None) -> Removal:
+    """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here); `profile`: the
+    node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
+    runtime, targets = _targets(root, profile or _profile(root))
     undo: list[Undo] = []
     kept: list[str] = []
     main = runtime.containerd_config
@@ -112,3 +115,20 @@ def plan_removal(root: Path) -> Removal:
             kept.append(f"{target}: not written by nodeprep; left in place")
     restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
     return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart)
+
+
+def apply_removal(removal: Removal, *, live: bool) -> dict[str, Any]:
+    """Undo `removal` (the Ansible runtime module's state=absent; `nodeprep uninstall` does it with
+    the rest): files removed or written back, then on a live root the units restarted."""
+    for u in removal.undo:
+        if u.content is None:
+            u.path.unlink(missing_ok=True)
+            fsync_dir(u.path.parent)
+        else:
+            atomic_write(u.path, u.content, u.mode)
+    ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
+    for argv in ran:
+        runner.run(argv, timeout=300, check=False)
+    return {"changed": bool(removal.undo), "removed": [u.target for u in removal.undo if u.content is None],
+            "restored": [u.target for u in removal.undo if u.content is not None], "ran": ran,
+            "kept": list(removal.kept)}
