@@ -62,9 +62,9 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
     return out
 
 
-def debian_root(root: Path) -> Path:
-    """A node as nodeprep finds it: the distribution's folders and files, containerd configured,
-    the node profile, ld cache and module index made by the real tools."""
+def debian_root(root: Path, *, containerd: bool = True) -> Path:
+    """A node as nodeprep finds it: the distribution's folders and files, containerd configured
+    (unless not `containerd`), the node profile, ld cache and module index made by the real tools."""
     for d in ("etc/systemd/system/multi-user.target.wants", "etc/kernel/postinst.d", "etc/kernel/postrm.d",
               "usr/bin", "usr/lib/x86_64-linux-gnu", f"lib/modules/{KERNEL}/kernel", "lib/firmware",
               "var/log", "var/lib", "var/cache", "opt"):
@@ -73,9 +73,10 @@ def debian_root(root: Path) -> Path:
     (root / "etc/ld.so.conf.d/libc.conf").write_text("/usr/local/lib\n")
     (root / "etc/modprobe.d").mkdir()
     (root / "etc/modprobe.d/blacklist.conf").write_text("blacklist evbug\n")
-    (root / "etc/containerd").mkdir()
-    (root / "etc/containerd/config.toml").write_text(CONTAINERD)
-    (root / "etc/containerd/config.toml").chmod(0o600)
+    if containerd:
+        (root / "etc/containerd").mkdir()
+        (root / "etc/containerd/config.toml").write_text(CONTAINERD)
+        (root / "etc/containerd/config.toml").chmod(0o600)
     (root / "etc/nodeprep").mkdir()
     (root / "etc/nodeprep/node.yaml").write_text(yaml.safe_dump({"driver": {"version": VERSION}}))
     runner.run(["ldconfig", "-r", root], timeout=60)
@@ -122,6 +123,18 @@ def test_uninstall_returns_the_root_to_before_install(store: Path, tmp_path: Pat
 
     again = invoke("uninstall", "--root", str(root), "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["changed"] is False
+    assert snapshot(root) == before
+
+
+def test_a_containerd_config_nodeprep_made_from_nothing_goes(store: Path, tmp_path: Path) -> None:
+    root = debian_root(tmp_path / "root", containerd=False)
+    before = snapshot(root)
+    install_everything(store, root)
+    assert (root / "etc/containerd/config.toml").is_file()
+    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
+    assert {"/etc/containerd/config.toml", "/etc/containerd"} <= set(plan["remove"])
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
     assert snapshot(root) == before
 
 
