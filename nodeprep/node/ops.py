@@ -778,9 +778,10 @@ def uninstall(root: Path, *, hooks: ActivationHooks) -> UninstallResult:
     run holds the lock. Each step is idempotent and recognised from the filesystem, so a run killed
     anywhere is finished by the next one. `hooks`: join's part (nodeprep.join.activation.HOOKS)."""
     layout = Layout(Path(root))
-    # the lock (and its folder) this run makes is removed again, and is no change of the node
-    own = set() if os.path.lexists(layout.state_dir) else {layout.node_path(layout.lock_file),
-                                                           layout.node_path(layout.state_dir)}
+    # the lock (and the folders) this run makes for itself are removed again, and are no change
+    made = [d for d in (layout.state_dir, *layout.state_dir.parents) if d.is_relative_to(layout.root)
+            and d != layout.root and not os.path.lexists(d)]
+    own = {layout.node_path(layout.lock_file), *(layout.node_path(d) for d in made)} if made else set()
     with locked(layout, wait=False):
         crash_point("uninstall:locked")
         clean_leftovers(layout)
@@ -808,6 +809,11 @@ def uninstall(root: Path, *, hooks: ActivationHooks) -> UninstallResult:
             for argv in todo.commands(live=True):
                 if argv[0] == "systemctl":
                     runner.run(argv, timeout=300, check=False)
+    for folder in made[1:]:  # /var/lib, /var of an empty root (the state folder is planned)
+        try:
+            folder.rmdir()
+        except OSError:
+            break
     removed = tuple(p for p in todo.remove if p not in own)
     return UninstallResult(changed=bool(removed or todo.restore or todo.unload), removed=removed,
                            restored=todo.restore, kept=todo.kept, notes=tuple(notes))

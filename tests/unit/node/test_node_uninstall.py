@@ -199,3 +199,14 @@ def test_a_run_killed_at_a_step_is_finished_by_the_next(store: Path, tmp_path: P
     r = invoke("uninstall", "--root", str(root))
     assert r.exit_code == 0, r.output
     assert snapshot(root) == before
+
+
+def test_a_root_without_nodeprep_is_left_as_it_is(tmp_path: Path) -> None:
+    """Nothing to do: no change reported, and not even the lock's folders stay behind."""
+    root = tmp_path / "root"
+    root.mkdir()
+    check = invoke("uninstall", "--check", "--root", str(root))
+    assert check.exit_code == 0 and check.stdout == "nothing to do\n"
+    r = invoke("uninstall", "--root", str(root), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["changed"] is False
+    assert list(root.iterdir()) == []
