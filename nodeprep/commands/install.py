@@ -1,8 +1,9 @@
-"""Node driver commands: install, activate, rollback, list, remove, doctor, load-modules.
+"""Node driver commands: install, activate, rollback, list, remove, uninstall, doctor, load-modules.
 Thin: parse options, call nodeprep.node, render (text on stderr via logging, --json on stdout)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import click
@@ -14,6 +15,8 @@ from ..node.doctor import ALL_CHECKS, doctor
 from ..node.plan import ActivatePlan, InstallPlan
 from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
 from .options import check_option, emit_json, json_option, registry_options, root_option, store_options
+
+log = logging.getLogger("nodeprep")
 
 
 def _modules(value: str) -> tuple[str, ...]:
@@ -285,6 +288,47 @@ def remove_cmd(version: str, check: bool, root: Path, as_json: bool) -> None:
         click.echo(f"unchanged: {version} is not installed", err=True)
 
 
+@click.command("uninstall")
+@check_option("Print every path the uninstall would remove or write back, and change nothing.")
+@root_option
+@json_option
+def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
+    """Return the node to what it was before nodeprep: every driver version, `current`, the unit,
+    the kernel hooks, ld.so.conf.d and modprobe.d entries, entry points, the containerd drop-in and
+    CDI spec nodeprep wrote (only files nodeprep made; any other is left and named)."""
+    live = root.resolve() == Path("/")
+    if check:
+        todo = ops.plan_uninstall_of(root, HOOKS)
+        if as_json:
+            emit_json(todo.to_dict(live))
+            return
+        for path in todo.restore:
+            click.echo(f"would write back {path}")
+        for path in todo.remove:
+            click.echo(f"would remove {path}")
+        for line in todo.kept:
+            click.echo(f"would leave {line}")
+        for argv in todo.commands(live):
+            click.echo(f"would run {' '.join(argv)}")
+        if not todo.changes:
+            click.echo("nothing to do")
+        return
+    result = ops.uninstall(root, hooks=HOOKS)
+    oplog.record(root, "uninstall", [f"wrote back {p}" for p in result.restored]
+                 + [f"removed {p}" for p in result.removed])
+    for line in result.kept:
+        log.warning("warning: %s", line)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    if result.changed:
+        click.echo(f"uninstalled: {len(result.removed)} path(s) removed, {len(result.restored)} written back",
+                   err=True)
+    else:
+        click.echo("unchanged: nothing of nodeprep's on this node", err=True)
+    _print_notes(result.notes)
+
+
 @click.command("doctor")
 @click.option(
     "--require-cuda",
@@ -355,5 +399,5 @@ def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_j
 
 COMMANDS: list = [
     install_cmd, activate_cmd, rollback_cmd, list_cmd, remove_cmd, doctor_cmd, load_modules_cmd,
-    kernel_hook_cmd,
+    kernel_hook_cmd, uninstall_cmd,
 ]

@@ -3,14 +3,15 @@ the new version, and a containerd runtime binary that went missing is reported.
 
 The front-ends (CLI, bootstrap, the Ansible module) pass `HOOKS` to nodeprep.node's install,
 activate and rollback. cdi and containerd are imported when an activation runs, not when this
-module is imported: an install that activates nothing does not pay for them.
+module is imported: an install that activates nothing does not pay for them. `removal` is join's
+part of `nodeprep uninstall` (nodeprep.join.removal).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..node.hooks import ActivationHooks, FollowUp
+from ..node.hooks import ActivationHooks, FollowUp, Removal
 
 
 def refusal(root: Path) -> str | None:
@@ -32,4 +33,11 @@ def follow(root: Path, version: str) -> FollowUp:
     return FollowUp(rewritten=rewritten, notes=tuple(notes))
 
 
-HOOKS = ActivationHooks(refusal=refusal, follow=follow)
+def removal(root: Path) -> Removal:
+    """What `nodeprep uninstall` undoes of `nodeprep runtime` (nodeprep.join.removal)."""
+    from .removal import plan_removal
+
+    return plan_removal(root)
+
+
+HOOKS = ActivationHooks(refusal=refusal, follow=follow, removal=removal)

@@ -3,7 +3,8 @@
 node/ knows nothing of containers; join/ writes files (CDI specs, the containerd drop-in) that
 must follow the active version. Instead of node/ importing join/, every activation is given an
 `ActivationHooks`: `refusal` runs before anything changes (a reason to refuse, or None), `follow`
-after the switch (what it rewrote, and notes). `nodeprep.join.activation.HOOKS` is join's;
+after the switch (what it rewrote, and notes), `removal` for `uninstall` (what join wrote on this
+root, to remove or write back). `nodeprep.join.activation.HOOKS` is join's;
 `NO_HOOKS` is for a caller that has nothing above the node (tests, benches of the node alone).
 """
 
@@ -22,6 +23,33 @@ class FollowUp:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Undo:
+    """One file a layer above the node wrote, undone by `uninstall`: deleted (`content` None) or
+    written back (`content`: the file as it was before nodeprep edited it)."""
+
+    target: str  # the node's path
+    path: Path  # on this host (under the root)
+    content: bytes | None = None
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What `uninstall` undoes above the node: `undo` in order, `kept` one warning line per file at a
+    path nodeprep writes that nodeprep did not write (left as it is), `restart` the units to restart
+    on a live root once the files are gone."""
+
+    undo: tuple[Undo, ...] = ()
+    kept: tuple[str, ...] = ()
+    restart: tuple[str, ...] = ()
+
+
+def _no_removal(root: Path) -> Removal:
+    del root
+    return Removal()
+
+
 def _no_refusal(root: Path) -> str | None:
     del root
     return None
@@ -36,6 +64,7 @@ def _no_follow(root: Path, version: str) -> FollowUp:
 class ActivationHooks:
     refusal: Callable[[Path], str | None] = field(default=_no_refusal)
     follow: Callable[[Path, str], FollowUp] = field(default=_no_follow)
+    removal: Callable[[Path], Removal] = field(default=_no_removal)
 
 
 NO_HOOKS = ActivationHooks()

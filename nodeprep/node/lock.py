@@ -10,15 +10,16 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ..errors import InputError
+from ..errors import InputError, StateError
 from .layout import Layout
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def locked(layout: Layout) -> Iterator[None]:
-    """Hold the node lock; waits (and says so) while another run holds it. The kernel drops the
+def locked(layout: Layout, *, wait: bool = True) -> Iterator[None]:
+    """Hold the node lock; waits (and says so) while another run holds it, or with `wait` False
+    refuses (StateError naming the holder's pid). The kernel drops the
     lock when the holder dies, so a kill -9 never leaves it stuck. The lock file is opened without
     following a link (its directory is resolved beneath the root): a link or anything but a regular
     file there is refused, never truncated or written through."""
@@ -29,6 +30,10 @@ def locked(layout: Layout) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            if not wait:
+                where = layout.node_path(layout.lock_file)
+                raise StateError(f"another nodeprep run (pid {holder}) holds {where}",
+                                 hint="let it finish, then run it again; nothing was changed") from None
             log.info("waiting for another nodeprep run (pid %s) holding %s", holder, layout.lock_file)
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)

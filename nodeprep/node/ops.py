@@ -15,25 +15,28 @@ A version is installed, and `current` switched to it, only when it is complete (
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import runner
 from ..artifact import MANIFEST, IndexEntry, Manifest, extract
 from ..errors import InputError
 from ..log import step
 from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store, cache_path
 from ..sysfs import read_attr
-from ..vocab import DEFAULT_MODULES
+from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from . import complete, entrypoints, kernelhook, support, system
 from .crash import crash_point
 from .devices import load_modules
-from .fsutil import atomic_symlink, clean_temporaries, fsync_dir, fsync_tree
+from .fsutil import atomic_symlink, atomic_write, clean_temporaries, fsync_dir, fsync_tree
 from .hooks import ActivationHooks
 from .kmod import (
     check_modules,
@@ -43,15 +46,17 @@ from .kmod import (
     target_kernel,
     vermagic_problem,
 )
-from .layout import TEMP_PREFIXES, Layout, check_version
+from .layout import MODULE_SUBDIR, TEMP_PREFIXES, UNIT_NAME, Layout, check_version
 from .lock import locked
 from .plan import (
     InstallPlan,
     InstallRequest,
+    UninstallPlan,
     needs_index,
     plan_activate,
     plan_install,
     plan_remove,
+    plan_uninstall,
     rollback_target,
 )
 from .state import State, load_state, now, save_state
@@ -569,3 +574,267 @@ def remove(root: Path, version: str) -> RemoveResult:
 
 def list_versions(root: Path) -> State:
     return load_state(Path(root))
+
+
+# ---------------------------------------------------------------------------------------------
+# uninstall: back to the node before nodeprep
+
+# Folders an uninstall never removes, even when it leaves them empty: the distribution's. Any other
+# folder above a removed path goes too once it is empty, unless a dpkg package lists it.
+_DISTRO_DIRS = frozenset({
+    "/", "/etc", "/usr", "/usr/bin", "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/bin", "/opt", "/var",
+    "/var/lib", "/var/cache", "/var/log", "/run", "/var/run", "/lib/firmware", "/usr/lib/firmware",
+    "/etc/ld.so.conf.d", "/etc/modprobe.d", "/etc/systemd", "/etc/systemd/system",
+    "/etc/systemd/system/multi-user.target.wants", "/etc/kernel", "/etc/kernel/postinst.d",
+    "/etc/kernel/postrm.d", "/etc/default", "/etc/default/grub.d",
+    *(f"/usr/lib/{t}" for t in entrypoints.TRIPLETS.values()),
+})
+_MODULES_DIR = re.compile(r"(/usr)?/lib/modules(/[^/]+)?")
+_SCRIPT_HEADER = b"#!/bin/sh\n# Written by nodeprep"
+_HEADER = b"# Written by nodeprep"
+
+
+@dataclass(frozen=True)
+class UninstallResult:
+    changed: bool
+    removed: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"changed": self.changed, "removed": list(self.removed), "restored": list(self.restored),
+                "kept": list(self.kept), "notes": list(self.notes)}
+
+
+class _Survey:
+    """Collects what uninstall removes (node paths, in order) and what it leaves (lines)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.remove: list[str] = []
+        self.kept: list[str] = []
+
+    def node(self, path: Path) -> str:
+        return self.layout.node_path(path)
+
+    def file(self, path: Path, ours: Callable[[bytes], bool]) -> None:
+        """A file nodeprep writes: removed when `ours(content)`, else named and left."""
+        if path.is_symlink() or path.is_file():
+            try:
+                mine = not path.is_symlink() and ours(path.read_bytes())
+            except OSError:
+                mine = False
+            if mine:
+                self.remove.append(self.node(path))
+            else:
+                self.kept.append(f"{self.node(path)}: not written by nodeprep; left in place")
+        elif path.exists():
+            self.kept.append(f"{self.node(path)}: not written by nodeprep; left in place")
+
+    def link(self, path: Path, ours: Callable[[str], bool], *, name_foreign: bool = True) -> None:
+        """A symlink nodeprep makes: removed when `ours(its text)`, else (optionally) named and left."""
+        if path.is_symlink() and ours(os.readlink(path)):
+            self.remove.append(self.node(path))
+        elif name_foreign and os.path.lexists(path):
+            self.kept.append(f"{self.node(path)}: not made by nodeprep; left in place")
+
+
+def _entry_point_paths(state: State) -> list[str]:
+    libdirs = ["/usr/lib64", *(f"/usr/lib/{t}" for t in entrypoints.TRIPLETS.values())]
+    return sorted(set(state.entry_points) | {f"/usr/bin/{t}" for t in entrypoints.TOOLS}
+                  | {f"{d}/{lib}" for d in libdirs for lib in entrypoints.LIBRARIES})
+
+
+def _loaded_modules() -> tuple[str, ...]:
+    """The nvidia modules loaded now, in the order to unload them."""
+    return tuple(m for m in reversed(KERNEL_MODULES) if Path("/sys/module", m.replace("-", "_")).exists())
+
+
+def _stale_module_index(layout: Layout) -> list[str]:
+    """Kernels whose modules.dep still names nodeprep's module links (depmod to run again)."""
+    base = layout.resolved("/lib/modules")
+    stale = []
+    for kdir in sorted(base.iterdir()) if base.is_dir() else ():
+        try:
+            if f"{MODULE_SUBDIR}/" in (kdir / "modules.dep").read_text(errors="replace"):
+                stale.append(kdir.name)
+        except OSError:
+            continue
+    return stale
+
+
+def _journal(layout: Layout) -> Path:
+    """Where an uninstall notes the folders it removes once empty: a run killed after emptying a
+    folder leaves it to the next run, which finds nothing of nodeprep's left inside it."""
+    return layout.state_dir / "uninstall.json"
+
+
+def _journalled(layout: Layout) -> list[str]:
+    try:
+        data = json.loads(_journal(layout).read_text())
+    except (OSError, ValueError):
+        return []
+    folders = data.get("folders") if isinstance(data, dict) else None
+    return [f for f in folders if isinstance(f, str) and f.startswith("/") and ".." not in f.split("/")
+            and "\0" not in f] if isinstance(folders, list) else []
+
+
+def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) -> list[str]:
+    """Folders above `removed` (and the journalled `candidates`) that hold nothing else, deepest
+    first and nodeprep's state folder last; never the distribution's, nor one a dpkg package lists."""
+    journal = layout.node_path(_journal(layout))
+    gone = {*removed, journal}
+    out: list[str] = []
+    grown = True
+    while grown:
+        grown = False
+        folders = {os.path.dirname(p) for p in gone} | set(candidates)
+        for folder in sorted(folders - gone, key=lambda p: -p.count("/")):
+            if folder in _DISTRO_DIRS or _MODULES_DIR.fullmatch(folder):
+                continue
+            try:
+                host = layout.host_path(folder)
+            except InputError:
+                continue
+            if host.is_symlink() or not host.is_dir():
+                continue
+            held = {f"{folder}/{c}" for c in os.listdir(host)}
+            if held <= gone and not entrypoints.dpkg_owner(layout, folder):
+                gone.add(folder)
+                out.append(folder)
+                grown = True
+    state_dir = layout.node_path(layout.state_dir)
+    return sorted(out, key=lambda f: f == state_dir)  # stable: deepest first, the journal's folder last
+
+
+def _survey(layout: Layout, hooks: ActivationHooks) -> tuple[UninstallPlan, dict[str, bytes], list[str]]:
+    """The uninstall of this root (see uninstall()), the bytes of each file to write back and the
+    folders it removes."""
+    state = load_state(layout.root)
+    above = hooks.removal(layout.root)
+    restore = {u.target: u.content for u in above.undo if u.content is not None}
+    s = _Survey(layout)
+    s.remove += [u.target for u in above.undo if u.content is None]
+    s.kept += above.kept
+    recorded = set(state.entry_points)
+    for node_path in _entry_point_paths(state):
+        try:
+            path = layout.host_path(node_path)
+        except InputError:
+            continue
+        s.link(path, lambda text: "/current/" in text, name_foreign=node_path in recorded)
+    for event in kernelhook.EVENTS:
+        s.file(kernelhook.hook_path(layout, event), lambda raw: raw.startswith(_SCRIPT_HEADER))
+    s.file(layout.host_path(kernelhook.HOLD_FILE), lambda raw: raw.startswith(_HEADER))
+    s.link(layout.unit_wants, lambda text: text == f"../{UNIT_NAME}")
+    s.file(layout.unit, lambda raw: raw.startswith(_HEADER))
+    s.file(layout.ld_conf, lambda raw: raw == system.LD_CONF.encode())
+    s.file(layout.modprobe_conf, lambda raw: raw == system.MODPROBE_CONF.encode())
+    kernels = system.linked_kernels(layout)
+    for rel in kernels:
+        for child in sorted(layout.module_links(rel).iterdir()):
+            s.link(child, lambda text: "/current/modules/" in text)
+    firmware = layout.resolved("/lib/firmware/nvidia")
+    for child in sorted(firmware.iterdir()) if firmware.is_dir() else ():
+        s.link(child, lambda text: re.search(r"opt/nvidia/[^/]+/firmware/", text) is not None,
+               name_foreign=False)
+    if layout.opt.is_dir():
+        s.link(layout.current, lambda text: True)
+        for child in sorted(layout.opt.iterdir()):
+            if child.name == "current":
+                continue
+            ours = child.name in state.installed and not child.is_symlink()
+            if ours or child.name.startswith(TEMP_PREFIXES):
+                s.remove.append(s.node(child))
+            else:
+                s.kept.append(f"{s.node(child)}: not installed by nodeprep; left in place")
+    for path in (layout.download_dir, layout.state_file, layout.lock_file):
+        if path.exists() and not path.is_symlink():
+            s.remove.append(s.node(path))
+    folders = _empty_folders(layout, s.remove, _journalled(layout))
+    remove = s.remove + folders
+    entry_points = set(_entry_point_paths(state))
+    ldconfig = bool({s.node(layout.ld_conf), s.node(layout.opt)} & set(remove)) or any(
+        "/opt/nvidia/" in p or p in entry_points  # what a killed run left in the cache
+        for _, _, p in system.read_ld_cache(layout))
+    todo = plan_uninstall(
+        remove, sorted(restore), s.kept, loaded=_loaded_modules() if layout.live else (),
+        kernels=tuple(sorted(set(kernels) | set(_stale_module_index(layout)))), restart=above.restart,
+        ldconfig=ldconfig, unit=s.node(layout.unit))
+    return todo, restore, folders
+
+
+def plan_uninstall_of(root: Path, hooks: ActivationHooks) -> UninstallPlan:
+    """What uninstall() would do on `root` (nothing written, no lock taken): `uninstall --check`."""
+    return _survey(Layout(Path(root)), hooks)[0]
+
+
+def uninstall(root: Path, *, hooks: ActivationHooks) -> UninstallResult:
+    """Return the node to what it was before nodeprep: every file, link and folder nodeprep made
+    (recognised by content or by its record; any other file at such a path is left and named),
+    files nodeprep edited written back, modules unloaded when nothing uses them (a live root), then
+    ldconfig and depmod again (and a daemon-reload on a live root). Refuses while another nodeprep
+    run holds the lock. Each step is idempotent and recognised from the filesystem, so a run killed
+    anywhere is finished by the next one. `hooks`: join's part (nodeprep.join.activation.HOOKS)."""
+    layout = Layout(Path(root))
+    # the lock (and the folders) this run makes for itself are removed again, and are no change
+    made = [d for d in (layout.state_dir, *layout.state_dir.parents) if d.is_relative_to(layout.root)
+            and d != layout.root and not os.path.lexists(d)]
+    own = {layout.node_path(layout.lock_file), *(layout.node_path(d) for d in made)} if made else set()
+    with locked(layout, wait=False):
+        crash_point("uninstall:locked")
+        clean_leftovers(layout)
+        todo, restore, folders = _survey(layout, hooks)
+        if folders:
+            atomic_write(_journal(layout), json.dumps({"folders": folders}) + "\n")
+        notes: list[str] = []
+        if todo.unload and runner.run(["modprobe", "-r", *todo.unload], check=False,
+                                      timeout=120).returncode != 0:
+            notes.append(f"{', '.join(todo.unload)}: in use, not unloaded; a reboot unloads them")
+        for target, content in restore.items():
+            path = layout.host_path(target)
+            atomic_write(path, content, mode=path.stat().st_mode & 0o7777)
+            crash_point(f"uninstall:restored {target}")
+        for node_path in todo.remove:
+            _remove(layout, layout.host_path(node_path))
+            crash_point(f"uninstall:removed {node_path}")
+        if todo.ldconfig:
+            system.run_ldconfig(layout)
+            crash_point("uninstall:ldconfig")
+        for rel in todo.depmod:
+            if layout.resolved(f"/lib/modules/{rel}").is_dir():
+                system.depmod(layout, rel)
+        if layout.live:
+            for argv in todo.commands(live=True):
+                if argv[0] == "systemctl":
+                    runner.run(argv, timeout=300, check=False)
+    for folder in made[1:]:  # /var/lib, /var of an empty root (the state folder is planned)
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+    removed = tuple(p for p in todo.remove if p not in own)
+    return UninstallResult(changed=bool(removed or todo.restore or todo.unload), removed=removed,
+                           restored=todo.restore, kept=todo.kept, notes=tuple(notes))
+
+
+def _remove(layout: Layout, path: Path) -> None:
+    """Delete one planned path: a version root by rename then delete (a kill leaves a .removing-
+    leftover clean_leftovers finishes), the download cache whole, a folder only when empty."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.parent == layout.opt and path.is_dir():
+        doomed = layout.opt / f".removing-{path.name}-{os.getpid()}"
+        os.rename(path, doomed)
+        fsync_dir(layout.opt)
+        crash_point("uninstall:renamed")
+        shutil.rmtree(doomed)
+    elif path == layout.download_dir:
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.is_dir():
+        if path == layout.state_dir:
+            _journal(layout).unlink(missing_ok=True)
+        path.rmdir()
+    if path.parent.is_dir():
+        fsync_dir(path.parent)

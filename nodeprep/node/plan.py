@@ -246,3 +246,53 @@ def pick_kmod(entries: list[IndexEntry], version: str, kernel: str, flavour: str
         if problem:
             raise InputError(f"{entry.name}: {problem}")
     return entry
+
+
+
+@dataclass(frozen=True)
+class UninstallPlan:
+    """What `uninstall` removes, in order (node paths; a folder after what it holds), the files it
+    writes back (`restore`: nodeprep edited them), the files it leaves (`kept`: one line each, at a
+    path nodeprep writes but not written by it), the modules it unloads first (live root), and what
+    runs after: ldconfig, depmod for the kernels whose module links went, and on a live root a
+    systemd daemon-reload and the restart of the units join names (containerd)."""
+
+    remove: tuple[str, ...] = ()
+    restore: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    unload: tuple[str, ...] = ()
+    ldconfig: bool = False
+    depmod: tuple[str, ...] = ()
+    daemon_reload: bool = False
+    restart: tuple[str, ...] = ()
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.remove or self.restore or self.unload)
+
+    def commands(self, live: bool) -> list[list[str]]:
+        """The commands the apply runs (as on a live root; under --root: ldconfig -r, depmod -b)."""
+        out = [["modprobe", "-r", *self.unload]] if self.unload else []
+        out += [["ldconfig"]] if self.ldconfig else []
+        out += [["depmod", k] for k in self.depmod]
+        if live:
+            out += [["systemctl", "daemon-reload"]] if self.daemon_reload else []
+            out += [["systemctl", "try-restart", u] for u in self.restart]
+        return out
+
+    def to_dict(self, live: bool = False) -> dict[str, Any]:
+        return {"changes": self.changes, "remove": list(self.remove), "restore": list(self.restore),
+                "kept": list(self.kept), "commands": self.commands(live)}
+
+
+def plan_uninstall(remove: list[str], restore: list[str], kept: list[str], *, loaded: tuple[str, ...],
+                   kernels: tuple[str, ...], restart: tuple[str, ...], ldconfig: bool,
+                   unit: str) -> UninstallPlan:
+    """The uninstall of what the survey found: `remove` and `restore` (node paths, in order), `kept`
+    (lines), the nvidia modules `loaded` now (live root), the `kernels` whose module links go, the
+    units join asks to restart, whether the ld cache names what goes (`ldconfig`) and the unit's
+    node path (its removal needs a daemon-reload)."""
+    return UninstallPlan(
+        remove=tuple(remove), restore=tuple(restore), kept=tuple(kept), unload=loaded,
+        ldconfig=ldconfig, depmod=kernels, daemon_reload=unit in remove,
+        restart=restart if remove or restore else ())

@@ -142,6 +142,63 @@ def test_driver_module_sequence(tmp_path: Path) -> None:
     assert status == "SUCCESS"
 
 
+def test_driver_module_state_absent_uninstalls(tmp_path: Path) -> None:
+    """state=absent is `nodeprep uninstall`: check mode lists what goes and removes nothing, the run
+    removes it, a re-run changes nothing; version and store are not needed."""
+    version = "535.309.01"
+    store = standin_store(tmp_path / "work", tmp_path / "store", version)
+    root = tmp_path / "root"
+    root.mkdir()
+    args = {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
+    assert module("nodeprep_driver", args)[0] == "CHANGED"
+    installed = tree(root)
+    absent = {"root": str(root), "state": "absent"}
+    status, result = module("nodeprep_driver", absent, check=True)
+    assert status == "CHANGED" and "/opt/nvidia/current" in result["removed"], result
+    assert f"/opt/nvidia/{version}" in result["plan"]["remove"]
+    assert tree(root) == installed
+    status, result = module("nodeprep_driver", absent)
+    assert status == "CHANGED" and result["kept"] == [], result
+    for gone in ("opt/nvidia", "var/lib/nodeprep", "etc/kernel/postinst.d/nodeprep", "usr/bin/nvidia-smi",
+                 "etc/ld.so.conf.d/00-nvidia.conf", "etc/systemd/system/nodeprep-nvidia.service"):
+        assert not (root / gone).exists(), gone
+    assert module("nodeprep_driver", absent)[0] == "SUCCESS"
+    status, result = module("nodeprep_driver", {"root": str(root), "state": "active"})
+    assert status == "FAILED!" and "version, store" in result["msg"], result
+
+
+def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
+    """nodeprep_runtime state=absent: the drop-in and CDI spec nodeprep wrote go and the containerd
+    main file is byte for byte what it was; check mode first changes nothing; a re-run is unchanged."""
+    from tests.unit.join.conftest import install_driver
+
+    root = tmp_path / "root"
+    root.mkdir()
+    install_driver(root, tmp_path / "work")
+    main = root / "etc/containerd/config.toml"
+    main.parent.mkdir(parents=True)
+    original = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.9"\n'
+    main.write_text(original)
+    profile = root / "etc/nodeprep/node.yaml"
+    profile.parent.mkdir(parents=True)
+    profile.write_text(yaml.safe_dump(PROFILE))
+    args = {"root": str(root), "nvidia_smi_xml": str(CAPTURE)}
+    assert module("nodeprep_runtime", args)[0] == "CHANGED"
+    written = tree(root)
+    assert main.read_text() != original and "etc/cdi/nvidia.yaml" in written
+    status, result = module("nodeprep_runtime", {"root": str(root), "state": "absent"}, check=True)
+    assert status == "CHANGED" and result["restored"] == ["/etc/containerd/config.toml"], result
+    assert sorted(result["removed"]) == ["/etc/cdi/nvidia.yaml",
+                                         "/etc/containerd/conf.d/99-nodeprep-nvidia.toml"]
+    assert tree(root) == written
+    status, result = module("nodeprep_runtime", {"root": str(root), "state": "absent"})
+    assert status == "CHANGED" and result["kept"] == [], result
+    assert main.read_text() == original
+    assert not (root / "etc/cdi/nvidia.yaml").exists()
+    assert not (root / "etc/containerd/conf.d/99-nodeprep-nvidia.toml").exists()
+    assert module("nodeprep_runtime", {"root": str(root), "state": "absent"})[0] == "SUCCESS"
+
+
 def test_doctor_module_fails_with_the_problems(tmp_path: Path) -> None:
     """The gate fails on its problems; in check mode it reports them (ok false, `preflight`) and the
     play goes on, like the driver module's check with `doctor`."""

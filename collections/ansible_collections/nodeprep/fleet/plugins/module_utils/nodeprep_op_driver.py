@@ -16,12 +16,12 @@ FLAVOURS = ["proprietary", "open"]
 
 def argument_spec():
     return host.node_argument_spec(
-        version={"type": "str", "required": True},
-        store={"type": "str", "required": True},
+        version={"type": "str"},
+        store={"type": "str"},
         registry_auth={"type": "path"},
         ca_file={"type": "path"},
         insecure_http={"type": "bool", "default": False},
-        state={"type": "str", "choices": ["present", "active"], "default": "active"},
+        state={"type": "str", "choices": ["present", "active", "absent"], "default": "active"},
         kernel={"type": "str"},
         flavour={"type": "str", "choices": list(FLAVOURS)},
         arch={"type": "str", "default": "amd64"},
@@ -32,6 +32,10 @@ def argument_spec():
         require_cuda={"type": "str"},
         keep_boot_kernel={"type": "bool", "default": False},
     )
+
+
+# version and store name what to install; state=absent installs nothing
+REQUIRED_IF = [("state", "present", ["version", "store"]), ("state", "active", ["version", "store"])]
 
 
 def snapshot(state):
@@ -50,6 +54,9 @@ def run(module):
     from pathlib import Path
 
     root = Path(p["root"])
+    if p["state"] == "absent":
+        uninstall(module, ops, join_activation.HOOKS, root)
+        return
     activate = p["state"] == "active"
     request = {
         "kernel": p["kernel"],
@@ -123,5 +130,30 @@ def run(module):
     module.exit_json(**out)
 
 
+def uninstall(module, ops, hooks, root):
+    """state=absent: `nodeprep uninstall` (check mode: its plan, `nodeprep uninstall --check`)."""
+    from pathlib import Path
+
+    live = root.resolve() == Path("/")
+    try:
+        if module.check_mode:
+            plan = ops.plan_uninstall_of(root, hooks)
+            for line in plan.kept:
+                module.warn(line)
+            module.exit_json(changed=plan.changes, version=module.params["version"], active=None,
+                             installed=[], loaded=False, reboot_required=False,
+                             notes=["check mode: nothing removed"], removed=list(plan.remove),
+                             restored=list(plan.restore), kept=list(plan.kept), plan=plan.to_dict(live))
+        result = ops.uninstall(root, hooks=hooks)
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
+    for line in result.kept:
+        module.warn(line)
+    module.exit_json(changed=result.changed, version=module.params["version"], active=None, installed=[],
+                     loaded=False, reboot_required=any("reboot" in n for n in result.notes),
+                     notes=list(result.notes), removed=list(result.removed), restored=list(result.restored),
+                     kept=list(result.kept))
+
+
 def main():
-    run(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True))
+    run(AnsibleModule(argument_spec=argument_spec(), required_if=REQUIRED_IF, supports_check_mode=True))

@@ -13,13 +13,43 @@ def argument_spec():
     return host.node_argument_spec(
         profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
         nvidia_smi_xml={"type": "path"},
+        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
     )
+
+
+def remove(module, removal_mod, profile_mod):
+    """state=absent: undo what nodeprep runtime wrote (nodeprep.join.removal); check mode: the plan."""
+    from pathlib import Path
+
+    p = module.params
+    root = Path(p["root"])
+    try:
+        profile = None
+        if Path(host.under_root(p["root"], p["profile"])).is_file():
+            profile = host.load_profile(module, profile_mod, p["root"], p["profile"])
+        removal = removal_mod.plan_removal(root, profile)
+        if module.check_mode:
+            result = {"changed": bool(removal.undo), "kept": list(removal.kept),
+                      "removed": [u.target for u in removal.undo if u.content is None],
+                      "restored": [u.target for u in removal.undo if u.content is not None], "ran": []}
+        else:
+            result = removal_mod.apply_removal(removal, live=root.resolve() == Path("/"))
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
+    for line in result["kept"]:
+        module.warn(line)
+    module.exit_json(changed=result["changed"], files=[], commands=result["ran"], warnings_seen=[],
+                     removed=result["removed"], restored=result["restored"], kept=result["kept"])
 
 
 def run(module):
     """The nodeprep_runtime task on a validated AnsibleModule (see modules/nodeprep_runtime.py)."""
     p = module.params
     plan_mod, profile_mod = host.import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
+    if p["state"] == "absent":
+        (removal_mod,) = host.import_nodeprep(module, "nodeprep.join.removal")
+        remove(module, removal_mod, profile_mod)
+        return
     from pathlib import Path
 
     try:

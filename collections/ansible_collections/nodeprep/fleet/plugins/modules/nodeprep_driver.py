@@ -16,6 +16,11 @@ description:
     records the store in C(/var/lib/nodeprep/state.json), so a kernel package installed later gets the
     active driver's modules from the store before the reboot.
   - C(changed) is the library's own answer (something was unpacked, linked, written or switched).
+  - O(state=absent) is C(nodeprep uninstall). Every driver version, C(/opt/nvidia/current), the unit,
+    the kernel hooks, the ld.so.conf.d and modprobe.d entries, the entry points, and the containerd
+    drop-in and CDI spec C(nodeprep runtime) wrote are removed, the containerd main file written
+    back, and ldconfig and depmod run again; a file nodeprep did not write is left and named in a
+    warning. In check mode it returns the plan and removes nothing.
   - In check mode nothing is fetched or written; the result is the library's install plan
     (C(nodeprep install --check)), which says what is missing for the version and kernel, whether
     C(current) would switch, which files of the activation would be rewritten and which kernel
@@ -29,15 +34,16 @@ options:
     type: path
     default: /
   version:
-    description: Full driver version, for example V(535.309.01).
+    description:
+      - Full driver version, for example V(535.309.01).
+      - Required unless O(state=absent).
     type: str
-    required: true
   store:
     description:
       - Artifact store holding C(index.json) (directory, C(file://) or C(http(s\)://) base URL), or an OCI
         registry repository C(oci://HOST[:PORT]/REPO), optionally pinned as C(...@sha256:<index digest>).
+      - Required unless O(state=absent).
     type: str
-    required: true
   registry_auth:
     description:
       - Docker-style C(config.json) on the node with the registry's credentials (mode 0600; refused
@@ -51,9 +57,11 @@ options:
     type: bool
     default: false
   state:
-    description: V(present) installs only; V(active) also makes it the active driver.
+    description:
+      - V(present) installs only; V(active) also makes it the active driver.
+      - V(absent) uninstalls nodeprep's driver and everything it wrote for it (C(nodeprep uninstall)).
     type: str
-    choices: [present, active]
+    choices: [present, active, absent]
     default: active
   kernel:
     description:
@@ -157,10 +165,27 @@ notes:
   elements: str
 plan:
   description:
+    - With O(state=absent), the uninstall plan (C(changes), C(remove), C(restore), C(kept), C(commands)),
+      as C(nodeprep uninstall --check --json) prints it.
     - The library's install plan (C(changes), C(install_userspace), C(install_kmod), C(activation) with
       C(switch) and C(rewrite), C(notes)), as C(nodeprep install --check --json) prints it.
   returned: in check mode
   type: dict
+removed:
+  description: Node paths removed (in check mode, that would be removed), with O(state=absent).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+restored:
+  description: Node paths of files nodeprep had edited, written back, with O(state=absent).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+kept:
+  description: Files at paths nodeprep writes that nodeprep did not write, left (also warnings).
+  returned: when O(state=absent)
+  type: list
+  elements: str
 doctor:
   description: The doctor gate run in this call (C(ok), C(checks)).
   returned: when O(doctor) is set and nothing changed

@@ -13,6 +13,10 @@ description:
     spec pointing at the active driver root.
   - Check mode calls only the plan; C(changed) and the diff come from comparing each rendered file
     with the one on disk.
+  - O(state=absent) undoes what C(nodeprep runtime) wrote (C(nodeprep.join.removal)), the runtime part
+    of C(nodeprep uninstall). The drop-in and CDI specs nodeprep wrote are removed, and the imports entry
+    is taken out of the containerd main file again. A file at those paths that nodeprep did not
+    write is left and named in a warning.
 version_added: "0.1.0"
 options:
   root:
@@ -26,6 +30,11 @@ options:
   nvidia_smi_xml:
     description: Read the GPU list for the CDI spec from this C(nvidia-smi -q -x) capture.
     type: path
+  state:
+    description: V(present) writes the files; V(absent) removes what nodeprep wrote.
+    type: str
+    choices: [present, absent]
+    default: present
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
@@ -54,6 +63,21 @@ commands:
   returned: always
   type: list
   elements: list
+removed:
+  description: Node paths removed (check mode, that would be removed), with O(state=absent).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+restored:
+  description: Node paths written back (the containerd main file), with O(state=absent).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+kept:
+  description: Files at those paths nodeprep did not write, left in place (also warnings).
+  returned: when O(state=absent)
+  type: list
+  elements: str
 warnings_seen:
   description: What the plan warned about.
   returned: always

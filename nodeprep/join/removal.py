@@ -1,0 +1,134 @@
+"""What `nodeprep runtime` wrote, undone by `nodeprep uninstall` (join's part of it, handed to
+nodeprep.node.ops.uninstall as `ActivationHooks.removal`).
+
+The paths are the ones `nodeprep runtime` plans (plan_runtime over the node's profile,
+/etc/nodeprep/node.yaml under the root; the profile defaults when there is none), so a file runtime
+learns to write is undone without a list kept here, plus the CDI specs nodeprep wrote in the other
+spec directories. A file is removed only when nodeprep wrote it, recognised by the header every file
+it writes starts with; any other file at such a path is left and named. The containerd main file
+only ever gained one `imports` entry: that entry is taken out again, and the file is written back to
+the bytes it had (checked by adding the entry again, which must give the file as it is now); a file
+nodeprep made from nothing (only `version = 2` and the entry) is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .. import runner
+from ..node.fsutil import fsync_dir
+from ..node.hooks import Removal, Undo
+from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
+from . import cdi as cdimod
+from . import containerd as ctd
+from .files import atomic_write, under
+from .plan import JoinOptions, plan_runtime
+
+HEADER = b"# Written by nodeprep"
+
+
+def _profile(root: Path) -> Profile | None:
+    path = Path(root) / DEFAULT_PATH.relative_to("/")
+    return load_profile(path) if path.is_file() else None
+
+
+def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, list[str]]:
+    """The runtime settings and every node path `nodeprep runtime` writes on this root."""
+    runtime = profile.runtime if profile else Runtime()
+    planned: list[str] = []
+    if profile is not None:
+        planned = [f.target for f in plan_runtime(profile, JoinOptions(root=Path(root), check=True)).files]
+    main = runtime.containerd_config
+    defaults = [main, f"{ctd.drop_in_dir(main)}/{ctd.DROP_IN_NAME}",
+                *(f"{d}/{cdimod.SPEC_NAME}" for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS))]
+    return runtime, list(dict.fromkeys([*planned, *defaults]))
+
+
+def _import_line(entries: list[str]) -> str:
+    return "imports = [" + ", ".join(json.dumps(x, ensure_ascii=False) for x in entries) + "]"
+
+
+def without_import(text: str, entry: str) -> str | None:
+    """`text` as it was before containerd.with_import added `entry` (with_import of the result gives
+    `text` back); "" for a file with_import made from nothing; None when no such text is found (then
+    the caller leaves the file)."""
+    data = tomllib.loads(text) if text.strip() else {}
+    imports = data.get("imports")
+    if not isinstance(imports, list) or entry not in imports:
+        return text
+    if text == f"version = 2\n{_import_line([entry])}\n":
+        return ""
+    m = re.search(r"(?m)^[ \t]*imports[ \t]*=[ \t]*\[", text[: ctd._first_table(text)])
+    if not m:
+        return None
+    end = ctd._array_end(text, m.end() - 1)
+    head, tail = text[: m.start()], text[end:]
+    rest = [x for x in imports if x != entry]
+    if rest:
+        candidates = [head + _import_line(rest) + tail]
+    else:
+        tail = tail.removeprefix("\n")
+        candidates = [head + tail.removeprefix("\n"), head + tail, head.removesuffix("\n") + tail]
+    for candidate in candidates:
+        try:
+            if ctd.with_import(candidate, entry) == text:
+                return candidate
+        except (ValueError, tomllib.TOMLDecodeError):
+            continue
+    return None
+
+
+def plan_removal(root: Path, profile: Profile | None = None) -> Removal:
+    """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here); `profile`: the
+    node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
+    runtime, targets = _targets(root, profile or _profile(root))
+    undo: list[Undo] = []
+    kept: list[str] = []
+    main = runtime.containerd_config
+    seen: set[Path] = set()
+    for target in targets:
+        path = under(Path(root), target, follow_last=False)
+        if path in seen:  # /var/run/cdi and /run/cdi: one folder
+            continue
+        seen.add(path)
+        if path.is_symlink() or not path.is_file():
+            if path.is_symlink() or path.exists():
+                kept.append(f"{target}: not a regular file nodeprep wrote; left in place")
+            continue
+        raw = path.read_bytes()
+        if target == main:
+            text = raw.decode("utf-8", "replace")
+            before = without_import(text, ctd.import_entry(main))
+            if before is None:
+                kept.append(f"{target}: its imports entry {ctd.import_entry(main)} could not be taken out "
+                            "without changing other settings; left in place")
+            elif before != text:
+                undo.append(Undo(target, path, before.encode() if before else None,
+                                 path.stat().st_mode & 0o7777))
+        elif raw.startswith(HEADER):
+            undo.append(Undo(target, path))
+        else:
+            kept.append(f"{target}: not written by nodeprep; left in place")
+    restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
+    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart)
+
+
+def apply_removal(removal: Removal, *, live: bool) -> dict[str, Any]:
+    """Undo `removal` (the Ansible runtime module's state=absent; `nodeprep uninstall` does it with
+    the rest): files removed or written back, then on a live root the units restarted."""
+    for u in removal.undo:
+        if u.content is None:
+            u.path.unlink(missing_ok=True)
+            fsync_dir(u.path.parent)
+        else:
+            atomic_write(u.path, u.content, u.mode)
+    ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
+    for argv in ran:
+        runner.run(argv, timeout=300, check=False)
+    return {"changed": bool(removal.undo), "removed": [u.target for u in removal.undo if u.content is None],
+            "restored": [u.target for u in removal.undo if u.content is not None], "ran": ran,
+            "kept": list(removal.kept)}

@@ -1,0 +1,212 @@
+"""`nodeprep uninstall` through the real CLI on a test root: a tree snapshot (paths, modes, link
+targets, content hashes) before `install --activate` + `runtime` equals the one after `uninstall`;
+`--check` changes nothing and lists every path; a file nodeprep did not write is left and named; a
+run killed at any step is finished by the next one; another run's lock refuses it.
+
+Artifacts are real (tests/support/standin.py); ldconfig and depmod run for real under the root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from nodeprep import runner
+from nodeprep.cli import main
+from nodeprep.node.layout import Layout
+from nodeprep.node.lock import locked
+from tests.support.fixtures import NVIDIA_SMI
+from tests.support.standin import KERNEL, standin_store
+
+REPO = Path(__file__).resolve().parents[3]
+VERSION = "535.309.01"
+OPLOG = "var/log/nodeprep.log"  # the one file uninstall leaves: the node operation log (docs/node.md)
+CONTAINERD = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("uninstall")
+    return standin_store(work, work / "store", VERSION)
+
+
+def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every path under `root` (links not followed): mode, link text or content hash."""
+    out: dict[str, tuple[object, ...]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            rel = p.relative_to(root).as_posix()
+            if rel == OPLOG:
+                continue
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode))
+            else:
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+def debian_root(root: Path, *, containerd: bool = True) -> Path:
+    """A node as nodeprep finds it: the distribution's folders and files, containerd configured
+    (unless not `containerd`), the node profile, ld cache and module index made by the real tools."""
+    for d in ("etc/systemd/system/multi-user.target.wants", "etc/kernel/postinst.d", "etc/kernel/postrm.d",
+              "usr/bin", "usr/lib/x86_64-linux-gnu", f"lib/modules/{KERNEL}/kernel", "lib/firmware",
+              "var/log", "var/lib", "var/cache", "opt"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    (root / "etc/ld.so.conf.d").mkdir()
+    (root / "etc/ld.so.conf.d/libc.conf").write_text("/usr/local/lib\n")
+    (root / "etc/modprobe.d").mkdir()
+    (root / "etc/modprobe.d/blacklist.conf").write_text("blacklist evbug\n")
+    if containerd:
+        (root / "etc/containerd").mkdir()
+        (root / "etc/containerd/config.toml").write_text(CONTAINERD)
+        (root / "etc/containerd/config.toml").chmod(0o600)
+    (root / "etc/nodeprep").mkdir()
+    (root / "etc/nodeprep/node.yaml").write_text(yaml.safe_dump({"driver": {"version": VERSION}}))
+    runner.run(["ldconfig", "-r", root], timeout=60)
+    runner.run(["depmod", "-b", root, KERNEL], timeout=60)
+    return root
+
+
+def install_everything(store: Path, root: Path) -> None:
+    r = invoke("install", "--store", str(store), "--driver", VERSION, "--kernel", KERNEL, "--activate",
+               "--root", str(root))
+    assert r.exit_code == 0, r.output
+    r = invoke("runtime", "--root", str(root), "--nvidia-smi-xml",
+               str(NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"))
+    assert r.exit_code == 0, r.output
+    for written in ("etc/cdi/nvidia.yaml", "etc/containerd/conf.d/99-nodeprep-nvidia.toml",
+                    "usr/bin/nvidia-smi", "etc/kernel/postinst.d/nodeprep", "opt/nvidia/current"):
+        assert os.path.lexists(root / written), written
+
+
+def test_uninstall_returns_the_root_to_before_install(store: Path, tmp_path: Path) -> None:
+    root = debian_root(tmp_path / "root")
+    before = snapshot(root)
+    install_everything(store, root)
+    installed = snapshot(root)
+
+    check = invoke("uninstall", "--check", "--json", "--root", str(root))
+    assert check.exit_code == 0, check.output
+    plan = json.loads(check.stdout)
+    assert snapshot(root) == installed  # --check changes nothing
+    # every path nodeprep added is listed (itself, or a version root or cache above it), and
+    # nothing that was there before
+    added = {"/" + p for p in set(installed) - set(before)}
+    listed = set(plan["remove"])
+    assert {p for p in added if not any(p == r or p.startswith(r + "/") for r in listed)} == set()
+    assert not {p for p in plan["remove"] if p.lstrip("/") in before}
+    assert plan["restore"] == ["/etc/containerd/config.toml"]
+    assert ["ldconfig"] in plan["commands"] and ["depmod", KERNEL] in plan["commands"]
+
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert snapshot(root) == before
+    assert (root / "etc/containerd/config.toml").read_text() == CONTAINERD
+    assert "uninstall" in (root / OPLOG).read_text()
+
+    again = invoke("uninstall", "--root", str(root), "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["changed"] is False
+    assert snapshot(root) == before
+
+
+def test_a_containerd_config_nodeprep_made_from_nothing_goes(store: Path, tmp_path: Path) -> None:
+    root = debian_root(tmp_path / "root", containerd=False)
+    before = snapshot(root)
+    install_everything(store, root)
+    assert (root / "etc/containerd/config.toml").is_file()
+    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
+    assert {"/etc/containerd/config.toml", "/etc/containerd"} <= set(plan["remove"])
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert snapshot(root) == before
+
+
+def test_a_file_nodeprep_did_not_write_is_left_and_named(store: Path, tmp_path: Path) -> None:
+    root = debian_root(tmp_path / "root")
+    install_everything(store, root)
+    spec = root / "etc/cdi/nvidia.yaml"
+    spec.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")  # the admin's own spec now
+    (root / "etc/ld.so.conf.d/00-nvidia.conf").write_text("/opt/other/lib\n")
+    check = invoke("uninstall", "--check", "--root", str(root))
+    assert "would leave /etc/cdi/nvidia.yaml: not written by nodeprep" in check.stdout
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert spec.read_text().startswith("cdiVersion")
+    assert (root / "etc/ld.so.conf.d/00-nvidia.conf").read_text() == "/opt/other/lib\n"
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert any("/etc/cdi/nvidia.yaml" in w for w in warnings)
+    assert any("/etc/ld.so.conf.d/00-nvidia.conf" in w for w in warnings)
+    assert not (root / "opt/nvidia").exists() and not (root / "usr/bin/nvidia-smi").exists()
+
+
+def test_another_run_holding_the_lock_refuses_it(store: Path, tmp_path: Path) -> None:
+    root = debian_root(tmp_path / "root")
+    install_everything(store, root)
+    installed = snapshot(root)
+    with locked(Layout(root)):
+        r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code != 0
+    error = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "another nodeprep run" in error[0]
+    installed.pop("var/lib/nodeprep/lock")
+    now = snapshot(root)
+    now.pop("var/lib/nodeprep/lock")
+    assert now == installed
+
+
+CRASH_POINTS = [
+    "uninstall:locked",
+    "uninstall:restored /etc/containerd/config.toml",
+    "uninstall:removed /etc/cdi/nvidia.yaml",
+    "uninstall:removed /usr/bin/nvidia-smi",
+    f"uninstall:removed /lib/modules/{KERNEL}/updates/nodeprep/nvidia.ko",
+    "uninstall:removed /opt/nvidia/current",
+    "uninstall:renamed",
+    f"uninstall:removed /opt/nvidia/{VERSION}",
+    "uninstall:removed /var/lib/nodeprep/state.json",
+    "uninstall:ldconfig",
+]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_run_killed_at_a_step_is_finished_by_the_next(store: Path, tmp_path: Path, point: str) -> None:
+    root = debian_root(tmp_path / "root")
+    before = snapshot(root)
+    install_everything(store, root)
+    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
+    assert point.split(" ", 1)[-1] in [*plan["remove"], *plan["restore"]] or " " not in point
+    killed = subprocess.run([sys.executable, "-m", "nodeprep.cli", "uninstall", "--root", str(root)],
+                            env={**os.environ, "NODEPREP_CRASH_AT": point}, capture_output=True,
+                            text=True, timeout=120, cwd=REPO)
+    assert killed.returncode == -9, killed.stderr
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert snapshot(root) == before
+
+
+def test_a_root_without_nodeprep_is_left_as_it_is(tmp_path: Path) -> None:
+    """Nothing to do: no change reported, and not even the lock's folders stay behind."""
+    root = tmp_path / "root"
+    root.mkdir()
+    check = invoke("uninstall", "--check", "--root", str(root))
+    assert check.exit_code == 0 and check.stdout == "nothing to do\n"
+    r = invoke("uninstall", "--root", str(root), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["changed"] is False
+    assert list(root.iterdir()) == []
