@@ -3,7 +3,7 @@
 # `nvidia-smi -q -x` must agree; the loaded module, NVML, nvidia-smi and libnvidia-ml name one
 # driver version and CUDA matches nodeprep's table; `nodeprep doctor` on the live system; the CDI
 # spec generated from the live driver's libraries is valid. Prints a short report (docs/labels.md).
-# With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as in ../shared/nvidia) also:
+# With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPREP_NVIDIA_BIN has them) also:
 # GFD --oneshot vs `nodeprep labels`, `nvidia-ctk cdi generate` vs nodeprep's spec (differences
 # listed), and the GPU Operator's validator against a nodeprep-layout root (scripts/gpu_check.py).
 #

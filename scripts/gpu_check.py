@@ -9,7 +9,7 @@ check and a closing summary; exit 0 when every check passed, 1 when one failed.
 3. doctor   `nodeprep doctor` on / (gpu + device nodes; every check when nodeprep installed the driver)
 4. cdi      the CDI spec generated from the live driver's libraries (mirrored into a driver root under
             --work) is valid against the CDI schema, and its mounts and device nodes exist
-With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as in ../shared/nvidia):
+With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPREP_NVIDIA_BIN has them):
 5. gfd       `gpu-feature-discovery --oneshot` and `nodeprep labels` give the same nvidia.com labels
              but for the documented keys (GFD_ONLY, NODEPREP_ONLY; docs/labels.md)
 6. ctk       `nvidia-ctk cdi generate` for the live driver beside nodeprep's spec of check 4: the
@@ -383,10 +383,10 @@ def copy_into(root: Path, binary: Path, dest: str) -> None:
     shutil.copy2(binary, out)
 
 
-def copy_device_nodes(root: Path) -> list[str]:
-    """ROOT/dev/null and copies of the live /dev/nvidia* character devices (same numbers)."""
+def copy_device_nodes(root: Path, *, gpu: bool = True) -> list[str]:
+    """ROOT/dev/null and (`gpu`) copies of the live /dev/nvidia* character devices (same numbers)."""
     (root / "dev").mkdir(exist_ok=True)
-    nodes = ["/dev/null", *sorted(str(p) for p in Path("/dev").glob("nvidia*") if p.is_char_device())]
+    nodes = ["/dev/null", *sorted(str(p) for p in Path("/dev").glob("nvidia*") if gpu and p.is_char_device())]
     for node in nodes:
         st = os.stat(node)
         os.mknod(root / node.lstrip("/"), stat.S_IFCHR | 0o666, st.st_rdev)
@@ -408,7 +408,7 @@ def check_validator(report: Report, work: Path, validator: Path | None, driver: 
         copy_libraries(root, smi)  # glibc, as any distribution has
     try:
         nodes = copy_device_nodes(root)
-        copy_device_nodes(ctr)
+        copy_device_nodes(ctr, gpu=False)
     except OSError as e:
         report.line("validator", False, f"cannot make device nodes under {root} ({e.strerror}): needs root")
         return

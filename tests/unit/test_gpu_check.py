@@ -250,3 +250,31 @@ def test_nvidia_bin_must_name_a_directory(tmp_path: Path) -> None:
         bad = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2
         assert bad.stderr.startswith("usage: scripts/gpu-check.sh [--keep] [--nvidia-bin DIR]")
+
+
+def test_nvidia_binaries_plain_zst_or_xz(tmp_path: Path) -> None:
+    """--nvidia-bin takes NAME, NAME.zst (long window, as in the tests' NODEPREP_NVIDIA_BIN) or NAME.xz
+    (as brought to the GPU machine): compressed ones come out byte for byte, executable, in the work
+    directory."""
+    import importlib.util
+    import lzma
+
+    import zstandard
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    src, work = tmp_path / "bin", tmp_path / "work"
+    src.mkdir()
+    work.mkdir()
+    body = {name: f"#!/bin/sh\necho {name}\n".encode() * 100 for name in ("plain", "zst", "xz")}
+    (src / "plain").write_bytes(body["plain"])
+    (src / "plain").chmod(0o755)
+    (src / "zst.zst").write_bytes(zstandard.ZstdCompressor(level=19).compress(body["zst"]))
+    (src / "xz.xz").write_bytes(lzma.compress(body["xz"]))
+    for name, data in body.items():
+        path = gpu_check.nvidia_binary(src, work, name)
+        assert path is not None and path.read_bytes() == data and os.access(path, os.X_OK)
+        assert path == (src / name if name == "plain" else work / "nvidia-bin" / name)
+    assert gpu_check.nvidia_binary(src, work, "absent") is None
