@@ -3,8 +3,11 @@
 # `nvidia-smi -q -x` must agree; the loaded module, NVML, nvidia-smi and libnvidia-ml name one
 # driver version and CUDA matches nodeprep's table; `nodeprep doctor` on the live system; the CDI
 # spec generated from the live driver's libraries is valid. Prints a short report (docs/labels.md).
+# With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPREP_NVIDIA_BIN has them) also:
+# GFD --oneshot vs `nodeprep labels`, `nvidia-ctk cdi generate` vs nodeprep's spec (differences
+# listed), and the GPU Operator's validator against a nodeprep-layout root (scripts/gpu_check.py).
 #
-#   scripts/gpu-check.sh [--keep]      (--keep: leave the temp directory for a look)
+#   scripts/gpu-check.sh [--keep] [--nvidia-bin DIR]   (--keep: leave the temp directory for a look)
 #
 # Builds nothing and changes nothing outside one temp directory (its venv, the capture, the spec).
 # Python: $PYTHON (default python3) with this checkout on PYTHONPATH when it has nodeprep's
@@ -16,11 +19,19 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 keep=0
-case "${1:-}" in
-    --keep) keep=1 ;;
-    "") ;;
-    *) echo "usage: scripts/gpu-check.sh [--keep]" >&2; exit 2 ;;
-esac
+nvidia_bin=""
+usage() { echo "usage: scripts/gpu-check.sh [--keep] [--nvidia-bin DIR]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --keep) keep=1 ;;
+        --nvidia-bin)
+            if [ $# -lt 2 ] || [ ! -d "$2" ]; then usage; fi
+            nvidia_bin=$(cd "$2" && pwd)
+            shift ;;
+        *) usage ;;
+    esac
+    shift
+done
 
 why=""
 [ -r /proc/driver/nvidia/version ] || why="no /proc/driver/nvidia/version: the nvidia kernel module is not loaded"
@@ -79,7 +90,7 @@ fi
 
 cd "$work"
 set +e
-PYTHONPATH="$repo" "$py" "$repo/scripts/gpu_check.py" --work "$work"
+PYTHONPATH="$repo" "$py" "$repo/scripts/gpu_check.py" --work "$work" ${nvidia_bin:+--nvidia-bin "$nvidia_bin"}
 rc=$?
 set -e
 exit "$rc"

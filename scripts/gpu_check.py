@@ -9,6 +9,14 @@ check and a closing summary; exit 0 when every check passed, 1 when one failed.
 3. doctor   `nodeprep doctor` on / (gpu + device nodes; every check when nodeprep installed the driver)
 4. cdi      the CDI spec generated from the live driver's libraries (mirrored into a driver root under
             --work) is valid against the CDI schema, and its mounts and device nodes exist
+With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPREP_NVIDIA_BIN has them):
+5. gfd       `gpu-feature-discovery --oneshot` and `nodeprep labels` give the same nvidia.com labels
+             but for the documented keys (GFD_ONLY, NODEPREP_ONLY; docs/labels.md)
+6. ctk       `nvidia-ctk cdi generate` for the live driver beside nodeprep's spec of check 4: the
+             differences (device names, device nodes, mounted files, hooks) listed below the line
+7. validator the GPU Operator's `nvidia-validator -c driver` against the mirrored root with nodeprep's
+             stable entry points (nodeprep.node.entrypoints), chrooted as in its container (root at
+             /host): it must find and run the root's nvidia-smi ("Detected a pre-installed driver")
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +36,9 @@ from nodeprep.artifact import MANIFEST, FileEntry, Manifest, sha256_file
 from nodeprep.join import cdi
 from nodeprep.join import gpus as gpumod
 from nodeprep.labels.system import os_release
+from nodeprep.node import entrypoints
 from nodeprep.node.doctor import loaded_version
+from nodeprep.node.layout import Layout
 from nodeprep.profile import Driver
 
 # Labels one source can give and the other cannot (nvidia-smi -q -x has no compute capability, so
@@ -35,6 +46,11 @@ from nodeprep.profile import Driver
 ONLY_NVML = {"nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor", "nvidia.com/gpu.family"}
 IGNORED = {"nodeprep.dev/gpu-source"}
 USERSPACE_LIB = re.compile(r"^lib(?:cuda|nvidia-[a-z0-9-]+|nvcuvid|nvoptix)\.so\.(\d+\.\d+(?:\.\d+)?)$")
+# nvidia.com keys one side sets on purpose (docs/labels.md): GFD's run timestamp and NVLink clique;
+# nodeprep's own gpu.present
+GFD_ONLY = {"nvidia.com/gfd.timestamp", "nvidia.com/gpu.clique"}
+NODEPREP_ONLY = {"nvidia.com/gpu.present"}
+DETECTED = "Detected a pre-installed driver on the host"
 BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
             "nvidia-cuda-mps-server")
 
@@ -203,11 +219,17 @@ def mirror_driver_root(root: Path, version: str, libs: dict[str, Path]) -> int:
     return len(files)
 
 
-def check_cdi(report: Report, work: Path, driver: str | None, libs: dict[str, Path]) -> None:
+def node_root(work: Path) -> Path:
+    """The mirrored driver root: ROOT = CTR/host, CTR being the validator's container (check 7)."""
+    return work / "ctr" / "host"
+
+
+def check_cdi(report: Report, work: Path, driver: str | None, libs: dict[str, Path]) -> dict[str, Any] | None:
+    """Check 4; returns nodeprep's spec (None when none was generated)."""
     if driver is None:
         report.line("cdi", False, "not generated: the driver versions disagree (see versions)")
-        return
-    root = work / "root"
+        return None
+    root = node_root(work)
     mirrored = mirror_driver_root(root, driver, libs)
     gpus = gpumod.discover(Path("/"))
     # the spec lists the device nodes of the modules the node loads: here, those loaded now
@@ -236,18 +258,192 @@ def check_cdi(report: Report, work: Path, driver: str | None, libs: dict[str, Pa
                 f"valid CDI {spec['cdiVersion']} spec from {mirrored} live driver files "
                 f"({len(mounts)} mounts under {base}, {len(spec['devices'])} devices, "
                 f"gpu facts: {gpus.source})")
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# With NVIDIA's binaries (--nvidia-bin)
+
+
+def nvidia_binary(src: Path, work: Path, name: str) -> Path | None:
+    """NAME from `src`, plain or NAME.zst / NAME.xz (decompressed into WORK/nvidia-bin); None if absent."""
+    plain = src / name
+    if plain.is_file():
+        return plain
+    out = work / "nvidia-bin" / name
+    out.parent.mkdir(exist_ok=True)
+    if (src / f"{name}.zst").is_file():
+        import zstandard
+
+        with (src / f"{name}.zst").open("rb") as fin, out.open("wb") as fout:
+            zstandard.ZstdDecompressor(max_window_size=1 << 31).copy_stream(fin, fout)
+    elif (src / f"{name}.xz").is_file():
+        import lzma
+
+        with lzma.open(src / f"{name}.xz") as fin, out.open("wb") as fout:
+            shutil.copyfileobj(fin, fout)
+    else:
+        return None
+    out.chmod(0o755)
+    return out
+
+
+def first_line(r: runner.Result) -> str:
+    text = (r.stderr.strip() or r.stdout.strip()).splitlines()
+    return f"exit {r.returncode}: {text[-1][:300] if text else '(no output)'}"
+
+
+def check_gfd(report: Report, work: Path, gfd: Path | None, ours: dict[str, Any] | None) -> None:
+    """GFD --oneshot (driver root /) against nodeprep's labels of check 1 (NVML, else nvidia-smi)."""
+    if gfd is None or ours is None:
+        report.line("gfd", False, "no gpu-feature-discovery in --nvidia-bin" if gfd is None
+                    else "nodeprep labels failed (see labels)")
+        return
+    out = work / "gfd.labels"
+    r = runner.run([gfd, "--oneshot", "--use-node-feature-api=false", "-o", out], timeout=120, check=False)
+    if r.returncode != 0 or not out.is_file():
+        report.line("gfd", False, f"gpu-feature-discovery --oneshot {first_line(r)}")
+        return
+    theirs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    mine = {k: v for k, v in ours["labels"].items() if k.startswith("nvidia.com/")}
+    diff = compare_labels({k: v for k, v in theirs.items() if k not in GFD_ONLY},
+                          {k: v for k, v in mine.items() if k not in NODEPREP_ONLY}, only_a=set())
+    diff = [d.replace("the first", "GFD").replace("the second", "nodeprep") for d in diff]
+    same = len(set(theirs) & set(mine))
+    report.line("gfd", not diff, "; ".join(diff) if diff else
+                f"GFD and nodeprep agree on {same} nvidia.com labels (GFD only, as documented: "
+                f"{', '.join(sorted(k for k in theirs if k in GFD_ONLY)) or 'none'}; nodeprep only: "
+                f"{', '.join(sorted(k for k in mine if k in NODEPREP_ONLY)) or 'none'})")
+
+
+def spec_summary(spec: dict[str, Any]) -> dict[str, set[str]]:
+    """What two CDI specs are compared by: device names, device nodes, mounted files, hooks."""
+    edits = [spec.get("containerEdits") or {},
+             *((d.get("containerEdits") or {}) for d in spec.get("devices", []))]
+    hooks = set()
+    for e in edits:
+        for h in e.get("hooks") or []:
+            words = [a for a in (h.get("args") or [])[1:] if re.fullmatch(r"[a-z][a-z-]*[a-z]", a)][:1]
+            hooks.add(f"{h.get('hookName')}:{os.path.basename(h.get('path', ''))}"
+                      + (f" {words[0]}" if words else ""))
+    return {
+        "device": {str(d.get("name")) for d in spec.get("devices", [])},
+        "node": {n["path"] for e in edits for n in e.get("deviceNodes") or []},
+        "file": {os.path.basename(m["containerPath"]) for e in edits for m in e.get("mounts") or []},
+        "hook": hooks,
+    }
+
+
+def check_ctk(report: Report, work: Path, ctk: Path | None, ours: dict[str, Any] | None) -> None:
+    """nvidia-ctk's spec for the live driver (driver root /) beside nodeprep's: differences listed."""
+    if ctk is None or ours is None:
+        report.line("ctk", False, "no nvidia-ctk in --nvidia-bin" if ctk is None
+                    else "nodeprep's spec was not generated (see cdi)")
+        return
+    out = work / "nvidia-ctk.yaml"
+    r = runner.run([ctk, "cdi", "generate", "--driver-root", "/", "--output", out], timeout=120, check=False)
+    if r.returncode != 0 or not out.is_file():
+        report.line("ctk", False, f"nvidia-ctk cdi generate {first_line(r)}")
+        return
+    import yaml
+
+    theirs = yaml.safe_load(out.read_text())
+    a, b = spec_summary(theirs), spec_summary(ours)
+    diffs = [(f"{kind}s only nvidia-ctk's spec has", sorted(a[kind] - b[kind])) for kind in a]
+    diffs += [(f"{kind}s only nodeprep's spec has", sorted(b[kind] - a[kind])) for kind in a]
+    diffs = [(what, items) for what, items in diffs if items]
+    report.line("ctk", True, f"nvidia-ctk's CDI {theirs.get('cdiVersion')} spec: {len(a['device'])} devices, "
+                f"{len(a['file'])} files, {len(a['hook'])} hooks; nodeprep's: {len(b['device'])}, "
+                f"{len(b['file'])}, {len(b['hook'])}; " + (f"{len(diffs)} kinds of difference (below)"
+                                                          if diffs else "no differences"))
+    for what, items in diffs:
+        print(f"    {what}: {', '.join(items)}", flush=True)
+
+
+def ldd_libraries(binary: Path) -> list[Path]:
+    """The shared objects the loader maps for `binary` (none for a static one or a script)."""
+    out = runner.run(["ldd", binary], timeout=60, check=False).stdout
+    return sorted({Path(w) for line in out.splitlines() for w in line.split() if w.startswith("/")})
+
+
+def copy_libraries(root: Path, binary: Path) -> None:
+    """The shared libraries `binary` needs into ROOT at their own paths (those ROOT has are kept)."""
+    for lib in ldd_libraries(binary):
+        target = root / str(lib).lstrip("/")
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.realpath(lib), target)
+
+
+def copy_into(root: Path, binary: Path, dest: str) -> None:
+    """`binary` at ROOT/`dest` with the shared libraries it needs."""
+    copy_libraries(root, binary)
+    out = root / dest.lstrip("/")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, out)
+
+
+def copy_device_nodes(root: Path, *, gpu: bool = True) -> list[str]:
+    """ROOT/dev/null and (`gpu`) copies of the live /dev/nvidia* character devices (same numbers)."""
+    (root / "dev").mkdir(exist_ok=True)
+    nodes = ["/dev/null", *sorted(str(p) for p in Path("/dev").glob("nvidia*") if gpu and p.is_char_device())]
+    for node in nodes:
+        st = os.stat(node)
+        os.mknod(root / node.lstrip("/"), stat.S_IFCHR | 0o666, st.st_rdev)
+    return nodes[1:]
+
+
+def check_validator(report: Report, work: Path, validator: Path | None, driver: str | None) -> None:
+    """The validator, chrooted into CTR with the mirrored root at /host as in its DaemonSet."""
+    root = node_root(work)
+    if validator is None or driver is None or not (root / "opt/nvidia/current").is_symlink():
+        report.line("validator", False, "no nvidia-validator in --nvidia-bin" if validator is None
+                    else "no mirrored driver root (see cdi)")
+        return
+    ctr = root.parent
+    layout = Layout(root)
+    entrypoints.link(layout, driver)
+    smi = root / "opt/nvidia" / driver / "bin/nvidia-smi"
+    if smi.is_file():
+        copy_libraries(root, smi)  # glibc, as any distribution has
+    try:
+        nodes = copy_device_nodes(root)
+        copy_device_nodes(ctr, gpu=False)
+    except OSError as e:
+        report.line("validator", False, f"cannot make device nodes under {root} ({e.strerror}): needs root")
+        return
+    copy_into(ctr, validator, "/usr/bin/nvidia-validator")
+    copy_into(ctr, Path(runner.which("chroot") or "/usr/sbin/chroot"), "/usr/bin/chroot")
+    r = runner.run(["chroot", ctr, "/usr/bin/nvidia-validator", "-c", "driver", "--host-root", "/host",
+                    "-o", "/validations", "--disable-dev-char-symlink-creation"], timeout=120, check=False)
+    said = [line for line in (r.stdout + r.stderr).splitlines() if "driver" in line.lower()]
+    found = next((line for line in said if DETECTED in line), None)
+    links = ", ".join(sorted(entrypoints.planned(layout, driver)))
+    if found:
+        report.line("validator", True, f"nvidia-validator -c driver found and ran the root's nvidia-smi "
+                    f"through nodeprep's entry points ({links}; {len(nodes)} device nodes)")
+    else:
+        report.line("validator", False, f"{first_line(r)}; " + " | ".join(x.strip()[:200] for x in said[:3]))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True, help="the temp directory (all writes go there)")
+    ap.add_argument("--nvidia-bin", type=Path, help="NVIDIA's binaries: also checks 5-7")
     args = ap.parse_args()
     report = Report()
     libs = userspace_libs()
     nvml, smi = check_labels(report, args.work)
     driver = check_versions(report, nvml, smi, libs)
     check_doctor(report, driver)
-    check_cdi(report, args.work, driver, libs)
+    spec = check_cdi(report, args.work, driver, libs)
+    if args.nvidia_bin is not None:
+        def binary(name: str) -> Path | None:
+            return nvidia_binary(args.nvidia_bin, args.work, name)
+
+        check_gfd(report, args.work, binary("gpu-feature-discovery"), nvml if nvml is not None else smi)
+        check_ctk(report, args.work, binary("nvidia-ctk"), spec)
+        check_validator(report, args.work, binary("nvidia-validator"), driver)
     if report.failed:
         print(f"gpu-check: {len(report.failed)} of {report.count} checks failed: {', '.join(report.failed)}")
         return 1

@@ -24,8 +24,8 @@ from ..profile import Profile
 from ..profile.load import CA_PIN_REQUIRED
 from . import cdi as cdimod
 from . import containerd as ctd
+from . import ctkconfig, kube
 from . import gpus as gpumod
-from . import kube
 from .discovery import Discovery, discover
 from .files import FileChange, apply_changes, relocated, under
 from .token import BootstrapToken, read_token_file, redact
@@ -167,6 +167,7 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     warnings: list[str] = []
     findings: list[str] = []
     files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings)
+    files += ctkconfig.plan_ctk_config(root, profile.runtime)
     source = "none"
     if profile.runtime.cdi:
         gpus = gpumod.discover(root, nvidia_smi_xml=options.nvidia_smi_xml)

@@ -127,3 +127,154 @@ esac
     assert cdi and all(p.startswith("no device node /dev/nvidia") for p in cdi), lines["cdi"]
     assert run.stdout.splitlines()[-1] == "gpu-check: 3 of 5 checks failed: labels, doctor, cdi"
     assert list(tmp.iterdir()) == []  # the temp directory is gone, nothing else was written there
+
+
+SMI_C = r"""
+#include <stdio.h>
+#include <string.h>
+/* nvidia-smi as on a machine whose driver works: a real ELF, so it also runs chrooted into a root */
+int main(int argc, char **argv) {
+    char all[256] = "";
+    for (int i = 1; i < argc; i++) { strcat(all, i > 1 ? " " : ""); strncat(all, argv[i], 100); }
+    if (argc == 1) { puts("NVIDIA-SMI 535.54.03 (stand-in)"); return 0; }
+    if (!strcmp(all, "-L")) { puts("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0)"); return 0; }
+    if (!strcmp(all, "--query-gpu=driver_version --format=csv,noheader")) { puts("535.54.03"); return 0; }
+    if (!strcmp(all, "-q -x")) {
+        FILE *f = fopen(CAPTURE, "r");
+        int c;
+        if (!f) return 1;
+        while ((c = fgetc(f)) != EOF) putchar(c);
+        return 0;
+    }
+    return 1;
+}
+"""
+NVML_MORE_C = r"""
+/* what nvidia-ctk cdi generate calls beyond GFD's set (appended to nvidia.nvml_serving's source) */
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d) {
+    for (unsigned int i = 0; i < N; i++)
+        if (!strcmp(GPUS[i].uuid, uuid)) { *d = &GPUS[i]; return 0; }
+    return 6;
+}
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is) { (void)d; *is = 0; return 0; }
+"""
+DEVICES = r"""
+mkdir -p "$SIM/devup" "$SIM/devwork" "$SIM/olddev"
+mount --rbind /dev "$SIM/olddev"
+mount -t overlay overlay -o "lowerdir=/dev,upperdir=$SIM/devup,workdir=$SIM/devwork" /dev
+for m in pts shm mqueue; do
+  if [ -d "$SIM/olddev/$m" ]; then mount --rbind "$SIM/olddev/$m" "/dev/$m"; fi
+done
+mknod -m 666 /dev/nvidiactl c 195 255
+mknod -m 666 /dev/nvidia0 c 195 0
+mknod -m 666 /dev/nvidia1 c 195 1
+mknod -m 666 /dev/nvidia-uvm c 509 0
+mknod -m 666 /dev/nvidia-uvm-tools c 509 1
+d=/sys/bus/pci/devices/0000:01:00.0
+echo -1 > $d/numa_node
+printf '0x0000000000000000 0x0000000000000000 0x0000000000000000\n' > $d/resource
+head -c 256 /dev/zero > $d/config
+echo 0x10de > $d/subsystem_vendor
+echo 0x1463 > $d/subsystem_device
+"""
+
+
+def test_nvidia_binaries_against_a_simulated_driver(tmp_path: Path, nvidia_smi_fixtures: Path,
+                                                    test_cache: Path) -> None:
+    """--nvidia-bin: NVIDIA's real GFD, nvidia-ctk and validator against the simulated driver of the
+    test above, made whole enough for them: `libnvidia-ml` answers NVML's calls with the A100 capture's
+    facts (tests/support/nvidia.py `nvml_serving`, as tests/slow/labels/test_labels_gfd.py), `nvidia-smi`
+    is a compiled stand-in (it must also run chrooted into the mirrored root, where the validator runs
+    it), and /dev/nvidia* are mknod stand-ins on an overlay of /dev in the private mount namespace."""
+    from tests.support import nvidia
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    reason = nvidia.skip_reason()
+    if reason or not shutil.which("unshare") or cc is None:
+        pytest.skip(reason or "needs unshare and a C compiler")
+    if Path("/proc/driver/nvidia/version").exists():
+        pytest.skip("this machine has an NVIDIA driver loaded: run scripts/gpu-check.sh itself")
+    stack = nvidia.nvidia_binaries(test_cache)
+    sim, tmp, bindir = tmp_path / "sim", tmp_path / "tmp", tmp_path / "nvidia-bin"
+    for d in (sim / "bin", sim / "libs", tmp, bindir):
+        d.mkdir(parents=True)
+    for name in ("gpu-feature-discovery", "nvidia-ctk", "nvidia-validator"):
+        (bindir / name).symlink_to(stack[name])
+    # the A100 capture with MIG off: nvidia-ctk makes no whole-GPU device of a MIG-enabled GPU
+    capture = sim / "a100.xml"
+    capture.write_text((nvidia_smi_fixtures / "a100-sxm4-80gb-mig_535.54.03.xml").read_text()
+                       .replace("_mig>Enabled<", "_mig>Disabled<"))
+    (sim / "smi.c").write_text(SMI_C)
+    subprocess.run([cc, "-O2", f'-DCAPTURE="{capture}"', "-o", sim / "bin/nvidia-smi", sim / "smi.c"],
+                   check=True)
+    (sim / "nvml.c").write_text(nvidia.nvml_serving(capture.read_bytes()) + NVML_MORE_C)
+    (sim / "lib.c").write_text("int nodeprep_test_symbol(void) { return 1; }\n")
+    for base, src in (("libcuda", "lib.c"), ("libnvidia-ml", "nvml.c"),
+                      ("libnvidia-ptxjitcompiler", "lib.c")):
+        subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{base}.so.1", "-o",
+                        sim / "libs" / f"{base}.so.535.54.03", sim / src], check=True)
+        (sim / "libs" / f"{base}.so.1").symlink_to(f"{base}.so.535.54.03")
+    (sim / "ld.so.conf").write_text(f"{sim / 'libs'}\n" + Path("/etc/ld.so.conf").read_text())
+    subprocess.run(["ldconfig", "-C", sim / "ld.so.cache", "-f", sim / "ld.so.conf"], check=True,
+                   capture_output=True)
+    env = {**os.environ, "SIM": str(sim), "TMPDIR": str(tmp), "PYTHON": sys.executable,
+           "PATH": f"{sim / 'bin'}:{os.environ['PATH']}"}
+    setup = SIMULATE.replace("exec \"$@\"", DEVICES + "exec \"$@\"")
+    run = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", setup, "sh",
+                          str(SCRIPT), "--nvidia-bin", str(bindir)],
+                         env=env, capture_output=True, text=True, timeout=600)
+    out = run.stdout.splitlines()
+    lines = {line.split()[1]: line for line in out if line.startswith("gpu-check: ")}
+    assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stdout + run.stderr
+    assert lines["labels"].startswith("gpu-check: labels    OK   NVML and nvidia-smi agree")  # NVML stand-in
+    assert lines["cdi"].startswith("gpu-check: cdi       OK   valid CDI 0.5.0 spec")
+    assert lines["gfd"] == ("gpu-check: gfd       OK   GFD and nodeprep agree on 25 nvidia.com labels "
+                            "(GFD only, as documented: nvidia.com/gfd.timestamp; nodeprep only: "
+                            "nvidia.com/gpu.present)")
+    assert lines["ctk"].startswith("gpu-check: ctk       OK   nvidia-ctk's CDI 0.5.0 spec: 3 devices, ")
+    listed = dict(line.strip().split(": ", 1) for line in out[out.index(lines["ctk"]) + 1:]
+                  if line.startswith("    "))
+    hooks = listed["hooks only nvidia-ctk's spec has"].split(", ")
+    assert "createContainer:nvidia-cdi-hook update-ldcache" in hooks and len(hooks) == 5
+    assert listed["hooks only nodeprep's spec has"].startswith("createContainer:python")
+    # the stand-in NVML numbers GPU 0 minor 0; the capture's procfs entry (nodeprep's source) says 1
+    assert listed["nodes only nodeprep's spec has"] == "/dev/nvidia1"
+    assert lines["validator"].startswith(
+        "gpu-check: validator OK   nvidia-validator -c driver found and ran the root's nvidia-smi through "
+        "nodeprep's entry points (/usr/bin/nvidia-smi,")
+    assert list(tmp.iterdir()) == []  # the temp directory is gone, nothing else was written there
+
+
+def test_nvidia_bin_must_name_a_directory(tmp_path: Path) -> None:
+    for args in (["--nvidia-bin"], ["--nvidia-bin", str(tmp_path / "absent")], ["--keep", "--nvidia-bin"]):
+        bad = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2
+        assert bad.stderr.startswith("usage: scripts/gpu-check.sh [--keep] [--nvidia-bin DIR]")
+
+
+def test_nvidia_binaries_plain_zst_or_xz(tmp_path: Path) -> None:
+    """--nvidia-bin takes NAME, NAME.zst (long window, as in the tests' NODEPREP_NVIDIA_BIN) or NAME.xz
+    (as brought to the GPU machine): compressed ones come out byte for byte, executable, in the work
+    directory."""
+    import importlib.util
+    import lzma
+
+    import zstandard
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    src, work = tmp_path / "bin", tmp_path / "work"
+    src.mkdir()
+    work.mkdir()
+    body = {name: f"#!/bin/sh\necho {name}\n".encode() * 100 for name in ("plain", "zst", "xz")}
+    (src / "plain").write_bytes(body["plain"])
+    (src / "plain").chmod(0o755)
+    (src / "zst.zst").write_bytes(zstandard.ZstdCompressor(level=19).compress(body["zst"]))
+    (src / "xz.xz").write_bytes(lzma.compress(body["xz"]))
+    for name, data in body.items():
+        path = gpu_check.nvidia_binary(src, work, name)
+        assert path is not None and path.read_bytes() == data and os.access(path, os.X_OK)
+        assert path == (src / name if name == "plain" else work / "nvidia-bin" / name)
+    assert gpu_check.nvidia_binary(src, work, "absent") is None

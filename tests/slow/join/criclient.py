@@ -111,6 +111,8 @@ class Containerd:
     proc: subprocess.Popen[bytes] | None = None
     sandboxes: list[str] = field(default_factory=list)
     channel: Any = None
+    runtime: Runtime = field(default_factory=Runtime)  # the profile section of nodeprep's drop-in
+    env: dict[str, str] = field(default_factory=dict)  # more environment for containerd (its shims)
 
     @property
     def sock(self) -> Path:
@@ -130,11 +132,11 @@ class Containerd:
         root = self.work / "root"
         (root / "etc/containerd").mkdir(parents=True)
         (root / "etc/containerd/config.toml").write_text(text)
-        apply_changes(ctd.plan_containerd(root, Runtime()))  # nodeprep's drop-in: enable_cdi, nvidia
+        apply_changes(ctd.plan_containerd(root, self.runtime))  # nodeprep's drop-in: enable_cdi, nvidia
         self.node.ns(["mount", "--bind", root / "etc/containerd", "/etc/containerd"])
         self.proc = self.node.spawn([self.bindir / "containerd", "--config", "/etc/containerd/config.toml"],
                                     self.work / "containerd.log",
-                                    env={"PATH": f"{self.bindir}:/usr/sbin:/usr/bin:/sbin:/bin"})
+                                    env={"PATH": f"{self.bindir}:/usr/sbin:/usr/bin:/sbin:/bin", **self.env})
         for _ in range(300):
             if self.sock.exists():
                 break
@@ -158,23 +160,26 @@ class Containerd:
                 namespace_options=pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD))),
         )
 
-    def run_pod(self, name: str) -> tuple[str, Any]:
+    def run_pod(self, name: str, handler: str = "") -> tuple[str, Any]:
+        """A pod sandbox run by the runtime `handler` (the RuntimeClass's handler; "" the default)."""
         config = self.sandbox_config(name)
         (self.work / "pods" / name).mkdir(parents=True, exist_ok=True)
-        sid = self.rt.RunPodSandbox(self.pb.RunPodSandboxRequest(config=config), timeout=120).pod_sandbox_id
+        request = self.pb.RunPodSandboxRequest(config=config, runtime_handler=handler)
+        sid = self.rt.RunPodSandbox(request, timeout=120).pod_sandbox_id
         self.sandboxes.append(sid)
         return sid, config
 
     def run_container(
         self, sid: str, sconfig: Any, name: str, image: str, script: str,
-        env: dict[str, str] | None = None, device: str = "nvidia.com/gpu=all",
+        env: dict[str, str] | None = None, device: str | None = "nvidia.com/gpu=all",
     ) -> tuple[int, str]:
-        """Create and start a container in the pod, wait for it to exit: (exit code, stdout)."""
+        """Create and start a container in the pod, wait for it to exit: (exit code, stdout). `device`
+        None: no CDI device in the CRI request."""
         pb = self.pb
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name), image=pb.ImageSpec(image=f"{IMAGE}:{image}"),
             command=["sh", "-c", script], envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
-            log_path=f"{name}.log", CDI_devices=[pb.CDIDevice(name=device)],
+            log_path=f"{name}.log", CDI_devices=[pb.CDIDevice(name=device)] if device else [],
         )
         request = pb.CreateContainerRequest(pod_sandbox_id=sid, config=config, sandbox_config=sconfig)
         cid = self.rt.CreateContainer(request, timeout=120).container_id
