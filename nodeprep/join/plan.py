@@ -25,7 +25,7 @@ from ..profile.load import CA_PIN_REQUIRED
 from . import cdi as cdimod
 from . import containerd as ctd
 from . import gpus as gpumod
-from . import kube
+from . import kube, ocihooks
 from .discovery import Discovery, discover
 from .files import FileChange, apply_changes, relocated, under
 from .token import BootstrapToken, read_token_file, redact
@@ -167,6 +167,8 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     warnings: list[str] = []
     findings: list[str] = []
     files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings)
+    if profile.runtime.cdi or profile.runtime.nvidia_runtime:
+        files += ocihooks.plan_hooks_d(root)
     source = "none"
     if profile.runtime.cdi:
         gpus = gpumod.discover(root, nvidia_smi_xml=options.nvidia_smi_xml)
