@@ -167,6 +167,8 @@ def loads(text: str) -> object:
         value, end = make_scanner(_Decoder())(text, 0)
     except StopIteration:
         raise ValueError("not JSON") from None
+    except SystemError:  # the scanner's error path wants json.decoder, which is not imported
+        raise ValueError("malformed JSON") from None
     if text[end:].strip(" \t\n\r"):
         raise ValueError(f"extra data after position {end}")
     return value
