@@ -114,7 +114,8 @@ def rootfs_tar() -> Path:
     return tar
 
 
-def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int) -> dict[str, float]:  # type: ignore[type-arg]
+def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int,  # type: ignore[type-arg]
+             gate_dir: Path) -> dict[str, float]:
     """CPU seconds per run of the hook process alone (state on stdin, a config.json as podman
     writes it: the spec's mounts and the CUDA 12.2 requirement), next to a bare interpreter start:
     less sensitive to the machine's load than wall time."""
@@ -125,15 +126,21 @@ def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int
               "mounts": [{"destination": m["containerPath"], "type": "bind", "source": m["hostPath"],
                           "options": m["options"]} for m in mounts]}
     (bundle / "config.json").write_text(json.dumps(config))
-    state = json.dumps({"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1,
-                        "bundle": str(bundle)})
-    argvs = {"python -S -E (empty)": [hook["path"], "-S", "-E", "-c", "pass"], "hook": hook["args"]}
+    gpu = bundle.parent / "bundle-gpu"  # the same with NVIDIA's device nodes: the gate checks it
+    gpu.mkdir()
+    config["linux"] = {"devices": [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]}
+    (gpu / "config.json").write_text(json.dumps(config))
+    state = {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1, "bundle": str(bundle)}
+    gate_args = json.loads((gate_dir / HOOK_NAME).read_text())["hook"]["args"]
+    argvs = {"python -S -E (empty)": ([hook["path"], "-S", "-E", "-c", "pass"], bundle),
+             "hook": (hook["args"], bundle), "gate, no GPU": (gate_args, bundle),
+             "gate, GPU": (gate_args, gpu)}
     out = {}
-    for name, argv in argvs.items():
+    for name, (argv, where) in argvs.items():
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         for _ in range(runs):
-            subprocess.run(argv, executable=hook["path"], input=state, text=True, check=True,
-                           capture_output=True)
+            subprocess.run(argv, executable=hook["path"], input=json.dumps({**state, "bundle": str(where)}),
+                           text=True, check=True, capture_output=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out[name] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / runs
     return out
@@ -254,7 +261,7 @@ def main() -> int:
         )
         if out.returncode != 0:
             cannot_measure(f"a container start failed:\n{out.stderr[-2000:]}")
-        cpu = hook_cpu(work, images["plain"], ours, both, args.runs)
+        cpu = hook_cpu(work, images["plain"], ours, both, args.runs, gate_dir)
     times: dict[str, list[float]] = {slug(n): [] for n in variants}
     for line in out.stdout.splitlines():
         i, name, ns = line.split()
@@ -284,7 +291,7 @@ def main() -> int:
     else:
         print("nvidia hooks: not measured (NODEPREP_NVIDIA_BIN does not name nvidia-cdi-hook)")
     per_run = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in cpu.items())
-    print(f"the hook process alone, CPU time (user+sys) per run, {args.runs} runs: {per_run}")
+    print(f"the hook processes alone, CPU time (user+sys) per run, {args.runs} runs: {per_run}")
     print("load average during the run: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     return goals.exit_code()
 

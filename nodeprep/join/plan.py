@@ -166,7 +166,7 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     root = Path(options.root)
     warnings: list[str] = []
     findings: list[str] = []
-    files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings)
+    files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings, ocihooks.gate_hook())
     if profile.runtime.cdi or profile.runtime.nvidia_runtime:
         files += ocihooks.plan_hooks_d(root)
     source = "none"
