@@ -59,12 +59,14 @@ def _args(argv: list[str]) -> dict[str, str]:
 
 def has_nvidia_gpu(config: dict, env: dict[str, str]) -> bool:  # type: ignore[type-arg]
     """Does the OCI config give the container an NVIDIA GPU (pure)?"""
-    linux = config.get("linux") or {}
-    for d in linux.get("devices") or [] if isinstance(linux, dict) else []:
+    linux = config.get("linux")
+    devices = linux.get("devices") if isinstance(linux, dict) else None
+    for d in devices if isinstance(devices, list) else []:
         if isinstance(d, dict) and (str(d.get("path", "")).startswith("/dev/nvidia")
                                     or (d.get("type") == "c" and d.get("major") == NVIDIA_MAJOR)):
             return True
-    for m in config.get("mounts") or []:
+    mounts = config.get("mounts")
+    for m in mounts if isinstance(mounts, list) else []:
         if isinstance(m, dict) and str(m.get("destination", "")).startswith("/dev/nvidia"):
             return True
     if env.get("NVIDIA_VISIBLE_DEVICES", "").strip().lower() not in NO_GPU:

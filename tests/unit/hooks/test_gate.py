@@ -161,6 +161,15 @@ def test_compat_library_older_than_the_driver_is_ignored(tmp_path: Path) -> None
     assert not (tmp_path / "bundle/rootfs/etc").exists()
 
 
+@pytest.mark.parametrize(
+    "config",
+    [{"linux": ["nvidia"]}, {"linux": {"devices": "nvidia"}}, {"linux": {}, "mounts": {"nvidia": 1}}],
+)
+def test_odd_config_shapes_are_no_gpu_not_a_traceback(tmp_path: Path, config: dict) -> None:  # type: ignore[type-arg]
+    r = run_gate(tmp_path, ["NVIDIA_REQUIRE_CUDA=cuda>=99.0"], config=config)
+    assert r.returncode == 0 and r.stderr == ""
+
+
 def test_bad_state_and_bad_facts(tmp_path: Path) -> None:
     hook = ocihooks.gate_hook()
     r = subprocess.run(hook["args"], executable=hook["path"], input="not json", capture_output=True,
