@@ -16,7 +16,15 @@ multiarch directory, as any CDI spec for the driver must:
 - lib64: plus the same files mounted into /usr/lib64 too (the RHEL/UBI loader's default directory);
 - spec: hook + lib64, what nodeprep's spec adds now: the figure held against the goal;
 - spec, cache rebuilt: the same on an image whose ld.so.cache names its own libcuda.so.1
-  (/usr/local/cuda/compat), so the hook runs the image's ldconfig; for information.
+  (/usr/local/cuda/compat), so the hook runs the image's ldconfig; for information;
+- gate, no GPU / gate, GPU: the CUDA gate (nodeprep.hooks.gate) run by podman from the hooks.d file
+  `nodeprep runtime` writes (`--hooks-dir`; the other variants get an empty one), on the `none`
+  spec (its device is no NVIDIA one: the gate exits at once) and on a spec like a DRA claim's (the
+  same mounts, device node /dev/nvidia0, no hook of its own: the gate checks NVIDIA_REQUIRE_CUDA
+  against a `current` link to 535.309.01 and Tesla facts); goal: <= 50 ms each and, where
+  NVIDIA's nvidia-cdi-hook is at hand (NODEPREP_NVIDIA_BIN, plain or .zst), <= half of what
+- nvidia hooks adds: the createContainer hooks `nvidia-ctk cdi generate` writes for a driver
+  (enable-cuda-compat, update-ldcache) on the same mounts.
 
 Podman runs as root in a private mount namespace (tmpfs over /run holding the specs in /run/cdi)
 with its storage in a temp dir; nothing of the host's container setup is used or changed.
@@ -48,6 +56,7 @@ use_venv()
 
 from nodeprep.hooks.container import LIB64  # noqa: E402
 from nodeprep.join.cdi import hook_command  # noqa: E402
+from nodeprep.join.ocihooks import HOOK_NAME, render_hooks_d  # noqa: E402
 
 GOAL_S = 0.050
 REQUIRE = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
@@ -82,8 +91,8 @@ def lib_mounts(lib: Path, dirs: tuple[str, ...]) -> list[dict]:  # type: ignore[
              "rbind", "rprivate"]} for d in dirs for name, src in pairs]
 
 
-def spec(kind: str, hooks: list[dict], mounts: list[dict]) -> dict:  # type: ignore[type-arg]
-    edits: dict = {"deviceNodes": [{"path": "/dev/nodeprep-bench", "hostPath": "/dev/null"}]}  # type: ignore[type-arg]
+def spec(kind: str, hooks: list[dict], mounts: list[dict], device: str = "/dev/nodeprep-bench") -> dict:  # type: ignore[type-arg]
+    edits: dict = {"deviceNodes": [{"path": device, "hostPath": "/dev/null"}]}  # type: ignore[type-arg]
     edits["mounts"] = mounts
     if hooks:
         edits["hooks"] = hooks
@@ -105,7 +114,8 @@ def rootfs_tar() -> Path:
     return tar
 
 
-def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int) -> dict[str, float]:  # type: ignore[type-arg]
+def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int,  # type: ignore[type-arg]
+             gate_dir: Path) -> dict[str, float]:
     """CPU seconds per run of the hook process alone (state on stdin, a config.json as podman
     writes it: the spec's mounts and the CUDA 12.2 requirement), next to a bare interpreter start:
     less sensitive to the machine's load than wall time."""
@@ -116,18 +126,55 @@ def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int
               "mounts": [{"destination": m["containerPath"], "type": "bind", "source": m["hostPath"],
                           "options": m["options"]} for m in mounts]}
     (bundle / "config.json").write_text(json.dumps(config))
-    state = json.dumps({"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1,
-                        "bundle": str(bundle)})
-    argvs = {"python -S -E (empty)": [hook["path"], "-S", "-E", "-c", "pass"], "hook": hook["args"]}
+    gpu = bundle.parent / "bundle-gpu"  # the same with NVIDIA's device nodes: the gate checks it
+    gpu.mkdir()
+    config["linux"] = {"devices": [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]}
+    (gpu / "config.json").write_text(json.dumps(config))
+    state = {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1, "bundle": str(bundle)}
+    gate_args = json.loads((gate_dir / HOOK_NAME).read_text())["hook"]["args"]
+    argvs = {"python -S -E (empty)": ([hook["path"], "-S", "-E", "-c", "pass"], bundle),
+             "hook": (hook["args"], bundle), "gate, no GPU": (gate_args, bundle),
+             "gate, GPU": (gate_args, gpu)}
     out = {}
-    for name, argv in argvs.items():
+    for name, (argv, where) in argvs.items():
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         for _ in range(runs):
-            subprocess.run(argv, executable=hook["path"], input=state, text=True, check=True,
-                           capture_output=True)
+            subprocess.run(argv, executable=hook["path"], input=json.dumps({**state, "bundle": str(where)}),
+                           text=True, check=True, capture_output=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out[name] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / runs
     return out
+
+
+def gate_hooks_dir(work: Path) -> Path:
+    """A hooks.d holding the gate's file as `nodeprep runtime` writes it, pointed at a node whose
+    driver is VERSION (a `current` link) with one Tesla GPU's recorded facts."""
+    opt = work / "opt/nvidia"
+    (opt / VERSION).mkdir(parents=True)
+    (opt / "current").symlink_to(VERSION)
+    (opt / "gpu-facts.json").write_text(json.dumps({"gpus": [{"brand": "tesla", "arch": "7.5"}]}))
+    doc = json.loads(render_hooks_d())
+    doc["hook"]["args"] += ["--driver-root", str(opt / "current"), "--facts", str(opt / "gpu-facts.json")]
+    hooks = work / "hooks.d"
+    hooks.mkdir()
+    (hooks / HOOK_NAME).write_text(json.dumps(doc))
+    return hooks
+
+
+def nvidia_cdi_hook(work: Path) -> Path | None:
+    """NVIDIA's nvidia-cdi-hook from NODEPREP_NVIDIA_BIN (plain or .zst), else None."""
+    where = os.environ.get("NODEPREP_NVIDIA_BIN")
+    if not where:
+        return None
+    plain, packed = Path(where) / "nvidia-cdi-hook", Path(where) / "nvidia-cdi-hook.zst"
+    if plain.is_file():
+        return plain
+    if packed.is_file() and shutil.which("zstd"):
+        out = work / "nvidia-cdi-hook"
+        subprocess.run(["zstd", "-q", "-d", "-o", out, packed], check=True)
+        out.chmod(0o755)
+        return out
+    return None
 
 
 INNER = r"""
@@ -157,10 +204,22 @@ def main() -> int:
         work = Path(tmp)
         lib = stand_in_libs(work)
         one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, LIB64))
+        gate_dir, no_hooks = gate_hooks_dir(work), work / "no-hooks.d"
+        no_hooks.mkdir()
         # name: (hooks, mounts, image)
         variants = {"none": ([], one, "plain"), "/bin/true": ([true_hook], one, "plain"),
                     "hook": ([ours], one, "plain"), "lib64": ([], both, "plain"),
-                    "spec": ([ours], both, "plain"), "spec, cache rebuilt": ([ours], both, "compat")}
+                    "spec": ([ours], both, "plain"), "spec, cache rebuilt": ([ours], both, "compat"),
+                    "gate, no GPU": ([], one, "plain"), "gate, GPU": ([], one, "plain")}
+        theirs = nvidia_cdi_hook(work)
+        if theirs:
+            variants["nvidia hooks"] = ([
+                {"hookName": "createContainer", "path": str(theirs),
+                 "args": ["nvidia-cdi-hook", "enable-cuda-compat", "--host-driver-version", VERSION]},
+                {"hookName": "createContainer", "path": str(theirs),
+                 "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", MULTIARCH]},
+            ], one, "plain")
+        gpu_device = {"gate, GPU": "/dev/nvidia0", "nvidia hooks": "/dev/nvidia0"}
         images = {}
         for image in ("plain", "compat"):
             rootfs = images[image] = work / f"rootfs-{image}"
@@ -176,7 +235,8 @@ def main() -> int:
         specs.mkdir()
         for name, (hooks, mounts, _) in variants.items():
             kind = f"bench.nodeprep.dev/{slug(name)}"
-            (specs / f"{slug(name)}.json").write_text(json.dumps(spec(kind, hooks, mounts)))
+            device = gpu_device.get(name, "/dev/nodeprep-bench")
+            (specs / f"{slug(name)}.json").write_text(json.dumps(spec(kind, hooks, mounts, device)))
         podman = ["podman", "--root", f"{work}/p/root", "--runroot", f"{work}/p/run", "--tmpdir",
                   f"{work}/p/tmp", "--cgroup-manager", "cgroupfs", "--events-backend", "none"]
         # one shell in the private namespace runs every start and prints its wall time in ns
@@ -184,8 +244,10 @@ def main() -> int:
         for i in range(args.runs + 1):  # the first round warms podman's storage up and is dropped
             for name, (_, _, image) in variants.items():
                 kind = f"bench.nodeprep.dev/{slug(name)}"
-                run = [*podman, "run", "--rm", "--network", "none", *ULIMITS, "--device", f"{kind}=dev",
-                       "--env", f"NVIDIA_REQUIRE_CUDA={REQUIRE}", "--rootfs", str(images[image]), "true"]
+                hooks_dir = gate_dir if name.startswith("gate") else no_hooks
+                run = [*podman, "--hooks-dir", str(hooks_dir), "run", "--rm", "--network", "none", *ULIMITS,
+                       "--device", f"{kind}=dev", "--env", f"NVIDIA_REQUIRE_CUDA={REQUIRE}",
+                       "--rootfs", str(images[image]), "true"]
                 quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in run)
                 loop.append(
                     f"s=$(date +%s%N); {quoted} >/dev/null; e=$(date +%s%N); echo {i} {slug(name)} $((e-s))"
@@ -199,7 +261,7 @@ def main() -> int:
         )
         if out.returncode != 0:
             cannot_measure(f"a container start failed:\n{out.stderr[-2000:]}")
-        cpu = hook_cpu(work, images["plain"], ours, both, args.runs)
+        cpu = hook_cpu(work, images["plain"], ours, both, args.runs, gate_dir)
     times: dict[str, list[float]] = {slug(n): [] for n in variants}
     for line in out.stdout.splitlines():
         i, name, ns = line.split()
@@ -214,12 +276,22 @@ def main() -> int:
         added = med - base
         line = (f"{names[name]:<20} median {med * 1000:7.1f} ms  added {added * 1000:6.1f} ms  "
                 f"ratio {med / base:5.2f}")
-        if name == "spec":
-            verdict = goals.at_most(f"spec adds <= {GOAL_S * 1000:.0f} ms", added, GOAL_S)
+        if name in ("spec", "gate-no-GPU", "gate-GPU"):
+            verdict = goals.at_most(f"{names[name]} adds <= {GOAL_S * 1000:.0f} ms", added, GOAL_S)
             line += f"  goal added <= {GOAL_S * 1000:.0f} ms  added/goal {added / GOAL_S:5.2f}  {verdict}"
         print(line)
+    if "nvidia-hooks" in times:
+        theirs_added = statistics.median(times["nvidia-hooks"]) - base
+        gate_added = statistics.median(times["gate-GPU"]) - base
+        verdict = goals.at_most("gate, GPU adds <= half of nvidia hooks", gate_added, theirs_added / 2)
+        print(f"gate, GPU added {gate_added * 1000:.1f} ms vs nvidia hooks added "
+              f"{theirs_added * 1000:.1f} ms: "
+              f"ratio {gate_added / theirs_added if theirs_added > 0 else float('inf'):5.2f} (goal <= 0.50)  "
+              f"{verdict}")
+    else:
+        print("nvidia hooks: not measured (NODEPREP_NVIDIA_BIN does not name nvidia-cdi-hook)")
     per_run = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in cpu.items())
-    print(f"the hook process alone, CPU time (user+sys) per run, {args.runs} runs: {per_run}")
+    print(f"the hook processes alone, CPU time (user+sys) per run, {args.runs} runs: {per_run}")
     print("load average during the run: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     return goals.exit_code()
 

@@ -138,14 +138,29 @@ def check(cuda: str, driver: str) -> tuple[bool, str]:
     )
 
 
-def parse_requirement(expr: str, *, source: str = "--require-cuda") -> list[list[tuple[str, str, str]]]:
+def _unknown_property(part: str) -> bool:
+    """True for a constraint NVIDIA's toolkit skips: empty, or a property it does not know
+    (the text before the first of `<>=!` is not one of KEYS)."""
+    if not part:
+        return True
+    end = min((i for i in (part.find(c) for c in "<>=!") if i >= 0), default=-1)
+    return end >= 0 and part[:end] not in KEYS
+
+
+def parse_requirement(
+    expr: str, *, source: str = "--require-cuda", skip_unknown: bool = False
+) -> list[list[tuple[str, str, str]]]:
     """NVIDIA requirement expression -> alternatives (ORed) of (key, op, value) constraints (ANDed).
 
-    InputError names `source` and the malformed constraint."""
+    InputError names `source` and the malformed constraint. With `skip_unknown` (the container gate:
+    NVIDIA's toolkit's own rule) empty constraints and unknown properties are skipped, and an
+    alternative left empty is dropped; [] then means no requirement."""
     alternatives: list[list[tuple[str, str, str]]] = []
     for alt in expr.split():
         constraints = []
         for part in alt.split(","):
+            if skip_unknown and _unknown_property(part):
+                continue
             found = split_constraint(part)
             if found is None:
                 raise InputError(
@@ -158,8 +173,9 @@ def parse_requirement(expr: str, *, source: str = "--require-cuda") -> list[list
             if key == "brand" and op not in ("=", "==", "!="):
                 raise InputError(f"{source}: brand compares with = or != only, got {part!r}")
             constraints.append((key, op, value))
-        alternatives.append(constraints)
-    if not alternatives:
+        if constraints:
+            alternatives.append(constraints)
+    if not alternatives and not skip_unknown:
         raise InputError(f"{source}: empty requirement")
     return alternatives
 
@@ -219,3 +235,26 @@ def check_requirement(
     if ok:
         return True, f"{source}: {wanted} satisfied: {have}"
     return False, f"{source} requires {wanted}, but {have}"
+
+
+# NVML brands (lower case, as NVIDIA_REQUIRE_* spells them) of the GPUs CUDA forward compatibility
+# supports: NVIDIA's data center GPUs ("Tesla" up to Ampere, "NVIDIA" after). Consumer and workstation
+# brands (geforce, geforcertx, titan, quadro, nvidiartx, ...) fail with CUDA error 804 on a newer
+# compat libcuda (docs.nvidia.com/deploy/cuda-compatibility, "Forward Compatibility").
+FORWARD_COMPAT_BRANDS = frozenset({"tesla", "nvidia"})
+
+
+def forward_compatible(gpus: list[dict[str, str | None]]) -> bool:
+    """True when there are GPU facts and every GPU's brand supports CUDA forward compatibility."""
+    return bool(gpus) and all(str(g.get("brand") or "").lower() in FORWARD_COMPAT_BRANDS for g in gpus)
+
+
+def requirements_hold(
+    requirements: list[list[list[tuple[str, str, str]]]], driver: str, gpus: list[dict[str, str | None]]
+) -> bool:
+    """NVIDIA's rule for a container's NVIDIA_REQUIRE_* (each parsed by parse_requirement): every one
+    must hold (AND) for every GPU's facts (brand, arch; none known: a constraint on them never
+    holds), with `driver` and the newest CUDA it supports (pure)."""
+    base: dict[str, str | None] = {"driver": driver, "cuda": max_cuda(driver), "brand": None, "arch": None}
+    facts = [{**base, "brand": g.get("brand"), "arch": g.get("arch")} for g in gpus] or [base]
+    return all(requirement_met(alts, f) for alts in requirements if alts for f in facts)

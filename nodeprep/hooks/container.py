@@ -111,8 +111,9 @@ def in_image(rootfs: str, rel: str) -> str | None:
     return path
 
 
-def update_ldcache(rootfs: str, lib_dir: str) -> None:
-    """Add `lib_dir` to the image's ld.so.conf.d and run the image's ldconfig (chroot)."""
+def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME) -> None:
+    """Add `lib_dir` to the image's ld.so.conf.d (as `conf_name`) and run the image's ldconfig
+    (chroot)."""
     conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
     if conf_dir is None:
         print("nodeprep hook: ld cache not updated (a link in the image's /etc/ld.so.conf.d path)",
@@ -120,7 +121,7 @@ def update_ldcache(rootfs: str, lib_dir: str) -> None:
         return
     try:
         os.makedirs(conf_dir, exist_ok=True)
-        fd = os.open(os.path.join(conf_dir, CONF_NAME), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+        fd = os.open(os.path.join(conf_dir, conf_name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                      0o644)
         with os.fdopen(fd, "w") as f:
             f.write(lib_dir + "\n")
@@ -166,6 +167,8 @@ def loads(text: str) -> object:
         value, end = make_scanner(_Decoder())(text, 0)
     except StopIteration:
         raise ValueError("not JSON") from None
+    except SystemError:  # the scanner's error path wants json.decoder, which is not imported
+        raise ValueError("malformed JSON") from None
     if text[end:].strip(" \t\n\r"):
         raise ValueError(f"extra data after position {end}")
     return value

@@ -166,8 +166,9 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
 
 
-def hook_command() -> tuple[str, list[str], list[str]]:
-    """(path, argv, env) running nodeprep's container hook with this interpreter and this nodeprep.
+def hook_command(module: str = HOOK_MODULE) -> tuple[str, list[str], list[str]]:
+    """(path, argv, env) running nodeprep's container hook (or `module`'s main, e.g. the CUDA gate
+    nodeprep.hooks.gate) with this interpreter and this nodeprep.
 
     It runs on every container start, so it starts lean: `-S` (no site: no third-party package is
     needed), `-E`, and `-c` instead of `-m` (runpy alone costs ~20 ms); the directory holding this
@@ -177,7 +178,7 @@ def hook_command() -> tuple[str, list[str], list[str]]:
     package_parent = str(Path(__file__).resolve().parents[2])
     code = (
         f"import sys;sys.path.insert(0,{package_parent!r});"
-        f"from {HOOK_MODULE} import main;sys.exit(main())"
+        f"from {module} import main;sys.exit(main())"
     )
     return python, [python, "-S", "-E", "-c", code], []
 

@@ -11,7 +11,13 @@
   instead of merging it (containerd#5837). It then adds runtimes.nvidia (options copied from runc,
   BinaryName = nvidia-container-runtime), enable_cdi/cdi_spec_dirs, and default_runtime_name only
   when asked.
-- Rendering is a pure function of the main file and the profile: a second run changes nothing.
+- The CUDA gate (nodeprep.hooks.gate) runs for every container through the runtime handlers' base
+  spec: `<dir>/nodeprep-base-spec.json` is containerd's own default spec (`ctr oci spec` of the
+  node's containerd, run in the root; its shared `cgroupsPath` dropped) plus the gate as a
+  createContainer hook, and every runc-type handler of the drop-in gets `base_runtime_spec` naming
+  it (a handler that already has one keeps it, with a warning). No ctr: no base spec, a warning.
+- Rendering is a pure function of the main file, the profile and that default spec: a second run
+  changes nothing.
 """
 
 from __future__ import annotations
@@ -28,13 +34,16 @@ from typing import Any
 
 import tomli_w
 
-from ..errors import InputError
+from .. import runner
+from ..errors import CommandError, InputError
 from ..profile import Cluster, Runtime
 from .files import FileChange, under
 
 log = logging.getLogger(__name__)
 
 DROP_IN_NAME = "99-nodeprep-nvidia.toml"
+BASE_SPEC_NAME = "nodeprep-base-spec.json"
+CTR = ("/usr/bin/ctr", "/usr/local/bin/ctr")
 RUNTIME_NAME = "nvidia"
 CRI_KEYS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 DEFAULT_RUNTIME_TYPE = "io.containerd.runc.v2"
@@ -168,6 +177,51 @@ def _runc_template(cri: dict[str, Any]) -> dict[str, Any]:
     return {"runtime_type": DEFAULT_RUNTIME_TYPE}
 
 
+def base_spec_target(main_target: str) -> str:
+    return f"{PurePosixPath(main_target).parent}/{BASE_SPEC_NAME}"
+
+
+def default_spec(root: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(containerd's default OCI spec, None) from the node's own `ctr oci spec` (run in `root`), or
+    (None, why not)."""
+    ctr = next((c for c in CTR if under(root, c).is_file()), None)
+    if ctr is None:
+        return None, f"no ctr ({', '.join(CTR)})"
+    try:
+        spec = json.loads(runner.run([ctr, "oci", "spec"], root=root, timeout=30).stdout)
+    except (CommandError, ValueError) as e:
+        return None, f"`{ctr} oci spec` failed: {e}"
+    shape = (("process", dict), ("root", dict), ("mounts", list), ("linux", dict))
+    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), t) for k, t in shape):
+        return None, f"`{ctr} oci spec` printed no OCI spec"
+    return spec, None
+
+
+def render_base_spec(default: dict[str, Any], hook: dict[str, Any]) -> bytes:
+    """The handlers' base spec: containerd's default plus `hook` as a createContainer hook (pure).
+    The default's cgroupsPath (`/default`, one cgroup for every container) is dropped: the CRI
+    plugin sets each container's own."""
+    spec = copy.deepcopy(default)
+    spec["linux"].pop("cgroupsPath", None)
+    hooks = spec.get("hooks") if isinstance(spec.get("hooks"), dict) else {}
+    theirs = [h for h in hooks.get("createContainer") or [] if h != hook]
+    spec["hooks"] = {**hooks, "createContainer": [*theirs, hook]}
+    return (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _with_base_spec(runtimes: dict[str, Any], target: str, warnings: list[str]) -> None:
+    """`base_runtime_spec = target` on every runc-type handler without a base spec of its own."""
+    for name, rt in sorted(runtimes.items()):
+        if not isinstance(rt, dict) or rt.get("runtime_type", DEFAULT_RUNTIME_TYPE) != DEFAULT_RUNTIME_TYPE:
+            continue
+        own = rt.get("base_runtime_spec")
+        if own and own != target:
+            warnings.append(f"containerd runtime {name!r} keeps its base_runtime_spec {own}: the CUDA gate "
+                            "does not run for its containers")
+            continue
+        rt["base_runtime_spec"] = target
+
+
 def render_drop_in(
     main: dict[str, Any],
     version: int,
@@ -175,6 +229,7 @@ def render_drop_in(
     cluster: Cluster | None,
     main_target: str,
     warnings: list[str] | None = None,
+    base_spec: str | None = None,
 ) -> bytes:
     """The drop-in's bytes: pure function of the parsed main config and the profile."""
     warnings = warnings if warnings is not None else []
@@ -203,15 +258,20 @@ def render_drop_in(
     if runtime.cdi:
         cri["enable_cdi"] = True
         cri["cdi_spec_dirs"] = list(runtime.cdi_spec_dirs)
+    if base_spec:
+        runtimes.setdefault("runc", _runc_template(cri))
+        _with_base_spec(runtimes, base_spec, warnings)
     doc: dict[str, Any] = {"version": version, "plugins": {key: cri}}
     return (HEADER.format(main=main_target) + "\n" + tomli_w.dumps(doc)).encode()
 
 
 def plan_containerd(
-    root: Path, runtime: Runtime, cluster: Cluster | None = None, warnings: list[str] | None = None
+    root: Path, runtime: Runtime, cluster: Cluster | None = None, warnings: list[str] | None = None,
+    gate_hook: dict[str, Any] | None = None,
 ) -> list[FileChange]:
-    """File changes for containerd (main config imports line + drop-in); [] when the profile asks
-    for neither the nvidia runtime nor CDI."""
+    """File changes for containerd (main config imports line + drop-in, + with `gate_hook` the
+    handlers' base spec carrying it); [] when the profile asks for neither the nvidia runtime nor
+    CDI."""
     if not (runtime.nvidia_runtime or runtime.cdi):
         return []
     main_target = runtime.containerd_config
@@ -226,9 +286,21 @@ def plan_containerd(
     mode = (main_path.stat().st_mode & 0o7777) if main_path.exists() else 0o644
     new_main = with_import(text, import_entry(main_target))
     drop_target = f"{drop_in_dir(main_target)}/{DROP_IN_NAME}"
-    drop_in = render_drop_in(data, version, runtime, cluster, main_target, warnings)
+    base: list[FileChange] = []
+    if gate_hook is not None:
+        default, why = default_spec(root)
+        if default is None:
+            (warnings if warnings is not None else []).append(
+                f"containerd base spec not written ({why}): the CUDA gate does not run for containerd's "
+                "containers")
+        else:
+            target = base_spec_target(main_target)
+            base = [FileChange(under(root, target), target, render_base_spec(default, gate_hook), 0o644)]
+    drop_in = render_drop_in(data, version, runtime, cluster, main_target, warnings,
+                             base[0].target if base else None)
     return [
         FileChange(main_path, main_target, new_main.encode(), mode),
+        *base,
         FileChange(under(root, drop_target), drop_target, drop_in, 0o644),
     ]
 

@@ -24,7 +24,7 @@ from ..profile import Profile
 from ..profile.load import CA_PIN_REQUIRED
 from . import cdi as cdimod
 from . import containerd as ctd
-from . import ctkconfig, kube
+from . import ctkconfig, kube, ocihooks
 from . import gpus as gpumod
 from .discovery import Discovery, discover
 from .files import FileChange, apply_changes, relocated, under
@@ -166,8 +166,10 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     root = Path(options.root)
     warnings: list[str] = []
     findings: list[str] = []
-    files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings)
+    files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings, ocihooks.gate_hook())
     files += ctkconfig.plan_ctk_config(root, profile.runtime)
+    if profile.runtime.cdi or profile.runtime.nvidia_runtime:
+        files += ocihooks.plan_hooks_d(root)
     source = "none"
     if profile.runtime.cdi:
         gpus = gpumod.discover(root, nvidia_smi_xml=options.nvidia_smi_xml)

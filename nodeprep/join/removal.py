@@ -5,7 +5,9 @@ The paths are the ones `nodeprep runtime` plans (plan_runtime over the node's pr
 /etc/nodeprep/node.yaml under the root; the profile defaults when there is none), so a file runtime
 learns to write is undone without a list kept here, plus the CDI specs nodeprep wrote in the other
 spec directories. A file is removed only when nodeprep wrote it, recognised by the header every file
-it writes starts with; any other file at such a path is left and named. The containerd main file
+it writes starts with, or (a JSON file, which has no comments) by being the bytes runtime writes now;
+nvidia-container-runtime's config.toml only when runtime made it from nothing (a package's file that
+runtime set to CDI mode is left and named, like any other file at such a path). The containerd main file
 only ever gained one `imports` entry: that entry is taken out again, and the file is written back to
 the bytes it had (checked by adding the entry again, which must give the file as it is now); a file
 nodeprep made from nothing (only `version = 2` and the entry) is removed.
@@ -25,6 +27,7 @@ from ..node.hooks import Removal, Undo
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd
+from . import ctkconfig, ocihooks
 from .files import atomic_write, under
 from .plan import JoinOptions, plan_runtime
 
@@ -36,16 +39,22 @@ def _profile(root: Path) -> Profile | None:
     return load_profile(path) if path.is_file() else None
 
 
-def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, list[str]]:
-    """The runtime settings and every node path `nodeprep runtime` writes on this root."""
+def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, dict[str, bytes | None]]:
+    """The runtime settings and every node path `nodeprep runtime` writes on this root, each with
+    the bytes it would write now when that can be known without the profile's plan (None: unknown)."""
     runtime = profile.runtime if profile else Runtime()
-    planned: list[str] = []
+    planned: dict[str, bytes | None] = {}
     if profile is not None:
-        planned = [f.target for f in plan_runtime(profile, JoinOptions(root=Path(root), check=True)).files]
+        planned = {f.target: f.content
+                   for f in plan_runtime(profile, JoinOptions(root=Path(root), check=True)).files}
     main = runtime.containerd_config
-    defaults = [main, f"{ctd.drop_in_dir(main)}/{ctd.DROP_IN_NAME}",
-                *(f"{d}/{cdimod.SPEC_NAME}" for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS))]
-    return runtime, list(dict.fromkeys([*planned, *defaults]))
+    defaults: dict[str, bytes | None] = {
+        main: None, f"{ctd.drop_in_dir(main)}/{ctd.DROP_IN_NAME}": None,
+        f"{ocihooks.HOOKS_DIR}/{ocihooks.HOOK_NAME}": ocihooks.render_hooks_d(),
+        ctkconfig.CONFIG: None,
+        **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
+    }
+    return runtime, {**defaults, **planned}
 
 
 def _import_line(entries: list[str]) -> str:
@@ -86,6 +95,7 @@ def plan_removal(root: Path, profile: Profile | None = None) -> Removal:
     """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here); `profile`: the
     node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
     runtime, targets = _targets(root, profile or _profile(root))
+    from_nothing = ctkconfig.render_config({}, runtime)  # a config.toml runtime made, not a package's
     undo: list[Undo] = []
     kept: list[str] = []
     main = runtime.containerd_config
@@ -109,7 +119,12 @@ def plan_removal(root: Path, profile: Profile | None = None) -> Removal:
             elif before != text:
                 undo.append(Undo(target, path, before.encode() if before else None,
                                  path.stat().st_mode & 0o7777))
-        elif raw.startswith(HEADER):
+        elif target == ctkconfig.CONFIG:
+            if raw == from_nothing:
+                undo.append(Undo(target, path))
+            else:
+                kept.append(f"{target}: nodeprep set its CDI mode in a file it did not create; left in place")
+        elif raw.startswith(HEADER) or raw == targets[target]:  # a JSON file has no header
             undo.append(Undo(target, path))
         else:
             kept.append(f"{target}: not written by nodeprep; left in place")

@@ -8,7 +8,9 @@
 - containerd (1.7 or 2.1, unpacked from Debian's .debs) runs inside the GPU node's mount namespace
   (gpunode.py) with `containerd config default` of its own version (root/state/socket moved into the
   temp dir, sandbox image set to the imported one) plus nodeprep's drop-in, bind-mounted over
-  /etc/containerd there. Pods use the node's network namespace (no CNI needed).
+  /etc/containerd there. Pods use the node's network namespace (no CNI needed). With `gate` the
+  config root also holds that containerd's own `ctr` (and the host's libc for it), so nodeprep
+  writes the handlers' base spec carrying the CUDA gate from `ctr oci spec`, as on a node.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeprep.join import containerd as ctd
+from nodeprep.join import ocihooks
 from nodeprep.join.files import apply_changes
 from nodeprep.profile import Runtime
 
@@ -113,6 +116,7 @@ class Containerd:
     channel: Any = None
     runtime: Runtime = field(default_factory=Runtime)  # the profile section of nodeprep's drop-in
     env: dict[str, str] = field(default_factory=dict)  # more environment for containerd (its shims)
+    gate: bool = False
 
     @property
     def sock(self) -> Path:
@@ -132,7 +136,16 @@ class Containerd:
         root = self.work / "root"
         (root / "etc/containerd").mkdir(parents=True)
         (root / "etc/containerd/config.toml").write_text(text)
-        apply_changes(ctd.plan_containerd(root, self.runtime))  # nodeprep's drop-in: enable_cdi, nvidia
+        hook = None
+        if self.gate:  # the node's ctr, run by nodeprep chrooted into the root
+            for src, dest in ((self.bindir / "ctr", "usr/bin/ctr"), (Path("/lib64/ld-linux-x86-64.so.2"),
+                              "lib64/ld-linux-x86-64.so.2"), (Path("/lib/x86_64-linux-gnu/libc.so.6"),
+                              "lib/x86_64-linux-gnu/libc.so.6")):
+                (root / dest).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(src.resolve(), root / dest)
+            hook = ocihooks.gate_hook()
+        # nodeprep's drop-in: enable_cdi, nvidia (+ the base spec with the gate)
+        apply_changes(ctd.plan_containerd(root, self.runtime, gate_hook=hook))
         self.node.ns(["mount", "--bind", root / "etc/containerd", "/etc/containerd"])
         self.proc = self.node.spawn([self.bindir / "containerd", "--config", "/etc/containerd/config.toml"],
                                     self.work / "containerd.log",

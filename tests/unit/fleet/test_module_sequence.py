@@ -189,13 +189,17 @@ def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
     status, result = module("nodeprep_runtime", {"root": str(root), "state": "absent"}, check=True)
     assert status == "CHANGED" and result["restored"] == ["/etc/containerd/config.toml"], result
     assert sorted(result["removed"]) == ["/etc/cdi/nvidia.yaml",
-                                         "/etc/containerd/conf.d/99-nodeprep-nvidia.toml"]
+                                         "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
+                                         "/etc/nvidia-container-runtime/config.toml",
+                                         "/usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json"]
     assert tree(root) == written
     status, result = module("nodeprep_runtime", {"root": str(root), "state": "absent"})
     assert status == "CHANGED" and result["kept"] == [], result
     assert main.read_text() == original
     assert not (root / "etc/cdi/nvidia.yaml").exists()
     assert not (root / "etc/containerd/conf.d/99-nodeprep-nvidia.toml").exists()
+    assert not (root / "etc/nvidia-container-runtime/config.toml").exists()
+    assert not (root / "usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json").exists()
     assert module("nodeprep_runtime", {"root": str(root), "state": "absent"})[0] == "SUCCESS"
 
 
