@@ -114,8 +114,10 @@ def in_image(rootfs: str, rel: str) -> str | None:
     return path
 
 
-def update_ldcache(rootfs: str, lib_dir: str) -> None:
-    """Add `lib_dir` to the image's ld.so.conf.d and run the image's ldconfig (chroot)."""
+def update_ldcache(rootfs: str, lib_dir: str, *, compat: bool = False) -> None:
+    """Add `lib_dir` to the image's ld.so.conf.d and run the image's ldconfig (chroot). `lib_dir`
+    is also named on ldconfig's command line, which puts it before every configured folder, unless
+    `compat`: then the 00-compat-*.conf folder (sorted before ours) stays first, as intended."""
     conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
     if conf_dir is None:
         print("nodeprep hook: ld cache not updated (a link in the image's /etc/ld.so.conf.d path)",
@@ -138,7 +140,7 @@ def update_ldcache(rootfs: str, lib_dir: str) -> None:
     from ..errors import CommandError
 
     try:
-        runner.run([tool, lib_dir], root=rootfs, timeout=30)
+        runner.run([tool] if compat else [tool, lib_dir], root=rootfs, timeout=30)
     except CommandError as e:
         print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
 
@@ -222,8 +224,9 @@ def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ign
     cache = read_ld_cache(rootfs) or b""
     names = mounted_libraries(config, lib_dir)
     shadowed = bool(cache and names and shadowing_entries(cache, names, (lib_dir, LIB64)))
-    if shadowed or uncached_folders(cache, compat_folders(rootfs)):
-        update_ldcache(rootfs, lib_dir)
+    compat = compat_folders(rootfs)
+    if shadowed or uncached_folders(cache, compat):
+        update_ldcache(rootfs, lib_dir, compat=bool(compat))
 
 
 def main(argv: list[str] | None = None) -> int:
