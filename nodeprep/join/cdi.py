@@ -8,13 +8,15 @@ the spec) read-only into the container:
   (/usr/lib/x86_64-linux-gnu on amd64, searched by Debian/Ubuntu's glibc) and /usr/lib64 (searched
   by RHEL/UBI's) — each real file once under its own name and once under each soname/dev link that
   points at it: no symlink hook and no ld cache entry is needed for glibc to find them;
-- binaries at /usr/bin.
+- binaries at /usr/bin, GSP firmware at /lib/firmware/nvidia/<version>/;
+- daemon sockets (persistenced, fabricmanager, MPS) when present under the device root.
 Hooks (createContainer): nodeprep's own (nodeprep.hooks.container) on every container: it refuses a
-container whose NVIDIA_REQUIRE_* the mounted driver does not meet and, when NVIDIA's nvidia-cdi-hook
-is not installed, rebuilds the image's ld.so.cache only if that cache names a library of the same
-name elsewhere (which the loader would take first); with nvidia-cdi-hook installed, its
-`update-ldcache` refreshes the cache on every start instead. Devices: one per GPU by index and by UUID, plus
-`all` (names as nvidia-ctk's default `--device-name-strategy`).
+container whose NVIDIA_REQUIRE_* the mounted driver does not meet and rebuilds the image's
+ld.so.cache only if that cache names a library of the same name elsewhere (which the loader would
+take first) or misses a CUDA compat folder. With NVIDIA's nvidia-cdi-hook on the node, its hooks run
+first for what only they do (`hooks`). Devices: one per GPU by index and by UUID, plus `all` (names
+as nvidia-ctk's default `--device-name-strategy`; `all` also carries MIG's /dev/nvidia-caps nodes).
+What NVIDIA's `nvidia-ctk cdi generate` carries and nodeprep leaves out on purpose: docs/join.md.
 
 The spec declares cdiVersion 0.5.0 (device names starting with a digit) and uses nothing newer:
 podman 4.3's CDI library knows no version above 0.5.0 and refuses unknown fields. Before it is
