@@ -157,12 +157,13 @@ def extra_links(mounts: list[dict[str, Any]], lib_dir: str) -> list[str]:
             for d in (lib_dir, LIB64) for name in names]
 
 
-def toolkit_hook(root: Path) -> str | None:
-    """Where nvidia-cdi-hook is on the node (the first TOOL_DIRS entry holding it), or None."""
-    for d in TOOL_DIRS:
+def toolkit_hook(root: Path, configured: str | None = None) -> str | None:
+    """Where nvidia-cdi-hook is on the node: `configured` (runtime.cdi_hook_path) when that file
+    exists, else the first TOOL_DIRS entry holding it; None when it is not there."""
+    for path in [configured] if configured else [f"{d}/{CDI_HOOK}" for d in TOOL_DIRS]:
         try:
-            if under(root, f"{d}/{CDI_HOOK}").is_file():
-                return f"{d}/{CDI_HOOK}"
+            if under(root, path).is_file():
+                return path
         except NodeprepError:  # the image's links cannot be resolved: not there
             continue
     return None
@@ -196,7 +197,7 @@ def _mount(host: str, container: str) -> dict[str, Any]:
 
 
 def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None = None,
-               dev_root: Path | None = None) -> dict[str, Any]:
+               dev_root: Path | None = None, cdi_hook: str | None = None) -> dict[str, Any]:
     """The CDI spec as data (pure apart from reading the driver root under `root` and what exists
     under `dev_root`, default `root`: device nodes, daemon sockets, the driver's params file)."""
     version = version or active_driver(root)
@@ -213,7 +214,7 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     if "nvidia-modeset" in driver.modules or _exists(dev_root, "/dev/nvidia-modeset"):
         common_nodes.append({"path": "/dev/nvidia-modeset"})
     lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
-    toolkit = toolkit_hook(root)
+    toolkit = toolkit_hook(root, cdi_hook)
     mounts = _mounts(root, version, manifest, extra_names=toolkit is None)
     edits: dict[str, Any] = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
@@ -374,7 +375,8 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList, *,
         return []
     target = spec_target(runtime)
     path = under(root, target)
-    content = render_spec(build_spec(root, driver, gpus, dev_root=dev_root), on_disk=_read_if_file(path))
+    spec = build_spec(root, driver, gpus, dev_root=dev_root, cdi_hook=runtime.cdi_hook_path)
+    content = render_spec(spec, on_disk=_read_if_file(path))
     return [FileChange(path, target, content, 0o644)]
 
 
@@ -440,8 +442,10 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (
             ("nvidia-modeset",) if "/dev/nvidia-modeset" in nodes else ())
+        hooks_before = old.get("containerEdits", {}).get("hooks", [])
+        configured = next((h["path"] for h in hooks_before if h.get("args", [None])[0] == CDI_HOOK), None)
         spec = build_spec(root, Driver(version=version, modules=modules), _devices_from_spec(old),
-                          version=version)
+                          version=version, cdi_hook=configured)
         change = FileChange(path, target, render_spec(spec, on_disk=raw), 0o644)
         if change.changed:
             atomic_write(path, change.content, change.mode)

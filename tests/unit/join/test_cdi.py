@@ -133,6 +133,23 @@ def test_toolkit_hooks_do_only_what_nodeprep_does_not(node_root: Path) -> None:
     assert cdi.spec_problems(spec) == []
 
 
+def test_profile_names_the_toolkit_hook_and_activation_keeps_it(node_root: Path) -> None:
+    path = "/opt/nvidia-toolkit/bin/nvidia-cdi-hook"  # not on the PATH
+    (node_root / path.lstrip("/")).parent.mkdir(parents=True)
+    (node_root / path.lstrip("/")).write_bytes(b"\x7fELF")
+    gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes())
+    assert cdi.build_spec(node_root, DRIVER, gpu_list)["containerEdits"]["hooks"][0]["path"] != path
+    apply_changes(cdi.plan_cdi(node_root, DRIVER, Runtime(cdi_hook_path=path), gpu_list))
+    spec_file = node_root / "etc/cdi/nvidia.yaml"
+    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert [h["path"] for h in hooks[:-1]] == [path, path]
+    spec_file.write_text(spec_file.read_text().replace(f"--host-driver-version={VERSION}", "--x"))
+    assert cdi.refresh_after_activation(node_root, VERSION) == ["/etc/cdi/nvidia.yaml"]
+    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert [h["path"] for h in hooks[:-1]] == [path, path]
+    assert hooks[1]["args"][-1] == f"--host-driver-version={VERSION}"
+
+
 def test_present_nodes_and_sockets_are_in_the_spec(node_root: Path, tmp_path: Path) -> None:
     """/dev/nvidia-modeset, MIG's /dev/nvidia-caps nodes and the daemons' sockets when present
     under the device root, which may differ from the driver root (image builds)."""
