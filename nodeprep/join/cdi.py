@@ -186,7 +186,8 @@ def caps_nodes(dev_root: Path) -> list[dict[str, str]]:
     """/dev/nvidia-caps/nvidia-cap* (MIG GPU and compute instance access) present under `dev_root`."""
     try:
         caps = under(dev_root, CAPS_DIR)
-        names = [p.name for p in caps.iterdir() if p.name.startswith("nvidia-cap")]
+        names = [p.name for p in caps.iterdir() if p.name.removeprefix("nvidia-cap").isdigit()
+                 and p.name.isascii()]  # the driver's names only, whatever else an image holds
     except (NodeprepError, OSError):
         return []
     return [{"path": f"{CAPS_DIR}/{n}"} for n in sorted(names, key=lambda n: (len(n), n))]  # cap2 < cap12

@@ -155,7 +155,8 @@ def test_present_nodes_and_sockets_are_in_the_spec(node_root: Path, tmp_path: Pa
     under the device root, which may differ from the driver root (image builds)."""
     dev_root = tmp_path / "devroot"
     for path in ("dev/nvidia-modeset", "dev/nvidia-caps/nvidia-cap1", "dev/nvidia-caps/nvidia-cap12",
-                 "dev/nvidia-caps/nvidia-cap2", "run/nvidia-persistenced/socket"):
+                 "dev/nvidia-caps/nvidia-cap2", "run/nvidia-persistenced/socket",
+                 "dev/nvidia-caps/nvidia-cap3\n", "dev/nvidia-caps/nvidia-capx"):  # last two: not the driver
         (dev_root / path).parent.mkdir(parents=True, exist_ok=True)
         (dev_root / path).write_text("")
     (dev_root / "tmp/nvidia-mps").mkdir(parents=True)
