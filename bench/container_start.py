@@ -22,9 +22,16 @@ multiarch directory, as any CDI spec for the driver must:
   spec (its device is no NVIDIA one: the gate exits at once) and on a spec like a DRA claim's (the
   same mounts, device node /dev/nvidia0, no hook of its own: the gate checks NVIDIA_REQUIRE_CUDA
   against a `current` link to 535.309.01 and Tesla facts); goal: <= 50 ms each and, where
-  NVIDIA's nvidia-cdi-hook is at hand (NODEPREP_NVIDIA_BIN, plain or .zst), <= half of what
-- nvidia hooks adds: the createContainer hooks `nvidia-ctk cdi generate` writes for a driver
-  (enable-cuda-compat, update-ldcache) on the same mounts.
+  NVIDIA's nvidia-cdi-hook is at hand, `gate, GPU` <= half of what `nvidia` adds;
+- spec + nvidia-cdi-hook: what nodeprep's spec adds on a node with NVIDIA's nvidia-cdi-hook: the
+  hooks nodeprep.join.cdi.hooks writes (NVIDIA's create-symlinks and enable-cuda-compat, then
+  nodeprep's), run by the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py);
+- nvidia: a spec of the form `nvidia-ctk cdi generate` writes for the same files (v1.20.0, seen on
+  the H200 and in tests/slow/join/test_cdi_parity.py): the libraries mounted at their host path,
+  create-symlinks for their soname links and libcuda.so, enable-cuda-compat, update-ldcache of that
+  folder, each hook a run of the real binary with NVIDIA_CTK_DEBUG=false.
+`spec` and `spec + nvidia-cdi-hook` must each add at most half of what `nvidia` adds. Without
+NODEPREP_NVIDIA_BIN the last two are left out and said so.
 
 Podman runs as root in a private mount namespace (tmpfs over /run holding the specs in /run/cdi)
 with its storage in a temp dir; nothing of the host's container setup is used or changed.
@@ -55,10 +62,12 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 use_venv()
 
 from nodeprep.hooks.container import LIB64  # noqa: E402
-from nodeprep.join.cdi import hook_command  # noqa: E402
+from nodeprep.join.cdi import extra_links, hook_command  # noqa: E402
+from nodeprep.join.cdi import hooks as spec_hooks  # noqa: E402
 from nodeprep.join.ocihooks import HOOK_NAME, render_hooks_d  # noqa: E402
 
 GOAL_S = 0.050
+GOAL_OF_NVIDIA = 0.5  # nodeprep's spec adds at most half of what a spec of NVIDIA's form adds
 REQUIRE = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
 # This sandbox caps RLIMIT_NOFILE/NPROC below podman's container defaults, which runc cannot raise.
 ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
@@ -89,6 +98,29 @@ def lib_mounts(lib: Path, dirs: tuple[str, ...]) -> list[dict]:  # type: ignore[
     pairs = [(n, n) for n in LIBS] + [(so, n) for n, so in LIBS.items() if so]
     return [{"hostPath": str(lib / src), "containerPath": f"{d}/{name}", "options": ["ro", "nosuid", "nodev",
              "rbind", "rprivate"]} for d in dirs for name, src in pairs]
+
+
+def nvidia_hook_binary() -> str | None:
+    """NVIDIA's real nvidia-cdi-hook (NODEPREP_NVIDIA_BIN, sha256-checked), or None without it."""
+    if not os.environ.get("NODEPREP_NVIDIA_BIN"):
+        return None
+    from tests.support import binaries
+    from tests.support.nvidia import ENV, SHA_FILE
+
+    cache = Path(os.environ.get("NODEPREP_TEST_CACHE", Path.home() / ".cache/nodeprep-tests")) / "nvidia"
+    return str(binaries.verified(ENV, ("nvidia-cdi-hook",), SHA_FILE, cache)["nvidia-cdi-hook"])
+
+
+def nvidia_form(lib: Path, binary: str) -> tuple[list[dict], list[dict]]:  # type: ignore[type-arg]
+    """(hooks, mounts) as `nvidia-ctk cdi generate` writes them for the files in `lib`."""
+    mounts = [{"hostPath": str(lib / n), "containerPath": str(lib / n), "options": ["ro", "nosuid", "nodev",
+               "rbind", "rprivate"]} for n in LIBS]
+    links = [f"{n}::{lib}/{so}" for n, so in LIBS.items() if so] + [f"libcuda.so.1::{lib}/libcuda.so"]
+    args = [["create-symlinks", *(a for link in sorted(links) for a in ("--link", link))],
+            ["enable-cuda-compat", f"--host-driver-version={VERSION}"],
+            ["update-ldcache", "--folder", str(lib)]]
+    return [{"hookName": "createContainer", "path": binary, "args": ["nvidia-cdi-hook", *a],
+             "env": ["NVIDIA_CTK_DEBUG=false"]} for a in args], mounts
 
 
 def spec(kind: str, hooks: list[dict], mounts: list[dict], device: str = "/dev/nodeprep-bench") -> dict:  # type: ignore[type-arg]
@@ -161,21 +193,6 @@ def gate_hooks_dir(work: Path) -> Path:
     return hooks
 
 
-def nvidia_cdi_hook(work: Path) -> Path | None:
-    """NVIDIA's nvidia-cdi-hook from NODEPREP_NVIDIA_BIN (plain or .zst), else None."""
-    where = os.environ.get("NODEPREP_NVIDIA_BIN")
-    if not where:
-        return None
-    plain, packed = Path(where) / "nvidia-cdi-hook", Path(where) / "nvidia-cdi-hook.zst"
-    if plain.is_file():
-        return plain
-    if packed.is_file() and shutil.which("zstd"):
-        out = work / "nvidia-cdi-hook"
-        subprocess.run(["zstd", "-q", "-d", "-o", out, packed], check=True)
-        out.chmod(0o755)
-        return out
-    return None
-
 
 INNER = r"""
 set -e
@@ -204,24 +221,28 @@ def main() -> int:
         work = Path(tmp)
         lib = stand_in_libs(work)
         one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, LIB64))
-        gate_dir, no_hooks = gate_hooks_dir(work), work / "no-hooks.d"
-        no_hooks.mkdir()
+        dlopen_names = [{**m, "containerPath": m["containerPath"].replace(".so.1", ".so")} for m in both
+                        if m["containerPath"].endswith("/libcuda.so.1")]  # mounted when no nvidia-cdi-hook
+        spec_mounts = both + dlopen_names
         # name: (hooks, mounts, image)
         variants = {"none": ([], one, "plain"), "/bin/true": ([true_hook], one, "plain"),
                     "hook": ([ours], one, "plain"), "lib64": ([], both, "plain"),
-                    "spec": ([ours], both, "plain"), "spec, cache rebuilt": ([ours], both, "compat"),
-                    "gate, no GPU": ([], one, "plain"), "gate, GPU": ([], one, "plain")}
-        theirs = nvidia_cdi_hook(work)
-        if theirs:
-            variants["nvidia hooks"] = ([
-                {"hookName": "createContainer", "path": str(theirs),
-                 "args": ["nvidia-cdi-hook", "enable-cuda-compat", "--host-driver-version", VERSION]},
-                {"hookName": "createContainer", "path": str(theirs),
-                 "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", MULTIARCH]},
-            ], one, "plain")
-        gpu_device = {"gate, GPU": "/dev/nvidia0", "nvidia hooks": "/dev/nvidia0"}
+                    "spec": ([ours], spec_mounts, "plain"),
+                    "spec, cache rebuilt": ([ours], spec_mounts, "compat")}
+        variants["gate, no GPU"] = ([], one, "plain")
+        variants["gate, GPU"] = ([], one, "plain")
+        gate_dir, no_hooks = gate_hooks_dir(work), work / "no-hooks.d"
+        no_hooks.mkdir()
+        gpu_device = {"gate, GPU": "/dev/nvidia0"}
+        binary = nvidia_hook_binary()
+        if binary:  # each writes into its image (links, ld cache): an image of its own
+            with_toolkit = spec_hooks(VERSION, MULTIARCH, binary, extra_links(both, MULTIARCH))
+            variants["spec + nvidia-cdi-hook"] = (with_toolkit, both, "toolkit")
+            variants["nvidia"] = (*nvidia_form(lib, binary), "nvidia")
+        else:
+            print("NODEPREP_NVIDIA_BIN is not set: no NVIDIA hook, no comparison with NVIDIA's spec")
         images = {}
-        for image in ("plain", "compat"):
+        for image in sorted({v[2] for v in variants.values()}):
             rootfs = images[image] = work / f"rootfs-{image}"
             rootfs.mkdir()
             with tarfile.open(rootfs_tar()) as t:
@@ -261,7 +282,7 @@ def main() -> int:
         )
         if out.returncode != 0:
             cannot_measure(f"a container start failed:\n{out.stderr[-2000:]}")
-        cpu = hook_cpu(work, images["plain"], ours, both, args.runs, gate_dir)
+        cpu = hook_cpu(work, images["plain"], ours, spec_mounts, args.runs, gate_dir)
     times: dict[str, list[float]] = {slug(n): [] for n in variants}
     for line in out.stdout.splitlines():
         i, name, ns = line.split()
@@ -280,16 +301,16 @@ def main() -> int:
             verdict = goals.at_most(f"{names[name]} adds <= {GOAL_S * 1000:.0f} ms", added, GOAL_S)
             line += f"  goal added <= {GOAL_S * 1000:.0f} ms  added/goal {added / GOAL_S:5.2f}  {verdict}"
         print(line)
-    if "nvidia-hooks" in times:
-        theirs_added = statistics.median(times["nvidia-hooks"]) - base
-        gate_added = statistics.median(times["gate-GPU"]) - base
-        verdict = goals.at_most("gate, GPU adds <= half of nvidia hooks", gate_added, theirs_added / 2)
-        print(f"gate, GPU added {gate_added * 1000:.1f} ms vs nvidia hooks added "
-              f"{theirs_added * 1000:.1f} ms: "
-              f"ratio {gate_added / theirs_added if theirs_added > 0 else float('inf'):5.2f} (goal <= 0.50)  "
-              f"{verdict}")
+    if "nvidia" in times:
+        theirs = statistics.median(times["nvidia"]) - base
+        for name in ("spec", slug("spec + nvidia-cdi-hook"), "gate-GPU"):
+            added = statistics.median(times[name]) - base
+            verdict = goals.at_most(f"{names[name]} adds <= {GOAL_OF_NVIDIA} x nvidia's", added,
+                                    GOAL_OF_NVIDIA * theirs)
+            print(f"{names[name]} adds {added * 1000:.1f} ms, NVIDIA's form {theirs * 1000:.1f} ms: "
+                  f"ratio {added / theirs:4.2f} (goal <= {GOAL_OF_NVIDIA})  {verdict}")
     else:
-        print("nvidia hooks: not measured (NODEPREP_NVIDIA_BIN does not name nvidia-cdi-hook)")
+        print("nvidia: not measured (NODEPREP_NVIDIA_BIN is not set)")
     per_run = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in cpu.items())
     print(f"the hook processes alone, CPU time (user+sys) per run, {args.runs} runs: {per_run}")
     print("load average during the run: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))

@@ -30,6 +30,13 @@ nvidia_smi_xml_option = click.option(
     help="Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
     "(offline image builds).",
 )
+dev_root_option = click.option(
+    "--dev-root",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Look for the device nodes and daemon sockets the CDI spec names under DIR instead of "
+    "--root (an image being built: --dev-root /).",
+)
 
 
 def applied_changes(result: dict[str, Any]) -> list[str]:
@@ -142,12 +149,15 @@ def join_cmd(
 @json_option
 @check_option("Only report what would change (nothing written).")
 @nvidia_smi_xml_option
+@dev_root_option
 def runtime_cmd(
-    profile: Path | None, root: Path, as_json: bool, check: bool, nvidia_smi_xml: Path | None
+    profile: Path | None, root: Path, as_json: bool, check: bool, nvidia_smi_xml: Path | None,
+    dev_root: Path | None,
 ) -> None:
     """Register the nvidia runtime in containerd and write the CDI spec (no cluster join)."""
     prof = load_profile(profile_path(root, profile))
-    plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml, check=check))
+    plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml, check=check,
+                                          dev_root=dev_root))
     summary = [f.summary() for f in plan.files]
     if check:
         result = {

@@ -11,11 +11,13 @@ holding the container's config.json.
    nodeprep.cuda.check_requirement (the code behind `doctor --require-cuda`). Otherwise the hook
    exits 1 with one line naming the requirement, the supported CUDA version and the driver: the
    runtime refuses the container. NVIDIA_DISABLE_REQUIRE=1/true skips the check.
-2. With `--ldconfig DIR` (written when NVIDIA's nvidia-cdi-hook is not installed): the spec mounts
-   the driver libraries into the loader's default directories of both image layouts, so they are
-   found without an ld cache entry. Only an image whose own /etc/ld.so.cache names a library of the
-   same name elsewhere (it would win over the default directories) gets DIR written into its
-   /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its ld.so.cache rebuilt by its own ldconfig.
+2. With `--ldconfig DIR`: the spec mounts the driver libraries into the loader's default
+   directories of both image layouts, so they are found without an ld cache entry. Only an image
+   whose own /etc/ld.so.cache names a library of the same name elsewhere (it would win over the
+   default directories), or whose /etc/ld.so.conf.d has a folder of NVIDIA's `enable-cuda-compat`
+   (00-compat-*.conf, written by that hook just before this one) that the cache does not name yet,
+   gets DIR written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its ld.so.cache rebuilt
+   by its own ldconfig.
 
 Starts on every container start, so it imports only os, sys, CPython's C JSON scanner and (for a
 container with a requirement) nodeprep.cuda: no json (its decoder imports re), re, click, yaml,
@@ -29,6 +31,7 @@ import stat
 import sys
 
 CONF_NAME = "00-nodeprep-nvidia.conf"
+COMPAT_CONF = ("00-compat-", ".conf")  # what NVIDIA's enable-cuda-compat writes (cudacompat.go)
 LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 LD_CACHE = "/etc/ld.so.cache"
 MAX_CACHE = 64 << 20  # a big image's cache is a few MB
@@ -111,9 +114,11 @@ def in_image(rootfs: str, rel: str) -> str | None:
     return path
 
 
-def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME) -> None:
+def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, compat: bool = False) -> None:
     """Add `lib_dir` to the image's ld.so.conf.d (as `conf_name`) and run the image's ldconfig
-    (chroot)."""
+    (chroot). `lib_dir` is also named on ldconfig's command line, which puts it before every
+    configured folder, unless `compat`: then the 00-compat-*.conf folder (sorted before ours) stays
+    first, as intended."""
     conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
     if conf_dir is None:
         print("nodeprep hook: ld cache not updated (a link in the image's /etc/ld.so.conf.d path)",
@@ -136,7 +141,7 @@ def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME) -> Non
     from ..errors import CommandError
 
     try:
-        runner.run([tool, lib_dir], root=rootfs, timeout=30)
+        runner.run([tool] if compat else [tool, lib_dir], root=rootfs, timeout=30)
     except CommandError as e:
         print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
 
@@ -191,14 +196,40 @@ def read_ld_cache(rootfs: str) -> bytes | None:
         return f.read(MAX_CACHE)
 
 
+def compat_folders(rootfs: str) -> list[str]:
+    """Folders listed by the 00-compat-*.conf files in the image's /etc/ld.so.conf.d (NVIDIA's
+    enable-cuda-compat writes one when the image's CUDA compat libraries are newer than the driver)."""
+    conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
+    try:
+        names = os.listdir(conf_dir) if conf_dir else []
+    except OSError:
+        return []
+    out = []
+    for name in sorted(n for n in names if n.startswith(COMPAT_CONF[0]) and n.endswith(COMPAT_CONF[1])):
+        try:
+            fd = os.open(f"{conf_dir}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(4096).decode(errors="replace")
+        out += [line.strip() for line in text.splitlines() if line.strip().startswith("/")]
+    return out
+
+
+def uncached_folders(cache: bytes, folders: list[str]) -> list[str]:
+    """Those of `folders` no path in the ld cache's string table lies in (pure)."""
+    return [d for d in folders if (d.rstrip("/") + "/").encode() not in cache]
+
+
 def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ignore[type-arg]
-    """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else."""
-    cache = read_ld_cache(rootfs)
-    if not cache:
-        return
+    """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else,
+    or when it misses a CUDA compat folder NVIDIA's enable-cuda-compat has just added."""
+    cache = read_ld_cache(rootfs) or b""
     names = mounted_libraries(config, lib_dir)
-    if names and shadowing_entries(cache, names, (lib_dir, LIB64)):
-        update_ldcache(rootfs, lib_dir)
+    shadowed = bool(cache and names and shadowing_entries(cache, names, (lib_dir, LIB64)))
+    compat = compat_folders(rootfs)
+    if shadowed or uncached_folders(cache, compat):
+        update_ldcache(rootfs, lib_dir, compat=bool(compat))
 
 
 def main(argv: list[str] | None = None) -> int:

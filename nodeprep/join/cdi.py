@@ -8,13 +8,15 @@ the spec) read-only into the container:
   (/usr/lib/x86_64-linux-gnu on amd64, searched by Debian/Ubuntu's glibc) and /usr/lib64 (searched
   by RHEL/UBI's) — each real file once under its own name and once under each soname/dev link that
   points at it: no symlink hook and no ld cache entry is needed for glibc to find them;
-- binaries at /usr/bin.
+- binaries at /usr/bin, GSP firmware at /lib/firmware/nvidia/<version>/;
+- daemon sockets (persistenced, fabricmanager, MPS) when present under the device root.
 Hooks (createContainer): nodeprep's own (nodeprep.hooks.container) on every container: it refuses a
-container whose NVIDIA_REQUIRE_* the mounted driver does not meet and, when NVIDIA's nvidia-cdi-hook
-is not installed, rebuilds the image's ld.so.cache only if that cache names a library of the same
-name elsewhere (which the loader would take first); with nvidia-cdi-hook installed, its
-`update-ldcache` refreshes the cache on every start instead. Devices: one per GPU by index and by UUID, plus
-`all` (names as nvidia-ctk's default `--device-name-strategy`).
+container whose NVIDIA_REQUIRE_* the mounted driver does not meet and rebuilds the image's
+ld.so.cache only if that cache names a library of the same name elsewhere (which the loader would
+take first) or misses a CUDA compat folder. With NVIDIA's nvidia-cdi-hook on the node, its hooks run
+first for what only they do (`hooks`). Devices: one per GPU by index and by UUID, plus `all` (names
+as nvidia-ctk's default `--device-name-strategy`; `all` also carries MIG's /dev/nvidia-caps nodes).
+What NVIDIA's `nvidia-ctk cdi generate` carries and nodeprep leaves out on purpose: docs/join.md.
 
 The spec declares cdiVersion 0.5.0 (device names starting with a digit) and uses nothing newer:
 podman 4.3's CDI library knows no version above 0.5.0 and refuses unknown fields. Before it is
@@ -35,7 +37,7 @@ from typing import Any
 import yaml
 
 from ..artifact import MANIFEST, Manifest
-from ..errors import StateError
+from ..errors import NodeprepError, StateError
 from ..hooks.container import LIB64
 from ..profile import Driver, Runtime
 from .files import FileChange, atomic_write, under, writable_problem
@@ -53,8 +55,22 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "cdi.schema.json
 DRIVER_BASE = "/opt/nvidia"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
 LIB_DIRS = {"amd64": "/usr/lib/x86_64-linux-gnu", "arm64": "/usr/lib/aarch64-linux-gnu"}
-CDI_HOOK = "/usr/bin/nvidia-cdi-hook"
+CDI_HOOK = "nvidia-cdi-hook"
+# The node's PATH, searched under --root for nvidia-cdi-hook (NVIDIA's Container Toolkit).
+TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 SPEC_NAME = "nvidia.yaml"
+# Names applications dlopen that no soname link provides, by the soname they point at (what NVIDIA's
+# `create-symlinks` makes: toolkit internal/discover/symlinks.go, graphics.go).
+EXTRA_NAMES = {
+    "libcuda.so.1": ("libcuda.so",),
+    "libnvidia-opticalflow.so.1": ("libnvidia-opticalflow.so",),
+    "libGLX_nvidia.so.0": ("libGLX_indirect.so.0",),
+}
+# Daemon sockets and pipes mounted when present under the device root (toolkit internal/discover/ipc.go).
+IPC_PATHS = ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps")
+IPC_OPTIONS = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
+CAPS_DIR = "/dev/nvidia-caps"
+PARAMS = "/proc/driver/nvidia/params"  # what `disable-device-node-modification` covers in the container
 
 
 def active_driver(root: Path) -> str:
@@ -83,7 +99,9 @@ def load_driver_manifest(root: Path, version: str) -> Manifest:
     return Manifest.from_json(raw, source=f"{DRIVER_BASE}/{version}/{MANIFEST}")
 
 
-def _mounts(root: Path, version: str, manifest: Manifest) -> list[dict[str, Any]]:
+def _mounts(root: Path, version: str, manifest: Manifest, extra_names: bool) -> list[dict[str, Any]]:
+    """The driver root's files as mounts; with `extra_names` also each library under its
+    EXTRA_NAMES (made by NVIDIA's create-symlinks instead when nvidia-cdi-hook is installed)."""
     host_base = f"{DRIVER_BASE}/{version}"
     lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
     regular = {rel for rel, e in manifest.files.items() if e.target is None}
@@ -114,6 +132,8 @@ def _mounts(root: Path, version: str, manifest: Manifest) -> list[dict[str, Any]
             mounts += [_mount(f"{host_base}/{rel}", f"{d}/{name}") for d in lib_dirs]
         elif rel.startswith("bin/") and rel.count("/") == 1:
             mounts.append(_mount(f"{host_base}/{rel}", f"/usr/bin/{name}"))
+        elif rel.startswith("firmware/nvidia/") and ".." not in rel.split("/"):  # GSP firmware
+            mounts.append(_mount(f"{host_base}/{rel}", f"/lib/{rel}"))
     for rel in sorted(links):
         if not rel.startswith("lib64/") or rel.count("/") != 1:
             continue
@@ -123,17 +143,66 @@ def _mounts(root: Path, version: str, manifest: Manifest) -> list[dict[str, Any]
         except ValueError:
             continue  # points outside the driver root: not ours to mount
         if real_rel in regular and real_rel.startswith("lib64/"):
-            mounts += [_mount(f"{host_base}/{real_rel}", f"{d}/{Path(rel).name}") for d in lib_dirs]
+            names = (Path(rel).name, *(EXTRA_NAMES.get(Path(rel).name, ()) if extra_names else ()))
+            mounts += [_mount(f"{host_base}/{real_rel}", f"{d}/{n}") for n in names for d in lib_dirs]
     return mounts
+
+
+def extra_links(mounts: list[dict[str, Any]], lib_dir: str) -> list[str]:
+    """`create-symlinks --link` values (target::link) for the EXTRA_NAMES of the sonames mounted
+    into `lib_dir`, made in each directory the libraries are mounted into (pure)."""
+    mounted = {m["containerPath"].rpartition("/")[2] for m in mounts
+               if m["containerPath"].rpartition("/")[0] == lib_dir}
+    return [f"{soname}::{d}/{name}" for soname, names in EXTRA_NAMES.items() if soname in mounted
+            for d in (lib_dir, LIB64) for name in names]
+
+
+def toolkit_hook(root: Path, configured: str | None = None) -> str | None:
+    """Where nvidia-cdi-hook is on the node: `configured` (runtime.cdi_hook_path) when that file
+    exists, else the first TOOL_DIRS entry holding it; None when it is not there."""
+    for path in [configured] if configured else [f"{d}/{CDI_HOOK}" for d in TOOL_DIRS]:
+        try:
+            if under(root, path).is_file():
+                return path
+        except NodeprepError:  # the image's links cannot be resolved: not there
+            continue
+    return None
+
+
+def ipc_mounts(dev_root: Path) -> list[dict[str, Any]]:
+    """The daemons' sockets and the MPS pipe directory that exist under `dev_root`."""
+    out = []
+    for path in IPC_PATHS:
+        try:
+            present = under(dev_root, path).exists()
+        except NodeprepError:
+            present = False
+        if present:
+            out.append({"hostPath": path, "containerPath": path, "options": list(IPC_OPTIONS)})
+    return out
+
+
+def caps_nodes(dev_root: Path) -> list[dict[str, str]]:
+    """/dev/nvidia-caps/nvidia-cap* (MIG GPU and compute instance access) present under `dev_root`."""
+    try:
+        caps = under(dev_root, CAPS_DIR)
+        names = [p.name for p in caps.iterdir() if p.name.removeprefix("nvidia-cap").isdigit()
+                 and p.name.isascii()]  # the driver's names only, whatever else an image holds
+    except (NodeprepError, OSError):
+        return []
+    return [{"path": f"{CAPS_DIR}/{n}"} for n in sorted(names, key=lambda n: (len(n), n))]  # cap2 < cap12
 
 
 def _mount(host: str, container: str) -> dict[str, Any]:
     return {"hostPath": host, "containerPath": container, "options": list(MOUNT_OPTIONS)}
 
 
-def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None = None) -> dict[str, Any]:
-    """The CDI spec as data (pure apart from reading the driver root under `root`)."""
+def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None = None,
+               dev_root: Path | None = None, cdi_hook: str | None = None) -> dict[str, Any]:
+    """The CDI spec as data (pure apart from reading the driver root under `root` and what exists
+    under `dev_root`, default `root`: device nodes, daemon sockets, the driver's params file)."""
     version = version or active_driver(root)
+    dev_root = root if dev_root is None else dev_root
     manifest = load_driver_manifest(root, version)
     if not gpus.gpus:
         raise StateError(
@@ -143,26 +212,26 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     common_nodes = [{"path": "/dev/nvidiactl"}]
     if "nvidia-uvm" in driver.modules:
         common_nodes += [{"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidia-uvm-tools"}]
-    if "nvidia-modeset" in driver.modules:
+    if "nvidia-modeset" in driver.modules or _exists(dev_root, "/dev/nvidia-modeset"):
         common_nodes.append({"path": "/dev/nvidia-modeset"})
+    lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
+    toolkit = toolkit_hook(root, cdi_hook)
+    mounts = _mounts(root, version, manifest, extra_names=toolkit is None)
     edits: dict[str, Any] = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": common_nodes,
-        "mounts": _mounts(root, version, manifest),
+        "mounts": mounts + ipc_mounts(dev_root),
     }
-    edits["hooks"] = hooks(root, version, LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"]))
+    edits["hooks"] = hooks(version, lib_dir, toolkit, extra_links(mounts, lib_dir),
+                           params=_exists(dev_root, PARAMS))
     devices: list[dict[str, Any]] = []
     for g in gpus.gpus:
         node = {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"}]}
         devices.append({"name": str(g.index), "containerEdits": node})
         if g.uuid:
             devices.append({"name": g.uuid, "containerEdits": json.loads(json.dumps(node))})
-    devices.append(
-        {
-            "name": "all",
-            "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"} for g in gpus.gpus]},
-        }
-    )
+    all_nodes = [{"path": f"/dev/nvidia{g.minor}"} for g in gpus.gpus] + caps_nodes(dev_root)
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": all_nodes}})
     return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
 
 
@@ -183,23 +252,32 @@ def hook_command(module: str = HOOK_MODULE) -> tuple[str, list[str], list[str]]:
     return python, [python, "-S", "-E", "-c", code], []
 
 
-def hooks(root: Path, version: str, lib_dir: str) -> list[dict[str, Any]]:
-    """createContainer hooks: nodeprep's requirement check (+ the ld cache check without the
-    toolkit), then NVIDIA's update-ldcache when nvidia-cdi-hook is installed."""
+def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
+          params: bool = False) -> list[dict[str, Any]]:
+    """createContainer hooks (pure). Without nvidia-cdi-hook: nodeprep's alone (requirement check,
+    ld cache rebuilt only when shadowed). With it (`toolkit`, its path on the node), first what only
+    NVIDIA's does: `create-symlinks` for the EXTRA_NAMES, `enable-cuda-compat` (the image's CUDA
+    forward-compatibility libraries when newer than the driver) and, on a node with the driver's
+    params file, `disable-device-node-modification`; nodeprep's hook last, so its ld cache check
+    also sees the compat folder `enable-cuda-compat` added. NVIDIA's `update-ldcache` (an ldconfig
+    run on every start) is not used: the mounts are in the loaders' default directories."""
     path, argv, env = hook_command()
-    toolkit = under(root, CDI_HOOK).is_file()
-    argv = [*argv, "--driver", version, *([] if toolkit else ["--ldconfig", lib_dir])]
-    ours: dict[str, Any] = {"hookName": "createContainer", "path": path, "args": argv}
-    out: list[dict[str, Any]] = [{**ours, "env": env} if env else ours]
+    ours: dict[str, Any] = {"hookName": "createContainer", "path": path,
+                            "args": [*argv, "--driver", version, "--ldconfig", lib_dir]}
+    out: list[dict[str, Any]] = []
     if toolkit:
-        out.append(
-            {
-                "hookName": "createContainer",
-                "path": CDI_HOOK,
-                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", lib_dir],
-            }
-        )
-    return out
+        nvidia = [["create-symlinks", *(a for link in links for a in ("--link", link))] if links else [],
+                  ["enable-cuda-compat", f"--host-driver-version={version}"],
+                  ["disable-device-node-modification"] if params else []]
+        out += [{"hookName": "createContainer", "path": toolkit, "args": [CDI_HOOK, *a]} for a in nvidia if a]
+    return out + [{**ours, "env": env} if env else ours]
+
+
+def _exists(root: Path, path: str) -> bool:
+    try:
+        return os.path.lexists(under(root, path, follow_last=False))
+    except NodeprepError:
+        return False
 
 
 def _edits_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -292,13 +370,15 @@ def _read_if_file(path: Path) -> bytes | None:
         return None
 
 
-def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList) -> list[FileChange]:
+def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList, *,
+             dev_root: Path | None = None) -> list[FileChange]:
     """The CDI spec file change ([] when runtime.cdi is off)."""
     if not runtime.cdi:
         return []
     target = spec_target(runtime)
     path = under(root, target)
-    content = render_spec(build_spec(root, driver, gpus), on_disk=_read_if_file(path))
+    spec = build_spec(root, driver, gpus, dev_root=dev_root, cdi_hook=runtime.cdi_hook_path)
+    content = render_spec(spec, on_disk=_read_if_file(path))
     return [FileChange(path, target, content, 0o644)]
 
 
@@ -364,8 +444,10 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (
             ("nvidia-modeset",) if "/dev/nvidia-modeset" in nodes else ())
+        hooks_before = old.get("containerEdits", {}).get("hooks", [])
+        configured = next((h["path"] for h in hooks_before if h.get("args", [None])[0] == CDI_HOOK), None)
         spec = build_spec(root, Driver(version=version, modules=modules), _devices_from_spec(old),
-                          version=version)
+                          version=version, cdi_hook=configured)
         change = FileChange(path, target, render_spec(spec, on_disk=raw), 0o644)
         if change.changed:
             atomic_write(path, change.content, change.mode)

@@ -54,6 +54,8 @@ class JoinOptions:
     # a plan to show (--check, Ansible check mode), never applied: what would stop an apply (no
     # active driver for the CDI spec yet) is a finding in `preflight`, not an error
     check: bool = False
+    # where the CDI spec's device nodes and daemon sockets are looked up (default: root)
+    dev_root: Path | None = None
 
     @property
     def live(self) -> bool:
@@ -182,7 +184,8 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
             )
         else:
             try:
-                files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus)
+                files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus,
+                                         dev_root=options.dev_root)
             except StateError as e:
                 if not options.check:
                     raise

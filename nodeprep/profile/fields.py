@@ -263,6 +263,13 @@ FIELDS: tuple[Field, ...] = (
         boolean,
         "Make `nvidia` containerd's default runtime",
     ),
+    Field(
+        "runtime",
+        "cdi_hook_path",
+        string(check=abs_path, nullable=True),
+        "Path of NVIDIA's nvidia-cdi-hook, whose hooks the CDI spec then calls (default: found on the "
+        "node's PATH; none: nodeprep's hook alone)",
+    ),
 )
 REQUIRED_SECTIONS = ("driver",)
 SECTION_HELP = {

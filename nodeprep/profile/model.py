@@ -105,6 +105,7 @@ class Runtime:
     cdi: bool = True
     cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
     default_runtime: bool = False
+    cdi_hook_path: str | None = None  # NVIDIA's nvidia-cdi-hook; None: found on the node's PATH
 
 
 @dataclass(frozen=True)

@@ -329,6 +329,13 @@ def test_minimal_profile_gets_defaults() -> None:
             "runtime.default_runtime: expected true or false, got None",
             id="default-runtime",
         ),
+        pytest.param(
+            "runtime",
+            "cdi_hook_path",
+            "nvidia-cdi-hook",
+            "runtime.cdi_hook_path: 'nvidia-cdi-hook' must be an absolute path",
+            id="cdi-hook-path",
+        ),
     ],
 )
 def test_every_field_reports_its_path(section: str, key: str, value: Any, message: str | None) -> None:

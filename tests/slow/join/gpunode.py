@@ -21,6 +21,7 @@ directory of its own under /tmp (podman refuses one longer than 50 characters).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,6 +255,36 @@ class GpuNode:
 
     def podman_exec(self, name: str, script: str) -> subprocess.CompletedProcess[str]:
         return self.ns([*self.podman_base(), "exec", name, "sh", "-c", script], check=False)
+
+    # -- NVIDIA's hook -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def nvidia_cdi_hook(self, binary: Path) -> Iterator[dict]:  # type: ignore[type-arg]
+        """NVIDIA's real nvidia-cdi-hook installed on the node: at ROOT/usr/bin (where `nodeprep
+        runtime --root` finds it) and, for the runtimes, at /usr/bin inside the namespace (an
+        overlay of /usr/bin); yields the spec `nodeprep runtime` then writes, and rewrites it
+        without the hook afterwards."""
+        import yaml
+
+        work = Path(tempfile.mkdtemp(prefix="nvidia-hook-", dir=self.work))
+        (work / "up").mkdir()
+        (work / "work").mkdir()
+        shutil.copy(binary, work / "up/nvidia-cdi-hook")
+        on_node = self.root / "usr/bin/nvidia-cdi-hook"
+        shutil.copy(binary, on_node)
+        mounted = False
+        try:
+            self.ns(["mount", "-t", "overlay", "overlay", "-o",
+                     f"lowerdir=/usr/bin,upperdir={work}/up,workdir={work}/work", "/usr/bin"])
+            mounted = True
+            r = cli("runtime", "--root", str(self.root))
+            assert r.returncode == 0, r.stderr
+            yield yaml.safe_load((self.root / "etc/cdi/nvidia.yaml").read_text())
+        finally:
+            if mounted:
+                self.ns(["umount", "/usr/bin"], check=False)
+            on_node.unlink(missing_ok=True)
+            r = cli("runtime", "--root", str(self.root))
+            assert r.returncode == 0, r.stderr
 
 
 INSPECT = (

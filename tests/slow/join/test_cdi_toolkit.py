@@ -1,70 +1,112 @@
-"""The spec nodeprep writes when NVIDIA's nvidia-cdi-hook is installed, run by podman 4.3.
+"""The spec nodeprep writes when NVIDIA's nvidia-cdi-hook is installed, run by podman 4.3 with the real
+binary (tests/support/nvidia.py: nvidia-container-toolkit v1.20.0, skipped without NODEPREP_NVIDIA_BIN).
 
-The NVIDIA Container Toolkit is not in Debian, so /usr/bin/nvidia-cdi-hook is a stand-in at this one
-boundary: a shell script placed at that path — in the node root (so `nodeprep runtime --root` sees
-the toolkit) and, for the runtime, on an overlay of /usr/bin inside the test's own mount namespace —
-that records its argv and the OCI state it gets on stdin and does nothing else (the real one would
-also refresh the image's ld cache). What is tested is nodeprep's side: the spec then carries
-nodeprep's hook without --ldconfig, followed by NVIDIA's `update-ldcache`; the runtime runs both in
-that order; a container refused by the CUDA requirement never reaches NVIDIA's hook; and the
-libraries are found without any ld cache update (the mounts are in the loaders' default
-directories). Everything else is as in test_cdi_podman.py (fixtures: conftest.py, gpunode.py)."""
+The hook is installed on the node (ROOT/usr/bin, where `nodeprep runtime --root` finds it) and, for
+the runtime, at /usr/bin inside the test's own mount namespace (GpuNode.nvidia_cdi_hook). The spec
+then calls NVIDIA's hook for what only it does, before nodeprep's own: `create-symlinks` makes the
+unversioned names applications dlopen (libcuda.so), `enable-cuda-compat` puts an image's newer CUDA
+forward-compatibility libraries first, and nodeprep's hook (requirement check, ld cache rebuilt only
+when needed) sees that and rebuilds the cache. containerd's CRI runs of the same spec are in
+test_cri_containerd.py. Everything else is as in test_cdi_podman.py (fixtures: conftest.py, gpunode.py)."""
 
 from __future__ import annotations
 
-import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-import yaml
 
-from .gpunode import INSPECT, GpuNode, Seen, cli
-from .test_cdi_podman import LIB_DIR, REQUIRE_12_4, assert_sees
+from tests.support import nvidia
+
+from .gpunode import INSPECT, GpuNode, Seen, make_rootfs_tar, run, unpack_rootfs, unpacked_deb
+from .test_cdi_podman import LIB_DIR, REQUIRE_12_4, active_files, assert_sees
 
 pytestmark = pytest.mark.slow
 
-STAND_IN = """#!/bin/sh
-# stand-in for NVIDIA's nvidia-cdi-hook (not in Debian): record argv and the OCI state, nothing else
-printf '%s\\n' "$0" "$@" > {log}.args
-cat > {log}.state
-"""
+LINKS = "readlink /usr/lib/x86_64-linux-gnu/libcuda.so /usr/lib64/libcuda.so | sed 's/^/link /'; "
+COMPAT = "libcuda.so.550.54.15"  # a newer driver's CUDA compat library, as CUDA 12.4 images carry
 
 
-def test_toolkit_hook_runs_after_nodeprep_and_nothing_needs_it(
-    gpu_node: GpuNode, versions: tuple[str, str]
-) -> None:
-    work, root = gpu_node.work / "toolkit", gpu_node.root
-    for d in ("binup", "binwork"):
-        (work / d).mkdir(parents=True)
-    log = work / "nvidia-cdi-hook"
-    script = STAND_IN.format(log=log)
-    for path in (root / "usr/bin/nvidia-cdi-hook", work / "binup/nvidia-cdi-hook"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(script)
-        path.chmod(0o755)
-    try:
-        gpu_node.ns(["mount", "-t", "overlay", "overlay", "-o",
-                     f"lowerdir=/usr/bin,upperdir={work}/binup,workdir={work}/binwork", "/usr/bin"])
-        r = cli("runtime", "--root", str(root))
-        assert r.returncode == 0, r.stderr
-        spec = yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
-        ours, nvidia = spec["containerEdits"]["hooks"]
-        assert ours["args"][-2:] == ["--driver", versions[0]]  # no --ldconfig
-        assert nvidia["args"] == ["nvidia-cdi-hook", "update-ldcache", "--folder", LIB_DIR]
+def nvidia_cdi_hook(test_cache: Path) -> Path:
+    reason = nvidia.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return nvidia.nvidia_binaries(test_cache)["nvidia-cdi-hook"]
 
-        r = gpu_node.podman_run("lib64", INSPECT)
-        assert r.returncode == 0, r.stderr
-        assert_sees(Seen.parse(r.stdout), gpu_node, versions[0], "lib64")
-        assert (work / "nvidia-cdi-hook.args").read_text().split("\n")[1:-1] == [
-            "update-ldcache", "--folder", LIB_DIR]
-        state = json.loads((work / "nvidia-cdi-hook.state").read_text())
-        assert state["status"] == "creating" and (gpu_node.work / "podman").as_posix() in state["bundle"]
 
-        (work / "nvidia-cdi-hook.args").unlink()
-        refused = gpu_node.podman_run("debian", "echo started", env={"NVIDIA_REQUIRE_CUDA": REQUIRE_12_4})
-        assert refused.returncode != 0 and "nodeprep: container refused" in refused.stderr
-        assert not (work / "nvidia-cdi-hook.args").exists()  # hook #0 failed: #1 never ran
-    finally:
-        gpu_node.ns(["umount", "/usr/bin"], check=False)
-        (root / "usr/bin/nvidia-cdi-hook").unlink(missing_ok=True)
-        r = cli("runtime", "--root", str(root))
-        assert r.returncode == 0, r.stderr
+@pytest.fixture(scope="module")
+def toolkit_spec(gpu_node: GpuNode, test_cache: Path) -> Iterator[dict]:  # type: ignore[type-arg]
+    with gpu_node.nvidia_cdi_hook(nvidia_cdi_hook(test_cache)) as spec:
+        yield spec
+
+
+def test_spec_calls_nvidia_hook_only_for_what_nodeprep_does_not(
+        toolkit_spec: dict, versions: tuple[str, str]) -> None:  # type: ignore[type-arg]
+    *theirs, ours = toolkit_spec["containerEdits"]["hooks"]
+    assert [(h["path"], h["args"][:2]) for h in theirs] == [
+        ("/usr/bin/nvidia-cdi-hook", ["nvidia-cdi-hook", "create-symlinks"]),
+        ("/usr/bin/nvidia-cdi-hook", ["nvidia-cdi-hook", "enable-cuda-compat"]),
+    ]
+    assert theirs[0]["args"][2:] == ["--link", f"libcuda.so.1::{LIB_DIR}/libcuda.so",
+                                     "--link", "libcuda.so.1::/usr/lib64/libcuda.so"]
+    assert ours["args"][-4:] == ["--driver", versions[0], "--ldconfig", LIB_DIR]  # fast path kept
+
+
+@pytest.mark.parametrize("layout", ["debian", "lib64"])
+def test_podman_runs_nvidia_hook_and_the_links_load_the_active_driver(
+        toolkit_spec: dict, gpu_node: GpuNode, versions: tuple[str, str], cdi_cache: Path,  # type: ignore[type-arg]
+        test_cache: Path, layout: str) -> None:
+    # a fresh image: the hooks write into the rootfs podman runs (--rootfs)
+    lib64 = layout == "lib64"
+    glibc = unpacked_deb(test_cache, "libc6-amd64", arch="i386", security=False) if lib64 else None
+    gpu_node.rootfs[f"toolkit-{layout}"] = unpack_rootfs(
+        make_rootfs_tar(cdi_cache), gpu_node.work / f"rootfs-toolkit-{layout}", gpu_node.work / "probe",
+        layout=layout, lib64_glibc=glibc)
+    r = gpu_node.podman_run(f"toolkit-{layout}", LINKS + INSPECT + "; probe libcuda.so | sed 's/^/probe /'")
+    assert r.returncode == 0, r.stderr
+    print(f"podman, NVIDIA's nvidia-cdi-hook, {layout} image:\n{r.stdout}")  # shown with -s (docs/join.md)
+    seen = Seen.parse(r.stdout)
+    assert_sees(seen, gpu_node, versions[0], layout)  # nothing ran ldconfig: no cache entry
+    links = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("link ")]
+    assert links == ["libcuda.so.1", "libcuda.so.1"]  # made by NVIDIA's create-symlinks
+    ident = active_files(gpu_node, versions[0])["libcuda.so.1"]
+    assert seen.probe["libcuda.so"][1] == ident  # what `dlopen("libcuda.so")` loads
+
+
+def test_podman_cuda_compat_by_nvidia_hook_then_cache_by_nodeprep(
+        toolkit_spec: dict, gpu_node: GpuNode, cdi_cache: Path) -> None:  # type: ignore[type-arg]
+    """An image with CUDA compat libraries newer than the driver and no ld.so.conf entry for them (as
+    NVIDIA's CUDA images ship them): NVIDIA's enable-cuda-compat adds their folder, nodeprep's hook
+    sees the cache does not name it and rebuilds it: the compat library is what loads."""
+    work = gpu_node.work
+    rootfs = unpack_rootfs(make_rootfs_tar(cdi_cache), work / "rootfs-toolkit-compat", work / "probe",
+                           layout="debian")
+    compat = rootfs / "usr/local/cuda/compat"
+    compat.mkdir(parents=True)
+    (work / "compat.c").write_text("int cuInit(unsigned int flags) { return flags ? 1 : 0; }\n")
+    run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", compat / COMPAT, work / "compat.c"])
+    os.symlink(COMPAT, compat / "libcuda.so.1")
+    gpu_node.rootfs["toolkit-compat"] = rootfs
+    r = gpu_node.podman_run("toolkit-compat", INSPECT + "; ls /etc/ld.so.conf.d | sed 's/^/conf /'")
+    assert r.returncode == 0, r.stderr
+    seen = Seen.parse(r.stdout)
+    assert seen.probe["libcuda.so.1"][0] == "/usr/local/cuda/compat/libcuda.so.1", r.stdout
+    confs = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("conf ")]
+    assert [c for c in confs if c.startswith("00-")][-1] == "00-nodeprep-nvidia.conf"
+    assert any(c.startswith("00-compat-") for c in confs), confs  # written by enable-cuda-compat
+
+
+def test_refused_container_never_starts(
+        toolkit_spec: dict, gpu_node: GpuNode) -> None:  # type: ignore[type-arg]
+    refused = gpu_node.podman_run("debian", "echo started", env={"NVIDIA_REQUIRE_CUDA": REQUIRE_12_4})
+    assert refused.returncode != 0 and "started" not in refused.stdout
+    assert "nodeprep: container refused" in refused.stderr
+
+
+def test_hook_binary_is_nvidia(test_cache: Path) -> None:
+    """The binary the tests run is NVIDIA's own, the version docs/join.md names."""
+    out = subprocess.run([nvidia_cdi_hook(test_cache), "--version"], capture_output=True, text=True,
+                         timeout=60).stdout
+    assert "1.20.0" in out and "5505e2f94d9aaa08561490db974ba3cd676af209" in out

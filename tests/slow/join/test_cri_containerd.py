@@ -13,7 +13,8 @@ import pytest
 
 from .criclient import Containerd, containerd_bin, cri_modules, oci_archive
 from .gpunode import INSPECT, GpuNode, Seen
-from .test_cdi_podman import REQUIRE_12_2, REQUIRE_12_4, assert_sees
+from .test_cdi_podman import REQUIRE_12_2, REQUIRE_12_4, active_files, assert_sees
+from .test_cdi_toolkit import LINKS, nvidia_cdi_hook
 
 pytestmark = pytest.mark.slow
 
@@ -72,3 +73,22 @@ def test_cri_cuda_requirement_allowed_refused_bypassed(
     code, out = daemon.run_container(sid, sconfig, "bypassed", "debian", "echo started",
                                      env={"NVIDIA_REQUIRE_CUDA": REQUIRE_12_4, "NVIDIA_DISABLE_REQUIRE": "1"})
     assert (code, out.strip()) == (0, "started")
+
+
+def test_cri_runs_nvidia_cdi_hook(
+    containerd: tuple[Containerd, str], gpu_node: GpuNode, versions: tuple[str, str], test_cache: Path
+) -> None:
+    """With NVIDIA's real nvidia-cdi-hook on the node, containerd's CRI runs its hooks from the spec:
+    the link create-symlinks makes loads the active libcuda (test_cdi_toolkit.py for podman)."""
+    daemon, major_minor = containerd
+    with gpu_node.nvidia_cdi_hook(nvidia_cdi_hook(test_cache)) as spec:
+        assert [h["args"][1] for h in spec["containerEdits"]["hooks"][:-1]] == [
+            "create-symlinks", "enable-cuda-compat"]
+        sid, sconfig = daemon.run_pod("nvidia-hook")
+        code, out = daemon.run_container(sid, sconfig, "nvidia-hook", "debian",
+                                         LINKS + "probe libcuda.so | sed 's/^/probe /'")
+    assert code == 0, out
+    print(f"containerd {major_minor} CRI, NVIDIA's nvidia-cdi-hook:\n{out}")  # shown with -s (docs/join.md)
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("link ")] == ["libcuda.so.1"] * 2
+    ident = active_files(gpu_node, versions[0])["libcuda.so.1"]
+    assert Seen.parse(out).probe["libcuda.so"][1] == ident

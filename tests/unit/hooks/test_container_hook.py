@@ -181,3 +181,26 @@ def test_hook_follows_no_link_of_the_image(tmp_path: Path) -> None:
     r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib], config=config)
     assert r.returncode == 0 and "a link in the image's /etc/ld.so.conf.d path" in r.stderr
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_hook_rebuilds_the_ld_cache_for_a_new_cuda_compat_folder(tmp_path: Path, cached: bool) -> None:
+    """After NVIDIA's enable-cuda-compat wrote /etc/ld.so.conf.d/00-compat-*.conf (the image's CUDA
+    compat libraries are newer than the driver), the hook rebuilds a cache that does not name that
+    folder yet, and leaves one alone that does."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc/ld.so.conf.d").mkdir(parents=True)
+    cache = real_ld_cache(tmp_path)  # names tmp_path/compat/libcuda.so.1
+    (rootfs / "etc/ld.so.cache").write_bytes(cache.read_bytes())
+    folder = tmp_path / "compat" if cached else "/usr/local/cuda/compat"
+    (rootfs / "etc/ld.so.conf.d/00-compat-2113748.conf").write_text(f"{folder}\n")
+    lib = "/usr/lib/x86_64-linux-gnu"
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib],
+                 config={"root": {"path": str(rootfs)}, "mounts": []})
+    assert r.returncode == 0
+    conf = rootfs / "etc/ld.so.conf.d/00-nodeprep-nvidia.conf"
+    if cached:
+        assert not conf.exists() and r.stderr == ""
+    else:
+        assert conf.read_text() == f"{lib}\n"
+        assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"

@@ -78,7 +78,13 @@ def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
     libs = [m for m in mounts if m.startswith("/usr/lib")]
     assert len([m for m in libs if m.startswith("/usr/lib64/")]) * 2 == len(libs)
     assert mounts["/usr/bin/nvidia-smi"] == f"{base}/bin/nvidia-smi"
-    assert not any("firmware" in h for h in mounts.values())
+    # the GSP firmware where the driver inside a container looks (as nvidia-ctk mounts it)
+    fw = f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
+    assert mounts[fw] == f"{base}/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
+    # no nvidia-cdi-hook: the unversioned name applications dlopen is mounted like a soname link
+    for lib in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"):
+        assert mounts[f"{lib}/libcuda.so"] == f"{base}/lib64/libcuda.so.{VERSION}"
+        assert f"{lib}/libnvidia-ml.so" not in mounts  # not a name NVIDIA's create-symlinks makes
     for host in mounts.values():  # every mount source exists in the installed root
         assert (node_root / host.lstrip("/")).is_file()
     assert all(
@@ -104,20 +110,74 @@ def test_modules_decide_common_device_nodes(node_root: Path) -> None:
     assert [n["path"] for n in spec["containerEdits"]["deviceNodes"]] == ["/dev/nvidiactl"]
 
 
-def test_ldcache_hook_only_with_the_toolkit_hook(node_root: Path) -> None:
-    hook = node_root / "usr/bin/nvidia-cdi-hook"
+def test_toolkit_hooks_do_only_what_nodeprep_does_not(node_root: Path) -> None:
+    hook = node_root / "usr/local/bin/nvidia-cdi-hook"  # found anywhere on the node's PATH
     hook.parent.mkdir(parents=True)
     hook.write_bytes(b"\x7fELF")
+    (node_root / "proc/driver/nvidia").mkdir(parents=True)
+    (node_root / "proc/driver/nvidia/params").write_text("ModifyDeviceFiles: 1\n")
     spec = _spec(node_root, "a10g_515.105.01.xml")
-    ours, toolkit = spec["containerEdits"]["hooks"]
-    assert ours["args"][5:] == ["--driver", VERSION]  # no --ldconfig: nvidia-cdi-hook does it
-    assert [toolkit] == [
-        {
-            "hookName": "createContainer",
-            "path": "/usr/bin/nvidia-cdi-hook",
-            "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"],
-        }
+    *nvidia, ours = spec["containerEdits"]["hooks"]
+    multiarch = "/usr/lib/x86_64-linux-gnu"
+    assert [h["args"] for h in nvidia] == [
+        ["nvidia-cdi-hook", "create-symlinks", "--link", f"libcuda.so.1::{multiarch}/libcuda.so",
+         "--link", "libcuda.so.1::/usr/lib64/libcuda.so"],
+        ["nvidia-cdi-hook", "enable-cuda-compat", f"--host-driver-version={VERSION}"],
+        ["nvidia-cdi-hook", "disable-device-node-modification"],
     ]
+    assert {h["path"] for h in nvidia} == {"/usr/local/bin/nvidia-cdi-hook"}
+    # nodeprep's hook last, its ld cache fast path kept: no update-ldcache (an ldconfig per start)
+    assert ours["args"][5:] == ["--driver", VERSION, "--ldconfig", multiarch]
+    mounts = {m["containerPath"] for m in spec["containerEdits"]["mounts"]}
+    assert f"{multiarch}/libcuda.so" not in mounts  # the link is made by create-symlinks instead
+    assert cdi.spec_problems(spec) == []
+
+
+def test_profile_names_the_toolkit_hook_and_activation_keeps_it(node_root: Path) -> None:
+    path = "/opt/nvidia-toolkit/bin/nvidia-cdi-hook"  # not on the PATH
+    (node_root / path.lstrip("/")).parent.mkdir(parents=True)
+    (node_root / path.lstrip("/")).write_bytes(b"\x7fELF")
+    gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes())
+    assert cdi.build_spec(node_root, DRIVER, gpu_list)["containerEdits"]["hooks"][0]["path"] != path
+    apply_changes(cdi.plan_cdi(node_root, DRIVER, Runtime(cdi_hook_path=path), gpu_list))
+    spec_file = node_root / "etc/cdi/nvidia.yaml"
+    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert [h["path"] for h in hooks[:-1]] == [path, path]
+    spec_file.write_text(spec_file.read_text().replace(f"--host-driver-version={VERSION}", "--x"))
+    assert cdi.refresh_after_activation(node_root, VERSION) == ["/etc/cdi/nvidia.yaml"]
+    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert [h["path"] for h in hooks[:-1]] == [path, path]
+    assert hooks[1]["args"][-1] == f"--host-driver-version={VERSION}"
+
+
+def test_present_nodes_and_sockets_are_in_the_spec(node_root: Path, tmp_path: Path) -> None:
+    """/dev/nvidia-modeset, MIG's /dev/nvidia-caps nodes and the daemons' sockets when present
+    under the device root, which may differ from the driver root (image builds)."""
+    dev_root = tmp_path / "devroot"
+    for path in ("dev/nvidia-modeset", "dev/nvidia-caps/nvidia-cap1", "dev/nvidia-caps/nvidia-cap12",
+                 "dev/nvidia-caps/nvidia-cap2", "run/nvidia-persistenced/socket",
+                 "dev/nvidia-caps/nvidia-cap3\n", "dev/nvidia-caps/nvidia-capx"):  # last two: not the driver
+        (dev_root / path).parent.mkdir(parents=True, exist_ok=True)
+        (dev_root / path).write_text("")
+    (dev_root / "tmp/nvidia-mps").mkdir(parents=True)
+    gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes())
+    driver = Driver(version=VERSION, modules=("nvidia",))
+    plain = cdi.build_spec(node_root, driver, gpu_list)
+    assert [n["path"] for n in plain["containerEdits"]["deviceNodes"]] == ["/dev/nvidiactl"]
+    assert not any(m["containerPath"].startswith(("/run", "/tmp")) for m in plain["containerEdits"]["mounts"])
+
+    spec = cdi.build_spec(node_root, driver, gpu_list, dev_root=dev_root)
+    edits = spec["containerEdits"]
+    assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/nvidiactl", "/dev/nvidia-modeset"]
+    (everything,) = [d for d in spec["devices"] if d["name"] == "all"]
+    assert [n["path"] for n in everything["containerEdits"]["deviceNodes"]] == [
+        "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2",
+        "/dev/nvidia-caps/nvidia-cap12"]
+    ipc = [m for m in edits["mounts"] if m["containerPath"].startswith(("/run", "/tmp"))]
+    assert ipc == [
+        {"hostPath": p, "containerPath": p, "options": ["nosuid", "nodev", "rbind", "rprivate", "noexec"]}
+        for p in ("/run/nvidia-persistenced/socket", "/tmp/nvidia-mps")]
+    assert cdi.spec_problems(spec) == []
 
 
 def test_second_run_changes_nothing(node_root: Path) -> None:

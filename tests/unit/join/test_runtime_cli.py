@@ -159,3 +159,21 @@ def test_spec_directory_not_writable_changes_nothing(node_root: Path, tmp_path: 
     first = err.splitlines()[0]
     assert first == f"error: cannot write /etc/cdi/nvidia.yaml: directory {cdi_dir} is not writable"
     assert not (node_root / "etc/containerd").exists() and list(cdi_dir.iterdir()) == []
+
+
+def test_dev_root_is_where_device_nodes_are_looked_up(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    """An image build: the driver root is the image (--root), the device nodes are the build
+    host's or a booted node's (--dev-root)."""
+    dev_root = tmp_path / "devroot"
+    (dev_root / "dev").mkdir(parents=True)
+    (dev_root / "dev/nvidia-modeset").write_text("")
+    profile = tmp_path / "node.yaml"  # nvidia-modeset not loaded by nodeprep: only its node says it is there
+    profile.write_text(yaml.safe_dump({"driver": {"version": "535.309.01", "modules": ["nvidia"]}}))
+    base = ["runtime", "--profile", str(profile), "--root", str(node_root), "--nvidia-smi-xml", str(smi_xml)]
+    code, _, err = run([*base, "--dev-root", str(tmp_path / "missing")])
+    assert code == 2 and "--dev-root" in err and not (node_root / "etc/cdi/nvidia.yaml").exists()
+    code, _, err = run([*base, "--dev-root", str(dev_root)])
+    assert code == 0, err
+    spec = yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
+    assert {"path": "/dev/nvidia-modeset"} in spec["containerEdits"]["deviceNodes"]
+    assert not (node_root / "dev/nvidia-modeset").exists()
