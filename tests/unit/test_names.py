@@ -172,7 +172,8 @@ def test_a_bad_profile_is_refused_by_every_node_command(tmp_path: Path) -> None:
                      "error: --flavour: 'closed' is not one of 'proprietary', 'open'.", id="bad-choice"),
         pytest.param(["verify-nodes"], "error: --kubeconfig: missing", id="missing-option"),
         pytest.param(["remove"], "error: VERSION: missing", id="missing-argument"),
-        pytest.param(["--bogus"], "error: --bogus: no such option (did you mean --verbose?)", id="group-option"),
+        pytest.param(["--bogus"], "error: --bogus: no such option (did you mean --verbose?)",
+                     id="group-option"),
         pytest.param(["instal"], "error: No such command 'instal'.", id="unknown-command"),
     ],
 )

@@ -225,7 +225,8 @@ def test_token_mode_hint_names_the_file_under_root(node_root: Path, tmp_path: Pa
     write_token(node_root, 0o644, TOKEN)
     code, _, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check"))
     assert code == 2
-    assert err.splitlines()[0].startswith("error: cluster.token_file: /etc/nodeprep/bootstrap-token has mode 0644")
+    assert err.splitlines()[0].startswith(
+        "error: cluster.token_file: /etc/nodeprep/bootstrap-token has mode 0644")
     assert err.splitlines()[1] == f"  chmod 0600 {node_root}/etc/nodeprep/bootstrap-token"
 
 
