@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..profile.fields import field_by_path, field_error
 from ..profile.load import parse_profile, profile_path, read_profile
 
@@ -30,9 +31,13 @@ def from_profile(root: Path, profile: Path | None, given: dict[str, Any]) -> dic
     return out
 
 
-def required(values: dict[str, Any], field_path: str) -> Any:
-    """The value of `field_path`, or an error naming its flag and field when neither gives it."""
+def required(values: dict[str, Any], field_path: str, *, given_as: str | None = None) -> Any:
+    """The value of `field_path`, or an error naming its flag (or `given_as`, an argument) and field
+    when neither the command line nor the profile gives it."""
     value = values.get(field_path)
     if value is None:
-        raise field_error(field_path, f"missing (give it or set {field_path} in the profile)")
+        message = f"missing (give it or set {field_path} in the profile)"
+        if given_as:
+            raise InputError(message, field=field_path, flag=given_as)
+        raise field_error(field_path, message)
     return value

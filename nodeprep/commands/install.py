@@ -248,7 +248,8 @@ def activate_cmd(
     """Make an installed VERSION (default: driver.version of the profile) the active driver (atomic
     switch of /opt/nvidia/current)."""
     s = _node_settings(root, profile, version=version, kernel=kernel, modules=modules)
-    version, kernel, modules = required(s, "driver.version"), s["driver.kernel"], s["driver.modules"]
+    version = required(s, "driver.version", given_as="VERSION")
+    kernel, modules = s["driver.kernel"], s["driver.modules"]
     if check:
         _print_activation_plan(preview.activation(root, version, kernel=kernel, modules=_modules(modules)),
                                as_json)
