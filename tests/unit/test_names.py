@@ -79,9 +79,14 @@ def test_every_flag_in_the_table_is_an_option_of_its_commands() -> None:
             assert flag in options_of(command), f"{path}: {flag} is not an option of `nodeprep {command}`"
 
 
-def test_node_commands_take_a_profile() -> None:
-    for command in NODE_COMMANDS:
-        assert "--profile" in options_of(command), command
+def test_node_side_commands_take_root_profile_and_json_as_the_readme_says() -> None:
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"the node-side commands \(([^)]*)\) take `--root DIR`", text.replace("\n", " "))
+    assert m, "README.md: the sentence naming the node-side commands moved"
+    listed = re.findall(r"`([a-z-]+)`", m[1])
+    assert set(NODE_COMMANDS) <= set(listed)
+    for command in listed:
+        assert {"--root", "--profile", "--json"} <= options_of(command), command
 
 
 def _role_defaults() -> dict[str, object]:
