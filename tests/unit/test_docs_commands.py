@@ -110,6 +110,26 @@ def test_documented_commands_and_flags_exist() -> None:
     assert not problems, "\n".join(problems)
 
 
+TOP = r"(?:nodeprep|tests|docs|scripts|roles|playbooks|inventories|examples|images|bench|collections)"
+NOT_OURS = {"scripts/sign-file": "the kernel headers' signing script", "SPEC.md": "the CDI repository's"}
+
+
+def test_files_the_docs_name_exist() -> None:
+    """Links, repository paths (`nodeprep/…`, `tests/…`) and NAME.md files the docs cite."""
+    missing = []
+    for doc in DOCS:
+        for n, line in enumerate((REPO / doc).read_text().splitlines(), 1):
+            links = [(REPO / doc).parent / m for m in re.findall(r"\]\(([\w./-]+)(?:#[^)]*)?\)", line)]
+            paths = [REPO / m for m in re.findall(rf"(?<![\w/.<-])({TOP}/[\w./-]*[\w/])", line)
+                     if m not in NOT_OURS]
+            mds = [m for m in re.findall(r"\b([A-Z][A-Z_-]+\.md)\b", line) if m not in NOT_OURS]
+            missing += [f"{doc}:{n}: {p.relative_to(REPO) if p.is_relative_to(REPO) else p}"
+                        for p in links + paths if not p.exists()]
+            missing += [f"{doc}:{n}: {m}" for m in mds
+                        if not (REPO / m).exists() and not (REPO / "docs" / m).exists()]
+    assert not missing, "\n".join(missing)
+
+
 def _console(block: Block) -> Iterator[tuple[str, str]]:
     """(command, the output shown after it) for each `$ ` line of a console block."""
     cmd, out = None, []
