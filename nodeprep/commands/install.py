@@ -294,7 +294,8 @@ def rollback_cmd(
 def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
     """Installed driver versions (* active, < previous): size, install time, kernels and their
     module flavour; --json adds what doctor works from."""
-    from_profile(root, profile, {})  # a profile given is checked like every command's
+    if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
+        from_profile(root, profile, {})
     from ..node.inventory import inventory, render
 
     doc = inventory(root)
@@ -316,7 +317,8 @@ def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
 @json_option
 def remove_cmd(version: str, check: bool, profile: Path | None, root: Path, as_json: bool) -> None:
     """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
-    from_profile(root, profile, {})  # a profile given is checked like every command's
+    if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
+        from_profile(root, profile, {})
     if check:
         todo = preview.removal(root, version)
         if as_json:
@@ -356,7 +358,8 @@ def doctor_cmd(
     root: Path, as_json: bool
 ) -> None:
     """Check the active driver: loaded module vs user space, device nodes, ld cache, CUDA."""
-    from_profile(root, profile, {})  # a profile given is checked like every command's
+    if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
+        from_profile(root, profile, {})
     report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version)
     if as_json:
         emit_json(report.to_dict())
