@@ -27,8 +27,8 @@ FLAG_COMMANDS: dict[str, tuple[str, ...]] = {
     "driver.version": ("install",),  # and activate's VERSION argument
     "driver.flavour": ("install",),
     "driver.store": ("install",),
-    "driver.registry_auth": ("install",),
-    "driver.ca_file": ("install",),
+    "driver.registry_auth": ("install", "cloud-init"),  # cloud-init: the file to put there
+    "driver.ca_file": ("install", "cloud-init"),
     "driver.insecure_http": ("install",),
     "driver.kernel": ("install", "activate"),
     "driver.modules": ("install", "activate", "rollback"),
@@ -197,3 +197,25 @@ def test_profile_doc_names_each_fields_flag_and_commands() -> None:
         else:
             assert column.startswith(f"`{f.flag}` ("), (f.path, column)
             assert all(f"`{c}`" in column for c in FLAG_COMMANDS[f.path]), (f.path, column)
+
+
+def test_cloud_init_spells_the_store_ca_as_install_does(tmp_path: Path) -> None:
+    """driver.ca_file is `--ca-file` everywhere; cloud-init's older `--store-ca-file` still works,
+    hidden, with one warning, and renders the same user-data."""
+    prof = tmp_path / "node.yaml"
+    prof.write_text(yaml.safe_dump({"driver": {"version": VERSION, "store": str(tmp_path),
+                                               "ca_file": "/etc/nodeprep/store-ca.pem"}}))
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    rendered = []
+    for flag in ("--ca-file", "--store-ca-file"):
+        out = tmp_path / f"user-data{flag}"
+        code, _, err = cli("cloud-init", "--profile", str(prof), flag, str(ca), "--out", str(out),
+                           "--nodeprep-from", "index")
+        assert code == 0, err
+        files = {f["path"]: f for f in yaml.safe_load(out.read_text())["write_files"]}
+        assert files["/etc/nodeprep/store-ca.pem"]["content"] == ca.read_text()
+        rendered.append(out.read_bytes())
+        assert ("warning: --store-ca-file is deprecated; use --ca-file" in err) == (flag == "--store-ca-file")
+    assert rendered[0] == rendered[1]
+    assert "--store-ca-file" not in main.commands["cloud-init"].get_help(click.Context(main))
