@@ -1,7 +1,7 @@
 """Artifact format: deterministic `.tar.zst` files with a `manifest.json`, their verification,
 safe extraction, and the store (a directory with `index.json`).
 
-Two kinds (see docs/artifacts.md):
+Two kinds (docs/build.md; how nodes read a store: docs/node.md, "Stores"):
 - kmod:      nvidia-kmod-<driver>-<flavour>-<kernel-release>.tar.zst
              members: manifest.json, modules/<kernel-release>/*.ko
 - userspace: nvidia-userspace-<driver>-<arch>.tar.zst

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import click
 
 from . import __version__
 from .commands import bootstrap, build, install, join, labels, profile, smoke, verify
+from .commands.usage import usage_line
 from .errors import NodeprepError
 from .log import setup_logging
 
@@ -20,11 +22,23 @@ COMMAND_MODULES = (build, install, labels, join, profile, smoke, bootstrap, veri
 
 
 class NodeprepGroup(click.Group):
-    """Runs a command and turns NodeprepError into `error: ...` on stderr without a traceback."""
+    """Runs a command and turns NodeprepError and click's usage errors into `error: ...` on stderr
+    without a traceback."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            click.echo(f"error: {usage_line(e)}", err=True)
+            raise click.exceptions.Exit(e.exit_code) from None
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            click.echo(f"error: {usage_line(e)}", err=True)
+            ctx.exit(e.exit_code)
         except NodeprepError as e:
             if ctx.obj and ctx.obj.get("debug"):
                 raise

@@ -28,6 +28,7 @@ from . import __version__
 from .artifact import sha256_file
 from .errors import InputError
 from .join.token import read_token_file
+from .profile.fields import field_by_path
 from .yamlinput import decode_text, parse_yaml, read_input_bytes
 
 log = logging.getLogger(__name__)
@@ -419,9 +420,7 @@ def store_files(driver: Any, *, registry_auth: Path | None, ca_file: Path | None
     for given, field_name, mode in ((registry_auth, "registry_auth", "0600"), (ca_file, "ca_file", "0644")):
         if given is None:
             continue
-        flag = "--" + field_name.replace("_", "-")
-        if field_name == "ca_file":
-            flag = "--store-ca-file"
+        flag = field_by_path(f"driver.{field_name}").flag or field_name
         dest = getattr(driver, field_name)
         if not dest:
             raise InputError(f"{flag}: the profile's driver.{field_name} is not set (where the file goes "

@@ -26,9 +26,26 @@ class NodeprepError(Exception):
 
 
 class InputError(NodeprepError):
-    """The user asked for something that does not exist or is malformed (exit 2)."""
+    """The user asked for something that does not exist or is malformed (exit 2).
+
+    `field` (a profile field path, e.g. "driver.version") and `flag` (its command-line option, e.g.
+    "--driver") name the input; each front-end renders its own name: the CLI the flag
+    (str(), `--driver: ...`), the Ansible modules and bootstrap the field (`field_message()`)."""
 
     exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None, field: str | None = None,
+                 flag: str | None = None) -> None:
+        self.detail = message
+        self.field = field
+        self.flag = flag
+        name = flag or field
+        super().__init__(f"{name}: {message}" if name else message, hint=hint)
+
+    def field_message(self) -> str:
+        """The message for front-ends without flags: the field path, else the flag."""
+        name = self.field or self.flag
+        return f"{name}: {self.detail}" if name else self.detail
 
 
 class InputFileError(InputError):

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import NodeprepError, StateError
+from ..errors import InputError, NodeprepError, StateError
 from ..node.fsutil import atomic_write
 
 RECORD_FORMAT = 1
@@ -180,8 +180,9 @@ def run_steps(
                 try:
                     result = step.run(ctx) or {}
                     json.dumps(result)  # results are recorded: they must be JSON
-                except NodeprepError as e:
-                    outcome = Outcome(step.name, "failed", time.monotonic() - t0, error=str(e),
+                except NodeprepError as e:  # bootstrap reads the profile: name the field, not a flag
+                    error = e.field_message() if isinstance(e, InputError) else str(e)
+                    outcome = Outcome(step.name, "failed", time.monotonic() - t0, error=error,
                                       exit_code=e.exit_code)
                 except Exception as e:
                     outcome = Outcome(step.name, "failed", time.monotonic() - t0,

@@ -95,8 +95,11 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, 
 @click.option("--registry-auth", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Registry credentials (docker config.json, mode 0600) to write at the profile's "
                    "driver.registry_auth (0600) on the node.")
-@click.option("--store-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+@click.option("--ca-file", "store_ca_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None,
               help="CA bundle of the store to write at the profile's driver.ca_file on the node.")
+@click.option("--store-ca-file", "old_store_ca_file", hidden=True, default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path))  # deprecated: --ca-file
 @click.option("--ca-cert-hash", "ca_hashes", multiple=True, metavar="sha256:HEX",
               help="CA public key pin (repeatable); added to the profile and written to "
                    f"{cloudinit.CA_HASHES_PATH}.")
@@ -126,7 +129,7 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
                    registry_auth: Path | None, store_ca_file: Path | None, ca_hashes: tuple[str, ...],
                    source: str, nodeprep_wheel: Path | None, nodeprep_requirement: str | None,
                    os_family: str, fmt: str, parts: tuple[Path, ...], limit: int, no_gzip: bool,
-                   publish_wheel: Path | None, as_json: bool) -> None:
+                   publish_wheel: Path | None, as_json: bool, old_store_ca_file: Path | None = None) -> None:
     """Render cloud-init user-data that installs nodeprep on a new node and runs `nodeprep bootstrap`.
 
     The token is written as a file (mode 0600), never into runcmd. Output stays under --limit bytes:
@@ -134,6 +137,9 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
     """
     if as_json and out is None:
         raise InputError("--json prints a summary only: pass --out FILE for the user-data")
+    if old_store_ca_file is not None:  # the table's name for driver.ca_file is --ca-file, as install's
+        log.warning("warning: --store-ca-file is deprecated; use --ca-file")
+        store_ca_file = store_ca_file or old_store_ca_file
     spec = build_spec(profile_path, token_file=token_file, ca_hashes=ca_hashes, source=source,
                       nodeprep_wheel=nodeprep_wheel, nodeprep_requirement=nodeprep_requirement,
                       os_family=os_family, parts=parts, publish_wheel=publish_wheel,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,7 +15,16 @@ from ..node import oplog, ops, preview
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.plan import ActivatePlan, InstallPlan
 from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
-from .options import check_option, emit_json, json_option, registry_options, root_option, store_options
+from .defaults import from_profile, required
+from .options import (
+    check_option,
+    emit_json,
+    json_option,
+    profile_option,
+    registry_options,
+    root_option,
+    store_options,
+)
 
 log = logging.getLogger("nodeprep")
 
@@ -31,11 +41,22 @@ def _modules(value: str) -> tuple[str, ...]:
 
 modules_option = click.option(
     "--modules",
-    default=",".join(DEFAULT_MODULES),
-    show_default=True,
+    default=None,
     metavar="LIST",
-    help="Modules the boot unit loads, in order (add nvidia-drm, nvidia-peermem when wanted).",
+    help="Modules the boot unit loads, in order (add nvidia-drm, nvidia-peermem when wanted) "
+    f"[default: driver.modules of the profile, else {','.join(DEFAULT_MODULES)}].",
 )
+
+
+def _node_settings(root: Path, profile: Path | None, **given: Any) -> dict[str, Any]:
+    """The command line's values by field path (`driver_store` -> driver.store), the profile's
+    where a flag is not given; driver.modules as the command line spells it (a comma list)."""
+    values = from_profile(root, profile, {"driver." + k.removeprefix("driver_"): v for k, v in given.items()})
+    if isinstance(values.get("driver.modules"), tuple):
+        values["driver.modules"] = ",".join(values["driver.modules"])
+    if "driver.modules" in values and values["driver.modules"] is None:
+        values["driver.modules"] = ",".join(DEFAULT_MODULES)
+    return values
 
 
 def _activation_changes(result: ops.ActivateResult | None) -> list[str]:
@@ -63,23 +84,26 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 
 @click.command("install")
 @click.option(
-    "--store", required=True, metavar="DIR|URL",
-    help="Artifact store: a directory, http(s) base URL, or oci://HOST[:PORT]/REPO[@sha256:DIGEST].",
+    "--store", default=None, metavar="DIR|URL",
+    help="Artifact store: a directory, http(s) base URL, or oci://HOST[:PORT]/REPO[@sha256:DIGEST] "
+    "(default: driver.store of the profile).",
 )
 @click.option(
-    "--driver", "version", required=True, metavar="VERSION", help="Driver version, e.g. 535.309.01."
+    "--driver", "version", default=None, metavar="VERSION",
+    help="Driver version, e.g. 535.309.01 (default: driver.version of the profile).",
 )
 @click.option(
     "--kernel",
     default=None,
     metavar="RELEASE",
-    help="Kernel release to install modules for (default: the running kernel; required with --root).",
+    help="Kernel release to install modules for (default: driver.kernel of the profile, else the "
+    "running kernel; required with --root).",
 )
 @click.option(
     "--flavour",
     type=click.Choice(FLAVOURS),
     default=None,
-    help="Kernel module flavour when the store has both.",
+    help="Kernel module flavour when the store has both (default: driver.flavour of the profile).",
 )
 @click.option("--arch", default="amd64", show_default=True)
 @click.option("--activate", "do_activate", is_flag=True, help="Activate the version after installing it.")
@@ -95,11 +119,12 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 )
 @modules_option
 @registry_options
+@profile_option
 @root_option
 @json_option
 def install_cmd(
-    store: str,
-    version: str,
+    store: str | None,
+    version: str | None,
     kernel: str | None,
     flavour: str | None,
     arch: str,
@@ -107,14 +132,24 @@ def install_cmd(
     no_load: bool,
     check_only: bool,
     keep_boot_kernel: bool,
-    modules: str,
+    modules: str | None,
     registry_auth: str | None,
     ca_file: str | None,
     insecure_http: bool,
+    profile: Path | None,
     root: Path,
     as_json: bool,
 ) -> None:
-    """Install a driver version from a store into /opt/nvidia/VERSION (side by side)."""
+    """Install a driver version from a store into /opt/nvidia/VERSION (side by side). Settings not
+    given come from the profile's driver section (--profile, else /etc/nodeprep/node.yaml under
+    --root when it exists)."""
+    s = _node_settings(root, profile, store=store, version=version, kernel=kernel, flavour=flavour,
+                       modules=modules, registry_auth=registry_auth, ca_file=ca_file,
+                       insecure_http=insecure_http or None, keep_boot_kernel=keep_boot_kernel or None)
+    store, version = required(s, "driver.store"), required(s, "driver.version")
+    kernel, flavour, modules = s["driver.kernel"], s["driver.flavour"], s["driver.modules"]
+    registry_auth, ca_file = s["driver.registry_auth"], s["driver.ca_file"]
+    insecure_http, keep_boot_kernel = bool(s["driver.insecure_http"]), bool(s["driver.keep_boot_kernel"])
     if check_only:
         _, todo = ops.plan(
             root, store, version, kernel=kernel, flavour=flavour, arch=arch, activate=do_activate,
@@ -201,17 +236,23 @@ def _print_activation_plan(act: ActivatePlan, as_json: bool) -> None:
 
 
 @click.command("activate")
-@click.argument("version")
+@click.argument("version", required=False)
 @click.option("--kernel", default=None, metavar="RELEASE", help="Require modules for this kernel release.")
 @click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
 @check_option("Print what activating VERSION would change and change nothing.")
 @modules_option
+@profile_option
 @root_option
 @json_option
 def activate_cmd(
-    version: str, kernel: str | None, no_load: bool, check: bool, modules: str, root: Path, as_json: bool
+    version: str | None, kernel: str | None, no_load: bool, check: bool, modules: str | None,
+    profile: Path | None, root: Path, as_json: bool
 ) -> None:
-    """Make an installed VERSION the active driver (atomic switch of /opt/nvidia/current)."""
+    """Make an installed VERSION (default: driver.version of the profile) the active driver (atomic
+    switch of /opt/nvidia/current)."""
+    s = _node_settings(root, profile, version=version, kernel=kernel, modules=modules)
+    version = required(s, "driver.version", given_as="VERSION")
+    kernel, modules = s["driver.kernel"], s["driver.modules"]
     if check:
         _print_activation_plan(preview.activation(root, version, kernel=kernel, modules=_modules(modules)),
                                as_json)
@@ -230,10 +271,14 @@ def activate_cmd(
 @click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
 @check_option("Print what the rollback would change and change nothing.")
 @modules_option
+@profile_option
 @root_option
 @json_option
-def rollback_cmd(no_load: bool, check: bool, modules: str, root: Path, as_json: bool) -> None:
+def rollback_cmd(
+    no_load: bool, check: bool, modules: str | None, profile: Path | None, root: Path, as_json: bool
+) -> None:
     """Activate the previously active driver version."""
+    modules = _node_settings(root, profile, modules=modules)["driver.modules"]
     if check:
         _print_activation_plan(preview.activation(root, None, modules=_modules(modules)), as_json)
         return
@@ -246,11 +291,14 @@ def rollback_cmd(no_load: bool, check: bool, modules: str, root: Path, as_json: 
 
 
 @click.command("list")
+@profile_option
 @root_option
 @json_option
-def list_cmd(root: Path, as_json: bool) -> None:
+def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
     """Installed driver versions (* active, < previous): size, install time, kernels and their
     module flavour; --json adds what doctor works from."""
+    if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
+        from_profile(root, profile, {})
     from ..node.inventory import inventory, render
 
     doc = inventory(root)
@@ -267,10 +315,13 @@ def list_cmd(root: Path, as_json: bool) -> None:
 @click.command("remove")
 @click.argument("version")
 @check_option("Print whether VERSION would be removed and change nothing.")
+@profile_option
 @root_option
 @json_option
-def remove_cmd(version: str, check: bool, root: Path, as_json: bool) -> None:
+def remove_cmd(version: str, check: bool, profile: Path | None, root: Path, as_json: bool) -> None:
     """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
+    if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
+        from_profile(root, profile, {})
     if check:
         todo = preview.removal(root, version)
         if as_json:
@@ -343,12 +394,16 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
 @click.option(
     "--expect-version", default=None, metavar="VERSION", help="Fail unless VERSION is the active driver."
 )
+@profile_option
 @root_option
 @json_option
 def doctor_cmd(
-    require_cuda: str | None, only: tuple[str, ...], expect_version: str | None, root: Path, as_json: bool
+    require_cuda: str | None, only: tuple[str, ...], expect_version: str | None, profile: Path | None,
+    root: Path, as_json: bool
 ) -> None:
     """Check the active driver: loaded module vs user space, device nodes, ld cache, CUDA."""
+    if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
+        from_profile(root, profile, {})
     report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version)
     if as_json:
         emit_json(report.to_dict())
@@ -361,9 +416,11 @@ def doctor_cmd(
 @click.command("load-modules")
 @modules_option
 @json_option
-def load_modules_cmd(modules: str, as_json: bool) -> None:
+def load_modules_cmd(modules: str | None, as_json: bool) -> None:
     """Load the active driver's modules and create /dev/nvidia* (run by nodeprep-nvidia.service)."""
     from ..node.devices import load_modules
+
+    modules = modules or ",".join(DEFAULT_MODULES)
 
     made = load_modules(_modules(modules))
     if as_json:

@@ -77,7 +77,7 @@ def read_token_file(
             raise InputError(
                 f"{field}: {name} has mode {stat.S_IMODE(st.st_mode):04o}; the bootstrap "
                 "token must not be readable by group or others",
-                hint=f"chmod 0600 {name}",
+                hint=f"chmod 0600 {path}",  # the file as this host sees it: under --root
             )
         raw = os.read(fd, MAX_TOKEN_FILE + 1)
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import InputError
+from ..profile.fields import field_error
 from ..urls import redact_url
 from . import cloud as cloudmod
 from . import gpu as gpumod
@@ -148,7 +149,8 @@ def _gpu_chain(opts: LabelOptions, deadline: float, warnings: list[str]) -> gpum
 def _cloud_facts(opts: LabelOptions, dmi: dict[str, str], deadline: float,
                  warnings: list[str]) -> cloudmod.CloudFacts:
     if opts.cloud not in cloudmod.CLOUD_CHOICES:
-        raise InputError(f"--cloud {opts.cloud!r}: expected one of {', '.join(cloudmod.CLOUD_CHOICES)}")
+        raise field_error("labels.cloud",
+                          f"{opts.cloud!r}: expected one of {', '.join(cloudmod.CLOUD_CHOICES)}")
     detected = cloudmod.detect_cloud(dmi)
     cloud = detected if opts.cloud == "auto" else (None if opts.cloud == "none" else opts.cloud)
     if cloud is not None:

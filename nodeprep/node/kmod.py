@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import CommandError, InputError
+from ..profile.fields import field_error
 from .layout import Layout, check_kernel
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def target_kernel(layout: Layout, kernel: str | None) -> str:
     if kernel:
         return check_kernel(kernel)
     if not layout.live:
-        raise InputError("--kernel: required with --root (the running kernel is not the image's)")
+        raise field_error("driver.kernel", "required with --root (the running kernel is not the image's)")
     return running_kernel()
 
 

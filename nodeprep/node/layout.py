@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..profile.fields import field_error
 from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
 from .fsutil import beneath
 
@@ -33,13 +33,13 @@ TEMP_PREFIXES = (".staging-", ".current-", ".removing-", ".tmp-")
 
 def check_version(version: str) -> str:
     if not DRIVER_VERSION_RE.fullmatch(version):
-        raise InputError(f"--driver: {version!r} is not a driver version (e.g. 535.309.01)")
+        raise field_error("driver.version", f"{version!r} is not a driver version (e.g. 535.309.01)")
     return version
 
 
 def check_kernel(release: str) -> str:
     if not KERNEL_RELEASE_RE.fullmatch(release):
-        raise InputError(f"--kernel: {release!r} is not a kernel release (e.g. 6.1.0-28-amd64)")
+        raise field_error("driver.kernel", f"{release!r} is not a kernel release (e.g. 6.1.0-28-amd64)")
     return release
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..artifact import IndexEntry, find
 from ..errors import InputError, StateError
+from ..profile.fields import field_error
 from .kmod import parse_vermagic, vermagic_problem
 from .state import Installed, State, version_key
 
@@ -213,8 +214,8 @@ def pick(entries: list[IndexEntry], request: InstallRequest) -> tuple[IndexEntry
     us_entry = find(entries, "userspace", version, arch=arch)
     if us_entry is None:
         have = sorted({e.driver_version for e in entries if e.kind == "userspace"}, key=version_key)
-        raise InputError(
-            f"--driver: no user-space artifact for {version} ({arch}) in the store "
+        raise field_error(
+            "driver.version", f"no user-space artifact for {version} ({arch}) in the store "
             f"(available: {', '.join(have) or 'none'})"
         )
     return us_entry, pick_kmod(entries, version, request.kernel, request.flavour)
@@ -239,7 +240,7 @@ def pick_kmod(entries: list[IndexEntry], version: str, kernel: str, flavour: str
         )
     if len(exact) > 1 and flavour is None:
         flavours = ", ".join(sorted(str(e.flavour) for e in exact))
-        raise InputError(f"--flavour: driver {version} for {kernel} exists as {flavours}; pick one")
+        raise field_error("driver.flavour", f"driver {version} for {kernel} exists as {flavours}; pick one")
     entry = exact[0]
     if entry.vermagic:
         problem = vermagic_problem(parse_vermagic(entry.vermagic), kernel)

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
 from ..vocab import DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
 from .checks import (
     abs_path,
@@ -58,7 +59,7 @@ FIELDS: tuple[Field, ...] = (
         string(DRIVER_VERSION_RE, "is not a full driver version (expected e.g. 550.90.07)"),
         "NVIDIA driver version to install, e.g. 535.309.01",
         required=True,
-        flag="--driver-version",
+        flag="--driver",
     ),
     Field(
         "driver",
@@ -81,18 +82,21 @@ FIELDS: tuple[Field, ...] = (
         string(check=abs_path, nullable=True),
         "Docker-style config.json with the registry's credentials (mode 0600; never the credentials "
         "themselves in the profile)",
+        flag="--registry-auth",
     ),
     Field(
         "driver",
         "ca_file",
         string(check=abs_path, nullable=True),
         "CA bundle (PEM) for the store's TLS certificate (default: the system's CAs)",
+        flag="--ca-file",
     ),
     Field(
         "driver",
         "insecure_http",
         boolean,
         "Allow plain http (http://, oci+http://) to a store that is not on loopback",
+        flag="--insecure-http",
     ),
     Field(
         "driver",
@@ -106,6 +110,7 @@ FIELDS: tuple[Field, ...] = (
         "modules",
         modules,
         "Kernel modules to load, in order",
+        flag="--modules",
     ),
     Field(
         "driver",
@@ -119,6 +124,7 @@ FIELDS: tuple[Field, ...] = (
         boolean,
         "When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
         "default (GRUB) on a kernel that has them",
+        flag="--keep-boot-kernel",
     ),
     # labels
     Field(
@@ -285,3 +291,9 @@ def field_by_path(path: str) -> Field:
         if f.path == path:
             return f
     raise KeyError(path)
+
+
+def field_error(path: str, message: str, *, hint: str | None = None) -> InputError:
+    """An InputError about field `path`, carrying its flag: the CLI shows `--flag: message`, the
+    Ansible modules and bootstrap `section.key: message`."""
+    return InputError(message, hint=hint, field=path, flag=field_by_path(path).flag)

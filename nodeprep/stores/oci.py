@@ -26,6 +26,7 @@ from typing import Any
 from ..artifact import INDEX, IndexEntry, canonical_json, parse_index, read_index, render_index, sha256_listed
 from ..download import NotFoundError
 from ..errors import ArtifactError, ChecksumError, InputError
+from ..profile.fields import field_error
 from . import auth
 from .ref import OciRef, parse_ref, tag_for
 from .registry import MT_OCI_MANIFEST, Registry, sha256_digest
@@ -153,7 +154,7 @@ def connect(location: str, options: Options | None = None, *, push: bool = False
     path = auth.resolve_path(options.registry_auth)
     creds = auth.load(path, ref.host) if path else None
     if options.ca_file and not Path(options.ca_file).is_file():
-        raise InputError(f"--ca-file: {options.ca_file} does not exist")
+        raise field_error("driver.ca_file", f"{options.ca_file} does not exist")
     return Registry(ref, credentials=creds, ca_file=options.ca_file, push=push,
                     insecure_http=options.insecure_http)
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from .. import download
 from ..artifact import INDEX, MAX_INDEX, IndexEntry, file_name, parse_index, read_index, sha256_listed
-from ..errors import ChecksumError, InputError
+from ..errors import ChecksumError
+from ..profile.fields import field_error
 from ..urls import parse_store_location, redact_url
 from . import is_oci
 from .oci import Options
@@ -63,10 +64,10 @@ class Store:
         local = self.local
         if local is not None:
             if not local.is_dir():
-                raise InputError(f"--store: {local} is not a directory")
+                raise field_error("driver.store", f"{local} is not a directory")
             entries = read_index(local)
             if entries is None:
-                raise InputError(f"--store: {local / INDEX} not found (not an artifact store)")
+                raise field_error("driver.store", f"{local / INDEX} not found (not an artifact store)")
             return entries
         raw = download.fetch_bytes(self.index_url(), verify=self._verify, headers=self._headers(),
                                    limit=MAX_INDEX, insecure_http=self.options.insecure_http)
@@ -83,7 +84,7 @@ class Store:
             path = local / dest.name
             actual = sha256_listed(local, dest.name)
             if actual is None:
-                raise InputError(f"--store: {path} is listed in the index but missing")
+                raise field_error("driver.store", f"{path} is listed in the index but missing")
             if actual != entry.sha256:
                 raise ChecksumError(f"{path}: sha256 {actual} does not match the store index {entry.sha256}")
             return path
@@ -112,11 +113,11 @@ class Store:
         if creds is None:
             return {}
         if parts.scheme != "https" and not is_loopback(parts.hostname or ""):
-            raise InputError(f"--store: {self.location}: credentials are only sent over https (or to "
-                             f"loopback)")
+            raise field_error("driver.store", f"{self.location}: credentials are only sent over https (or to "
+                              f"loopback)")
         if creds.username is None or creds.password is None:
-            raise InputError(f"--registry-auth: the entry for {parts.netloc} has no username/password "
-                             f"(an http store takes basic credentials)")
+            raise field_error("driver.registry_auth", f"the entry for {parts.netloc} has no "
+                              f"username/password (an http store takes basic credentials)")
         return {"Authorization": auth.basic_header(creds)}
 
 

@@ -27,6 +27,7 @@ class KernelLimit:
     since: str  # first upstream kernel version it fails on, e.g. "6.12.107"
     reason: str
     source: str  # where this was seen
+    abi_since: int | None = None  # for ABI-named releases of the series (6.1.0-53-amd64): first ABI
 
     def refuses(self, driver: str, flavour: str, kernel_release: str) -> bool:
         if flavour not in self.flavours:
@@ -34,7 +35,10 @@ class KernelLimit:
         if driver != self.driver and not driver.startswith(self.driver + "."):
             return False
         upstream = upstream_version(kernel_release)
-        if upstream is None or not upstream.startswith(self.series + "."):
+        if upstream is None:
+            abi = abi_number(kernel_release, self.series)
+            return abi is not None and self.abi_since is not None and abi >= self.abi_since
+        if not upstream.startswith(self.series + "."):
             return False
         return version_key(upstream) >= version_key(self.since)
 
@@ -44,6 +48,12 @@ def upstream_version(kernel_release: str) -> str | None:
     '6.12.107'; None for names without the patch level ('6.1.0-56-amd64' is an ABI name)."""
     m = re.match(r"^(\d+\.\d+\.\d+)\+", kernel_release)
     return m[1] if m else None
+
+
+def abi_number(kernel_release: str, series: str) -> int | None:
+    """The ABI number of a Debian release name of `series`: ('6.1.0-56-amd64', '6.1') -> 56."""
+    m = re.match(rf"^{re.escape(series)}\.0-(\d+)-", kernel_release)
+    return int(m[1]) if m else None
 
 
 KERNEL_LIMITS: tuple[KernelLimit, ...] = (
@@ -61,6 +71,20 @@ KERNEL_LIMITS: tuple[KernelLimit, ...] = (
         reason="550.163.01 does not build against kernels 6.12.107 and later: they changed "
         "pci_resize_resource() (nv-pci.c: too few arguments to function 'pci_resize_resource')",
         source="tests/slow/builder/test_real_build_trixie.py",
+    ),
+    # Seen compiling 535.261.03 (open) against Debian 12's 6.1.0-56-amd64 (docs/build.md "Support
+    # table"; tests/slow/builder/test_real_build_cells.py pins 6.1.0-50 for that cell): Debian 12's
+    # 6.1.0-53 (6.1.187) and later carry the same pci_resize_resource() change, and the open
+    # sources of 535.261.03 call it with the old arguments. The proprietary 535.309.01 handles it.
+    KernelLimit(
+        driver="535.261.03",
+        flavours=("open",),
+        series="6.1",
+        since="6.1.187",
+        abi_since=53,
+        reason="535.261.03 (open) does not build against kernels 6.1.187 (Debian 6.1.0-53) and later: "
+        "they changed pci_resize_resource() (too few arguments to function 'pci_resize_resource')",
+        source="tests/slow/builder/test_real_build_cells.py",
     ),
 )
 

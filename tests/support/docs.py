@@ -14,3 +14,72 @@ def documented_block(doc: str, name: str) -> str:
     m = re.search(re.escape(marker) + r"\s*```sh\n(.*?)```", text, re.S)
     assert m, f"{doc}: no sh block after {marker}"
     return m.group(1)
+
+
+DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")))
+SHELL_LANGS = ("sh", "console", "bash", "shell")
+COMMAND_START = re.compile(r"^(?:nodeprep|ansible-playbook|python3?|scripts/\S+|\.venv/bin/\S+) ")
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[a-z]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+                   re.S | re.M)
+MARKER = re.compile(r"^\s*<!-- (?:docs-test: (?P<kind>run|synopsis|skip)(?:: (?P<reason>.*?))?|"
+                    r"docs-example: (?P<example>[\w-]+)) -->\s*$")
+
+
+class Block:
+    """One fenced block of a doc: where it is, its language, its text (dedented) and the marker
+    comment on the line before it (`<!-- docs-test: run|synopsis|skip: REASON -->` or
+    `<!-- docs-example: NAME -->`), if any."""
+
+    def __init__(self, doc: str, line: int, lang: str, body: str, marker: re.Match[str] | None) -> None:
+        self.doc, self.line, self.lang, self.body, self.marker = doc, line, lang, body, marker
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+    @property
+    def is_command(self) -> bool:
+        """A shell block, or one whose lines are commands (`$ cmd` or a `nodeprep …` synopsis)."""
+        lines = self.body.splitlines()
+        return self.lang in SHELL_LANGS or any(ln.startswith("$ ") for ln in lines) or bool(
+            lines and COMMAND_START.match(lines[0]))
+
+    @property
+    def kind(self) -> str | None:
+        if self.marker is None:
+            return None
+        return "example" if self.marker["example"] else self.marker["kind"]
+
+
+def blocks(doc: str) -> list[Block]:
+    """Every fenced block of REPO/doc, in order."""
+    text = (REPO / doc).read_text()
+    out = []
+    for m in FENCE.finditer(text):
+        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        indent = m["indent"]
+        body = "".join(ln[len(indent):] if ln.startswith(indent) else ln
+                       for ln in m["body"].splitlines(keepends=True))
+        out.append(Block(doc, text[: m.start()].count("\n") + 1, m["lang"], body, MARKER.match(before)))
+    return out
+
+
+def command_lines(block: Block) -> list[str]:
+    """The commands a block shows, continuation lines joined: `$ ` lines of a console block, every
+    line but comments of a shell block, `nodeprep …` lines of a synopsis with their `[…]` lines."""
+    out: list[str] = []
+    joining = False
+    for raw in block.body.splitlines():
+        line = raw.rstrip()
+        if joining:
+            out[-1] += " " + line.strip().rstrip("\\")
+        elif line.startswith("$ "):
+            out.append(line[2:].rstrip("\\"))
+        elif block.lang in ("sh", "bash", "shell") and line.strip() and not line.lstrip().startswith("#"):
+            out.append(line.strip().rstrip("\\"))
+        elif COMMAND_START.match(line):
+            out.append(line.rstrip("\\"))
+        elif out and block.kind == "synopsis" and line.lstrip().startswith("["):
+            out[-1] += " " + re.split(r"\s{2,}", line.strip())[0]  # without the description
+        joining = line.endswith("\\")
+    return out

@@ -505,7 +505,7 @@ def test_override_options_come_from_the_table() -> None:
         assert kwargs == {}
         click.echo(f"{p.driver.version} {p.cluster.api_server if p.cluster else ''}")
 
-    r = CliRunner().invoke(cmd, ["--driver-version", "550.90.07", "--api-server", "[fd00::1]:6443"])
+    r = CliRunner().invoke(cmd, ["--driver", "550.90.07", "--api-server", "[fd00::1]:6443"])
     assert r.exit_code == 0 and r.output == "550.90.07 [fd00::1]:6443\n"
     assert profile.with_overrides(profile.load_profile(EXAMPLE), {"driver.version": None}).source == str(
         EXAMPLE

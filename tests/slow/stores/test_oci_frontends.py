@@ -84,7 +84,7 @@ def test_cloud_init_writes_registry_credentials_and_bootstrap_installs_from_the_
     token_file.chmod(0o600)
     user_data = tmp_path / "user-data"
     nodeprep("cloud-init", "--profile", profile, "--token-file", token_file, "--nodeprep-from", "index",
-             "--registry-auth", p.auth, "--store-ca-file", p.registry.ca, "--out", user_data, check=True)
+             "--registry-auth", p.auth, "--ca-file", p.registry.ca, "--out", user_data, check=True)
     assert user_data.stat().st_mode & 0o777 == 0o600
     refused = nodeprep("cloud-init", "--profile", profile, "--out", tmp_path / "ud2")  # store mode
     assert refused.returncode == 2 and "use --nodeprep-from index" in refused.stderr

@@ -58,7 +58,7 @@ def test_bad_store_fails_the_first_step_and_resumes(tmp_path: Path) -> None:
     assert [(s["name"], s["status"]) for s in data["steps"]] == [
         ("driver", "failed"), ("modules", "pending"), ("labels", "pending"), ("runtime", "pending"),
         ("join", "pending")]
-    assert data["steps"][0]["error"] == f"--store: {store} is not a directory"
+    assert data["steps"][0]["error"] == f"driver.store: {store} is not a directory"  # a field, no flag
     state = json.loads((root / "var/lib/nodeprep/bootstrap.json").read_text())
     assert state["runs"][data["profile_digest"]]["steps"]["driver"]["status"] == "failed"
 
@@ -67,7 +67,7 @@ def test_bad_store_fails_the_first_step_and_resumes(tmp_path: Path) -> None:
     assert code == 2 and out == ""
     lines = [ln for ln in err.splitlines() if ln.startswith("bootstrap: ")]
     assert lines[0].startswith("bootstrap: driver: failed in ") and lines[0].endswith(
-        f": --store: {store} is not a directory")
+        f": driver.store: {store} is not a directory")
     assert lines[1:5] == [f"bootstrap: {n}: not run (an earlier step failed)"
                           for n in ("modules", "labels", "runtime", "join")]
     assert lines[5].startswith("bootstrap: FAILED (rerun to resume) in ")

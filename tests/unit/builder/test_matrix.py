@@ -142,6 +142,20 @@ def test_kernel_limit_boundaries():
     assert facts.refusal("515.43.04", "open", "6.1.0-56-amd64") is None
 
 
+def test_debian12_open_cell_is_refused_for_kernels_it_does_not_build_against():
+    """docs/build.md's support table: 535.261.03 (open) fails against 6.1.0-53 and later (seen for
+    6.1.0-56); `--expand` must not offer that cell, only the pinned 6.1.0-50 one."""
+    refused = _refused("kernels: [6.1.0-56-amd64, 6.1.0-50-amd64]\ndrivers: [535.261.03]\nflavours: [open]\n")
+    reason = refused[("debian-12", "6.1.0-56-amd64", "535.261.03", "open")]
+    assert "pci_resize_resource" in reason and "6.1.0-53" in reason
+    assert ("debian-12", "6.1.0-50-amd64", "535.261.03", "open") not in refused
+    limit = facts.KERNEL_LIMITS[1]
+    assert limit.refuses("535.261.03", "open", "6.1.0-53-amd64")
+    assert not limit.refuses("535.261.03", "open", "6.1.0-52-amd64")
+    assert not limit.refuses("535.261.03", "proprietary", "6.1.0-56-amd64")
+    assert not limit.refuses("535.261.03", "open", "6.12.117+deb12-amd64")
+
+
 def test_backports_channel_refusals():
     """The backports line offers only its ~bpo12 driver builds: a mainline driver and the open
     flavour are refused naming the line's own choices."""

@@ -5,6 +5,7 @@ user-data pins the wheel's sha256 at the example store's URL."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import zipfile
@@ -37,10 +38,11 @@ def test_cloud_md_example_renders_valid_user_data(tmp_path: Path) -> None:
     work = tmp_path / "checkout"
     shutil.copytree(REPO, work, ignore=COPY_IGNORE, symlinks=True)
     (work / ".venv").symlink_to(REPO / ".venv")  # what scripts/setup.sh made
+    before = {p for p in work.rglob("*") if p.is_file()}
     run = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=work, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Valid cloud-config: user-data" in run.stdout
+    assert "Valid cloud-config: dist/user-data" in run.stdout
     assert "Warning" not in run.stderr and "project.license" not in run.stderr, run.stderr
 
     (wheel,) = (work / "dist").glob("nodeprep-*-py3-none-any.whl")
@@ -50,9 +52,18 @@ def test_cloud_md_example_renders_valid_user_data(tmp_path: Path) -> None:
         assert "nodeprep/cli.py" in z.namelist() and "nodeprep/builder/driver.py" in z.namelist()
         assert "nodeprep/data/install-nodeprep.sh" in z.namelist()
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
-    assert (work / "token").stat().st_mode & 0o077 == 0
+    assert (work / "dist/token").stat().st_mode & 0o077 == 0
+    made = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file() and p not in before)
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *made], cwd=work, capture_output=True,
+                             text=True).stdout.split()
+    assert made and ignored == made  # the recipe leaves nothing in the checkout that git would pick up
 
-    data = yaml.safe_load((work / "user-data").read_text())
+    user_data = (work / "dist/user-data").read_bytes()
+    doc = (REPO / "docs/cloud.md").read_text()
+    shown = re.search(r"examples/node\.yaml \(4 KB of comments\)\s+([\d.]+) KB", doc)
+    assert shown and abs(len(user_data) / 1000 - float(shown[1])) < 0.3, (len(user_data), shown)
+    data = yaml.safe_load(user_data)
     first = data["runcmd"][0]
     url = f"https://artifacts.example.com/nvidia/tools/{wheel.name}"
     assert first[2:] == ["store", url, sha256_file(wheel)]

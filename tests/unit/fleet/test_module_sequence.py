@@ -111,6 +111,17 @@ def test_labels_module_sequence(tmp_path: Path) -> None:
     assert status == "FAILED!" and "bad key!" in str(result["msg"]) and result["exit_code"] == 2
 
 
+def test_driver_module_names_the_field_not_a_flag(tmp_path: Path) -> None:
+    """Ansible users have no `--store`: a library input error reaches them as its profile field."""
+    root = tmp_path / "root"
+    root.mkdir()
+    status, result = module("nodeprep_driver", {"root": str(root), "version": "535.309.01",
+                                                "store": str(tmp_path / "absent"), "kernel": KERNEL})
+    assert status == "FAILED!" and result["exit_code"] == 2, result
+    assert result["msg"] == f"driver.store: {tmp_path / 'absent'} is not a directory", result
+    assert tree(root) == {}
+
+
 def test_driver_module_sequence(tmp_path: Path) -> None:
     """nodeprep_driver on a root, from a store of small real artifacts (tests/support/standin.py):
     check mode reports the library's plan and writes nothing, the run installs and activates, a

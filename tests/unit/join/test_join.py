@@ -220,6 +220,16 @@ def test_token_file_is_checked(
     assert not (node_root / "etc/nodeprep/kubeadm-join.yaml").exists()
 
 
+def test_token_mode_hint_names_the_file_under_root(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    """The error names the node's path; the hint's command must work here, so it joins --root."""
+    write_token(node_root, 0o644, TOKEN)
+    code, _, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check"))
+    assert code == 2
+    assert err.splitlines()[0].startswith(
+        "error: cluster.token_file: /etc/nodeprep/bootstrap-token has mode 0644")
+    assert err.splitlines()[1] == f"  chmod 0600 {node_root}/etc/nodeprep/bootstrap-token"
+
+
 def test_missing_token_file(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     (node_root / "etc/nodeprep/bootstrap-token").unlink()
     code, _, err = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check"))

@@ -107,7 +107,9 @@ def fail_from(module, exc, **result):
         details["exit_code"] = exc.exit_code
     if hasattr(exc, "problems"):
         details["problems"] = list(exc.problems)
-    module.fail_json(msg=str(exc), **details, **result)
+    # Ansible users have no flags: an input error names its profile field (driver.version), not --driver
+    msg = exc.field_message() if hasattr(exc, "field_message") else str(exc)
+    module.fail_json(msg=msg, **details, **result)
 
 
 def nodeprep_errors(module):
