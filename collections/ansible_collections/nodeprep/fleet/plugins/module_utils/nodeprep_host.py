@@ -20,6 +20,13 @@ COMMON_ARGUMENT_SPEC = {
 }
 
 
+# Options of every module that validates the node profile (doc fragment nodeprep.fleet.nodeprep.profile):
+# the one opt-out of the CA pin rule, `nodeprep join --insecure-skip-ca-verification`.
+PROFILE_ARGUMENT_SPEC = {
+    "insecure_skip_ca_verification": {"type": "bool", "default": False},
+}
+
+
 def node_argument_spec(**options):
     """A node-side module's argument_spec: COMMON_ARGUMENT_SPEC plus its own options."""
     return {**COMMON_ARGUMENT_SPEC, **options}

@@ -26,6 +26,7 @@ DEPENDENCIES = {
 
 def argument_spec():
     return host.node_argument_spec(
+        **host.PROFILE_ARGUMENT_SPEC,
         sha256={"type": "str", "default": ""},
         zipapp={"type": "str", "default": ""},
         wrapper={"type": "str", "default": ""},
@@ -107,7 +108,8 @@ def profile_current(p):
     from nodeprep.profile import parse_profile
 
     try:
-        parse_profile(p["profile"], source=p["profile_path"])
+        parse_profile(p["profile"], source=p["profile_path"],
+                      insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
     except NodeprepError:
         return False  # nodeprep_profile runs and reports every problem
     return host.file_is(host.under_root(p["root"], p["profile_path"]), host.profile_text(p["profile"]), 0o644)

@@ -11,6 +11,7 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_hos
 
 def argument_spec():
     return host.node_argument_spec(
+        **host.PROFILE_ARGUMENT_SPEC,
         content={"type": "dict", "required": True},
         path={"type": "str", "default": "/etc/nodeprep/node.yaml"},
     )
@@ -21,7 +22,8 @@ def run(module):
     p = module.params
     (profile_mod,) = host.import_nodeprep(module, "nodeprep.profile")
     try:
-        profile = profile_mod.parse_profile(p["content"], source=p["path"])
+        profile = profile_mod.parse_profile(
+            p["content"], source=p["path"], insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e, path=p["path"])
     text = host.profile_text(p["content"])
