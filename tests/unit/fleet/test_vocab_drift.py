@@ -63,9 +63,10 @@ PROFILE_MODULES = {"nodeprep_profile": "nodeprep_install", "nodeprep_info": "nod
 def test_every_profile_front_end_takes_the_ca_pin_opt_out(collection_on_path: Path) -> None:
     option = "insecure_skip_ca_verification"
     for name, role in PROFILE_MODULES.items():
-        doc = importlib.import_module(f"ansible_collections.nodeprep.fleet.plugins.modules.{name}").DOCUMENTATION
-        fragments = yaml.safe_load(doc)["extends_documentation_fragment"]
-        documented = yaml.safe_load(doc)["options"].get(option) or (
+        doc = yaml.safe_load(
+            importlib.import_module(f"ansible_collections.nodeprep.fleet.plugins.modules.{name}").DOCUMENTATION)
+        fragments = doc["extends_documentation_fragment"]
+        documented = doc["options"].get(option) or (
             "nodeprep.fleet.nodeprep.profile" in fragments and _fragment("PROFILE")[option])
         assert documented and documented["type"] == "bool" and documented["default"] is False, name
         assert _module(name)[1][option] == {"type": "bool", "default": False}, name
