@@ -143,7 +143,10 @@ def load_profile(path: Path, *, insecure_skip_ca_verification: bool = False) -> 
 
 
 def profile_path(root: Path, profile: Path | None) -> Path:
-    """The profile to use: --profile when given, else DEFAULT_PATH under --root."""
+    """The profile to use: --profile when given, else DEFAULT_PATH under --root, the image's links
+    resolved beneath it (nodeprep.node.fsutil.beneath)."""
     if profile is not None:
         return profile
-    return Path(root) / DEFAULT_PATH.relative_to("/")
+    from ..node.fsutil import beneath
+
+    return beneath(Path(root), DEFAULT_PATH)
