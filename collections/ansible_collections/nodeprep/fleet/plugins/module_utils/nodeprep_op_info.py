@@ -102,7 +102,7 @@ def import_problems(path, deep=True):
     return versions, [], None
 
 
-def profile_current(p):
+def profile_current(module, p):
     """The profile validates and the file already holds what nodeprep_profile would write."""
     from nodeprep.errors import NodeprepError
     from nodeprep.profile import parse_profile
@@ -112,7 +112,8 @@ def profile_current(p):
                       insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
     except NodeprepError:
         return False  # nodeprep_profile runs and reports every problem
-    return host.file_is(host.under_root(p["root"], p["profile_path"]), host.profile_text(p["profile"]), 0o644)
+    path = host.under_root(module, p["root"], p["profile_path"])
+    return host.file_is(path, host.profile_text(p["profile"]), 0o644)
 
 
 def run(module):
@@ -126,7 +127,7 @@ def run(module):
     if current is not None:
         out["current"] = current and error is None
     if p["profile"]:
-        out["profile_current"] = error is None and profile_current(p)
+        out["profile_current"] = error is None and profile_current(module, p)
     if error:
         module.fail_json(msg=error, dependencies=versions, missing=missing, **out)
     import nodeprep

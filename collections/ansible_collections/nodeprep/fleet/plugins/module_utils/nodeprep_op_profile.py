@@ -27,7 +27,7 @@ def run(module):
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e, path=p["path"])
     text = host.profile_text(p["content"])
-    changed, diff = host.write_if_changed(module, host.under_root(p["root"], p["path"]), text, 0o644)
+    changed, diff = host.write_if_changed(module, host.under_root(module, p["root"], p["path"]), text, 0o644)
     out = {"changed": changed, "path": p["path"], "profile": profile.to_dict()}
     if module._diff:
         out["diff"] = diff
