@@ -359,6 +359,8 @@ def build_matrix_cmd(
     spec = matrix.load(file)
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
+    if do_build:  # an index the cells would publish into is read before any cell builds (exit 2)
+        artifact.read_index(store_dir)
     refused: list[matrix.Refusal] = []
     if expand:
         expansion = matrix.expand(spec, matrix.archives(cache))
