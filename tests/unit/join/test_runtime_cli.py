@@ -155,3 +155,17 @@ def test_spec_directory_not_writable_changes_nothing(node_root: Path, tmp_path: 
     first = err.splitlines()[0]
     assert first == f"error: cannot write /etc/cdi/nvidia.yaml: directory {cdi_dir} is not writable"
     assert not (node_root / "etc/containerd").exists() and list(cdi_dir.iterdir()) == []
+
+
+def test_runtime_takes_the_ca_pin_opt_out(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    """A kubeadm profile without CA pins is refused (exit 2, the field named) unless the node joins
+    with --insecure-skip-ca-verification, which runtime (and the Ansible runtime module) take too."""
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml.safe_dump({"driver": {"version": "535.309.01"},
+                                    "cluster": {"api_server": "10.0.0.10:6443"}}))
+    args = ["runtime", "--profile", str(path), "--root", str(node_root), "--nvidia-smi-xml", str(smi_xml),
+            "--check", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "cluster.ca_cert_hashes" in r.output, r.output
+    code, out, _ = run([*args, "--insecure-skip-ca-verification"])
+    assert code == 0 and json.loads(out)["changed"] is True
