@@ -118,14 +118,19 @@ class Manifest:
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as e:
-            raise ArtifactError(f"{source}: malformed manifest ({str(e)[:200]})") from None
+            raise MalformedManifest(f"{source}: malformed manifest ({str(e)[:200]})") from None
         if isinstance(data, dict) and "format" in data and data["format"] != FORMAT_VERSION:
-            raise ArtifactError(f"{source}: manifest format {_shown(data['format'])} is not supported "
+            raise MalformedManifest(f"{source}: manifest format {_shown(data['format'])} is not supported "
                                 f"(this nodeprep reads format {FORMAT_VERSION})")
         try:
             return _manifest(data)
         except _Bad as e:
-            raise ArtifactError(f"{source}: malformed manifest ({e})") from None
+            raise MalformedManifest(f"{source}: malformed manifest ({e})") from None
+
+
+class MalformedManifest(ArtifactError):
+    """A manifest that is not one this nodeprep reads (not JSON, a field of the wrong type or value,
+    another format): a refused input everywhere, also for `artifacts verify` (exit 2)."""
 
 
 class _Bad(Exception):
@@ -372,7 +377,8 @@ def read_member(path: Path, name: str, *, limit: int = 16 << 20) -> bytes | None
 
 def verify(path: Path, *, limits: Limits = LIMITS) -> list[str]:
     """Problems found in artifact `path` (empty list: it is intact), by the rules `extract` applies
-    (safetar.MemberRules) plus every file's sha256. Never raises for bad content."""
+    (safetar.MemberRules) plus every file's sha256. A manifest it cannot read is a refused input,
+    not a problem: MalformedManifest naming the file and field, as install refuses it."""
     problems: list[str] = []
     rules = MemberRules(limits)
     try:
@@ -381,8 +387,10 @@ def verify(path: Path, *, limits: Limits = LIMITS) -> list[str]:
             try:
                 name = rules.check(member)
                 if first:
-                    rules.accept_manifest(_load_manifest(tar, member, f"{path.name}:{MANIFEST}")[0].files)
+                    rules.accept_manifest(_load_manifest(tar, member, f"{path}:{MANIFEST}")[0].files)
                     continue
+            except MalformedManifest:
+                raise
             except ArtifactError as e:
                 problems.append(str(e))
                 if first:
@@ -392,6 +400,8 @@ def verify(path: Path, *, limits: Limits = LIMITS) -> list[str]:
                 spool = sonames.Spool(name)
                 problem = rules.checksum_problem(name, _sha256_stream(tar, member, spool.write))
                 problems += [p for p in (problem, spool.problem()) if p]
+    except MalformedManifest:
+        raise
     except ArtifactError as e:
         problems.append(str(e))
         return problems

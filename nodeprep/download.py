@@ -504,7 +504,8 @@ def _deadline_guard(policy: Policy, deadline_at: float, what: str) -> Iterator[l
 
     timer = threading.Timer(remaining, expire)
     timer.daemon = True
-    outer, _ATTEMPT.sockets = getattr(_ATTEMPT, "sockets", None), watched
+    outer = getattr(_ATTEMPT, "sockets", None), getattr(_ATTEMPT, "time_left", None)
+    _ATTEMPT.sockets, _ATTEMPT.time_left = watched, lambda: deadline_at - policy.clock()
     timer.start()
     try:
         yield watched
@@ -513,15 +514,28 @@ def _deadline_guard(policy: Policy, deadline_at: float, what: str) -> Iterator[l
             raise _deadline_error(policy, what) from None
         raise
     finally:
-        _ATTEMPT.sockets = outer
+        _ATTEMPT.sockets, _ATTEMPT.time_left = outer
         timer.cancel()
     if expired.is_set():  # a body without a length ends quietly when its socket is shut
         raise _deadline_error(policy, what)
 
 
 # The sockets of the attempt running in this thread (`_deadline_guard`), which a session() adds to
-# as it connects or reuses them; None outside an attempt.
+# as it connects or reuses them, and the seconds it has left (`time_left()`); None outside an attempt.
 _ATTEMPT = threading.local()
+
+
+def _bound_handshake(sock: Any) -> None:
+    """Before a TLS handshake on the connected `sock`: its timeout cut to the attempt's time left
+    (the ssl module bounds the whole handshake by it, however the server drips its records) and
+    the socket known to the watchdog (which shuts it where the TLS layer keeps the socket itself)."""
+    time_left = getattr(_ATTEMPT, "time_left", None)
+    if time_left is None or not isinstance(sock, socket.socket):
+        return
+    timeout = sock.gettimeout()
+    left = max(0.001, time_left())
+    sock.settimeout(left if timeout is None else min(timeout, left))
+    _watch(sock)
 
 
 def _watch(sock: Any) -> None:
@@ -556,6 +570,11 @@ def _watched_pools() -> dict[str, type]:
             _watch(self.sock)
 
     class TLSConn(HTTPSConnection):
+        def _new_conn(self) -> Any:  # the TCP connection, before the handshake (urllib3 1.26 and 2.x)
+            sock = super()._new_conn()
+            _bound_handshake(sock)
+            return sock
+
         def connect(self) -> None:
             super().connect()
             _watch(self.sock)

@@ -76,6 +76,13 @@ class StateError(NodeprepError):
     """The node's nodeprep state does not allow the requested operation."""
 
 
+class StateFileError(StateError):
+    """state.json is not what nodeprep writes (not JSON, a field of the wrong type or value): the file
+    under --root is refused like any input (exit 2), nothing changed."""
+
+    exit_code = 2
+
+
 class NetworkError(NodeprepError):
     """A remote (archive, store, metadata service) could not be reached in time."""
 

@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 def _profile_path(profile: Path | None, root: Path) -> Path:
     if profile is not None:
         return profile
-    default = root / "etc/nodeprep/node.yaml"
+    from ..profile import profile_path
+
+    default = profile_path(root, None)
     if not default.exists():
         raise InputError(f"{default}: no profile (pass --profile FILE)")
     return default

@@ -359,6 +359,8 @@ def build_matrix_cmd(
     spec = matrix.load(file)
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
+    if do_build:  # an index the cells would publish into is read before any cell builds (exit 2)
+        artifact.read_index(store_dir)
     refused: list[matrix.Refusal] = []
     if expand:
         expansion = matrix.expand(spec, matrix.archives(cache))
@@ -477,7 +479,8 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
 def artifacts_verify(store: Path, as_json: bool) -> None:
     """Check every artifact of the store directory STORE (default: ./artifacts, where build-driver
     publishes) against index.json and its manifest (sha256 of the tarball and of every file) and the
-    extraction rules install applies. Exit 1 with one line per problem."""
+    extraction rules install applies. Exit 1 with one line per problem; an index or manifest
+    nodeprep cannot read is refused as install refuses it (one error line, exit 2)."""
     if not store.is_dir():
         raise InputError(f"{store}: store directory does not exist")
     problems = verify_store(store)

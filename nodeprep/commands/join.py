@@ -150,12 +150,16 @@ def join_cmd(
 @check_option("Only report what would change (nothing written).")
 @nvidia_smi_xml_option
 @dev_root_option
+@click.option("--insecure-skip-ca-verification", is_flag=True,
+              help="Accept a kubeadm profile without cluster.ca_cert_hashes, for a node that joins with "
+              "`join --insecure-skip-ca-verification`.")
 def runtime_cmd(
     profile: Path | None, root: Path, as_json: bool, check: bool, nvidia_smi_xml: Path | None,
-    dev_root: Path | None,
+    dev_root: Path | None, insecure_skip_ca_verification: bool,
 ) -> None:
     """Register the nvidia runtime in containerd and write the CDI spec (no cluster join)."""
-    prof = load_profile(profile_path(root, profile))
+    prof = load_profile(profile_path(root, profile),
+                        insecure_skip_ca_verification=insecure_skip_ca_verification)
     plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml, check=check,
                                           dev_root=dev_root))
     summary = [f.summary() for f in plan.files]

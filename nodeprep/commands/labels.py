@@ -15,9 +15,9 @@ from ..labels.cloud import CLOUD_CHOICES, Endpoints
 from ..labels.core import MIG_STRATEGIES, LabelOptions, node_labels
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
+from ..profile import profile_path
 from .options import profile_option, resolve_sysfs, root_option, sysfs_root_option
 
-DEFAULT_PROFILE = "etc/nodeprep/node.yaml"
 GPU_SOURCES = ("auto", "nvml", "nvidia-smi", "pci")  # pci: sysfs only, no driver asked
 log = logging.getLogger("nodeprep.labels")
 
@@ -78,8 +78,8 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
     """Compute this node's labels (GFD-compatible nvidia.com/*, instance type, topology, nodeprep.dev/*)
     and print them, write them for NFD, or apply them to the Node."""
     fmt = "json" if as_json else fmt
-    if profile is None and (root / DEFAULT_PROFILE).is_file():
-        profile = root / DEFAULT_PROFILE
+    if profile is None and profile_path(root, None).is_file():
+        profile = profile_path(root, None)
     prof = profile_labels(profile) if profile is not None else ProfileLabels()
     cli_extra = dict(parse_label_arg(t) for t in extra_labels)
     extra = {**prof.extra, **cli_extra}

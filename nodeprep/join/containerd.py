@@ -323,7 +323,8 @@ def _merge_plugins(into: dict[str, Any], new: dict[str, Any]) -> None:
 
 def merged_config(root: Path, main_target: str) -> dict[str, Any]:
     """The main config with its imports merged in (paths resolved under `root`), as containerd 1.x
-    and 2.0 merge them. Used by doctor-style checks and tests."""
+    and 2.0 merge them. Used by doctor-style checks and tests. Each file a glob matches is resolved
+    beneath `root` again by its node path, so a matched link reads the image's file, not the host's."""
     main_path = under(root, main_target)
     _, merged = _read(main_path, main_target)
     merged = copy.deepcopy(merged)
@@ -335,7 +336,7 @@ def merged_config(root: Path, main_target: str) -> dict[str, Any]:
             if os.path.normpath(target) in seen:
                 continue
             seen.add(os.path.normpath(target))
-            _, data = _read(Path(host), target)
+            _, data = _read(under(root, target), target)
             _merge_plugins(merged, data)
     return merged
 

@@ -2,7 +2,8 @@
 area owns /var/lib/nodeprep/state.json and may change its shape).
 
 The kernel of a root other than / is the root's target kernel, never the kernel this process runs
-on (see `root_kernel`)."""
+on (see `root_kernel`). Every path under a root is resolved beneath it (nodeprep.node.fsutil.beneath),
+so the image's links never lead to the host's files."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..node.fsutil import beneath
 from ..sysfs import read_attr
+from ..vocab import DRIVER_VERSION_RE
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,9 @@ class SystemFacts:
 
 def os_release(root: Path, problems: list[str] | None = None) -> dict[str, str]:
     for rel in ("etc/os-release", "usr/lib/os-release"):
-        # etc/os-release is usually a symlink to ../usr/lib/os-release: follow it, but read only a
-        # small regular file (never block on a FIFO)
-        text = read_attr(root / rel, problems, follow=True, errors="replace")
+        # etc/os-release is usually a symlink to ../usr/lib/os-release: follow it (beneath the root),
+        # but read only a small regular file (never block on a FIFO)
+        text = read_attr(beneath(root, rel), problems, follow=True, errors="replace")
         if text is None:
             continue
         out = {}
@@ -83,9 +86,9 @@ def installed_driver(root: Path, kernel: str | None) -> InstalledDriver:
     """nodeprep's active driver under `root` and the artifact installed for `kernel`."""
     # The filesystem is the truth (nodeprep/node/state.py): /opt/nvidia/current names the active
     # version; state.json is only consulted when the link is missing.
-    state = _json(root / STATE_FILE)
+    state = _json(beneath(root, STATE_FILE))
     version = flavour = digest = None
-    link = root / CURRENT_LINK
+    link = beneath(root, CURRENT_LINK, follow_last=False)
     if link.is_symlink():
         version = os.path.basename(os.readlink(link).rstrip("/")) or None
     active = state.get("active")
@@ -97,26 +100,28 @@ def installed_driver(root: Path, kernel: str | None) -> InstalledDriver:
         version = version or active
     version = version or _first_str(state, "active_version", "current", "driver_version")
     flavour = flavour or _first_str(state, "flavour", "flavor")
-    if not version:
+    if not version or not DRIVER_VERSION_RE.fullmatch(version):  # a name from the image: never a path
         return InstalledDriver(None, flavour, digest)
-    base = root / "opt/nvidia" / version
-    kmod = _json(base / "modules" / kernel / "manifest.json") if kernel else {}
-    user = _json(base / "manifest.json")
+    base = f"opt/nvidia/{version}"
+    kmod = _json(beneath(root, f"{base}/modules/{kernel}/manifest.json")) if kernel else {}
+    user = _json(beneath(root, f"{base}/manifest.json"))
     flavour = flavour or _first_str(kmod, "flavour")
     digest = digest or _first_str(kmod, "input_digest") or _first_str(user, "input_digest")
-    built_for = kernel if kmod else newest_release(module_kernels(base))
-    artifact = kmod or (_json(base / "modules" / built_for / "manifest.json") if built_for else {})
+    built_for = kernel if kmod else newest_release(module_kernels(root, base))
+    artifact = kmod or (_json(beneath(root, f"{base}/modules/{built_for}/manifest.json"))
+                        if built_for else {})
     return InstalledDriver(version, flavour, digest, _first_str(artifact, "kernel_release") or built_for,
                            _first_str(artifact, "os") or _first_str(user, "os"))
 
 
-def module_kernels(base: Path) -> list[str]:
-    """Kernels a driver root has modules for: its modules/<release>/manifest.json files (what
-    nodeprep.node.state counts as installed)."""
+def module_kernels(root: Path, base: str) -> list[str]:
+    """Kernels the driver root `base` (as the node names it) under `root` has modules for: its
+    modules/<release>/manifest.json files (what nodeprep.node.state counts as installed)."""
     try:
-        return [d.name for d in (base / "modules").iterdir() if (d / "manifest.json").is_file()]
+        names = [d.name for d in beneath(root, f"{base}/modules").iterdir()]
     except OSError:
         return []
+    return [n for n in names if beneath(root, f"{base}/modules/{n}/manifest.json").is_file()]
 
 
 def _release_key(release: str) -> tuple[tuple[int, int | str], ...]:
@@ -133,19 +138,18 @@ def root_kernel(root: Path) -> str | None:
     active driver has modules for (/opt/nvidia/current/modules/<release>), else the newest
     /lib/modules/<release> with a kernel in it (its modules.order or kernel/ directory), else None.
     Never the kernel of the machine running nodeprep."""
-    kmods = root / CURRENT_LINK / "modules"
-    try:
-        with_driver = [d.name for d in kmods.iterdir() if d.is_dir()]
-    except OSError:
-        with_driver = []
+    def names(rel: str) -> list[str]:
+        try:
+            return [d.name for d in beneath(root, rel).iterdir()]
+        except OSError:
+            return []
+
+    kmods = f"{CURRENT_LINK}/modules"
+    with_driver = [n for n in names(kmods) if beneath(root, f"{kmods}/{n}").is_dir()]
     if with_driver:
         return newest_release(with_driver)
-    modules = root / "lib" / "modules"
-    try:
-        installed = [d.name for d in modules.iterdir()
-                     if (d / "modules.order").is_file() or (d / "kernel").is_dir()]
-    except OSError:
-        installed = []
+    installed = [n for n in names("lib/modules") if beneath(root, f"lib/modules/{n}/modules.order").is_file()
+                 or beneath(root, f"lib/modules/{n}/kernel").is_dir()]
     return newest_release(installed)
 
 

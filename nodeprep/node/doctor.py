@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cuda
-from ..errors import CommandError
+from ..errors import CommandError, InputError
 from ..sysfs import read_attr
 from . import support, system
 from .devices import parse_gpu_minors
@@ -130,7 +130,7 @@ def _check_ldcache(layout: Layout, active: str | None) -> Check:
         entries = system.read_ld_cache(layout)
     except CommandError as e:
         return Check("ldcache", False, f"cannot read {layout.node_path(layout.ld_cache)}: {e}")
-    want = layout.version_dir(active).resolve() / "lib64"
+    want = _real(layout, f"/opt/nvidia/{active}/lib64")
     bad, good = [], []
     for lib in LIBRARIES:
         paths = [p for name, flags, p in entries if name == lib and ("x86-64" in flags or "64" in flags)]
@@ -141,14 +141,15 @@ def _check_ldcache(layout: Layout, active: str | None) -> Check:
             )
             continue
         first = paths[0]
-        real = Path(os.path.realpath(layout.host_path(first)))
-        if real.parent != want or not real.is_file():
+        real = _real(layout, first)
+        if real is None or want is None or real.parent != want or not real.is_file():
             bad.append(
-                f"{lib} resolves to {first} -> {_node(layout, real)}, not into /opt/nvidia/{active}/lib64"
+                f"{lib} resolves to {first} -> {_node(layout, real) if real else 'a link loop'}, not into "
+                f"/opt/nvidia/{active}/lib64"
             )
             continue
         extra = [p for p in paths[1:] if not p.startswith("/opt/nvidia/current/")
-                 and Path(os.path.realpath(layout.host_path(p))) != real]  # entry points lead there too
+                 and _real(layout, p) != real]  # entry points lead there too
         good.append(
             f"{lib} -> {_node(layout, real)}" + (f" (also in cache: {', '.join(extra)})" if extra else "")
         )
@@ -167,6 +168,15 @@ def _check_support(layout: Layout, active: str) -> Check:
     gpus = support.node_pci_ids(layout.root)
     extra = f" ({'; '.join(notes)})" if notes else ""
     return Check("support", True, f"{active} supports the node's {len(gpus)} NVIDIA GPU(s){extra}")
+
+
+def _real(layout: Layout, path: str) -> Path | None:
+    """The file the node's `path` names, the image's links resolved beneath ROOT (never the host's
+    files); None for a link loop or a file used as a directory."""
+    try:
+        return Path(os.path.realpath(layout.resolved(path)))
+    except (InputError, ValueError):  # ValueError: a NUL in the cache's text
+        return None
 
 
 def _node(layout: Layout, path: Path) -> str:

@@ -72,7 +72,8 @@ class Layout:
 
     @property
     def ld_cache(self) -> Path:
-        return self.resolved("/etc") / "ld.so.cache"
+        """Only read (ldconfig -p -C): a link in its place is resolved beneath ROOT too."""
+        return self.resolved("/etc/ld.so.cache")
 
     @property
     def modprobe_conf(self) -> Path:

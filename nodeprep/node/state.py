@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -21,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..artifact import MANIFEST
-from ..errors import StateError
-from ..vocab import DRIVER_VERSION_RE
+from ..errors import StateFileError
+from ..sysfs import read_bytes
+from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
 from .fsutil import atomic_write
 from .layout import Layout
 
@@ -67,17 +69,110 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split(".") if x.isdigit())
 
 
+STATE_HINT = "it is rewritten atomically, so this was edited by hand; fix or delete it"
+STATE_MAX = 4 << 20  # far above what nodeprep writes
+
+
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
+    """state.json's document, every field checked by type (StateFileError naming the file and the
+    field otherwise); {} when there is none."""
+    try:  # a regular file, not a link (nodeprep writes it so), never a blocking open
+        raw = read_bytes(path, limit=STATE_MAX)
     except FileNotFoundError:
         return {}
-    except ValueError as e:
-        raise StateError(
-            f"{path}: corrupt state file ({e})",
-            hint="it is rewritten atomically, so this was edited by hand; fix or delete it",
-        ) from None
-    return data if isinstance(data, dict) else {}
+    except OSError as e:
+        raise StateFileError(f"{path}: cannot read the state file ({e.strerror or e})",
+                             hint=STATE_HINT) from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise StateFileError(f"{path}: corrupt state file ({str(e)[:200]})", hint=STATE_HINT) from None
+    problem = state_problem(data)
+    if problem:
+        raise StateFileError(f"{path}: {problem}", hint=STATE_HINT)
+    return data
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _node_path(value: Any, prefix: str) -> bool:
+    """An absolute node path under `prefix` without `.`/`..`/empty components or a NUL."""
+    return (isinstance(value, str) and value.startswith(prefix) and "\0" not in value
+            and all(c not in ("", ".", "..") for c in value[1:].split("/")))
+
+
+def _version(value: Any) -> bool:
+    return isinstance(value, str) and DRIVER_VERSION_RE.fullmatch(value) is not None
+
+
+# kernel_hook's fields (kernelhook.HookConfig) -> the types they take
+HOOK_FIELDS: dict[str, tuple[type, ...]] = {
+    "store": (str,), "arch": (str,), "registry_auth": (str, type(None)), "ca_file": (str, type(None)),
+    "insecure_http": (bool,), "keep_boot_kernel": (bool,),
+}
+
+
+def state_problem(data: Any) -> str | None:
+    """The first field of a state.json document that is not what save_state writes, named by its
+    path (`installed.'535.309.01'.installed_at: ...`), or None. Pure."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {_shown(data)}"
+    if data.get("format", STATE_FORMAT) != STATE_FORMAT or isinstance(data.get("format"), bool):
+        return f"format: {_shown(data.get('format'))} is not {STATE_FORMAT}"
+    for key in ("active", "previous"):
+        if data.get(key) is not None and not _version(data[key]):
+            return f"{key}: {_shown(data[key])} is not a driver version"
+    hook = data.get("kernel_hook")
+    if hook is not None:
+        if not isinstance(hook, dict):
+            return f"kernel_hook: expected an object or null, got {_shown(hook)}"
+        for key, kinds in HOOK_FIELDS.items():
+            if key in hook and not isinstance(hook[key], kinds):
+                return f"kernel_hook.{key}: wrong type {_shown(hook[key])}"
+    points = data.get("entry_points", [])
+    if not isinstance(points, list):
+        return f"entry_points: expected a list, got {_shown(points)}"
+    for i, p in enumerate(points):
+        if not _node_path(p, "/usr/"):
+            return f"entry_points[{i}]: {_shown(p)} is not a path under /usr"
+    installed = data.get("installed", {})
+    if not isinstance(installed, dict):
+        return f"installed: expected an object, got {_shown(installed)}"
+    for version, rec in installed.items():
+        where = f"installed.{_shown(version)}"
+        if not _version(version):
+            return f"{where}: not a driver version"
+        problem = _installed_problem(version, rec)
+        if problem:
+            return f"{where}{problem}"
+    return None
+
+
+def _installed_problem(version: str, rec: Any) -> str | None:
+    if not isinstance(rec, dict):
+        return f": expected an object, got {_shown(rec)}"
+    if rec.get("version", version) != version:
+        return f".version: {_shown(rec.get('version'))} is not {version}"
+    kernels = rec.get("kernels", [])
+    if not isinstance(kernels, list) or not all(
+            isinstance(k, str) and KERNEL_RELEASE_RE.fullmatch(k) for k in kernels):
+        return f".kernels: expected a list of kernel releases, got {_shown(kernels)}"
+    if not isinstance(rec.get("input_digest", ""), str):
+        return f".input_digest: expected a string, got {_shown(rec['input_digest'])}"
+    digests = rec.get("kmod_digests", {})
+    if not isinstance(digests, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
+        return f".kmod_digests: expected an object of strings, got {_shown(digests)}"
+    link = rec.get("firmware_link")
+    if link is not None and not _node_path(link, "/"):  # /usr/lib/firmware/... in a usr-merged image
+        return f".firmware_link: {_shown(link)} is not an absolute path"
+    at = rec.get("installed_at", 0.0)
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at < 0:
+        return f".installed_at: expected a time in seconds, got {_shown(at)}"
+    return None
 
 
 def _digest(manifest: Path) -> str:
@@ -143,11 +238,8 @@ def load_state(root: Path) -> State:
 
 
 def _entry_points(value: object) -> tuple[str, ...]:
-    """The recorded entry points: absolute /usr paths without `..` (anything else is not nodeprep's)."""
-    if not isinstance(value, list):
-        return ()
-    return tuple(sorted({p for p in value if isinstance(p, str) and p.startswith("/usr/")
-                         and ".." not in p.split("/") and "\0" not in p}))
+    """The recorded entry points (absolute /usr paths: state_problem refuses anything else)."""
+    return tuple(sorted(set(value))) if isinstance(value, list) else ()
 
 
 def save_state(layout: Layout, state: State, *, point: str | None = None) -> bool:

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from .. import kubeletflags, labelrules
-from ..urls import has_userinfo
+from ..urls import has_userinfo, parse_store_location, plain_http_allowed
 from ..vocab import KERNEL_MODULES
 from .model import DNS1123_SUBDOMAIN_RE, FLAG_NAME_RE, K8S_VERSION_RE, OLDEST_KUBERNETES, TAINT_EFFECTS, Taint
 from .rules import Problem, Problems, Rule, enum, list_of, name_of, show, string, type_name
@@ -52,9 +52,37 @@ def store(value: str) -> str | None:
     if value.startswith(("/", "file://")):
         return abs_path(value.removeprefix("file://"))
     if value.startswith(("http://", "https://")):
-        return None if value.isprintable() else f"{show(value)} holds a control character"
+        from ..errors import InputError
+
+        try:  # what --store refuses (host, port, characters parsers read differently); transport below
+            parse_store_location(value, insecure_http=True, what="driver.store")
+        except InputError as e:
+            return str(e).split(": ", 1)[-1]
+        return None
     return (f"{show(value)} must be an absolute directory, an http(s):// or file:// URL, or "
             f"oci://HOST[:PORT]/REPO")
+
+
+def store_transport(value: Any, insecure_http: Any) -> str | None:
+    """The transport rule (nodeprep.urls.plain_http_allowed) for a store that passed `store`: plain
+    http (http://, oci+http://) off loopback needs driver.insecure_http, as --store needs
+    --insecure-http, decided from the profile before anything connects."""
+    if not isinstance(value, str) or store(value) is not None or insecure_http is True:
+        return None
+    if value.startswith("http://"):
+        from urllib.parse import urlsplit
+
+        host = urlsplit(value).hostname or ""
+    elif value.startswith("oci+http://"):
+        from ..stores.ref import parse_ref
+
+        host = parse_ref(value, insecure_http=True, what="driver.store").hostname
+    else:
+        return None
+    if plain_http_allowed(host, insecure_http=False):
+        return None
+    return (f"{show(value)}: plain http to a store off loopback is refused (anyone on the path "
+            "could swap the index and the artifacts); use https, or set driver.insecure_http: true")
 
 
 def api_server(value: str) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 from .. import kubeletflags
 from ..errors import ProfileError
 from ..yamlinput import Document, load_yaml
+from . import checks
 from .fields import FIELDS, REQUIRED_SECTIONS
 from .model import GPU_TAINT, K8S_VERSION_RE, SECTIONS, Cluster, Profile, Taint
 from .rules import name_of, type_name
@@ -56,6 +57,11 @@ def _check_invariants(sections: Mapping[str, Mapping[str, Any]], insecure_skip_c
             problems.append(
                 "cluster.taints: conflicts with gpu_taint (nvidia.com/gpu taint with another value)"
             )
+    driver = sections.get("driver")
+    if driver:
+        problem = checks.store_transport(driver.get("store"), driver.get("insecure_http", False))
+        if problem:
+            problems.append(f"driver.store: {problem}")
     runtime = sections.get("runtime")
     if runtime and runtime.get("default_runtime") and not runtime.get("nvidia_runtime", True):
         problems.append("runtime.default_runtime: needs nvidia_runtime: true")
@@ -143,7 +149,10 @@ def load_profile(path: Path, *, insecure_skip_ca_verification: bool = False) -> 
 
 
 def profile_path(root: Path, profile: Path | None) -> Path:
-    """The profile to use: --profile when given, else DEFAULT_PATH under --root."""
+    """The profile to use: --profile when given, else DEFAULT_PATH under --root, the image's links
+    resolved beneath it (nodeprep.node.fsutil.beneath)."""
     if profile is not None:
         return profile
-    return Path(root) / DEFAULT_PATH.relative_to("/")
+    from ..node.fsutil import beneath
+
+    return beneath(Path(root), DEFAULT_PATH)

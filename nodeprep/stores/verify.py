@@ -12,7 +12,8 @@ from ..errors import ArtifactError, NodeprepError
 def verify_store(path: Path) -> list[str]:
     """One line per problem in the store directory `path` (empty: all good). An index nodeprep
     cannot use (malformed, a field of the wrong type, a name that is not the artifact's file name,
-    not a regular file) is refused as install refuses it: ArtifactError."""
+    not a regular file) and a manifest it cannot read (artifact.MalformedManifest) are refused as
+    install refuses them: ArtifactError (exit 2), not a problem line."""
     problems: list[str] = []
     entries = artifact.LocalStore(path).entries()
     listed = {e.name for e in entries}
@@ -36,6 +37,8 @@ def verify_store(path: Path) -> list[str]:
                 m = artifact.read_manifest(f)
                 if m.input_digest != e.input_digest:
                     problems.append(f"{e.name}: manifest input digest differs from {artifact.INDEX}")
+            except artifact.MalformedManifest:
+                raise
             except NodeprepError as err:
                 problems.append(f"{e.name}: {err}")
     for f in sorted(path.glob("*.tar.zst")):

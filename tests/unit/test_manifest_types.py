@@ -3,8 +3,8 @@ with one line naming the artifact and the field, never a traceback (issue 25).
 
 The artifacts are real `.tar.zst` files whose manifest.json bytes are written as given
 (tests/support/rawartifact.py); the index lists them as a publisher would. `install` exits 2 with one
-`error:` line and installs nothing; `artifacts verify` reports the artifact (one line, exit 1, as for
-every problem it finds).
+`error:` line and installs nothing; so does `artifacts verify` (a refused input, not one of the
+checksum problems it lists with exit 1).
 """
 
 from __future__ import annotations
@@ -103,16 +103,34 @@ def test_install_refuses_a_manifest_field_of_the_wrong_type(tmp_path: Path, case
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_artifacts_verify_reports_a_manifest_field_of_the_wrong_type(tmp_path: Path, case: str) -> None:
+def test_artifacts_verify_refuses_a_manifest_field_of_the_wrong_type(tmp_path: Path, case: str) -> None:
+    """A refused input, as install refuses it: one `error:` line naming the file and field, exit 2
+    (it was one problem line and exit 1, like a checksum mismatch); `--json` the same."""
     change, expect = CASES[case]
     store = _store(tmp_path, change)
+    for args in (["artifacts", "verify", str(store)], ["artifacts", "verify", "--json", str(store)]):
+        result = _invoke(*args)
+        where = f"{case}: {result.output!r} {result.exception!r}"
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), where
+        assert "Traceback" not in result.output, where
+        assert result.output.splitlines() == [line for line in result.output.splitlines()
+                                              if line.startswith("error: ")], where
+        (line,) = result.output.splitlines()
+        named = f"{store / f'nvidia-userspace-{V}-amd64.tar.zst'}:manifest.json"
+        assert named in line and expect in line, where
+
+
+def test_artifacts_verify_keeps_exit_1_for_a_checksum_problem(tmp_path: Path) -> None:
+    """A well-formed artifact whose bytes differ from index.json is one of verify's problem lines."""
+    store = _store(tmp_path, lambda data: None)
+    index = json.loads((store / artifact.INDEX).read_text())
+    entry = next(e for e in index["artifacts"] if e["kind"] == "userspace")
+    entry["sha256"] = "0" * 64
+    (store / artifact.INDEX).write_text(json.dumps(index))
     result = _invoke("artifacts", "verify", str(store))
-    where = f"{case}: {result.output!r} {result.exception!r}"
-    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), where
-    assert "Traceback" not in result.output, where
-    name = f"nvidia-userspace-{V}-amd64.tar.zst"
-    assert [line for line in result.output.splitlines() if line.startswith(name)] == [
-        line for line in result.output.splitlines() if expect in line], where
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines and lines == [line for line in lines if "does not match" in line]
 
 
 def test_a_valid_manifest_round_trips() -> None:

@@ -573,3 +573,29 @@ def test_ca_pins_are_required_in_kubeadm_mode_unless_the_join_skips_verification
     assert profile.parse_profile(data, insecure_skip_ca_verification=True).cluster is not None
     data["cluster"]["mode"] = "kubelet"  # pins are kubeadm's discovery; kubelet mode uses ca_cert_file
     assert profile.parse_profile(data).cluster is not None
+
+
+@pytest.mark.parametrize(("store", "insecure", "ok"), [
+    ("http://127.0.0.1:8080/store", False, True),
+    ("http://[::1]/store", False, True),
+    ("http://localhost/store", False, True),
+    ("oci+http://127.0.0.1:5000/nvidia/drivers", False, True),
+    ("https://store.example.com/nvidia", False, True),
+    ("oci://registry.example.com/nvidia/drivers", False, True),
+    ("http://10.0.0.5/store", True, True),
+    ("oci+http://10.0.0.5:5000/nvidia/drivers", True, True),
+    ("http://10.0.0.5/store", False, False),
+    ("http://store.example.com/store", False, False),
+    ("oci+http://registry.example.com/nvidia/drivers", False, False),
+])
+def test_driver_store_transport_rule(store: str, insecure: bool, ok: bool) -> None:
+    """The profile applies --store's transport rule (nodeprep.urls.plain_http_allowed) to
+    driver.store, with driver.insecure_http as the opt-out: profile check and cloud-init refuse
+    what install would, naming the field (issue #25)."""
+    data = {"driver": {"version": "535.309.01", "store": store, "insecure_http": insecure}}
+    if ok:
+        assert profile.parse_profile(data).driver.store == store
+    else:
+        problems = _problems(data)
+        assert len(problems) == 1 and problems[0].startswith("driver.store: ")
+        assert "driver.insecure_http" in problems[0]

@@ -188,3 +188,27 @@ def test_published_schema_is_in_step():
     regenerate with `python -c 'from nodeprep.builder import matrix;
     matrix.SCHEMA_PATH.write_text(matrix.render_schema())'`."""
     assert matrix.SCHEMA_PATH.read_text() == matrix.render_schema()
+
+
+def test_build_refuses_a_hostile_store_index_before_any_cell(tmp_path):
+    """build-matrix --build --store DIR reads DIR's index as install does (artifact.parse_index):
+    a name that is a path is one error line, exit 2, before any cell builds or anything is written
+    (issue #25). The cells' cache stays empty: nothing was resolved or built."""
+    f = tmp_path / "m.yaml"
+    f.write_text("os: debian-12\ndrivers: [535.309.01]\nkernels: [6.1.0-56-amd64]\n")
+    store, cache = tmp_path / "store", tmp_path / "cache"
+    store.mkdir()
+    entry = {"name": "../../../tmp/x.tar.zst", "kind": "kmod", "driver_version": "535.309.01",
+             "flavour": "proprietary", "kernel_release": "6.1.0-56-amd64", "arch": "amd64",
+             "os": "debian-12", "sha256": "0" * 64, "size": 1, "input_digest": "0" * 64}
+    (store / "index.json").write_text(json.dumps({"format": 1, "artifacts": [entry]}))
+    before = (store / "index.json").read_bytes()
+    res = CliRunner().invoke(main, ["build-matrix", str(f), "--build", "--store", str(store),
+                                    "--cache", str(cache)])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and f"{store / 'index.json'}" in errors[0], res.stderr
+    assert "../../../tmp/x.tar.zst" in errors[0] and "Traceback" not in res.output
+    assert sorted(p.name for p in store.iterdir()) == ["index.json"]
+    assert (store / "index.json").read_bytes() == before
+    assert not cache.exists() or not any(cache.rglob("*.log"))

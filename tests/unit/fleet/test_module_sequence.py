@@ -88,6 +88,30 @@ def test_profile_module_sequence(tmp_path: Path) -> None:
     assert target.read_bytes() == before
 
 
+
+def test_profile_without_ca_pins_needs_the_join_opt_out(tmp_path: Path) -> None:
+    """A kubeadm profile without CA pins is refused, naming the field, unless the task carries the
+    join's opt-out (the role variable of kube_join_insecure_skip_ca_verification): then
+    nodeprep_profile writes it, the install role's probe sees it current and nodeprep_runtime reads it."""
+    unpinned = {**PROFILE, "cluster": {"mode": "kubeadm", "api_server": "10.0.0.10:6443",
+                                       "token_file": "/etc/nodeprep/bootstrap-token"}}
+    args = {"root": str(tmp_path), "content": unpinned}
+    status, result = module("nodeprep_profile", args)
+    assert status == "FAILED!" and "cluster.ca_cert_hashes" in str(result["msg"]) and result["exit_code"] == 2
+    assert not (tmp_path / "etc/nodeprep/node.yaml").exists()
+    optout = {"insecure_skip_ca_verification": True}
+    status, result = module("nodeprep_profile", {**args, **optout})
+    assert status == "CHANGED", result
+    assert yaml.safe_load((tmp_path / "etc/nodeprep/node.yaml").read_text()) == unpinned
+    probe = {"root": str(tmp_path), "profile": unpinned}
+    assert module("nodeprep_info", probe)[1]["profile_current"] is False
+    assert module("nodeprep_info", {**probe, **optout})[1]["profile_current"] is True
+    runtime = {"root": str(tmp_path), "nvidia_smi_xml": str(CAPTURE)}
+    status, result = module("nodeprep_runtime", runtime, check=True)
+    assert status == "FAILED!" and "cluster.ca_cert_hashes" in str(result["msg"]), result
+    status, result = module("nodeprep_runtime", {**runtime, **optout}, check=True)
+    assert status == "CHANGED" and result["files"], result
+
 def test_labels_module_sequence(tmp_path: Path) -> None:
     args = {
         "root": str(tmp_path),

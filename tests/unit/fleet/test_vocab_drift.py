@@ -51,3 +51,37 @@ def test_driver_and_build_modules_follow_the_vocabulary(collection_on_path: Path
     for options in _module("nodeprep_build"):
         assert options["flavour"]["choices"] == list(FLAVOURS)
         assert options["flavour"]["default"] == DEFAULT_FLAVOUR
+
+
+# The modules that validate the node profile, and the roles that call them: each takes the CA pin
+# opt-out (`join --insecure-skip-ca-verification`), so a fleet joining without pins can write and
+# read its profile (issue #25).
+PROFILE_MODULES = {"nodeprep_profile": "nodeprep_install", "nodeprep_info": "nodeprep_install",
+                   "nodeprep_runtime": "container_runtime", "nodeprep_join": "kube_join"}
+
+
+def test_every_profile_front_end_takes_the_ca_pin_opt_out(collection_on_path: Path) -> None:
+    option = "insecure_skip_ca_verification"
+    for name, role in PROFILE_MODULES.items():
+        doc = yaml.safe_load(
+            importlib.import_module(f"ansible_collections.nodeprep.fleet.plugins.modules.{name}").DOCUMENTATION)
+        fragments = doc["extends_documentation_fragment"]
+        documented = doc["options"].get(option) or (
+            "nodeprep.fleet.nodeprep.profile" in fragments and _fragment("PROFILE")[option])
+        assert documented and documented["type"] == "bool" and documented["default"] is False, name
+        assert _module(name)[1][option] == {"type": "bool", "default": False}, name
+        defaults, options = _role(role)
+        variable = f"{role}_{option}"
+        assert defaults[variable] is False and options[variable]["default"] is False, role
+        tasks = [t for path in sorted((ROLES / role / "tasks").glob("*.yml"))
+                 for t in yaml.safe_load(path.read_text()) or []]
+        calls = [t[f"nodeprep.fleet.{name}"] for t in tasks if f"nodeprep.fleet.{name}" in t]
+        # every call that hands the module a profile hands it the opt-out too
+        with_profile = [c for c in calls if {"content", "profile"} & set(c)]
+        assert with_profile, (role, name)
+        assert all(variable in str(c.get(option)) for c in with_profile), (role, name)
+
+
+def _fragment(name: str) -> dict[str, Any]:
+    frag = importlib.import_module("ansible_collections.nodeprep.fleet.plugins.doc_fragments.nodeprep")
+    return yaml.safe_load(getattr(frag.ModuleDocFragment, name))["options"]

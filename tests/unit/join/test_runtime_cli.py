@@ -177,3 +177,17 @@ def test_dev_root_is_where_device_nodes_are_looked_up(node_root: Path, tmp_path:
     spec = yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
     assert {"path": "/dev/nvidia-modeset"} in spec["containerEdits"]["deviceNodes"]
     assert not (node_root / "dev/nvidia-modeset").exists()
+
+
+def test_runtime_takes_the_ca_pin_opt_out(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
+    """A kubeadm profile without CA pins is refused (exit 2, the field named) unless the node joins
+    with --insecure-skip-ca-verification, which runtime (and the Ansible runtime module) take too."""
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml.safe_dump({"driver": {"version": "535.309.01"},
+                                    "cluster": {"api_server": "10.0.0.10:6443"}}))
+    args = ["runtime", "--profile", str(path), "--root", str(node_root), "--nvidia-smi-xml", str(smi_xml),
+            "--check", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "cluster.ca_cert_hashes" in r.output, r.output
+    code, out, _ = run([*args, "--insecure-skip-ca-verification"])
+    assert code == 0 and json.loads(out)["changed"] is True

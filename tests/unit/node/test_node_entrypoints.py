@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from nodeprep import artifact
 from nodeprep.cli import main
+from nodeprep.errors import StateFileError
 from nodeprep.node.state import load_state
 from tests.support import rawartifact as ra
 from tests.support.standin import KERNEL, standin_kmod, tree, userspace_artifact
@@ -157,8 +158,9 @@ def test_a_root_with_only_usr_lib64_gets_the_library_there(store: Path, tmp_path
     assert not (root / LIBDIR).exists()
 
 
-def test_hostile_recorded_entry_points_are_ignored(store: Path, tmp_path: Path) -> None:
-    """state.json naming paths outside /usr (or with ..) never makes nodeprep touch them."""
+def test_hostile_recorded_entry_points_are_refused(store: Path, tmp_path: Path) -> None:
+    """state.json naming paths outside /usr (or with ..) never makes nodeprep touch them: the state
+    file is refused (one error line naming the field, exit 2, issue #25)."""
     root = tmp_path / "root"
     victim = root / "etc/passwd"
     victim.parent.mkdir(parents=True)
@@ -167,11 +169,14 @@ def test_hostile_recorded_entry_points_are_ignored(store: Path, tmp_path: Path) 
     assert install(store, root, V1, "--activate").exit_code == 0
     state_file = root / "var/lib/nodeprep/state.json"
     data = json.loads(state_file.read_text())
-    data["entry_points"] += ["/etc/passwd", "/usr/../etc/passwd", 7]
-    state_file.write_text(json.dumps(data))
-    assert "/etc/passwd" not in load_state(root).entry_points
-    assert invoke("activate", V2, "--root", str(root)).exit_code == 0
-    assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+    good = len(data["entry_points"])
+    for hostile in ("/etc/passwd", "/usr/../etc/passwd", 7):
+        state_file.write_text(json.dumps({**data, "entry_points": [*data["entry_points"], hostile]}))
+        with pytest.raises(StateFileError, match=rf"entry_points\[{good}\]"):
+            load_state(root)
+        r = invoke("activate", V2, "--root", str(root))
+        assert r.exit_code == 2 and f"entry_points[{good}]" in r.output, r.output
+        assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
 
 
 def test_doctor_takes_the_library_entry_point_for_the_active_version(store: Path, tmp_path: Path) -> None:

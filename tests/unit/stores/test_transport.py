@@ -11,10 +11,12 @@ and "the flag lifts the refusal" is "the attempt was made (and stopped by the gu
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.server
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -296,6 +298,95 @@ def test_the_deadline_bounds_a_kept_alive_connection_too(drip: str, tmp_path: Pa
     assert time.monotonic() - start < 3
     assert len(PEERS) == 2 and PEERS[0] == PEERS[1]  # the same connection
 
+
+
+@pytest.fixture
+def tls_drip() -> Iterator[str]:
+    """A loopback TCP server that takes the ClientHello and answers with the header of a 16 KiB TLS
+    handshake record, then drips its body one byte every 50 ms (for at most 6 s): every receive
+    gets a byte well within any timeout, so only a bound on the whole handshake ends it."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    conns: list[socket.socket] = []
+
+    def one(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.recv(65536)
+            conn.sendall(b"\x16\x03\x03\x40\x00")
+            end = time.monotonic() + 6
+            while time.monotonic() < end:
+                conn.sendall(b"\x02")
+                time.sleep(0.05)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = srv.accept()
+                conns.append(conn)
+                threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        srv.close()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        thread.join(5)
+
+
+def test_the_deadline_bounds_a_dripping_tls_handshake(tls_drip: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handshake is part of the transfer: its socket's timeout is the attempt's time left when
+    the handshake starts, and the watchdog knows the socket from then on."""
+    monkeypatch.setenv("NODEPREP_FETCH_DEADLINE", "1")
+    monkeypatch.setenv("NODEPREP_FETCH_CONNECT_TIMEOUT", "30")
+    monkeypatch.setenv("NODEPREP_FETCH_STALL_TIMEOUT", "30")
+    start = time.monotonic()
+    with pytest.raises(NetworkError, match=r"gave up after 1 s"):
+        download.download(f"{tls_drip}/a.tar.zst", tmp_path / "a", sha256="0" * 64, size=100000)
+    assert time.monotonic() - start < 3  # the server drips for 6 s
+
+
+class _SlowRedirect(http.server.BaseHTTPRequestHandler):
+    """Answers after 2.5 s (within every per-receive timeout) with a redirect to `target`."""
+
+    target = ""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        time.sleep(2.5)
+        self.send_response(302)
+        self.send_header("Location", self.target)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_handshake_late_in_the_attempt_gets_only_the_time_left(tls_drip: str, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A redirect hop's handshake starts 2.5 s into a 3 s attempt: it gets the 0.5 s left, not the
+    attempt's whole timeout again (it ran to 5.5 s: the watchdog did not know the socket yet and the
+    handshake's timeout was taken at the start of the attempt)."""
+    monkeypatch.setenv("NODEPREP_FETCH_DEADLINE", "3")
+    monkeypatch.setenv("NODEPREP_FETCH_STALL_TIMEOUT", "30")
+    handler = type("Redirect", (_SlowRedirect,), {"target": f"{tls_drip}/a.tar.zst"})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        start = time.monotonic()
+        with pytest.raises(NetworkError, match=r"gave up after 3 s"):
+            download.download(f"http://127.0.0.1:{srv.server_address[1]}/a.tar.zst", tmp_path / "a",
+                              sha256="0" * 64, size=100000)
+        assert time.monotonic() - start < 4.5
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join()
 
 def test_stall_timeout_and_attempts_from_the_environment_hold_for_http_stores(proxy: FaultProxy,
                                                                               tmp_path: Path) -> None:

@@ -33,3 +33,15 @@ options:
     type: path
     default: /
 """
+
+    # The modules that validate the node profile: the one opt-out of the CA pin rule.
+    PROFILE = r"""
+options:
+  insecure_skip_ca_verification:
+    description:
+      - Accept a kubeadm-mode profile without C(cluster.ca_cert_hashes), as C(nodeprep join
+        --insecure-skip-ca-verification) does; the join then trusts the network. Avoid.
+      - Set it like C(nodeprep_join)'s option of the same name (the roles pass one fleet setting).
+    type: bool
+    default: false
+"""

@@ -20,6 +20,13 @@ COMMON_ARGUMENT_SPEC = {
 }
 
 
+# Options of every module that validates the node profile (doc fragment nodeprep.fleet.nodeprep.profile):
+# the one opt-out of the CA pin rule, `nodeprep join --insecure-skip-ca-verification`.
+PROFILE_ARGUMENT_SPEC = {
+    "insecure_skip_ca_verification": {"type": "bool", "default": False},
+}
+
+
 def node_argument_spec(**options):
     """A node-side module's argument_spec: COMMON_ARGUMENT_SPEC plus its own options."""
     return {**COMMON_ARGUMENT_SPEC, **options}
@@ -119,12 +126,18 @@ def nodeprep_errors(module):
     return NodeprepError
 
 
-def under_root(root, path):
+def under_root(module, root, path):
     """`path` (absolute, as seen on the node) inside `root`, the image's links resolved beneath it as
-    on the booted node, never out of it (nodeprep.node.fsutil.beneath; call after import_nodeprep)."""
+    on the booted node, never out of it (nodeprep.node.fsutil.beneath; call after import_nodeprep).
+    Links that cannot be resolved (a loop, a file used as a directory) fail the module with one
+    message naming the path, wherever it is called."""
     from nodeprep.node.fsutil import beneath
 
-    return str(beneath(root or "/", str(path)))
+    try:
+        return str(beneath(root or "/", str(path)))
+    except nodeprep_errors(module) as e:
+        fail_from(module, e, path=str(path))
+    return None  # not reached
 
 
 def read_text(path):
@@ -200,4 +213,4 @@ def load_profile(module, profile_mod, root, path, **options):
     nodeprep.profile.load_profile (insecure_skip_ca_verification)."""
     from pathlib import Path
 
-    return profile_mod.load_profile(Path(under_root(root, path)), **options)
+    return profile_mod.load_profile(Path(under_root(module, root, path)), **options)

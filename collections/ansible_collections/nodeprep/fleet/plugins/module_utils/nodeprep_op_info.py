@@ -26,6 +26,7 @@ DEPENDENCIES = {
 
 def argument_spec():
     return host.node_argument_spec(
+        **host.PROFILE_ARGUMENT_SPEC,
         sha256={"type": "str", "default": ""},
         zipapp={"type": "str", "default": ""},
         wrapper={"type": "str", "default": ""},
@@ -101,16 +102,18 @@ def import_problems(path, deep=True):
     return versions, [], None
 
 
-def profile_current(p):
+def profile_current(module, p):
     """The profile validates and the file already holds what nodeprep_profile would write."""
     from nodeprep.errors import NodeprepError
     from nodeprep.profile import parse_profile
 
     try:
-        parse_profile(p["profile"], source=p["profile_path"])
+        parse_profile(p["profile"], source=p["profile_path"],
+                      insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
     except NodeprepError:
         return False  # nodeprep_profile runs and reports every problem
-    return host.file_is(host.under_root(p["root"], p["profile_path"]), host.profile_text(p["profile"]), 0o644)
+    path = host.under_root(module, p["root"], p["profile_path"])
+    return host.file_is(path, host.profile_text(p["profile"]), 0o644)
 
 
 def run(module):
@@ -124,7 +127,7 @@ def run(module):
     if current is not None:
         out["current"] = current and error is None
     if p["profile"]:
-        out["profile_current"] = error is None and profile_current(p)
+        out["profile_current"] = error is None and profile_current(module, p)
     if error:
         module.fail_json(msg=error, dependencies=versions, missing=missing, **out)
     import nodeprep

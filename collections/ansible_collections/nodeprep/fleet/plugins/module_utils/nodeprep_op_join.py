@@ -28,7 +28,7 @@ def write_token(module, p):
     """Write O(token) to O(token_file) under O(root) (0600) when it differs; (changed, masked diffs)."""
     if not p["token"]:
         return False, []
-    path = host.under_root(p["root"], p["token_file"])
+    path = host.under_root(module, p["root"], p["token_file"])
     existed = os.path.exists(path)
     changed, _ = host.write_if_changed(module, path, p["token"].strip() + "\n", 0o600)
     if not changed:

@@ -33,7 +33,7 @@ def run(module):
     try:
         opts = labels_mod.LabelOptions(
             root=Path(root),
-            sysfs_root=Path(host.under_root(root, "/sys")),
+            sysfs_root=Path(host.under_root(module, root, "/sys")),
             nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
             cloud=p["cloud"],
             extra={str(k): str(v) for k, v in p["extra"].items()},
@@ -44,11 +44,11 @@ def run(module):
         mine, api = result.split()
         files = []
         if p["nfd_file"]:
-            files.append((host.under_root(root, p["nfd_file"]), output.render_nfd(result.labels)))
+            files.append((host.under_root(module, root, p["nfd_file"]), output.render_nfd(result.labels)))
         if p["json_file"]:
             doc = {"labels": result.labels, "kubelet": mine, "api": api}
             text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
-            files.append((host.under_root(root, p["json_file"]), text))
+            files.append((host.under_root(module, root, p["json_file"]), text))
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     changed, diffs = False, []

@@ -11,6 +11,7 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_hos
 
 def argument_spec():
     return host.node_argument_spec(
+        **host.PROFILE_ARGUMENT_SPEC,
         content={"type": "dict", "required": True},
         path={"type": "str", "default": "/etc/nodeprep/node.yaml"},
     )
@@ -21,11 +22,12 @@ def run(module):
     p = module.params
     (profile_mod,) = host.import_nodeprep(module, "nodeprep.profile")
     try:
-        profile = profile_mod.parse_profile(p["content"], source=p["path"])
+        profile = profile_mod.parse_profile(
+            p["content"], source=p["path"], insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e, path=p["path"])
     text = host.profile_text(p["content"])
-    changed, diff = host.write_if_changed(module, host.under_root(p["root"], p["path"]), text, 0o644)
+    changed, diff = host.write_if_changed(module, host.under_root(module, p["root"], p["path"]), text, 0o644)
     out = {"changed": changed, "path": p["path"], "profile": profile.to_dict()}
     if module._diff:
         out["diff"] = diff

@@ -11,6 +11,7 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_hos
 
 def argument_spec():
     return host.node_argument_spec(
+        **host.PROFILE_ARGUMENT_SPEC,
         profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
         nvidia_smi_xml={"type": "path"},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
@@ -53,7 +54,8 @@ def run(module):
     from pathlib import Path
 
     try:
-        profile = host.load_profile(module, profile_mod, p["root"], p["profile"])
+        profile = host.load_profile(module, profile_mod, p["root"], p["profile"],
+                                   insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
         options = plan_mod.JoinOptions(
             root=Path(p["root"]), nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
             check=module.check_mode,

@@ -55,6 +55,7 @@ attributes:
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
+  - nodeprep.fleet.nodeprep.profile
 """
 
 EXAMPLES = r"""

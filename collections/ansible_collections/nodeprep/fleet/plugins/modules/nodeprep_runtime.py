@@ -38,6 +38,7 @@ options:
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
+  - nodeprep.fleet.nodeprep.profile
 """
 
 EXAMPLES = r"""
