@@ -64,7 +64,7 @@ LABELS_JSON = "/etc/nodeprep/labels.json"
 
 
 def _under(root: Path, target: str) -> Path:
-    from ..node.fsutil import beneath
+    from ..rootpath import beneath
 
     return beneath(root, target, follow_last=False)
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..node.fsutil import beneath, fsync_dir
+from ..node.fsutil import fsync_dir
+from ..rootpath import beneath
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def relocated(changes: list[FileChange], directory: Path) -> list[FileChange]:
 def under(root: Path, target: str | os.PathLike[str], *, input_field: str | None = None,
           follow_last: bool = True) -> Path:
     """`target` (absolute, as the node sees it) inside `root`, resolved beneath it as the booted node
-    resolves it (nodeprep.node.fsutil.beneath): an image's links, absolute ones like /var/run -> /run
+    resolves it (nodeprep.rootpath.beneath): an image's links, absolute ones like /var/run -> /run
     included, never lead out of `root`, so nothing is read from or written to the host running
     nodeprep by mistake. `follow_last` False leaves a link in the last component as named (to read
     the link itself). A link loop or a file used as a directory is InputError (exit 2), naming

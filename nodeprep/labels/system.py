@@ -2,7 +2,7 @@
 area owns /var/lib/nodeprep/state.json and may change its shape).
 
 The kernel of a root other than / is the root's target kernel, never the kernel this process runs
-on (see `root_kernel`). Every path under a root is resolved beneath it (nodeprep.node.fsutil.beneath),
+on (see `root_kernel`). Every path under a root is resolved beneath it (nodeprep.rootpath.beneath),
 so the image's links never lead to the host's files."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..node.fsutil import beneath
+from ..rootpath import beneath
 from ..sysfs import read_attr
 from ..vocab import DRIVER_VERSION_RE
 

@@ -9,7 +9,7 @@
 /lib/firmware/nvidia/<driver> -> /opt/nvidia/<driver>/firmware/nvidia/<driver>
 /var/lib/nodeprep/{state.json,lock}
 
-Under a --root every path is resolved beneath it (fsutil.beneath: openat2 RESOLVE_IN_ROOT), so an
+Under a --root every path is resolved beneath it (rootpath.beneath: openat2 RESOLVE_IN_ROOT), so an
 image's links, absolute ones included, lead where they lead on the booted node and never out of the
 root: a directory is resolved whole, a file's or link's last component is left as named (nodeprep
 replaces it by rename, never writes through it).
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..profile.fields import field_error
+from ..rootpath import beneath
 from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
-from .fsutil import beneath
 
 UNIT_NAME = "nodeprep-nvidia.service"
 LD_CONF_NAME = "00-nvidia.conf"

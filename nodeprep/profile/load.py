@@ -150,9 +150,9 @@ def load_profile(path: Path, *, insecure_skip_ca_verification: bool = False) -> 
 
 def profile_path(root: Path, profile: Path | None) -> Path:
     """The profile to use: --profile when given, else DEFAULT_PATH under --root, the image's links
-    resolved beneath it (nodeprep.node.fsutil.beneath)."""
+    resolved beneath it (nodeprep.rootpath.beneath)."""
     if profile is not None:
         return profile
-    from ..node.fsutil import beneath
+    from ..rootpath import beneath
 
     return beneath(Path(root), DEFAULT_PATH)

@@ -1,4 +1,4 @@
-"""Property test of nodeprep.node.fsutil.resolve_in_root against the kernel's own openat2(2) with
+"""Property test of nodeprep.rootpath.resolve_in_root against the kernel's own openat2(2) with
 RESOLVE_IN_ROOT (called through ctypes; skipped where the kernel lacks it).
 
 Hypothesis builds random trees under `sandbox/root`: directories, files and links drawn from a small
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeprep.node.fsutil import resolve_in_root
+from nodeprep.rootpath import resolve_in_root
 
 NAMES = ["a", "b", "opt", "lib"]
 RESOLVE_IN_ROOT = 0x10
@@ -171,7 +171,7 @@ def test_links_out_of_the_root_resolve_inside_it(tmp_path: Path) -> None:
 
 def test_link_hops_are_bounded_as_the_kernel_bounds_them(tmp_path: Path) -> None:
     """A chain of MAX_LINKS links resolves, one more is ELOOP, for the kernel and for us."""
-    from nodeprep.node.fsutil import MAX_LINKS
+    from nodeprep.rootpath import MAX_LINKS
 
     root = tmp_path / "root"
     root.mkdir()

@@ -128,10 +128,10 @@ def nodeprep_errors(module):
 
 def under_root(module, root, path):
     """`path` (absolute, as seen on the node) inside `root`, the image's links resolved beneath it as
-    on the booted node, never out of it (nodeprep.node.fsutil.beneath; call after import_nodeprep).
+    on the booted node, never out of it (nodeprep.rootpath.beneath; call after import_nodeprep).
     Links that cannot be resolved (a loop, a file used as a directory) fail the module with one
     message naming the path, wherever it is called."""
-    from nodeprep.node.fsutil import beneath
+    from nodeprep.rootpath import beneath
 
     try:
         return str(beneath(root or "/", str(path)))

@@ -26,8 +26,9 @@ def remove(module, removal_mod, profile_mod):
     root = Path(p["root"])
     try:
         profile = None
-        if Path(host.under_root(p["root"], p["profile"])).is_file():
-            profile = host.load_profile(module, profile_mod, p["root"], p["profile"])
+        if Path(host.under_root(module, p["root"], p["profile"])).is_file():
+            profile = host.load_profile(module, profile_mod, p["root"], p["profile"],
+                                        insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
         removal = removal_mod.plan_removal(root, profile)
         if module.check_mode:
             result = {"changed": bool(removal.undo), "kept": list(removal.kept),
