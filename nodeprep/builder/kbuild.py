@@ -1,6 +1,7 @@
 """Compiling the NVIDIA kernel module tree with kbuild inside a build root.
 
-The tree (Debian's modules/nvidia-kernel/ or a runfile's kernel/ / kernel-open/) is placed at the
+The tree (Debian's modules/nvidia-kernel/, a runfile's kernel/ / kernel-open/, or a whole
+open-gpu-kernel-modules release, whose .ko land in its kernel-open/) is placed at the
 fixed path BUILD_DIR inside the root, so nothing in the output depends on temporary directory
 names. NVIDIA's Makefile finds the headers via /lib/modules/<release>/{build,source} (shipped by
 Debian's headers packages) and picks the compiler named in CONFIG_CC_VERSION_TEXT.
@@ -105,19 +106,24 @@ def compile_modules(
     on_line: Callable[[str], None] | None = None,
     tree: str = BUILD_DIR,
     extra: tuple[str, ...] | list[str] = (),
+    out: str = "",
+    cc: str | None = None,
 ) -> list[Path]:
     """Run kbuild in `root` (chroot; None: on this system, `--builder host`) on the module tree
-    at `tree`; returns the built .ko files (paths as seen from here)."""
+    at `tree`; returns the built .ko files found in `tree`/`out` (paths as seen from here).
+
+    `cc`: the compiler for what the tree builds outside kbuild (an open-source release's src/,
+    whose Makefiles take $CC; kbuild keeps the kernel's own)."""
     runner.run(
         make_argv(kernel_release, jobs, tree=tree, extra=extra),
         root=root,
-        env=REPRODUCIBLE_ENV,
+        env=REPRODUCIBLE_ENV | ({"CC": cc} if cc else {}),
         timeout=MAKE_TIMEOUT,
         on_line=on_line,
         log_path=log_path,
     )
-    out = tree_path(root, tree)
-    return [out / f"{m}.ko" for m in MODULES if (out / f"{m}.ko").is_file()]
+    found = tree_path(root, tree) / out
+    return [found / f"{m}.ko" for m in MODULES if (found / f"{m}.ko").is_file()]
 
 
 def strip_modules(root: Path | None, names: list[str], tree: str = BUILD_DIR) -> None:
