@@ -203,7 +203,7 @@ def _compile_in_clone(
         return kept, info
     jobs = req.jobs or os.cpu_count() or 1
     out = output_dir(plan)
-    counter = kbuild.CompileProgress(kbuild.count_objects(tree / out), phases.reporter("compile", "objects"))
+    counter = kbuild.CompileProgress(kbuild.count_objects(tree), phases.reporter("compile", "objects"))
     counter.start()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with timed(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
+from ..sources import opensource
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,26 @@ SOURCES_RE = re.compile(r"^\s*[A-Z0-9_]*SOURCES\s*[+:?]?=(.*)$")
 DEBUG_ONLY_RE = re.compile(r"^\s*[A-Z0-9_]*DEBUG_OPTIMIZED_SOURCE\s*[:?]?=\s*(\S+\.c)\b")
 
 
+# An open-gpu-kernel-modules release also builds src/nvidia and src/nvidia-modeset with NVIDIA's own
+# Makefiles, which list their sources in srcs.mk (`SRCS += x.c`, `SRCS_CXX += y.cpp`), add one
+# generated g_nvid_string.c each, and print ` [ nvidia            ]  CC           x.c` per object.
+NV_LINE_RE = re.compile(r"^\s*\[ [\w-]+\s*\]\s+(?:CC|CXX)\s+\S+\.(?:c|cpp)\s*$")
+NV_SRCS_RE = re.compile(r"^\s*SRCS(?:_CXX)?\s*\+=\s*(\S+\.(?:c|cpp))\s*$")
+
+
 def count_objects(tree: Path) -> int:
     """How many `CC [M]` lines a full build prints: the .c files named by the `*_SOURCES` object
     lists of each module's Kbuild fragments (less the debug-only ones), plus one <module>.mod.c per
-    module. A tree without such lists (a hand-written Kbuild): every .c file it holds."""
+    module. A tree without such lists (a hand-written Kbuild): every .c file it holds. A release
+    tree (src/ + kernel-open/): its kernel-open/ objects plus NVIDIA's lines for src/ (NV_LINE_RE)."""
+    if (tree / "kernel-open").is_dir() and (tree / "src").is_dir():
+        listed = [tree / "src" / d / "srcs.mk" for d in ("nvidia", "nvidia-modeset")]
+        own = sum(
+            1 + sum(1 for ln in f.read_text(errors="replace").splitlines() if NV_SRCS_RE.match(ln))
+            for f in listed
+            if f.is_file()
+        )
+        return own + count_objects(tree / "kernel-open")
     built = [m for m in MODULES if (tree / m).is_dir()]
     listed: set[str] = set()
     debug_only: set[str] = set()
@@ -72,7 +89,7 @@ class CompileProgress:
             self.report(self.done, self.total)
 
     def __call__(self, line: str) -> None:
-        if CC_LINE_RE.match(line):
+        if CC_LINE_RE.match(line) or NV_LINE_RE.match(line):
             self.done = min(self.done + 1, self.total)
             if self.report:
                 self.report(self.done, self.total)
@@ -113,11 +130,11 @@ def compile_modules(
     at `tree`; returns the built .ko files found in `tree`/`out` (paths as seen from here).
 
     `cc`: the compiler for what the tree builds outside kbuild (an open-source release's src/,
-    whose Makefiles take $CC; kbuild keeps the kernel's own)."""
+    whose Makefiles take $CC and $CXX, its C++ sibling; kbuild keeps the kernel's own)."""
     runner.run(
         make_argv(kernel_release, jobs, tree=tree, extra=extra),
         root=root,
-        env=REPRODUCIBLE_ENV | ({"CC": cc} if cc else {}),
+        env=REPRODUCIBLE_ENV | ({"CC": cc, "CXX": opensource.cxx_of(cc)} if cc else {}),
         timeout=MAKE_TIMEOUT,
         on_line=on_line,
         log_path=log_path,

@@ -297,7 +297,10 @@ def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]
 
 def buildroot_extra(req: BuildRequest) -> tuple[str, ...]:
     """Packages the request's driver sources need in the build root beyond the target's recipe."""
-    return opensource.BUILD_PACKAGES if req.open_source else ()
+    if not req.open_source:
+        return ()
+    target = targets.get(req.os_name)
+    return opensource.build_packages(targets.channel(target, req.kernel).compiler or target.compiler)
 
 
 def validate_request(req: BuildRequest) -> None:

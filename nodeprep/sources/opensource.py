@@ -25,11 +25,27 @@ from ..safetar import name_problem
 TOP_RE = re.compile(r"^open-gpu-kernel-modules-(?P<version>\d{3}\.\d{2,3}(?:\.\d{2})?)$")
 VERSION_RE = re.compile(r"^NVIDIA_VERSION\s*[:?]?=\s*(\S+)\s*$", re.M)
 OUTPUT_DIR = "kernel-open"  # where `make modules` leaves the .ko files, relative to the top
-# What `make modules` runs beyond kbuild's toolchain: xz (src/nvidia-modeset compresses its shaders).
+# What `make modules` runs beyond kbuild's toolchain: xz (src/nvidia-modeset compresses its shaders)
+# and a C++ compiler (its DisplayPort library is C++), besides the C compiler of the kernel.
 BUILD_PACKAGES = ("xz-utils",)
 MAX_VERSION_MK = 64 * 1024
 MAX_MEMBERS = 100_000
 MAX_BYTES = 2 << 30  # unpacked; a release is about 150 MB
+
+
+def build_packages(c_compiler: str) -> tuple[str, ...]:
+    """The packages a release's build needs beside the build root's recipe, whose C compiler is the
+    package `c_compiler` ('gcc-12' -> its C++ compiler 'g++-12')."""
+    return (*BUILD_PACKAGES, cxx_of(c_compiler))
+
+
+def cxx_of(c_compiler: str) -> str:
+    """The C++ compiler beside a gcc: 'gcc-12' -> 'g++-12', 'x86_64-linux-gnu-gcc-12' ->
+    'x86_64-linux-gnu-g++-12' (a package or program name; the last 'gcc' is replaced)."""
+    head, sep, tail = c_compiler.rpartition("gcc")
+    if not sep:
+        raise InputError(f"{c_compiler!r}: no gcc to take the C++ compiler of (open-source builds need gcc)")
+    return f"{head}g++{tail}"
 
 
 def release_name(url: str) -> str:
