@@ -35,7 +35,7 @@ REPRODUCIBLE_ENV = {
 }
 
 
-# NVIDIA's Kbuild fragments (<module>/*.Kbuild) list each module's sources as
+# NVIDIA's Kbuild fragments (<module>/*.Kbuild, *-sources.mk) list each module's sources as
 # `NVIDIA_UVM_SOURCES += nvidia-uvm/uvm.c`; `*_DEBUG_OPTIMIZED_SOURCE` ones are built in debug builds only.
 SOURCES_RE = re.compile(r"^\s*[A-Z0-9_]*SOURCES\s*[+:?]?=(.*)$")
 DEBUG_ONLY_RE = re.compile(r"^\s*[A-Z0-9_]*DEBUG_OPTIMIZED_SOURCE\s*[:?]?=\s*(\S+\.c)\b")
@@ -65,7 +65,8 @@ def count_objects(tree: Path) -> int:
     listed: set[str] = set()
     debug_only: set[str] = set()
     for module in built:
-        for fragment in sorted((tree / module).glob("*.Kbuild")):
+        # 580 and later list nvidia-drm's sources in nvidia-drm-sources.mk, which its Kbuild includes
+        for fragment in sorted([*(tree / module).glob("*.Kbuild"), *(tree / module).glob("*-sources.mk")]):
             for line in fragment.read_text(errors="replace").splitlines():
                 if m := DEBUG_ONLY_RE.match(line):
                     debug_only.add(m[1])
