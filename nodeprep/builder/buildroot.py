@@ -59,9 +59,10 @@ class BuildRootSpec:
         )[:16]
 
 
-def spec_for(os_name: str, kernel: str | None = None) -> BuildRootSpec:
+def spec_for(os_name: str, kernel: str | None = None, extra: tuple[str, ...] = ()) -> BuildRootSpec:
     """The chroot build root recipe of target OS `os_name` for the kernel line of `kernel`
-    (nodeprep.targets holds the packages: the OS's, plus the line's `buildroot_extra`)."""
+    (nodeprep.targets holds the packages: the OS's, plus the line's `buildroot_extra`), plus the
+    packages `extra` the driver sources need (an open-source release: its BUILD_PACKAGES)."""
     target = targets.get(os_name)
     if not target.has_buildroot or target.suite is None:
         have = [n for n in targets.names() if targets.get(n).has_buildroot]
@@ -69,8 +70,10 @@ def spec_for(os_name: str, kernel: str | None = None) -> BuildRootSpec:
             f"--os: {os_name} has no chroot build root (its builder is {target.builder}; chroot "
             f"build roots: {', '.join(have)}); use --builder host or podman/docker"
         )
-    extra = targets.channel(target, kernel).buildroot_extra
-    return BuildRootSpec(os_name=target.name, suite=target.suite, packages=target.buildroot_packages + extra)
+    line_extra = targets.channel(target, kernel).buildroot_extra
+    return BuildRootSpec(
+        os_name=target.name, suite=target.suite, packages=target.buildroot_packages + line_extra + extra
+    )
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from ..artifact import canonical_json, sha256_bytes, sha256_file
 from ..errors import BuildError, CommandError, InputError
 from ..log import timed
 from ..progress import Phases
-from ..sources import runfile
+from ..sources import opensource, runfile
 from . import buildroot, cc, hostbuild, kbuild
 from .plan import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
@@ -58,13 +58,21 @@ def _find_module_tree(top: Path) -> Path:
     raise InputError(f"{top}: no NVIDIA kernel module tree (Kbuild + nvidia/) in the sources")
 
 
-def place_sources(plan: Plan, run_path: Path | None, root: Path, scratch: Path) -> Path:
-    """Put the kernel module tree at BUILD_DIR inside `root`; returns that path."""
+def output_dir(plan: Plan) -> str:
+    """Where `make modules` leaves the .ko, relative to the placed tree ('' : the tree itself)."""
+    return opensource.OUTPUT_DIR if plan.source.get("kind") == "open-source" else ""
+
+
+def place_sources(plan: Plan, src_file: Path | None, root: Path, scratch: Path) -> Path:
+    """Put the kernel module tree (an open-source release: its whole top directory, whose Makefile
+    builds src/ and then kernel-open/) at BUILD_DIR inside `root`; returns that path."""
     dest = root / kbuild.BUILD_DIR.lstrip("/")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if run_path is not None:
+    if src_file is not None and plan.source.get("kind") == "open-source":
+        return opensource.extract_tree(src_file, dest)
+    if src_file is not None:
         subdir = "kernel-open" if plan.flavour == "open" else "kernel"
-        return runfile.extract_tree(run_path, subdir, dest)
+        return runfile.extract_tree(src_file, subdir, dest)
     pkg = scratch / "source-deb"
     runner.run(["dpkg-deb", "-x", plan.debs["source"], pkg])
     tarballs = sorted((pkg / "usr" / "src").glob("*.tar.xz"))
@@ -89,7 +97,7 @@ def _error_lines(log_path: Path, limit: int = 12) -> str:
 def compile_in_root(
     req: BuildRequest,
     plan: Plan,
-    run_path: Path | None,
+    src_file: Path | None,
     root: AnyRoot,
     *,
     log_path: Path,
@@ -109,7 +117,7 @@ def compile_in_root(
         try:
             with phases.phase("compile", what):
                 return _compile_in_clone(
-                    req, plan, run_path, root, work, log_path=log_path, phases=phases, timings=timings
+                    req, plan, src_file, root, work, log_path=log_path, phases=phases, timings=timings
                 )
         finally:
             t = time.monotonic()
@@ -125,7 +133,7 @@ def compile_in_root(
                 clone = stack.enter_context(buildroot.workspace(layered, req.cache / "tmp", cleanup=cleanup))
         with phases.phase("compile", what):
             result = _compile_in_clone(
-                req, plan, run_path, root, clone, log_path=log_path, phases=phases, timings=timings
+                req, plan, src_file, root, clone, log_path=log_path, phases=phases, timings=timings
             )
         t = time.monotonic()
     timings["cleanup"] = round(time.monotonic() - t, 2)
@@ -135,7 +143,7 @@ def compile_in_root(
 def _compile_in_clone(
     req: BuildRequest,
     plan: Plan,
-    run_path: Path | None,
+    src_file: Path | None,
     root: AnyRoot,
     clone: Path,
     *,
@@ -146,7 +154,7 @@ def _compile_in_clone(
     tmp_parent = req.cache / "tmp"
     scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
     with timed(timings, "prepare", "Placing the driver sources in the build root"):
-        tree = place_sources(plan, run_path, clone, scratch)
+        tree = place_sources(plan, src_file, clone, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
     host = root if isinstance(root, hostbuild.HostRoot) else None
     if host is not None:
@@ -194,6 +202,7 @@ def _compile_in_clone(
         info["compiled"] = False
         return kept, info
     jobs = req.jobs or os.cpu_count() or 1
+    out = output_dir(plan)
     counter = kbuild.CompileProgress(kbuild.count_objects(tree), phases.reporter("compile", "objects"))
     counter.start()
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,6 +220,8 @@ def _compile_in_clone(
                 on_line=counter,
                 tree=str(tree) if host else kbuild.BUILD_DIR,
                 extra=hostbuild.make_vars(host, tree) if host else (),
+                out=out,
+                cc=kernel_cc.program if out and not host else None,  # host: make_vars has CC=
             )
         except CommandError as e:
             if e.returncode == 127 or "timed out" in str(e):
@@ -224,10 +235,11 @@ def _compile_in_clone(
             f"the build produced no nvidia.ko; full log: {log_path}", hint=_error_lines(log_path)
         )
     with timed(timings, "strip"):
+        names = [f"{out}/{p.name}" if out else p.name for p in built]
         if host:
-            kbuild.strip_modules(None, [p.name for p in built], tree=str(tree))
+            kbuild.strip_modules(None, names, tree=str(tree))
         else:
-            kbuild.strip_modules(clone, [p.name for p in built])
+            kbuild.strip_modules(clone, names)
     staging = buildroot.private_dir(tmp_parent, "modules")
     try:
         for p in built:

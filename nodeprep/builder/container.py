@@ -133,7 +133,7 @@ def run_argv(cb: ContainerBuild) -> list[str]:
 
 def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBuild:
     """The container run of BuildRequest `req`: the same options, paths mapped into the container
-    (store -> /store, cache -> /cache, runfile/keys mounted read-only under /inputs)."""
+    (store -> /store, cache -> /cache, runfile/release/keys mounted read-only under /inputs)."""
     if inner_builder(req.os_name) == "host" and not req.kernel:
         raise InputError(
             f"--builder {engine} --os {req.os_name}: --kernel RELEASE is required "
@@ -158,6 +158,14 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
             mount(local, "runfile") if local else req.runfile,
             "--sha256",
             req.runfile_sha256 or "",
+        ]
+    if req.open_source:
+        local = req.open_source if "://" not in req.open_source else None
+        args += [
+            "--open-source",
+            mount(local, "open-source") if local else req.open_source,
+            "--open-source-sha256",
+            req.open_source_sha256 or "",
         ]
     if req.jobs:
         args += ["--jobs", str(req.jobs)]

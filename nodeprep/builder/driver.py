@@ -31,6 +31,7 @@ from .plan import (
     LazyArchive,
     Plan,
     build_params,
+    buildroot_extra,
     open_archive,
     resolve_host_plan,
     resolve_plan,
@@ -103,15 +104,16 @@ def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: An
 def _resolve(
     req: BuildRequest, archive: Any, store: LocalStore, phases: Phases, background: list[threading.Thread]
 ) -> tuple[Plan, Path | None, AnyRoot]:
-    """The plan, the runfile (if any) and the root to compile in (the host's, or the build root)."""
+    """The plan, the source file (runfile or open-source release, if any) and the root to compile
+    in (the host's, or the build root)."""
     if req.builder == "host":
         root, release = hostbuild.host_root(req.os_name, req.kernel, req.headers_dir)
         with phases.phase("resolve", "Resolving and downloading the inputs"):
-            plan, run_path = resolve_host_plan(req, archive, release, phases)
-        return plan, run_path, root
+            plan, src_file = resolve_host_plan(req, archive, release, phases)
+        return plan, src_file, root
     with phases.phase("resolve", "Resolving and downloading the inputs"):
-        plan, run_path = resolve_plan(req, archive, phases)
-    spec = buildroot.spec_for(req.os_name, req.kernel)
+        plan, src_file = resolve_plan(req, archive, phases)
+    spec = buildroot.spec_for(req.os_name, req.kernel, buildroot_extra(req))
     if not buildroot.cached(spec, req.cache):
         # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.
         prebuild_userspace(req, archive, store, plan.driver_version, phases, background)
@@ -122,7 +124,7 @@ def _resolve(
             mirror=archive.mirror,
             security_mirror=getattr(archive, "security_mirror", None),
         )
-    return plan, run_path, build_root
+    return plan, src_file, build_root
 
 
 def _userspace_last(
@@ -154,10 +156,10 @@ def _build_driver(
     req = replace(req, smoke_test=smoke_on)
 
     buildroot.sweep_stale(req.cache / "tmp")
-    plan, run_path, root = _resolve(req, archive, store, phases, background)
+    plan, src_file, root = _resolve(req, archive, store, phases, background)
     inputs = {Path(p).name: sha256_file(Path(p)) for p in plan.debs.values()}
-    if run_path is not None:
-        inputs[run_path.name] = sha256_file(run_path)
+    if src_file is not None:
+        inputs[src_file.name] = sha256_file(src_file)
     params = build_params(req, plan, root)
     digest = input_digest(inputs, params)
     name = artifact_name(
@@ -187,10 +189,10 @@ def _build_driver(
     cleanup: list[threading.Thread] = []  # the workspace is deleted while we pack
     try:
         modules_dir, info = compile_in_root(
-            req, plan, run_path, root, log_path=log_path, phases=phases, timings=timings, cleanup=cleanup
+            req, plan, src_file, root, log_path=log_path, phases=phases, timings=timings, cleanup=cleanup
         )
         manifest = pack_and_publish(
-            req, plan, run_path, root, archive, store, inputs, digest, name, modules_dir, info, phases=phases,
+            req, plan, src_file, root, archive, store, inputs, digest, name, modules_dir, info, phases=phases,
             timings=timings,
         )
         us = _userspace_last(req, archive, store, plan, notes, phases, background)

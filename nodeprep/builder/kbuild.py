@@ -1,6 +1,7 @@
 """Compiling the NVIDIA kernel module tree with kbuild inside a build root.
 
-The tree (Debian's modules/nvidia-kernel/ or a runfile's kernel/ / kernel-open/) is placed at the
+The tree (Debian's modules/nvidia-kernel/, a runfile's kernel/ / kernel-open/, or a whole
+open-gpu-kernel-modules release, whose .ko land in its kernel-open/) is placed at the
 fixed path BUILD_DIR inside the root, so nothing in the output depends on temporary directory
 names. NVIDIA's Makefile finds the headers via /lib/modules/<release>/{build,source} (shipped by
 Debian's headers packages) and picks the compiler named in CONFIG_CC_VERSION_TEXT.
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
+from ..sources import opensource
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +35,38 @@ REPRODUCIBLE_ENV = {
 }
 
 
-# NVIDIA's Kbuild fragments (<module>/*.Kbuild) list each module's sources as
+# NVIDIA's Kbuild fragments (<module>/*.Kbuild, *-sources.mk) list each module's sources as
 # `NVIDIA_UVM_SOURCES += nvidia-uvm/uvm.c`; `*_DEBUG_OPTIMIZED_SOURCE` ones are built in debug builds only.
 SOURCES_RE = re.compile(r"^\s*[A-Z0-9_]*SOURCES\s*[+:?]?=(.*)$")
 DEBUG_ONLY_RE = re.compile(r"^\s*[A-Z0-9_]*DEBUG_OPTIMIZED_SOURCE\s*[:?]?=\s*(\S+\.c)\b")
 
 
+# An open-gpu-kernel-modules release also builds src/nvidia and src/nvidia-modeset with NVIDIA's own
+# Makefiles, which list their sources in srcs.mk (`SRCS += x.c`, `SRCS_CXX += y.cpp`), add one
+# generated g_nvid_string.c each, and print ` [ nvidia            ]  CC           x.c` per object.
+NV_LINE_RE = re.compile(r"^\s*\[ [\w-]+\s*\]\s+(?:CC|CXX)\s+\S+\.(?:c|cpp)\s*$")
+NV_SRCS_RE = re.compile(r"^\s*SRCS(?:_CXX)?\s*\+=\s*(\S+\.(?:c|cpp))\s*$")
+
+
 def count_objects(tree: Path) -> int:
     """How many `CC [M]` lines a full build prints: the .c files named by the `*_SOURCES` object
     lists of each module's Kbuild fragments (less the debug-only ones), plus one <module>.mod.c per
-    module. A tree without such lists (a hand-written Kbuild): every .c file it holds."""
+    module. A tree without such lists (a hand-written Kbuild): every .c file it holds. A release
+    tree (src/ + kernel-open/): its kernel-open/ objects plus NVIDIA's lines for src/ (NV_LINE_RE)."""
+    if (tree / "kernel-open").is_dir() and (tree / "src").is_dir():
+        listed = [tree / "src" / d / "srcs.mk" for d in ("nvidia", "nvidia-modeset")]
+        own = sum(
+            1 + sum(1 for ln in f.read_text(errors="replace").splitlines() if NV_SRCS_RE.match(ln))
+            for f in listed
+            if f.is_file()
+        )
+        return own + count_objects(tree / "kernel-open")
     built = [m for m in MODULES if (tree / m).is_dir()]
     listed: set[str] = set()
     debug_only: set[str] = set()
     for module in built:
-        for fragment in sorted((tree / module).glob("*.Kbuild")):
+        # 580 and later list nvidia-drm's sources in nvidia-drm-sources.mk, which its Kbuild includes
+        for fragment in sorted([*(tree / module).glob("*.Kbuild"), *(tree / module).glob("*-sources.mk")]):
             for line in fragment.read_text(errors="replace").splitlines():
                 if m := DEBUG_ONLY_RE.match(line):
                     debug_only.add(m[1])
@@ -71,7 +90,7 @@ class CompileProgress:
             self.report(self.done, self.total)
 
     def __call__(self, line: str) -> None:
-        if CC_LINE_RE.match(line):
+        if CC_LINE_RE.match(line) or NV_LINE_RE.match(line):
             self.done = min(self.done + 1, self.total)
             if self.report:
                 self.report(self.done, self.total)
@@ -105,19 +124,24 @@ def compile_modules(
     on_line: Callable[[str], None] | None = None,
     tree: str = BUILD_DIR,
     extra: tuple[str, ...] | list[str] = (),
+    out: str = "",
+    cc: str | None = None,
 ) -> list[Path]:
     """Run kbuild in `root` (chroot; None: on this system, `--builder host`) on the module tree
-    at `tree`; returns the built .ko files (paths as seen from here)."""
+    at `tree`; returns the built .ko files found in `tree`/`out` (paths as seen from here).
+
+    `cc`: the compiler for what the tree builds outside kbuild (an open-source release's src/,
+    whose Makefiles take $CC and $CXX, its C++ sibling; kbuild keeps the kernel's own)."""
     runner.run(
         make_argv(kernel_release, jobs, tree=tree, extra=extra),
         root=root,
-        env=REPRODUCIBLE_ENV,
+        env=REPRODUCIBLE_ENV | ({"CC": cc, "CXX": opensource.cxx_of(cc)} if cc else {}),
         timeout=MAKE_TIMEOUT,
         on_line=on_line,
         log_path=log_path,
     )
-    out = tree_path(root, tree)
-    return [out / f"{m}.ko" for m in MODULES if (out / f"{m}.ko").is_file()]
+    found = tree_path(root, tree) / out
+    return [found / f"{m}.ko" for m in MODULES if (found / f"{m}.ko").is_file()]
 
 
 def strip_modules(root: Path | None, names: list[str], tree: str = BUILD_DIR) -> None:

@@ -1,11 +1,13 @@
 """The inputs of one kmod build: the request, its validation, and the resolved plan.
 
-    validate_request -> resolve_plan (Debian archive or a .run installer; headers from the archive)
+    validate_request -> resolve_plan (Debian archive, a .run installer or an open-gpu-kernel-modules
+    release; headers from the archive)
     or resolve_host_plan (--builder host: the system's headers) -> build_params.
 
 Owns BuildRequest and Plan, the archive of a request (`open_archive`, lazily for host builds), the
-runfile fetch, and `build_params`: everything besides the input files that decides the artifact's
-bytes (with the input files it makes the input digest, the store key of a build).
+fetch of a runfile or open-source release (the source file), and `build_params`: everything
+besides the input files that decides the artifact's bytes (with the input files it makes the input
+digest, the store key of a build).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..artifact import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from ..log import step
 from ..progress import Phases
-from ..sources import drivers, runfile
+from ..sources import drivers, opensource, runfile
 from . import buildroot, headers, hostbuild
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
@@ -43,6 +45,10 @@ class BuildRequest:
     cache: Path = field(default_factory=paths.default_cache)
     runfile: str | None = None  # URL/path of an NVIDIA .run installer instead of Debian's sources
     runfile_sha256: str | None = None
+    # URL/path of an NVIDIA open-gpu-kernel-modules release tarball (the open flavour's sources);
+    # with `runfile` too, that runfile is the user space's and must be of the same version
+    open_source: str | None = None
+    open_source_sha256: str | None = None
     jobs: int | None = None
     rebuild: bool = False
     allow_cc_mismatch: bool = False
@@ -62,7 +68,9 @@ class Plan:
     driver_version: str
     flavour: str
     kernel_release: str
-    source: dict[str, str]  # {"kind": "debian", "package", "version"} or {"kind": "runfile", "url", "name"}
+    # {"kind": "debian", "package", "version"}, {"kind": "runfile", "url", "name"} or
+    # {"kind": "open-source", "url", "name"}
+    source: dict[str, str]
     debs: dict[str, str]  # role ("source", "headers", ...) -> .deb path
     header_packages: list[list[str]]
 
@@ -98,8 +106,9 @@ def _lists_fingerprint(archive: Any) -> str | None:
     return sha256_bytes(canonical_json(entries)) if entries else None
 
 
-def _runfile_version(name: str, header: runfile.MakeselfHeader) -> str | None:
-    for text in (name, header.label, header.targetdir):
+def _runfile_version(name: str, header: runfile.MakeselfHeader | None) -> str | None:
+    texts = (name,) if header is None else (name, header.label, header.targetdir)
+    for text in texts:
         m = re.search(r"(\d{3}\.\d{2,3}(?:\.\d{2})?)", text or "")
         if m:
             return m[1]
@@ -109,10 +118,13 @@ def _runfile_version(name: str, header: runfile.MakeselfHeader) -> str | None:
 def resolve_plan(
     req: BuildRequest, archive: Any, phases: Phases | None = None
 ) -> tuple[Plan, Path | None]:
-    """Resolve and download every input. Returns the plan and the runfile path (if any).
+    """Resolve and download every input. Returns the plan and the source file (the runfile or the
+    open-source release; None for Debian's sources).
 
     The answers for the Debian archive are memoised per apt lists state (same lists -> same answers)
     so a cache hit costs no apt queries."""
+    # the source file first: a release and runfile of different versions are refused before apt runs
+    src_file = _fetch_source_file(req, phases)
     archive.update()  # cheap while the lists are fresh; refreshed lists give new answers (and a new memo key)
     memo_key = sha256_bytes(
         canonical_json(
@@ -124,19 +136,20 @@ def resolve_plan(
                 "arch": req.arch,
                 "runfile": req.runfile,
                 "sha256": req.runfile_sha256,
+                "open_source": req.open_source,
+                "open_source_sha256": req.open_source_sha256,
                 "lists": _lists_fingerprint(archive),
             }
         )
     )
     memo = req.cache / "plans" / f"{memo_key}.json"
-    run_path = _fetch_runfile(req, phases)
     if _lists_fingerprint(archive) and memo.is_file():
         plan = Plan(**json.loads(memo.read_text()))
         if all(Path(p).is_file() for p in plan.debs.values()):
-            return plan, run_path
-    version, source = _driver_source(req, archive, run_path)
+            return plan, src_file
+    version, source = _driver_source(req, archive, src_file)
     hdrs = headers.resolve(archive, req.kernel, arch=req.arch)
-    wanted = ([("source", source["package"], source["version"])] if run_path is None else []) + [
+    wanted = ([("source", source["package"], source["version"])] if src_file is None else []) + [
         (pkg, pkg, ver) for pkg, ver in hdrs.packages
     ]
     fetched = archive.download_many(
@@ -156,7 +169,7 @@ def resolve_plan(
         tmp = memo.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(asdict(plan), sort_keys=True))
         os.replace(tmp, memo)
-    return plan, run_path
+    return plan, src_file
 
 
 def _fetch_runfile(req: BuildRequest, phases: Phases | None) -> Path | None:
@@ -173,18 +186,61 @@ def _fetch_runfile(req: BuildRequest, phases: Phases | None) -> Path | None:
         )
 
 
-def _driver_source(req: BuildRequest, archive: Any, run_path: Path | None) -> tuple[str, dict[str, str]]:
-    """(driver version, source description) from the runfile or Debian's catalogue."""
+def _fetch_source_file(req: BuildRequest, phases: Phases | None) -> Path | None:
+    """The file the kernel modules are built from: the open-source release (its version checked
+    against the runfile's when one is given too), else the runfile; None: Debian's sources."""
+    if not req.open_source:
+        return _fetch_runfile(req, phases)
+    if not req.open_source_sha256:
+        raise InputError("--open-source needs --open-source-sha256 (the release tarball's sha256)")
+    with step(f"Fetching {opensource.release_name(req.open_source)}"):
+        release = opensource.fetch(
+            req.open_source,
+            req.open_source_sha256,
+            req.cache,
+            progress=phases.reporter("resolve", "bytes") if phases else None,
+        )
+    version = opensource.read_version(release)
+    run_path = _fetch_runfile(req, phases)
     if run_path is not None:
-        header = runfile.read_header(run_path)
-        version = _runfile_version(run_path.name, header)
-        if version is None:
+        check_same_version(version, release.name, _installer_version(run_path), run_path.name)
+    return release
+
+
+def check_same_version(release_version: str, release: str, runfile_version: str, run_name: str) -> None:
+    """A kmod from an open-source release takes the user space of NVIDIA's runfile of the same
+    version: refuse a pair of different versions (before anything is built)."""
+    if release_version != runfile_version:
+        raise InputError(
+            f"--runfile: {run_name} is driver {runfile_version}, but the open-source release {release} is "
+            f"{release_version}: the kernel modules and the user space must be the same version"
+        )
+
+
+def _installer_version(run_path: Path) -> str:
+    version = _runfile_version(run_path.name, runfile.read_header(run_path))
+    if version is None:
+        raise InputError(
+            f"{run_path.name}: cannot tell the driver version (name it NVIDIA-Linux-<arch>-<version>.run)"
+        )
+    return version
+
+
+def _driver_source(req: BuildRequest, archive: Any, src_file: Path | None) -> tuple[str, dict[str, str]]:
+    """(driver version, source description) from the open-source release, the runfile or Debian's
+    catalogue."""
+    if src_file is not None and req.open_source:
+        version = opensource.read_version(src_file)
+        if req.driver and req.driver != version:
             raise InputError(
-                f"{run_path.name}: cannot tell the driver version (name it NVIDIA-Linux-<arch>-<version>.run)"
+                f"--driver {req.driver} does not match the open-source release's version {version}"
             )
+        return version, {"kind": "open-source", "url": req.open_source, "name": src_file.name}
+    if src_file is not None:
+        version = _installer_version(src_file)
         if req.driver and req.driver != version:
             raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
-        return version, {"kind": "runfile", "url": req.runfile or "", "name": run_path.name}
+        return version, {"kind": "runfile", "url": req.runfile or "", "name": src_file.name}
     kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
     chosen = drivers.resolve_for_target(archive, req.os_name, kernel, req.driver, req.flavour)
     return chosen.driver_version, {
@@ -198,14 +254,14 @@ def resolve_host_plan(
     req: BuildRequest, archive: Any, release: str, phases: Phases | None = None
 ) -> tuple[Plan, Path | None]:
     """`--builder host`: the headers are the system's (no packages); only the driver sources are
-    resolved (the runfile, or Debian's kernel-source package, whose .deb is the one input file)."""
-    run_path = _fetch_runfile(req, phases)
-    if run_path is None:
+    resolved (the source file, or Debian's kernel-source package, whose .deb is the one input file)."""
+    src_file = _fetch_source_file(req, phases)
+    if src_file is None:
         archive.update()
-    version, source = _driver_source(req, archive, run_path)
+    version, source = _driver_source(req, archive, src_file)
     debs = (
         {}
-        if run_path is not None
+        if src_file is not None
         else {"source": str(archive.download(source["package"], source["version"]))}
     )
     plan = Plan(
@@ -216,7 +272,7 @@ def resolve_host_plan(
         debs=debs,
         header_packages=[],
     )
-    return plan, run_path
+    return plan, src_file
 
 
 def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]:
@@ -239,6 +295,14 @@ def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]
     }
 
 
+def buildroot_extra(req: BuildRequest) -> tuple[str, ...]:
+    """Packages the request's driver sources need in the build root beyond the target's recipe."""
+    if not req.open_source:
+        return ()
+    target = targets.get(req.os_name)
+    return opensource.build_packages(targets.channel(target, req.kernel).compiler or target.compiler)
+
+
 def validate_request(req: BuildRequest) -> None:
     """Refuse bad input before anything is downloaded or written (InputError, exit 2)."""
     target = targets.get(req.os_name)
@@ -248,7 +312,7 @@ def validate_request(req: BuildRequest) -> None:
                 f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)"
             )
     else:
-        buildroot.spec_for(req.os_name, req.kernel)
+        buildroot.spec_for(req.os_name, req.kernel, buildroot_extra(req))
         targets.channel(target, req.kernel)
         if req.headers_dir is not None:
             raise InputError("--headers-dir is only used with --builder host")
@@ -262,6 +326,23 @@ def validate_request(req: BuildRequest) -> None:
         raise InputError("--runfile needs --sha256 (the installer's published sha256)")
     if req.runfile_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", req.runfile_sha256):
         raise InputError(f"--sha256: {req.runfile_sha256!r} is not a sha256 hex digest (64 hex digits)")
+    if req.open_source:
+        if not req.open_source_sha256:
+            raise InputError("--open-source needs --open-source-sha256 (the release tarball's sha256)")
+        if req.flavour != "open":
+            raise InputError(f"--open-source: a release of NVIDIA's open kernel modules builds the open "
+                             f"flavour, not {req.flavour} (--flavour open)")
+    if req.open_source_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", req.open_source_sha256):
+        raise InputError(
+            f"--open-source-sha256: {req.open_source_sha256!r} is not a sha256 hex digest (64 hex digits)"
+        )
+    if req.open_source and req.runfile:
+        # both names carry their versions: a mismatch is refused before anything is downloaded
+        # (the files' own versions are checked again once they are here)
+        release, run_name = opensource.release_name(req.open_source), runfile.runfile_name(req.runfile)
+        named, run_named = opensource.name_version(release), _runfile_version(run_name, None)
+        if named and run_named:
+            check_same_version(named, release, run_named, run_name)
     if req.sign_key or req.sign_cert:
         if not (req.sign_key and req.sign_cert):
             raise InputError("--sign-key and --sign-cert go together")

@@ -132,7 +132,7 @@ def prebuild_userspace(
 def pack_and_publish(
     req: BuildRequest,
     plan: Plan,
-    run_path: Path | None,
+    src_file: Path | None,
     root: AnyRoot,
     archive: Any,
     store: LocalStore,
@@ -162,7 +162,7 @@ def pack_and_publish(
         vermagic = kbuild.modinfo(mod_dir / "nvidia.ko", "vermagic")
         extra: dict[str, Any] = {
             "source": {k: v for k, v in plan.source.items() if k != "url"}
-            | ({"sha256": inputs[run_path.name]} if run_path else {}),
+            | ({"sha256": inputs[src_file.name]} if src_file else {}),
             "kernel_headers": (
                 {"dir": str(root.headers_dir), "sha256": root.headers_sha256}
                 if isinstance(root, hostbuild.HostRoot)

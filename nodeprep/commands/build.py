@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from .. import artifact, log, targets
 from ..builder import parallel
@@ -165,6 +166,17 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
     "--sha256", "runfile_sha256", default=None, metavar="HEX", help="sha256 of --runfile (required with it)."
 )
 @click.option(
+    "--open-source",
+    default=None,
+    metavar="URL",
+    help="Build the open flavour from an NVIDIA open-gpu-kernel-modules release tarball (http(s)://, "
+    "file:// or a path) instead of Debian's sources; with --runfile, that runfile (the user space's) "
+    "must be the same version.",
+)
+@click.option(
+    "--open-source-sha256", default=None, metavar="HEX", help="sha256 of --open-source (required with it)."
+)
+@click.option(
     "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs)."
 )
 @click.option(
@@ -227,6 +239,8 @@ def build_driver_cmd(
     cache: Path,
     runfile: str | None,
     runfile_sha256: str | None,
+    open_source: str | None,
+    open_source_sha256: str | None,
     jobs: int | None,
     rebuild: bool,
     allow_cc_mismatch: bool,
@@ -253,6 +267,10 @@ def build_driver_cmd(
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
+    if open_source_sha256 and not open_source:
+        raise InputError("--open-source-sha256 is only used with --open-source")
+    if open_source and click.get_current_context().get_parameter_source("flavour") is ParameterSource.DEFAULT:
+        flavour = "open"  # a release of the open kernel modules: the open flavour unless told otherwise
     if headers_dir is not None and builder != "host":
         raise InputError("--headers-dir is only used with --builder host")
     options = store_options(registry_auth, ca_file, insecure_http)
@@ -269,6 +287,8 @@ def build_driver_cmd(
         cache=cache,
         runfile=runfile,
         runfile_sha256=runfile_sha256,
+        open_source=open_source,
+        open_source_sha256=open_source_sha256,
         jobs=jobs,
         rebuild=rebuild,
         allow_cc_mismatch=allow_cc_mismatch,

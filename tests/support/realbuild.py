@@ -111,6 +111,51 @@ CELLS = {
 }
 
 
+# Cells built from NVIDIA's open-gpu-kernel-modules releases (`--open-source`, issue 27), found
+# through NODEPREP_NVIDIA_OPEN (`.ci/run` points it at the shared releases; without it they skip).
+OPEN_ENV = "NODEPREP_NVIDIA_OPEN"
+OPEN_RELEASES = {  # version -> sha256 of open-gpu-kernel-modules-<version>.tar.gz (git archive of the tag)
+    "580.142": "644c8cea8ed92414c7bd4567f200d6f5ed10868728d7f7fb0f06b01319330343",
+    "595.45.04": "dcec5996ed6f01eddbfd1c316383774e2f504501060218b1d898d04be6af0aa0",
+}
+OPEN_SOURCE_CELLS = {
+    # Debian 12's current default kernel (6.1.0-56, whose headers and image the shared build and
+    # the smoke tests already hold): 580.142 builds for it, pci_resize_resource() change and all.
+    "debian12-open-580": dict(release="580.142", os_name="debian-12", kernel="6.1.0-56-amd64"),
+}
+
+
+def open_release(version: str) -> tuple[Path, str] | str:
+    """(path of the release tarball of `version`, its sha256), or why it is not available."""
+    where = os.environ.get(OPEN_ENV)
+    if not where:
+        return (f"{OPEN_ENV} is not set: it names a directory with open-gpu-kernel-modules-<version>.tar.gz "
+                "releases (.ci/run points it at the shared ones)")
+    path = Path(where) / f"open-gpu-kernel-modules-{version}.tar.gz"
+    if not path.is_file():
+        return f"{OPEN_ENV}={where} has no {path.name}"
+    return path, OPEN_RELEASES[version]
+
+
+def open_source_request(cache: Path, cell: str):  # type: ignore[no-untyped-def]
+    """The BuildRequest of open-source `cell`: with the smoke boot, into `<cache>/real-build-<cell>/store`."""
+    from nodeprep.builder.plan import BuildRequest
+
+    spec = OPEN_SOURCE_CELLS[cell]
+    found = open_release(spec["release"])
+    if isinstance(found, str):
+        raise RuntimeError(found)
+    path, sha = found
+    return BuildRequest(flavour="open", os_name=spec["os_name"], kernel=spec["kernel"], open_source=str(path),
+                        open_source_sha256=sha, store=Path(cache) / f"real-build-{cell}" / "store",
+                        cache=Path(cache), userspace=False, smoke_test=True)
+
+
+def ensure_open_source_cell(cache: Path, cell: str) -> RealBuild:
+    """Build (once per cache) or find the real build of open-source `cell` (see OPEN_SOURCE_CELLS)."""
+    return _locked_build(Path(cache), cell, lambda: (open_source_request(cache, cell), None))
+
+
 def cell_spec(cell: str) -> dict[str, str | None]:
     """OS, kernel, driver and flavour of `cell`: one of CELLS, or SHARED (newest driver, default kernel)."""
     if cell == SHARED:

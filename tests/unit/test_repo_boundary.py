@@ -30,11 +30,11 @@ ESCAPES = [
     (re.compile(r"/work/(?:shared|main|wt-|\.library|\.mirror)"), "a path of the workplace"),
 ]
 # Files allowed to name a path beside the checkout, when they read it only through a variable: CI's
-# entry point exports NODEPREP_K8S_BIN (../shared/k8s, real Kubernetes binaries) and
-# NODEPREP_NVIDIA_BIN (../shared/nvidia, NVIDIA's GPU stack) when they are there, the support modules
-# read those variables (their tests skip without them); the run-time guard allows what a NODEPREP_*
-# variable names.
-ALLOWED = {".ci/run": ("NODEPREP_K8S_BIN", "NODEPREP_NVIDIA_BIN"),
+# entry point exports NODEPREP_K8S_BIN (../shared/k8s, real Kubernetes binaries), NODEPREP_NVIDIA_BIN
+# (../shared/nvidia, NVIDIA's GPU stack) and NODEPREP_NVIDIA_OPEN (../shared/nvidia-open, NVIDIA's
+# open-gpu-kernel-modules releases) when they are there, the support modules read those variables
+# (their tests skip without them); the run-time guard allows what a NODEPREP_* variable names.
+ALLOWED = {".ci/run": ("NODEPREP_K8S_BIN", "NODEPREP_NVIDIA_BIN", "NODEPREP_NVIDIA_OPEN"),
            "tests/support/controlplane.py": ("NODEPREP_K8S_BIN",),
            "tests/support/nvidia.py": ("NODEPREP_NVIDIA_BIN",)}
 FILE_PARENTS = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?((?:\.parent\b)+|\.parents\[(\d+)\])")

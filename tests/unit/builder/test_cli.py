@@ -17,6 +17,8 @@ from tests.support.httpdir import serve_directory
 
 from .kmodstore import publish_kmod
 
+OPEN_URL = "http://127.0.0.1:9/open-gpu-kernel-modules-580.142.tar.gz"
+
 
 def invoke(*args: str):
     return CliRunner().invoke(main, list(args))
@@ -74,6 +76,27 @@ def one_error_line(res) -> str:
             "error: --sha256: 'xyz' is not a sha256 hex digest (64 hex digits)",
         ),
         (["--sign-key", "/nonexistent/key.pem"], "error: --sign-key and --sign-cert go together"),
+        (["--open-source-sha256", "ab" * 32], "error: --open-source-sha256 is only used with --open-source"),
+        (
+            ["--open-source", OPEN_URL],
+            "error: --open-source needs --open-source-sha256 (the release tarball's sha256)",
+        ),
+        (
+            ["--open-source", OPEN_URL, "--open-source-sha256", "xyz"],
+            "error: --open-source-sha256: 'xyz' is not a sha256 hex digest (64 hex digits)",
+        ),
+        (
+            ["--open-source", OPEN_URL, "--open-source-sha256", "ab" * 32, "--flavour", "proprietary"],
+            "error: --open-source: a release of NVIDIA's open kernel modules builds the open flavour, "
+            "not proprietary (--flavour open)",
+        ),
+        (  # the names carry the versions: refused before anything is downloaded (port 9 answers nothing)
+            ["--open-source", OPEN_URL, "--open-source-sha256", "ab" * 32,
+             "--runfile", "http://127.0.0.1:9/NVIDIA-Linux-x86_64-595.45.04.run", "--sha256", "cd" * 32],
+            "error: --runfile: NVIDIA-Linux-x86_64-595.45.04.run is driver 595.45.04, but the open-source "
+            "release open-gpu-kernel-modules-580.142.tar.gz is 580.142: the kernel modules and the user "
+            "space must be the same version",
+        ),
     ],
 )
 def test_bad_build_driver_input(tmp_path, args, message):
@@ -276,3 +299,49 @@ def test_container_engine_env_and_registry_staging(tmp_path):
     cb = container.for_request("podman", BuildRequest(store=first, cache=tmp_path))
     argv = container.run_argv(cb)
     assert f"{first.resolve()}:/store" in argv and not any("oci://" in a for a in argv)
+
+
+def test_container_argv_mounts_an_open_source_release(tmp_path):
+    release = tmp_path / "open-gpu-kernel-modules-580.142.tar.gz"
+    req = BuildRequest(flavour="open", kernel="6.1.0-56-amd64", store=tmp_path / "store",
+                       cache=tmp_path / "c", open_source=str(release), open_source_sha256="ab" * 32,
+                       smoke_test=False)
+    argv = container.run_argv(container.for_request("podman", req))
+    assert f"{release.resolve()}:/inputs/open-source/{release.name}:ro" in argv
+    i = argv.index("--open-source")
+    assert argv[i : i + 4] == ["--open-source", f"/inputs/open-source/{release.name}", "--open-source-sha256",
+                               "ab" * 32]
+
+
+def test_release_and_runfile_of_different_versions_are_refused_before_apt(tmp_path, monkeypatch):
+    """Names without versions: the files' own versions (the release's top directory and version.mk,
+    the installer's label) are compared once both are fetched, before apt or a build root (the
+    mirror is a closed loopback port: reaching it would be another error)."""
+    import hashlib
+
+    from tests.unit.sources.test_opensource import release_members, write_tgz
+
+    from .makeself_util import make_runfile
+
+    monkeypatch.setenv("NODEPREP_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
+    release = write_tgz(tmp_path / "release.tar.gz", release_members())
+    tree = tmp_path / "installer"
+    (tree / "kernel-open").mkdir(parents=True)
+    run = make_runfile(tree, tmp_path / "driver.run",
+                       label="NVIDIA Accelerated Graphics Driver for Linux-x86_64 595.45.04")
+    store, cache = tmp_path / "store", tmp_path / "cache"
+
+    def sha(p):
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    res = invoke("build-driver", "--store", str(store), "--cache", str(cache), "--no-smoke-test",
+                 "--open-source", str(release), "--open-source-sha256", sha(release),
+                 "--runfile", str(run), "--sha256", sha(run))
+    assert res.exit_code == 2, res.output
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+    assert "Traceback" not in res.output and res.stderr.strip().splitlines()[-1] == errors[0]
+    assert errors == [
+        "error: --runfile: driver.run is driver 595.45.04, but the open-source release release.tar.gz is "
+        "580.142: the kernel modules and the user space must be the same version"]
+    assert not store.exists()
+    assert not (cache / "apt").exists() and not (cache / "buildroots").exists()

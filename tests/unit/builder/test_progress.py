@@ -176,3 +176,24 @@ def test_download_reports_bytes_of_total(http_server: tuple[Path, str], tmp_path
     ]
     assert term_out.getvalue().startswith("\r  downloading 1.0/3.5 MiB (28%)")
     assert term_out.getvalue().endswith("\r  downloading 3.5/3.5 MiB (100%)\n")  # ended at phase end
+
+
+def test_release_tree_counts_nvidias_own_objects_too(tmp_path: Path) -> None:
+    """An open-gpu-kernel-modules release: src/*/srcs.mk (+ one g_nvid_string.c each) and NVIDIA's
+    ` [ module ]  CC  file` lines count besides kernel-open's kbuild objects."""
+    tree = tmp_path / "release"
+    kbuild_only = _tree_like_nvidias(tmp_path / "k")
+    (tree / "src" / "nvidia").mkdir(parents=True)
+    (tree / "src" / "nvidia-modeset").mkdir(parents=True)
+    kbuild_only.rename(tree / "kernel-open")
+    (tree / "src" / "nvidia" / "srcs.mk").write_text(
+        "SRCS ?=\nSRCS_CXX ?=\nSRCS += src/a.c\nSRCS += generated/g_b.c\n# SRCS += src/old.c\n")
+    (tree / "src" / "nvidia-modeset" / "srcs.mk").write_text("SRCS += src/m.c\nSRCS_CXX += ../dp/x.cpp\n")
+    assert kbuild.count_objects(tree) == 192 + (1 + 2) + (1 + 2)
+    progress = kbuild.CompileProgress(kbuild.count_objects(tree))
+    for line in (" [ nvidia            ]  CC           src/a.c",
+                 " [ nvidia-modeset    ]  CXX          ../dp/x.cpp",
+                 " [ nvidia-modeset    ]  LD           _out/Linux_x86_64/nv-modeset-kernel.o",
+                 "  CC [M]  /build/kernel/kernel-open/nvidia/nv.o"):
+        progress(line)
+    assert progress.done == 3

@@ -1,0 +1,118 @@
+"""Real builds from NVIDIA's open-gpu-kernel-modules releases (`build-driver --open-source`, issue 27).
+
+The release tarballs are reached only through NODEPREP_NVIDIA_OPEN (`.ci/run` sets it; the tests skip
+without it). One cell compiles (tests/support/realbuild.py OPEN_SOURCE_CELLS: 580.142 for Debian 12's
+6.1.0-56, once per test cache, with the qemu smoke boot; input-digest hits afterwards); the other
+releases and kernels of the issue are resolved to their plans against the real archive (headers,
+build root, version from the tarball) without a compile."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeprep import artifact, runner
+from nodeprep.builder import kbuild
+from nodeprep.builder.plan import BuildRequest, resolve_plan, validate_request
+from nodeprep.sources import opensource
+from nodeprep.sources.debian import DebianArchive
+from tests.support.realbuild import (
+    OPEN_RELEASES,
+    OPEN_SOURCE_CELLS,
+    ensure_open_source_cell,
+    open_release,
+)
+
+pytestmark = pytest.mark.slow
+CELL = "debian12-open-580"
+MODULES = ["nvidia-drm.ko", "nvidia-modeset.ko", "nvidia-peermem.ko", "nvidia-uvm.ko", "nvidia.ko"]
+
+
+def release_or_skip(version: str) -> tuple[Path, str]:
+    found = open_release(version)
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
+
+
+def modinfo(ko: Path, field: str) -> str:
+    return runner.run(["modinfo", "-F", field, ko]).stdout.strip()
+
+
+def test_open_source_cell_builds_and_loads_up_to_the_gpu_probe(test_cache: Path, tmp_path: Path) -> None:
+    spec = OPEN_SOURCE_CELLS[CELL]
+    path, sha = release_or_skip(spec["release"])
+    built = ensure_open_source_cell(test_cache, CELL)
+    m = artifact.extract(built.kmod, tmp_path)
+    assert (m.os, m.flavour, m.driver_version, m.kernel_release) == (
+        "debian-12", "open", spec["release"], spec["kernel"])
+    # the input digest is over the tarball itself (and the kernel's header packages)
+    assert m.inputs[path.name] == sha
+    assert m.extra["source"] == {"kind": "open-source", "name": path.name, "sha256": sha}
+    # the release's own Makefiles run xz and a C++ compiler: the build root has them beside gcc-12
+    names = {p.split(":")[0].split("=")[0] for p in m.extra["build_root"]["packages"]}
+    assert {"xz-utils", "g++-12", "gcc-12"} <= names, names
+    assert "gcc-12 (Debian 12.2.0-14" in m.compiler and "cc_mismatch" not in m.extra["build"]
+    mod_dir = tmp_path / "modules" / spec["kernel"]
+    assert sorted(p.name for p in mod_dir.iterdir()) == MODULES
+    for ko in MODULES:
+        assert modinfo(mod_dir / ko, "vermagic").startswith(f"{spec['kernel']} SMP "), ko
+    assert modinfo(mod_dir / "nvidia.ko", "version") == spec["release"]
+    assert modinfo(mod_dir / "nvidia.ko", "license") == "Dual MIT/GPL"
+    # progress counts every object both kinds of Makefile print (NVIDIA's src/, then kbuild)
+    log = test_cache / "logs" / f"{built.kmod.name.removesuffix('.tar.zst')}.log"
+    if built.compiled:
+        printed = [ln for ln in log.read_text().splitlines()
+                   if kbuild.CC_LINE_RE.match(ln) or kbuild.NV_LINE_RE.match(ln)]
+        assert len(printed) == kbuild.count_objects(opensource.extract_tree(path, tmp_path / "tree"))
+    smoke = m.extra["smoke_test"]
+    assert smoke["verdict"] == "PASS", smoke
+    assert "loaded up to the GPU probe" in smoke["reason"], smoke
+
+
+def test_same_release_from_the_cli_is_a_store_hit(test_cache: Path) -> None:
+    """`build-driver --open-source FILE --open-source-sha256 HEX` (no --flavour: a release builds the
+    open flavour) finds the cell's artifact by its input digest: nothing compiles; and a wrong
+    sha256 is refused before anything is built."""
+    spec = OPEN_SOURCE_CELLS[CELL]
+    path, sha = release_or_skip(spec["release"])
+    built = ensure_open_source_cell(test_cache, CELL)
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    base = [sys.executable, "-m", "nodeprep.cli", "build-driver", "--os", spec["os_name"], "--kernel",
+            spec["kernel"], "--store", built.store, "--cache", test_cache, "--no-userspace", "--json",
+            "--open-source", path]
+    hit = runner.run([*base, "--open-source-sha256", sha], check=False, timeout=600, env=env)
+    assert hit.returncode == 0, hit.stderr
+    data = json.loads(hit.stdout)
+    assert data["cached"] is True and data["compiled"] is False
+    assert data["input_digest"] == built.input_digest and data["flavour"] == "open"
+    wrong = runner.run([*base, "--open-source-sha256", "0" * 64], check=False, timeout=600, env=env)
+    last = wrong.stderr.strip().splitlines()[-1]
+    assert wrong.returncode == 2 and last.startswith("error: "), wrong.stderr
+    assert f"sha256 {sha} does not match the expected {'0' * 64}" in last and "Traceback" not in wrong.stderr
+
+
+@pytest.mark.parametrize("version, os_name, kernel", [
+    ("580.142", "debian-13", "6.12.117+deb13-amd64"),
+    # the issue asks for trixie-backports' 7.3 kernel, a line nodeprep.targets does not know yet:
+    # planned for trixie's newest main kernel meanwhile (not compiled)
+    ("595.45.04", "debian-13", "6.12.117+deb13-amd64"),
+])
+def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: str,
+                                            test_cache: Path) -> None:
+    """The issue's other cells, planned against the real archive without a compile: the version comes
+    from the tarball, the headers from the target's archive."""
+    path, sha = release_or_skip(version)
+    req = BuildRequest(flavour="open", os_name=os_name, kernel=kernel, open_source=str(path),
+                       open_source_sha256=sha, cache=test_cache, store=test_cache / "unused-store",
+                       userspace=False, smoke_test=False)
+    validate_request(req)
+    plan, src = resolve_plan(req, DebianArchive(test_cache, os_name=os_name, kernel=kernel))
+    assert src is not None and src.name == path.name
+    assert (plan.driver_version, plan.flavour, plan.kernel_release) == (version, "open", kernel)
+    assert plan.source["kind"] == "open-source" and "source" not in plan.debs
+    assert any(p == f"linux-headers-{kernel}" for p, _ in plan.header_packages)
+    assert OPEN_RELEASES[version] == sha
