@@ -39,10 +39,11 @@ def test_dry_run_writes_nothing_under_the_root(node_root: Path, tmp_path: Path, 
     assert code == 0, err
     assert snapshot(node_root) == before
     for target in ("/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
-                   "/etc/cdi/nvidia.yaml", "/etc/nodeprep/kubeadm-join.yaml",
+                   "/usr/libexec/nodeprep/cdi-hook", "/etc/cdi/nvidia.yaml",
+                   "/etc/nodeprep/kubeadm-join.yaml",
                    "/etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml"):
         assert f"# ---- {target} (mode " in out
-    assert "wrote " not in err and "would write 5 file(s), nothing changed" in err
+    assert "wrote " not in err and "would write 6 file(s), nothing changed" in err
     code, js, _ = run_join(join_args(node_root, profile(tmp_path), smi_xml, "--check", "--json"))
     data = json.loads(js)
     assert code == 0 and data["dry_run"] is True and data["written"] == [] and data["preview"] == []
@@ -73,7 +74,7 @@ def test_output_dir_holds_what_a_join_would_write(node_root: Path, tmp_path: Pat
     assert code == 0, err
     assert snapshot(node_root) == before
     preview = sorted(json.loads(js)["preview"])
-    assert preview == sorted(str(p) for p in out_dir.rglob("*") if p.is_file()) and len(preview) == 5
+    assert preview == sorted(str(p) for p in out_dir.rglob("*") if p.is_file()) and len(preview) == 6
     join_file = out_dir / "etc/nodeprep/kubeadm-join.yaml"
     assert (join_file.stat().st_mode & 0o777) == 0o600
     assert yaml.safe_load(join_file.read_text())["discovery"]["bootstrapToken"]["token"] == TOKEN
@@ -90,7 +91,7 @@ def test_join_logs_the_real_path_under_the_root(node_root: Path, tmp_path: Path,
     code, _, err = run_join(join_args(node_root, profile(tmp_path), smi_xml))
     assert code == 0
     wrote = sorted(line.removeprefix("wrote ") for line in err.splitlines() if line.startswith("wrote "))
-    assert f"{node_root}/etc/containerd/config.toml" in wrote and len(wrote) == 5
+    assert f"{node_root}/etc/containerd/config.toml" in wrote and len(wrote) == 6
     assert all(Path(p).is_file() and Path(p).is_relative_to(node_root) for p in wrote)
     # the node operation log names each file written (node paths, never content: no token)
     logged = (node_root / "var/log/nodeprep.log").read_text()

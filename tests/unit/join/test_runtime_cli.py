@@ -48,11 +48,12 @@ def test_check_apply_reapply_check(node_root: Path, tmp_path: Path, smi_xml: Pat
     assert [f["path"] for f in check1["files"]] == [
         "/etc/containerd/config.toml",
         "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
+        "/usr/libexec/nodeprep/cdi-hook",
         "/etc/cdi/nvidia.yaml",
     ]
     code, out, _ = run(base)
     apply1 = json.loads(out)
-    assert code == 0 and apply1["changed"] is True and len(apply1["written"]) == 3
+    assert code == 0 and apply1["changed"] is True and len(apply1["written"]) == 4
     assert apply1["ran"] == []  # --root is not the live system: containerd is not restarted
     code, out, _ = run(base)
     assert code == 0 and json.loads(out)["changed"] is False and json.loads(out)["written"] == []

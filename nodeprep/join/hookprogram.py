@@ -1,0 +1,132 @@
+"""nodeprep's createContainer hook as a program the node owns: /usr/libexec/nodeprep/cdi-hook.
+
+A CDI spec (or any runtime config) that names a hook must name something the node itself has, in an
+image built with `--root` as on a live node, whoever ran nodeprep and wherever nodeprep lives later
+(a rebuilt venv, an upgrade, a checkout that moved). So the hook is not "this interpreter with this
+nodeprep on sys.path": it is one file written under ROOT, atomically, holding the sources of the
+modules nodeprep.hooks.container imports, loaded by a small importer on first import, and run by the
+node's own /usr/bin/python3 (`-SE`: no site, no PYTHON* variables; no third-party package). What the
+node needs: /usr/bin/python3, Python >= MIN_PYTHON; `python_problem` checks it before a spec naming
+the program is written. `hook_command()` is the one place that says how a hook is invoked.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from .. import __version__
+from ..hooks import container  # noqa: F401  (its source is the program's)
+from .files import FileChange, under
+
+HOOK_PATH = "/usr/libexec/nodeprep/cdi-hook"
+PYTHON = "/usr/bin/python3"
+MIN_PYTHON = (3, 9)  # the hook's modules use nothing newer (tests/unit/hooks/test_hook_program.py)
+# What nodeprep.hooks.container imports, itself included (checked by the test above).
+MODULES = ("nodeprep", "nodeprep.hooks", "nodeprep.hooks.container", "nodeprep.cuda", "nodeprep.errors",
+           "nodeprep.runner")
+PACKAGES = ("nodeprep", "nodeprep.hooks")
+HEADER = "# Written by nodeprep"
+_LIB_DIRS = ("usr/lib", "usr/lib64", "usr/local/lib")
+_VERSIONED = re.compile(r"python(\d+)\.(\d+)")
+
+_TEMPLATE = '''\
+#!{python} -SE
+{header} {version}: the createContainer hook of its CDI spec (nodeprep.hooks.container),
+# self-contained so that it runs with this node's {python} alone. Rewritten by nodeprep; do not edit.
+import sys
+
+PACKAGES = {packages!r}
+SOURCES = {sources!r}
+
+
+class _Importer:
+    """Finds and loads the modules above from SOURCES (meta path finder and loader)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in SOURCES:
+            return None
+        return type(sys.__spec__)(name, _Importer, origin=__file__ + ":" + name, is_package=name in PACKAGES)
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        name = module.__spec__.name
+        exec(compile(SOURCES[name], module.__spec__.origin, "exec", dont_inherit=True), module.__dict__)
+
+
+sys.meta_path.insert(0, _Importer)
+from nodeprep.hooks.container import main  # noqa: E402
+
+sys.exit(main())
+'''
+
+
+def hook_command() -> tuple[str, list[str], list[str]]:
+    """(path, argv, env) of nodeprep's container hook as the node runs it: the program at HOOK_PATH
+    (written by `hook_program`), arguments appended by the caller."""
+    return HOOK_PATH, [Path(HOOK_PATH).name], []
+
+
+def _source(module: object) -> str:
+    spec = module.__spec__  # type: ignore[attr-defined]
+    text = spec.loader.get_source(spec.name)  # a file, a checkout or the Ansible zipapp alike
+    if text is None:  # pragma: no cover - nodeprep always ships its sources
+        raise RuntimeError(f"no source for {spec.name}")
+    return str(text)
+
+
+def render_program() -> bytes:
+    """The hook program's bytes (pure apart from reading nodeprep's own sources)."""
+    from .. import cuda, errors, runner  # noqa: F401  (the hook imports them lazily; their sources)
+
+    sources = {name: _source(sys.modules[name]) for name in MODULES}
+    return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__, packages=PACKAGES,
+                            sources=sources).encode()
+
+
+def hook_program(root: Path) -> FileChange:
+    """The hook program under `root` as a planned write (mode 0755)."""
+    return FileChange(under(root, HOOK_PATH), HOOK_PATH, render_program(), 0o755)
+
+
+def python_version(root: Path) -> tuple[int, int] | None:
+    """The Python version of ROOT's /usr/bin/python3, from the name it links to (python3.11) or else
+    the one standard library under ROOT; None when there is no such interpreter or no telling."""
+    path = under(root, PYTHON)
+    if not path.is_file():
+        return None
+    m = _VERSIONED.fullmatch(path.name)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    found = set()
+    for lib in _LIB_DIRS:
+        try:
+            base = under(root, f"/{lib}")
+            entries = list(base.iterdir()) if base.is_dir() else []
+        except OSError:
+            continue
+        for entry in entries:
+            m = _VERSIONED.fullmatch(entry.name)
+            if m and m.group(1) == "3" and (entry / "os.py").is_file():
+                found.add((int(m.group(1)), int(m.group(2))))
+    return found.pop() if len(found) == 1 else None
+
+
+def python_problem(root: Path) -> str | None:
+    """Why the node under `root` cannot run the hook program (None: it can)."""
+    want = ".".join(map(str, MIN_PYTHON))
+    version = python_version(root)
+    if version is None:
+        where = "" if Path(root) == Path("/") else f" under {root}"
+        return (f"{PYTHON}{where}: missing, or its version cannot be told; nodeprep's CDI hook "
+                f"({HOOK_PATH}) runs with it and needs Python >= {want}")
+    if version < MIN_PYTHON:
+        return (f"{PYTHON} is Python {version[0]}.{version[1]}; nodeprep's CDI hook ({HOOK_PATH}) "
+                f"needs Python >= {want}")
+    return None
