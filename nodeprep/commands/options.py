@@ -25,7 +25,7 @@ def existing_root(ctx: click.Context, param: click.Parameter, value: Path) -> Pa
 
 
 root_option = click.option(
-    "--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True,
+    "--root", type=click.Path(path_type=Path), default=Path("/"), show_default=True,
     callback=existing_root, help="Operate on the system mounted at DIR (chroot, image) instead of /.",
 )
 sysfs_root_option = click.option(
