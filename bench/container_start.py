@@ -10,7 +10,8 @@ multiarch directory, as any CDI spec for the driver must:
 
 - none: only that;
 - /bin/true: plus a hook that does nothing (what running any hook costs the runtime), for information;
-- hook: plus nodeprep's hook as `nodeprep runtime` writes it without NVIDIA's nvidia-cdi-hook
+- hook: plus nodeprep's hook (the program /usr/libexec/nodeprep/cdi-hook, written here under a temp
+  dir) as `nodeprep runtime` writes it without NVIDIA's nvidia-cdi-hook
   (`--driver 535.309.01 --ldconfig DIR`; NVIDIA_REQUIRE_CUDA of a real CUDA 12.2 image checked, and
   the image's ld.so.cache found not to name another copy of a mounted library);
 - lib64: plus the same files mounted into /usr/lib64 too (the RHEL/UBI loader's default directory);
@@ -47,7 +48,8 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 use_venv()
 
 from nodeprep.hooks.container import LIB64  # noqa: E402
-from nodeprep.join.cdi import hook_command  # noqa: E402
+from nodeprep.join.files import apply_changes  # noqa: E402
+from nodeprep.join.hookprogram import hook_command, hook_program  # noqa: E402
 
 GOAL_S = 0.050
 REQUIRE = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
@@ -147,14 +149,16 @@ def main() -> int:
     for tool in ("podman", "unshare", "mmdebstrap", "gcc", "chroot"):
         if shutil.which(tool) is None:
             cannot_measure(f"{tool} is missing (scripts/deps/join.apt)")
-    path, argv, env = hook_command()
-    ours = {"hookName": "createContainer", "path": path,
-            "args": [*argv, "--driver", VERSION, "--ldconfig", MULTIARCH]}
-    if env:
-        ours["env"] = env
     true_hook = {"hookName": "createContainer", "path": "/bin/true", "args": ["true"]}
     with tempfile.TemporaryDirectory(prefix="nodeprep-bench-") as tmp:
         work = Path(tmp)
+        program = hook_program(work / "node")  # the program nodeprep writes on a node, here under work
+        apply_changes([program])
+        _, argv, env = hook_command()
+        ours = {"hookName": "createContainer", "path": str(program.path),
+                "args": [*argv, "--driver", VERSION, "--ldconfig", MULTIARCH]}
+        if env:
+            ours["env"] = env
         lib = stand_in_libs(work)
         one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, LIB64))
         # name: (hooks, mounts, image)
