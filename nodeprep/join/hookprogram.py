@@ -28,6 +28,7 @@ MODULES = ("nodeprep", "nodeprep.hooks", "nodeprep.hooks.container", "nodeprep.c
            "nodeprep.runner")
 PACKAGES = ("nodeprep", "nodeprep.hooks")
 HEADER = "# Written by nodeprep"
+STAMP = "# stamp: "
 _LIB_DIRS = ("usr/lib", "usr/lib64", "usr/local/lib")
 _VERSIONED = re.compile(r"python(\d+)\.(\d+)")
 
@@ -35,10 +36,23 @@ _TEMPLATE = '''\
 #!{python} -SE
 {header} {version}: the createContainer hook of its CDI spec (nodeprep.hooks.container),
 # self-contained so that it runs with this node's {python} alone. Rewritten by nodeprep; do not edit.
+{stamp_prefix}{stamp}
 import sys
 
 PACKAGES = {packages!r}
 SOURCES = {sources!r}
+# SOURCES compiled by the interpreter that wrote this file, used where the magic number matches
+# (compiling the sources on every container start costs more than the rest of the hook)
+MAGIC = {magic!r}
+CODE = {code!r}
+
+
+def _code(name, origin):
+    if getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None) == MAGIC:
+        import marshal
+
+        return marshal.loads(CODE[name])
+    return compile(SOURCES[name], origin, "exec", dont_inherit=True)
 
 
 class _Importer:
@@ -48,7 +62,7 @@ class _Importer:
     def find_spec(name, path=None, target=None):
         if name not in SOURCES:
             return None
-        return type(sys.__spec__)(name, _Importer, origin=__file__ + ":" + name, is_package=name in PACKAGES)
+        return type(sys.__spec__)(name, _Importer, origin={origin!r} + name, is_package=name in PACKAGES)
 
     @staticmethod
     def create_module(spec):
@@ -56,8 +70,7 @@ class _Importer:
 
     @staticmethod
     def exec_module(module):
-        name = module.__spec__.name
-        exec(compile(SOURCES[name], module.__spec__.origin, "exec", dont_inherit=True), module.__dict__)
+        exec(_code(module.__spec__.name, module.__spec__.origin), module.__dict__)
 
 
 sys.meta_path.insert(0, _Importer)
@@ -81,18 +94,36 @@ def _source(module: object) -> str:
     return str(text)
 
 
-def render_program() -> bytes:
-    """The hook program's bytes (pure apart from reading nodeprep's own sources)."""
+def render_program(on_disk: bytes | None = None) -> bytes:
+    """The hook program's bytes (pure apart from reading nodeprep's own sources). `on_disk`, the
+    file there now, is kept when its stamp (nodeprep version, sources, writer's magic number) is
+    this one's: marshal's output is not byte-stable across processes, the program it holds is."""
+    import hashlib
+    import marshal
+    from importlib.util import MAGIC_NUMBER
+
     from .. import cuda, errors, runner  # noqa: F401  (the hook imports them lazily; their sources)
 
     sources = {name: _source(sys.modules[name]) for name in MODULES}
+    stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()))).encode()).hexdigest()
+    if on_disk is not None and f"\n{STAMP}{stamp}\n".encode() in on_disk[:1024]:
+        return on_disk
+    origin = f"{HOOK_PATH}:"
+    code = {name: marshal.dumps(compile(text, origin + name, "exec", dont_inherit=True))
+            for name, text in sources.items()}
     return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__, packages=PACKAGES,
-                            sources=sources).encode()
+                            sources=sources, magic=MAGIC_NUMBER, code=code, origin=origin,
+                            stamp_prefix=STAMP, stamp=stamp).encode()
 
 
 def hook_program(root: Path) -> FileChange:
     """The hook program under `root` as a planned write (mode 0755)."""
-    return FileChange(under(root, HOOK_PATH), HOOK_PATH, render_program(), 0o755)
+    path = under(root, HOOK_PATH)
+    try:
+        on_disk: bytes | None = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        on_disk = None
+    return FileChange(path, HOOK_PATH, render_program(on_disk), 0o755)
 
 
 def python_version(root: Path) -> tuple[int, int] | None:

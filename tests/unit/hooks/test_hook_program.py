@@ -107,5 +107,24 @@ def test_runtime_refuses_a_root_without_python3(tmp_path: Path) -> None:
     assert code == 0, err
     spec = yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
     assert spec["containerEdits"]["hooks"][0]["path"] == hookprogram.HOOK_PATH
-    assert (root / hookprogram.HOOK_PATH.lstrip("/")).read_bytes() == hookprogram.render_program()
+    program = (root / hookprogram.HOOK_PATH.lstrip("/")).read_bytes()
+    assert hookprogram.render_program(program) == program  # the same program: kept as it is
     assert hookprogram.HOOK_PATH in json.loads(out)["written"]
+
+
+def test_another_interpreter_compiles_the_sources(tmp_path: Path) -> None:
+    """The bytecode in the program is for the writer's magic number; another Python (a node whose
+    python3 differs) runs the sources instead."""
+    from importlib.util import MAGIC_NUMBER
+
+    text = hookprogram.render_program()
+    assert f"MAGIC = {MAGIC_NUMBER!r}".encode() in text
+    program = tmp_path / "cdi-hook"
+    program.write_bytes(text.replace(f"MAGIC = {MAGIC_NUMBER!r}".encode(), b"MAGIC = b'other'"))
+    program.chmod(0o755)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"process": {"env": ["NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}}))
+    r = subprocess.run([str(program), "--driver", "535.309.01"], input=json.dumps({"bundle": str(bundle)}),
+                       capture_output=True, text=True, env={}, timeout=60)
+    assert r.returncode == 1 and "supports up to CUDA 12.2" in r.stderr, r.stderr
