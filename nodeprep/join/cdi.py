@@ -351,14 +351,15 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
 
     The spec mounts files of one versioned root (/opt/nvidia/<version>), so every switch of
     /opt/nvidia/current must rewrite it; its GPU list and device nodes are kept. Specs not written
-    by nodeprep are left alone. Returns the node paths rewritten.
+    by nodeprep are left alone; the hook program they name is rewritten first when this nodeprep's
+    differs (hookprogram.py). Returns the node paths of the specs rewritten.
     """
     rewritten = []
     specs = _our_specs(root)
     program = hook_program(root) if specs else None
     if program is not None and program.changed:  # a nodeprep upgrade: the spec names this program
         atomic_write(program.path, program.content, program.mode)
-        rewritten.append(program.target)
+        log.info("rewrote %s (nodeprep's CDI hook)", program.target)
     for target, path, raw in specs:
         old = yaml.safe_load(raw)
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}

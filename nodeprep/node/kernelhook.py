@@ -114,8 +114,9 @@ def local_inside(layout: Layout, location: str) -> bool:
 
 
 def unrecorded_note(store: str) -> str:
-    return (f"kernel hook not set up: the store {store} is a directory of this machine, not of the image; "
-            "give --node-store with the store the booted node will reach (docs/node.md, \"Kernel updates\")")
+    return (f"kernel hook: the store {store} is a directory of this machine, not of the image, so it is not "
+            "recorded; give --node-store with the store the booted node will reach (docs/node.md, "
+            "\"Kernel updates\")")
 
 
 def keep_record(active: str | None, recorded: dict[str, Any] | None, version: str, activate: bool) -> bool:

@@ -71,7 +71,7 @@ def test_a_build_machine_directory_is_not_recorded_for_the_image(tmp_path: Path)
     root = tmp_path / "root"
     root.mkdir()
     err = _install(root, store, V_NEW, "--activate")
-    assert f"kernel hook not set up: the store {store} is a directory of this machine" in err
+    assert f"kernel hook: the store {store} is a directory of this machine" in err
     assert "--node-store" in err
     assert load_state(root).kernel_hook is None
     assert not (root / "etc/kernel/postinst.d/nodeprep").exists()
@@ -85,7 +85,7 @@ def test_a_relative_store_is_not_recorded_for_the_image(tmp_path: Path,
     code, _, err = cli("install", "--store", "store", "--driver", V_NEW, "--kernel", KERNEL, "--root", "root",
                        "--no-load", "--activate")
     assert code == 0, err
-    assert "kernel hook not set up: the store store is a directory of this machine" in err
+    assert "kernel hook: the store store is a directory of this machine" in err
     state = json.loads((tmp_path / "root/var/lib/nodeprep/state.json").read_text())
     assert state.get("kernel_hook") is None
 
@@ -94,7 +94,7 @@ def test_a_store_inside_the_image_is_recorded_as_the_node_sees_it(tmp_path: Path
     root = tmp_path / "root"
     store = standin_store(tmp_path / "work", root / "srv/drivers", V_NEW)
     err = _install(root, store, V_NEW, "--activate")
-    assert "kernel hook not set up" not in err
+    assert "is not recorded" not in err
     assert load_state(root).kernel_hook["store"] == "/srv/drivers"  # type: ignore[index]
     assert (root / "etc/kernel/postinst.d/nodeprep").is_file()
     # the image has no nodeprep for the hooks to call: the install says so
