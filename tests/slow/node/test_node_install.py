@@ -60,8 +60,12 @@ def test_install_activate_rollback_in_debian_rootfs(node_store: NodeStore, rootf
     assert done["changed"] is True and load_state(rootfs).kernel_hook["store"] == str(gone)
     r = install_cli(gone, V_NEW, "6.1.0-99-amd64", rootfs)
     assert r.returncode == 2 and str(gone) in r.stderr and "Traceback" not in r.stderr
-    assert install(node_store, rootfs, V_NEW)["changed"] is True  # the record names the store again
+    node_view = ("--node-store", str(node_store.path))
+    assert install(node_store, rootfs, V_NEW, *node_view)["changed"] is True  # the record names it again
+    assert install(node_store, rootfs, V_NEW, *node_view)["changed"] is False
+    # without --node-store, a directory of this machine never replaces the image's record
     assert install(node_store, rootfs, V_NEW)["changed"] is False
+    assert load_state(rootfs).kernel_hook["store"] == str(node_store.path)
 
     r = cli("activate", V_NEW, "--root", str(rootfs))
     assert r.returncode == 0, r.stderr
