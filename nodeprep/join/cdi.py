@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from ..artifact import MANIFEST, Manifest
-from ..errors import InputError, StateError
+from ..errors import StateError
 from ..hooks.container import LIB64
 from ..profile import Driver, Runtime
 from .files import FileChange, atomic_write, under, writable_problem
@@ -284,7 +284,7 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList) -> lis
     content = render_spec(build_spec(root, driver, gpus), on_disk=_read_if_file(path))
     problem = python_problem(root)
     if problem:
-        raise InputError(problem, hint="install python3 on the node (the image), or set runtime.cdi false; "
+        raise StateError(problem, hint="install python3 on the node (the image), or set runtime.cdi false; "
                          "nothing was changed")
     return [hook_program(root), FileChange(path, target, content, 0o644)]
 

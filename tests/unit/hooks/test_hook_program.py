@@ -100,8 +100,12 @@ def test_runtime_refuses_a_root_without_python3(tmp_path: Path) -> None:
     smi = FIXTURES / "dual-rtx-a5000_590.44.01.xml"
     before = _tree(root)
     code, _, err = _runtime(root, tmp_path, smi)
-    assert code == 2 and err.splitlines()[0].startswith(f"error: /usr/bin/python3 under {root}: missing")
-    assert _tree(root) == before  # nothing written
+    assert code == 1 and err.splitlines()[0].startswith(f"error: /usr/bin/python3 under {root}: missing")
+    assert _tree(root) == before  # nothing written (the node's state: exit 1, as without a driver)
+    r = CliRunner().invoke(main, ["runtime", "--check", "--profile", str(tmp_path / "node.yaml"), "--root",
+                                  str(root), "--nvidia-smi-xml", str(smi)])
+    assert "CDI spec: /usr/bin/python3 under" in r.stdout + r.stderr  # a check reports it as a finding
+    assert _tree(root) == before
     _python(root, "python3.11")
     code, out, err = _runtime(root, tmp_path, smi)
     assert code == 0, err
