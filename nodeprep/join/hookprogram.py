@@ -123,7 +123,7 @@ def hook_program(root: Path) -> FileChange:
         on_disk: bytes | None = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         on_disk = None
-    return FileChange(path, HOOK_PATH, render_program(on_disk), 0o755)
+    return FileChange(path, HOOK_PATH, render_program(on_disk), 0o755, program=True)
 
 
 def python_version(root: Path) -> tuple[int, int] | None:
