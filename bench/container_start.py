@@ -10,7 +10,8 @@ multiarch directory, as any CDI spec for the driver must:
 
 - none: only that;
 - /bin/true: plus a hook that does nothing (what running any hook costs the runtime), for information;
-- hook: plus nodeprep's hook as `nodeprep runtime` writes it without NVIDIA's nvidia-cdi-hook
+- hook: plus nodeprep's hook (the program /usr/libexec/nodeprep/cdi-hook, written here under a temp
+  dir) as `nodeprep runtime` writes it without NVIDIA's nvidia-cdi-hook
   (`--driver 535.309.01 --ldconfig DIR`; NVIDIA_REQUIRE_CUDA of a real CUDA 12.2 image checked, and
   the image's ld.so.cache found not to name another copy of a mounted library);
 - lib64: plus the same files mounted into /usr/lib64 too (the RHEL/UBI loader's default directory);
@@ -62,8 +63,10 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 use_venv()
 
 from nodeprep.hooks.container import LIB64  # noqa: E402
-from nodeprep.join.cdi import extra_links, hook_command  # noqa: E402
+from nodeprep.join.cdi import extra_links  # noqa: E402
 from nodeprep.join.cdi import hooks as spec_hooks  # noqa: E402
+from nodeprep.join.files import apply_changes  # noqa: E402
+from nodeprep.join.hookprogram import HOOK_PATH, hook_command, hook_program  # noqa: E402
 from nodeprep.join.ocihooks import HOOK_NAME, render_hooks_d  # noqa: E402
 
 GOAL_S = 0.050
@@ -164,21 +167,21 @@ def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int
     (gpu / "config.json").write_text(json.dumps(config))
     state = {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1, "bundle": str(bundle)}
     gate_args = json.loads((gate_dir / HOOK_NAME).read_text())["hook"]["args"]
-    argvs = {"python -S -E (empty)": ([hook["path"], "-S", "-E", "-c", "pass"], bundle),
+    argvs = {"python -S -E (empty)": (["/usr/bin/python3", "-S", "-E", "-c", "pass"], bundle),
              "hook": (hook["args"], bundle), "gate, no GPU": (gate_args, bundle),
              "gate, GPU": (gate_args, gpu)}
     out = {}
     for name, (argv, where) in argvs.items():
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         for _ in range(runs):
-            subprocess.run(argv, executable=hook["path"], input=json.dumps({**state, "bundle": str(where)}),
+            subprocess.run(argv, executable="/usr/bin/python3" if argv[0] == "/usr/bin/python3" else hook["path"], input=json.dumps({**state, "bundle": str(where)}),
                            text=True, check=True, capture_output=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out[name] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / runs
     return out
 
 
-def gate_hooks_dir(work: Path) -> Path:
+def gate_hooks_dir(work: Path, program: str) -> Path:
     """A hooks.d holding the gate's file as `nodeprep runtime` writes it, pointed at a node whose
     driver is VERSION (a `current` link) with one Tesla GPU's recorded facts."""
     opt = work / "opt/nvidia"
@@ -186,6 +189,7 @@ def gate_hooks_dir(work: Path) -> Path:
     (opt / "current").symlink_to(VERSION)
     (opt / "gpu-facts.json").write_text(json.dumps({"gpus": [{"brand": "tesla", "arch": "7.5"}]}))
     doc = json.loads(render_hooks_d())
+    doc["hook"]["path"] = program  # the hook program as written under work, not the node's path
     doc["hook"]["args"] += ["--driver-root", str(opt / "current"), "--facts", str(opt / "gpu-facts.json")]
     hooks = work / "hooks.d"
     hooks.mkdir()
@@ -211,14 +215,16 @@ def main() -> int:
     for tool in ("podman", "unshare", "mmdebstrap", "gcc", "chroot"):
         if shutil.which(tool) is None:
             cannot_measure(f"{tool} is missing (scripts/deps/join.apt)")
-    path, argv, env = hook_command()
-    ours = {"hookName": "createContainer", "path": path,
-            "args": [*argv, "--driver", VERSION, "--ldconfig", MULTIARCH]}
-    if env:
-        ours["env"] = env
     true_hook = {"hookName": "createContainer", "path": "/bin/true", "args": ["true"]}
     with tempfile.TemporaryDirectory(prefix="nodeprep-bench-") as tmp:
         work = Path(tmp)
+        program = hook_program(work / "node")  # the program nodeprep writes on a node, here under work
+        apply_changes([program])
+        _, argv, env = hook_command()
+        ours = {"hookName": "createContainer", "path": str(program.path),
+                "args": [*argv, "--driver", VERSION, "--ldconfig", MULTIARCH]}
+        if env:
+            ours["env"] = env
         lib = stand_in_libs(work)
         one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, LIB64))
         dlopen_names = [{**m, "containerPath": m["containerPath"].replace(".so.1", ".so")} for m in both
@@ -231,12 +237,13 @@ def main() -> int:
                     "spec, cache rebuilt": ([ours], spec_mounts, "compat")}
         variants["gate, no GPU"] = ([], one, "plain")
         variants["gate, GPU"] = ([], one, "plain")
-        gate_dir, no_hooks = gate_hooks_dir(work), work / "no-hooks.d"
+        gate_dir, no_hooks = gate_hooks_dir(work, str(program.path)), work / "no-hooks.d"
         no_hooks.mkdir()
         gpu_device = {"gate, GPU": "/dev/nvidia0"}
         binary = nvidia_hook_binary()
         if binary:  # each writes into its image (links, ld cache): an image of its own
-            with_toolkit = spec_hooks(VERSION, MULTIARCH, binary, extra_links(both, MULTIARCH))
+            with_toolkit = [{**h, "path": str(program.path)} if h["path"] == HOOK_PATH else h
+                            for h in spec_hooks(VERSION, MULTIARCH, binary, extra_links(both, MULTIARCH))]
             variants["spec + nvidia-cdi-hook"] = (with_toolkit, both, "toolkit")
             variants["nvidia"] = (*nvidia_form(lib, binary), "nvidia")
         else:

@@ -123,7 +123,8 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
         + f"):  {shlex.join(smoke)}"
     )
     throwaway = [*install, "--root", "/tmp/nodeprep-root", "--no-load"]
-    lines.append(f"  try it in a throwaway root:  {shlex.join(throwaway)}")
+    lines.append("  try it in a throwaway root (mkdir -p /tmp/nodeprep-root first):  "
+                 f"{shlex.join(throwaway)}")
     lines.append(f"  install on a node (as root):  {shlex.join([*install, '--activate'])}")
     serve, url = (("", store_abs) if isinstance(store, str)
                   else (f"serve {store_abs} over http(s), ", "<its URL>"))

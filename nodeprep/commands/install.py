@@ -117,6 +117,11 @@ def _print_notes(notes: tuple[str, ...]) -> None:
     help="When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
     "default (GRUB) on a kernel that has them.",
 )
+@click.option(
+    "--node-store", default=None, metavar="DIR|URL",
+    help="The store the booted node will reach, recorded for the kernel hook instead of --store "
+    "(needed with --root when --store is a directory of this machine, not of the image).",
+)
 @modules_option
 @registry_options
 @profile_option
@@ -132,6 +137,7 @@ def install_cmd(
     no_load: bool,
     check_only: bool,
     keep_boot_kernel: bool,
+    node_store: str | None,
     modules: str | None,
     registry_auth: str | None,
     ca_file: str | None,
@@ -154,7 +160,7 @@ def install_cmd(
         _, todo = ops.plan(
             root, store, version, kernel=kernel, flavour=flavour, arch=arch, activate=do_activate,
             modules=_modules(modules), store_options=store_options(registry_auth, ca_file, insecure_http),
-            keep_boot_kernel=keep_boot_kernel,
+            keep_boot_kernel=keep_boot_kernel, node_store=node_store,
         )
         if as_json:
             emit_json(todo.to_dict())
@@ -174,6 +180,7 @@ def install_cmd(
         store_options=store_options(registry_auth, ca_file, insecure_http),
         hooks=HOOKS,
         keep_boot_kernel=keep_boot_kernel,
+        node_store=node_store,
     )
     oplog.record(root, "install", _install_changes(root, result))
     if as_json:

@@ -10,13 +10,23 @@ from typing import Any
 
 import click
 
+from ..errors import InputError
 from ..profile import field_by_path
 
 log = logging.getLogger("nodeprep")
 
+
+def existing_root(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """--root must name an existing directory: a typo never creates a tree, on any node command."""
+    if not value.is_dir():
+        what = "is not a directory" if value.exists() or value.is_symlink() else "does not exist"
+        raise InputError(f"--root {value}: {what}", hint="nothing was changed; create the image's tree first")
+    return value
+
+
 root_option = click.option(
-    "--root", type=click.Path(file_okay=False, path_type=Path), default=Path("/"), show_default=True,
-    help="Operate on the system mounted at DIR (chroot, image) instead of /.",
+    "--root", type=click.Path(path_type=Path), default=Path("/"), show_default=True,
+    callback=existing_root, help="Operate on the system mounted at DIR (chroot, image) instead of /.",
 )
 sysfs_root_option = click.option(
     "--sysfs-root", "sysfs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,

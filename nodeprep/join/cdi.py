@@ -10,7 +10,8 @@ the spec) read-only into the container:
   points at it: no symlink hook and no ld cache entry is needed for glibc to find them;
 - binaries at /usr/bin, GSP firmware at /lib/firmware/nvidia/<version>/;
 - daemon sockets (persistenced, fabricmanager, MPS) when present under the device root.
-Hooks (createContainer): nodeprep's own (nodeprep.hooks.container) on every container: it refuses a
+Hooks (createContainer): nodeprep's own (nodeprep.hooks.container, run as the self-contained program
+/usr/libexec/nodeprep/cdi-hook written with the spec: hookprogram.py) on every container: it refuses a
 container whose NVIDIA_REQUIRE_* the mounted driver does not meet and rebuilds the image's
 ld.so.cache only if that cache names a library of the same name elsewhere (which the loader would
 take first) or misses a CUDA compat folder. With NVIDIA's nvidia-cdi-hook on the node, its hooks run
@@ -30,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from ..hooks.container import LIB64
 from ..profile import Driver, Runtime
 from .files import FileChange, atomic_write, under, writable_problem
 from .gpus import GpuDevice, GpuList
+from .hookprogram import hook_command, hook_program, python_problem
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ CDI_VERSION = "0.5.0"  # device names starting with a digit need 0.5.0; nothing 
 # Released CDI spec versions, oldest first (SPEC.md "Released versions"; 0.3.0 is the earliest the
 # reference library still accepts).
 CDI_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
-HOOK_MODULE = "nodeprep.hooks.container"
 KIND = "nvidia.com/gpu"
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "cdi.schema.json"
 DRIVER_BASE = "/opt/nvidia"
@@ -235,23 +235,6 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
 
 
-def hook_command(module: str = HOOK_MODULE) -> tuple[str, list[str], list[str]]:
-    """(path, argv, env) running nodeprep's container hook (or `module`'s main, e.g. the CUDA gate
-    nodeprep.hooks.gate) with this interpreter and this nodeprep.
-
-    It runs on every container start, so it starts lean: `-S` (no site: no third-party package is
-    needed), `-E`, and `-c` instead of `-m` (runpy alone costs ~20 ms); the directory holding this
-    nodeprep package goes first on sys.path, so a venv, a source checkout or the Ansible zipapp
-    all work."""
-    python = sys.executable or "/usr/bin/python3"
-    package_parent = str(Path(__file__).resolve().parents[2])
-    code = (
-        f"import sys;sys.path.insert(0,{package_parent!r});"
-        f"from {module} import main;sys.exit(main())"
-    )
-    return python, [python, "-S", "-E", "-c", code], []
-
-
 def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
           params: bool = False) -> list[dict[str, Any]]:
     """createContainer hooks (pure). Without nvidia-cdi-hook: nodeprep's alone (requirement check,
@@ -379,7 +362,11 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList, *,
     path = under(root, target)
     spec = build_spec(root, driver, gpus, dev_root=dev_root, cdi_hook=runtime.cdi_hook_path)
     content = render_spec(spec, on_disk=_read_if_file(path))
-    return [FileChange(path, target, content, 0o644)]
+    problem = python_problem(root)
+    if problem:
+        raise StateError(problem, hint="install python3 on the node (the image), or set runtime.cdi false; "
+                         "nothing was changed")
+    return [hook_program(root), FileChange(path, target, content, 0o644)]
 
 
 SPEC_HEADER = b"# Written by nodeprep"
@@ -423,8 +410,16 @@ def _our_specs(root: Path) -> list[tuple[str, Path, bytes]]:
 
 
 def refresh_problem(root: Path) -> str | None:
-    """Why activation could not rewrite a spec nodeprep wrote (checked before anything changes)."""
-    for target, path, _ in _our_specs(root):
+    """Why activation could not rewrite a spec nodeprep wrote, or the hook program it names
+    (checked before anything changes)."""
+    specs = _our_specs(root)
+    if specs:
+        program = hook_program(root)
+        if program.changed:
+            problem = writable_problem(program.path, program.target)
+            if problem:
+                return problem
+    for target, path, _ in specs:
         problem = writable_problem(path, target)
         if problem:
             return problem
@@ -436,10 +431,16 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
 
     The spec mounts files of one versioned root (/opt/nvidia/<version>), so every switch of
     /opt/nvidia/current must rewrite it; its GPU list and device nodes are kept. Specs not written
-    by nodeprep are left alone. Returns the node paths rewritten.
+    by nodeprep are left alone; the hook program they name is rewritten first when this nodeprep's
+    differs (hookprogram.py). Returns the node paths of the specs rewritten.
     """
     rewritten = []
-    for target, path, raw in _our_specs(root):
+    specs = _our_specs(root)
+    program = hook_program(root) if specs else None
+    if program is not None and program.changed:  # a nodeprep upgrade: the spec names this program
+        atomic_write(program.path, program.content, program.mode)
+        log.info("rewrote %s (nodeprep's CDI hook)", program.target)
+    for target, path, raw in specs:
         old = yaml.safe_load(raw)
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (

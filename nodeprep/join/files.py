@@ -27,6 +27,7 @@ class FileChange:
     content: bytes = field(repr=False)  # may hold the bootstrap token: never in repr/logs
     mode: int = 0o644
     secret: bool = False  # holds the bootstrap token: never printed, always 0600
+    program: bool = False  # a program nodeprep generates (the CDI hook): a plan shows its header only
 
     @property
     def before(self) -> bytes | None:

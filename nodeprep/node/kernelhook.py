@@ -95,6 +95,48 @@ def node_view(layout: Layout, location: str | None) -> str | None:
         return location
 
 
+def node_store(layout: Layout, store: str, given: str | None) -> str | None:
+    """The store to record for the kernel hook: `given` (--node-store: what the booted node will
+    reach), else `store` as the node sees it; None when that is a directory of the machine running
+    nodeprep and not of the image under ROOT (a relative path, or one outside ROOT), which the
+    booted node would not have."""
+    if given:
+        return given
+    seen = node_view(layout, store)
+    if layout.live or seen is None or is_oci(seen) or download.local_path(seen) is None:
+        return seen
+    return seen if seen.startswith("/") and local_inside(layout, store) else None
+
+
+def local_inside(layout: Layout, location: str) -> bool:
+    local = download.local_path(location)
+    return local is not None and Path(os.path.abspath(local)).is_relative_to(os.path.abspath(layout.root))
+
+
+def unrecorded_note(store: str) -> str:
+    return (f"kernel hook: the store {store} is a directory of this machine, not of the image, so it is not "
+            "recorded; give --node-store with the store the booted node will reach (docs/node.md, "
+            "\"Kernel updates\")")
+
+
+def keep_record(active: str | None, recorded: dict[str, Any] | None, version: str, activate: bool) -> bool:
+    """True when installing `version` must leave the recorded store alone: another version is active
+    and stays so, and its kernel modules come from the store already recorded, not from this one."""
+    return recorded is not None and active not in (None, version) and not activate
+
+
+def command_note(layout: Layout, command: str) -> str | None:
+    """For an image (--root): a note when the hooks' `command` (a bare name there, found on the
+    image's PATH: system.nodeprep_command) is in none of the image's PATH directories."""
+    if layout.live or "/" in command:
+        return None
+    dirs = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+    if any(layout.resolved(f"{d}/{command}").is_file() for d in dirs):
+        return None
+    return (f"the kernel hooks call `{command}` on the image's PATH, which has none: install nodeprep in "
+            "the image, or kernels installed there later get no NVIDIA modules (docs/node.md)")
+
+
 def hook_path(layout: Layout, event: str) -> Path:
     return layout.resolved(f"/etc/kernel/{event}.d") / HOOK_NAME
 

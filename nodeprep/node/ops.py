@@ -203,8 +203,11 @@ def _plan_install(
     drift = (system.drift(layout, modules) + entrypoints.drift(layout, request.version, request.arch)
              if request.activate else ())
     hook_drift = kernelhook.drift(layout, system.nodeprep_command(layout)) if hook else ()
+    record = hook.to_dict() if hook else None
+    if record and kernelhook.keep_record(state.active, state.kernel_hook, request.version, request.activate):
+        record = state.kernel_hook  # the active version's modules come from the store recorded
     return plan_install(state, request, entries, live_kernel=_live_kernel(layout), drift=drift,
-                        kernel_hook=hook.to_dict() if hook else None, hook_drift=hook_drift)
+                        kernel_hook=record, hook_drift=hook_drift)
 
 
 def plan(
@@ -220,6 +223,7 @@ def plan(
     store_options: StoreOptions | None = None,
     keep_boot_kernel: bool = False,
     kernel_hook: bool = True,
+    node_store: str | None = None,
 ) -> tuple[State, InstallPlan]:
     """What install() with these arguments would change (nothing written, no artifact fetched):
     the node's state now and the plan. `nodeprep install --check` and Ansible's check mode."""
@@ -227,8 +231,11 @@ def plan(
     request = _request(layout, version, kernel, flavour, arch, activate)
     state = load_state(layout.root)
     src = Store(store, store_options or StoreOptions())
-    hook = _hook_config(layout, src.location, arch, store_options, keep_boot_kernel) if kernel_hook else None
-    return state, _plan_install(layout, src.entries, request, modules, hook)
+    hook = (_hook_config(layout, src.location, arch, store_options, keep_boot_kernel, node_store)
+            if kernel_hook else None)
+    todo = _plan_install(layout, src.entries, request, modules, hook)
+    return state, replace(todo, notes=todo.notes + _hook_notes(layout, src.location, node_store, kernel_hook,
+                                                                hook))
 
 
 def install(
@@ -246,19 +253,22 @@ def install(
     store_options: StoreOptions | None = None,
     keep_boot_kernel: bool = False,
     kernel_hook: bool = True,
+    node_store: str | None = None,
 ) -> InstallResult:
     """Install user space + kmod of `version` from `store` into ROOT/opt/nvidia/<version>.
     `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py);
     `hooks`: what follows an activation above the node (nodeprep.join.activation.HOOKS);
     `kernel_hook`: record the store and write the kernel hooks (kernelhook.py) that install this
-    driver's modules for kernels installed later; `keep_boot_kernel` is the hook's boot-default choice."""
+    driver's modules for kernels installed later; `keep_boot_kernel` is the hook's boot-default choice;
+    `node_store`: the store the booted node reaches, recorded instead of `store` (kernelhook.node_store)."""
     layout = Layout(Path(root))
     request = _request(layout, version, kernel, flavour, arch, activate)
     rel = request.kernel
     src = Store(store, store_options or StoreOptions())
     # Planned before taking the lock (bad input fails fast, nothing changed), then again under it.
     index = functools.cache(src.entries)  # read at most once, and only when something is missing
-    hook = _hook_config(layout, src.location, arch, store_options, keep_boot_kernel) if kernel_hook else None
+    hook = (_hook_config(layout, src.location, arch, store_options, keep_boot_kernel, node_store)
+            if kernel_hook else None)
     first = _plan_install(layout, index, request, modules, hook)
     if activate:  # another package's nvidia-smi: refused before anything is fetched or installed
         problem = entrypoints.refusal(layout, version, load_state(layout.root).entry_points,
@@ -316,19 +326,34 @@ def install(
         installed_userspace=installed_us,
         installed_kmod=installed_kmod,
         activation=activation,
-        notes=todo.notes,
+        notes=todo.notes + _hook_notes(layout, src.location, node_store, kernel_hook, hook),
     )
 
 
 def _hook_config(layout: Layout, store: str, arch: str, options: StoreOptions | None,
-                 keep_boot_kernel: bool) -> kernelhook.HookConfig:
-    """What the kernel hook needs, as the node sees it (paths under --root lose the prefix)."""
+                 keep_boot_kernel: bool, node_store: str | None = None) -> kernelhook.HookConfig | None:
+    """What the kernel hook needs, as the node sees it (paths under --root lose the prefix); None
+    when the booted node would not reach the store (kernelhook.node_store)."""
     opts = options or StoreOptions()
+    recorded = kernelhook.node_store(layout, store, node_store)
+    if recorded is None:
+        return None
     return kernelhook.HookConfig(
-        store=str(kernelhook.node_view(layout, store)), arch=arch,
+        store=recorded, arch=arch,
         registry_auth=kernelhook.node_view(layout, opts.registry_auth),
         ca_file=kernelhook.node_view(layout, opts.ca_file), insecure_http=opts.insecure_http,
         keep_boot_kernel=keep_boot_kernel)
+
+
+def _hook_notes(layout: Layout, store: str, node_store: str | None, wanted: bool,
+                hook: kernelhook.HookConfig | None) -> tuple[str, ...]:
+    """What the install says about the kernel hook of an image: not set up, or needing nodeprep."""
+    if not wanted:
+        return ()
+    if hook is None:
+        return (kernelhook.unrecorded_note(store),)
+    note = kernelhook.command_note(layout, system.nodeprep_command(layout))
+    return (note,) if note else ()
 
 
 def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntry, version: str) -> None:

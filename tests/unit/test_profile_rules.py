@@ -170,6 +170,7 @@ def test_store_credentials_are_refused_and_never_shown(tmp_path: Path) -> None:
     url = "https://admin:s3cr3t@store.example.com/nodeprep"
     prof = tmp_path / "node.yaml"
     prof.write_text(f'driver:\n  version: "550.90.07"\n  store: "{url}"\n')
+    (tmp_path / "root").mkdir()
     for argv in (["profile", "check", "--profile", str(prof)],
                  ["install", "--root", str(tmp_path / "root"), "--store", url, "--driver", "550.90.07",
                   "--kernel", "6.1.0-28-amd64"]):
@@ -177,7 +178,7 @@ def test_store_credentials_are_refused_and_never_shown(tmp_path: Path) -> None:
         assert code == 2, (argv, err)
         assert "s3cr3t" not in out + err and "admin" not in out + err
         assert "https://<redacted>@store.example.com/nodeprep" in err and "credentials" in err
-    assert not (tmp_path / "root").exists()
+    assert list((tmp_path / "root").iterdir()) == []
 
 
 def test_urls_are_redacted_in_download_errors() -> None:

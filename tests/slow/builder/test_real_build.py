@@ -306,6 +306,7 @@ def test_closing_summary_names_the_next_steps_and_they_run(real_build, tmp_path)
     assert install[install.index("--kernel") + 1] == real_build.kernel_release
     root = tmp_path / "root"
     install[install.index("--root") + 1] = str(root)
+    root.mkdir()  # as the line says: --root must exist
     done = cli(*install[1:], timeout=600)
     assert done.returncode == 0, done.stderr
     moddir = root / "opt" / "nvidia" / real_build.driver_version / "modules" / real_build.kernel_release

@@ -48,6 +48,10 @@ def gpu_node(  # type: ignore[no-untyped-def]
     work = tmp_path_factory.mktemp("gpunode")
     tar = make_rootfs_tar(cdi_cache)
     root = unpack_rootfs(tar, work / "node", Path("/bin/true"), layout="debian")
+    # the node's python3, which the CDI hook program runs with (`runtime` checks it is there); the
+    # namespace runs the program with the host's, the same Debian 12 build
+    shutil.copy2("/usr/bin/python3.11", root / "usr/bin/python3.11")
+    (root / "usr/bin/python3").symlink_to("python3.11")
     # the second version: user space from Debian's tesla-535 packages + kmod-shaped stand-ins
     archive = DebianArchive(test_cache)
     node_cache = test_cache / "node"

@@ -12,7 +12,8 @@ mknod inside the test's own mount namespace, over an overlay of /dev; the GPU li
 procfs file under the node root written in the driver's format (recorded from a Tesla T4).
 
 The runtimes run in one private mount namespace per session (`unshare -m`) in which the node root's
-/opt is bind-mounted over /opt and its /etc/cdi over /run/cdi (a tmpfs over /run hides the host's
+/opt is bind-mounted over /opt, its /usr/libexec/nodeprep (the CDI hook program) at /usr/libexec/nodeprep
+(over an overlay of /usr/libexec) and its /etc/cdi over /run/cdi (a tmpfs over /run hides the host's
 /run, so no host daemon socket is ever used): the spec's hostPaths are the node's own paths
 (/opt/nvidia/<version>/...), exactly as on a booted node, and the runtimes bind them from there.
 Podman runs with --root/--tmpdir under the session's temp directory and --runroot in a short
@@ -61,6 +62,12 @@ while [ $# -gt 0 ]; do mknod -m 666 "$1" c "$2" "$3"; shift 3; done
 mount -t tmpfs tmpfs /run
 mkdir /run/cdi
 mount --bind "$R/etc/cdi" /run/cdi
+if [ -d "$R/usr/libexec/nodeprep" ]; then  # the hook program the spec names, at the node's path
+  mkdir -p "$W/libexecup/nodeprep" "$W/libexecwork"
+  mount -t overlay overlay -o "lowerdir=/usr/libexec,upperdir=$W/libexecup,workdir=$W/libexecwork" \
+    /usr/libexec
+  mount --bind "$R/usr/libexec/nodeprep" /usr/libexec/nodeprep
+fi
 : > "$W/ready"
 exec sleep infinity
 """

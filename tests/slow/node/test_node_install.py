@@ -51,16 +51,21 @@ def test_install_activate_rollback_in_debian_rootfs(node_store: NodeStore, rootf
     # an installed version needs nothing from the store: a re-run works with the store gone, while
     # adding a kernel (something to fetch) still needs it
     gone = rootfs.parent / "no-such-store"
-    r = install_cli(gone, V_NEW, node_store.kernel, rootfs, "--json")
+    r = install_cli(gone, V_NEW, node_store.kernel, rootfs, "--json", "--node-store", str(gone))
     assert r.returncode == 0, r.stderr
     done = json.loads(r.stdout)
     assert not done["installed_userspace"] and not done["installed_kmod"]
-    # its one change: the kernel hook's record in state.json names the store given
+    # its one change: the kernel hook's record in state.json names the store the node will reach
+    # (a directory of this machine is never recorded for a --root image without --node-store)
     assert done["changed"] is True and load_state(rootfs).kernel_hook["store"] == str(gone)
     r = install_cli(gone, V_NEW, "6.1.0-99-amd64", rootfs)
     assert r.returncode == 2 and str(gone) in r.stderr and "Traceback" not in r.stderr
-    assert install(node_store, rootfs, V_NEW)["changed"] is True  # the record names the store again
+    node_view = ("--node-store", str(node_store.path))
+    assert install(node_store, rootfs, V_NEW, *node_view)["changed"] is True  # the record names it again
+    assert install(node_store, rootfs, V_NEW, *node_view)["changed"] is False
+    # without --node-store, a directory of this machine never replaces the image's record
     assert install(node_store, rootfs, V_NEW)["changed"] is False
+    assert load_state(rootfs).kernel_hook["store"] == str(node_store.path)
 
     r = cli("activate", V_NEW, "--root", str(rootfs))
     assert r.returncode == 0, r.stderr

@@ -13,6 +13,7 @@ from nodeprep.cli import main
 from tests.support.clirunner import separate_stderr
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
+from tests.unit.join.conftest import node_python
 
 CAPTURE = NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"
 
@@ -96,6 +97,7 @@ def image_root(tmp_path: Path) -> tuple[Path, Path]:
     (root / "lib/modules" / KERNEL).mkdir(parents=True)
     (root / "etc/nodeprep").mkdir(parents=True)
     (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    node_python(root)  # the CDI hook program runs with the image's python3
     token = root / "etc/nodeprep/bootstrap-token"
     token.write_text("abcdef.0123456789abcdef\n")
     token.chmod(0o600)

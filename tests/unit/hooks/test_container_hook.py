@@ -1,5 +1,6 @@
 """nodeprep's createContainer hook as the runtime runs it: a real process started the way the CDI
-spec says (`python -S -m nodeprep.hooks.container --driver V`), the OCI state JSON on stdin and the
+spec says (the program /usr/libexec/nodeprep/cdi-hook that nodeprep writes, here under a temporary
+root, run with the host's /usr/bin/python3 and `--driver V`), the OCI state JSON on stdin and the
 container's config.json in the bundle (written here in the OCI runtime-spec layout). The container
 start itself is in tests/slow/join/test_cdi_podman.py and test_cri_containerd.py."""
 
@@ -14,9 +15,18 @@ import pytest
 
 from nodeprep.hooks.container import LIB64, loads, mounted_libraries, requirement_problem, shadowing_entries
 from nodeprep.join import cdi
+from nodeprep.join.files import apply_changes
+from nodeprep.join.hookprogram import hook_program
 
 REQUIRE_12_2 = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
 REQUIRE_12_4 = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=535,driver<536"
+
+
+def installed_hook(tmp_path: Path) -> Path:
+    """The hook program as nodeprep writes it on a node (here under tmp_path/node)."""
+    program = hook_program(tmp_path / "node")
+    apply_changes([program])
+    return program.path
 
 
 def run_hook(
@@ -35,7 +45,7 @@ def run_hook(
     path, argv, hook_env = cdi.hook_command()
     return subprocess.run(
         [*argv, "--driver", driver, *(extra or [])],
-        executable=path,
+        executable=installed_hook(tmp_path),
         input=json.dumps(state),
         capture_output=True,
         text=True,
@@ -63,7 +73,8 @@ def test_malformed_requirement_and_bad_state(tmp_path: Path) -> None:
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
     assert "NVIDIA_REQUIRE_CUDA: malformed constraint 'cuda>>12.2'" in bad.stderr
     path, argv, env = cdi.hook_command()
-    r = subprocess.run([*argv, "--driver", "535.309.01"], executable=path, input="not json",
+    r = subprocess.run([*argv, "--driver", "535.309.01"], executable=installed_hook(tmp_path),
+                       input="not json",
                        capture_output=True, text=True, env=dict(e.split("=", 1) for e in env), timeout=60)
     assert r.returncode == 1 and "cannot read the container's OCI state/config" in r.stderr
     assert "Traceback" not in r.stderr

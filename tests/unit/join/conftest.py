@@ -81,7 +81,19 @@ def install_driver(root: Path, work: Path, version: str = VERSION) -> Path:
     if current.is_symlink():
         current.unlink()
     current.symlink_to(version)
+    node_python(root)
     return path
+
+
+def node_python(root: Path, name: str = "python3.11") -> None:
+    """The node's /usr/bin/python3 as Debian lays it out (a link to python3.N), which nodeprep's
+    CDI hook program runs with; only its name is read here."""
+    bindir = root / "usr/bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    if not (bindir / name).exists():
+        shutil.copy(Path("/bin/true"), bindir / name)
+    if not (bindir / "python3").is_symlink():
+        (bindir / "python3").symlink_to(name)
 
 
 def write_token(root: Path, mode: int = 0o600, token: str = TOKEN) -> Path:

@@ -17,6 +17,7 @@ import yaml
 from nodeprep.errors import StateError
 from nodeprep.join import cdi, gpus
 from nodeprep.join.files import apply_changes
+from nodeprep.join.hookprogram import HOOK_PATH
 from nodeprep.profile import Driver, Runtime
 
 from .conftest import FIXTURES, VERSION
@@ -28,7 +29,7 @@ SCHEMA = json.loads(cdi.SCHEMA_PATH.read_text())
 def _spec(root: Path, fixture: str, driver: Driver = DRIVER) -> dict:  # type: ignore[type-arg]
     gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / fixture).read_bytes())
     changes = cdi.plan_cdi(root, driver, Runtime(), gpu_list)
-    assert [c.target for c in changes] == ["/etc/cdi/nvidia.yaml"]
+    assert [c.target for c in changes] == [HOOK_PATH, "/etc/cdi/nvidia.yaml"]  # the program first
     apply_changes(changes)
     return yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
 
@@ -57,10 +58,10 @@ def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> Non
     # no nvidia-cdi-hook on this node: nodeprep's own hook checks NVIDIA_REQUIRE_* and rebuilds the
     # image's ld cache when that cache names another copy of a mounted library
     (hook,) = edits["hooks"]
-    assert hook["hookName"] == "createContainer" and hook["path"] == hook["args"][0]
-    assert hook["args"][1:4] == ["-S", "-E", "-c"]
-    assert "from nodeprep.hooks.container import" in hook["args"][4]
-    assert hook["args"][5:] == ["--driver", VERSION, "--ldconfig", "/usr/lib/x86_64-linux-gnu"]
+    # the program nodeprep writes on the node (its own python3), never this checkout or its venv
+    assert hook["hookName"] == "createContainer" and hook["path"] == HOOK_PATH
+    assert hook["args"][0] == "cdi-hook" and not any("sys.path" in a for a in hook["args"])
+    assert hook["args"][1:] == ["--driver", VERSION, "--ldconfig", "/usr/lib/x86_64-linux-gnu"]
     assert "annotations" not in spec  # needs cdiVersion 0.6.0; podman 4.3 refuses the spec with it
 
 
@@ -91,7 +92,7 @@ def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
         m["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]
         for m in spec["containerEdits"]["mounts"]
     )
-    assert spec["containerEdits"]["hooks"][0]["args"][5:7] == ["--driver", VERSION]
+    assert spec["containerEdits"]["hooks"][0]["args"][1:3] == ["--driver", VERSION]
 
 
 def test_a100_capture_lists_one_of_four_gpus(node_root: Path) -> None:
@@ -127,7 +128,7 @@ def test_toolkit_hooks_do_only_what_nodeprep_does_not(node_root: Path) -> None:
     ]
     assert {h["path"] for h in nvidia} == {"/usr/local/bin/nvidia-cdi-hook"}
     # nodeprep's hook last, its ld cache fast path kept: no update-ldcache (an ldconfig per start)
-    assert ours["args"][5:] == ["--driver", VERSION, "--ldconfig", multiarch]
+    assert ours["args"][1:] == ["--driver", VERSION, "--ldconfig", multiarch]
     mounts = {m["containerPath"] for m in spec["containerEdits"]["mounts"]}
     assert f"{multiarch}/libcuda.so" not in mounts  # the link is made by create-symlinks instead
     assert cdi.spec_problems(spec) == []
@@ -189,7 +190,7 @@ def test_second_run_changes_nothing(node_root: Path) -> None:
         Runtime(),
         gpus.from_nvidia_smi_xml((FIXTURES / "a10g_515.105.01.xml").read_bytes()),
     )
-    assert not again[0].changed and again[0].content == before
+    assert not any(c.changed for c in again) and again[-1].content == before
 
 
 @pytest.mark.parametrize(
@@ -338,8 +339,11 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     foreign = node_root / "run/cdi/nvidia.yaml"
     foreign.parent.mkdir(parents=True)
     foreign.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")  # not ours: untouched
+    program = node_root / HOOK_PATH.lstrip("/")
+    program.write_text("#!/bin/sh\n# the hook of an older nodeprep\n")
 
     result = ops.activate(node_root, new_version, load=False, hooks=HOOKS)
+    assert program.read_bytes().startswith(b"#!/usr/bin/python3 -SE\n")  # this nodeprep's hook follows
     assert result.changed and "/etc/cdi/nvidia.yaml now mounts 535.216.03" in result.notes
     spec = yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
     jsonschema.Draft7Validator(SCHEMA).validate(spec)
@@ -348,7 +352,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     assert any(h.endswith(f"libcuda.so.{new_version}") for h in hosts)
     assert spec["devices"] == old["devices"]
     assert spec["containerEdits"]["deviceNodes"] == old["containerEdits"]["deviceNodes"]
-    assert spec["containerEdits"]["hooks"][0]["args"][5:7] == ["--driver", new_version]
+    assert spec["containerEdits"]["hooks"][0]["args"][1:3] == ["--driver", new_version]
     assert foreign.read_text().startswith("cdiVersion: 0.5.0\nkind")
     assert cdi.refresh_after_activation(node_root, new_version) == []  # idempotent
 

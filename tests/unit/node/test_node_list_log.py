@@ -40,7 +40,7 @@ def test_list_shows_flavour_size_and_install_time(tmp_path: Path) -> None:
     store = standin_store(tmp_path / "work", tmp_path / "store", V_NEW)
     root = tmp_path / "root"
     root.mkdir()
-    install(root, store, V_NEW, "--activate")
+    install(root, store, V_NEW, "--activate", "--node-store", str(store))
     code, out, _ = cli("list", "--root", str(root))
     assert code == 0
     line = out.splitlines()[0]

@@ -38,13 +38,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def install(store: Path, root: Path, kernel: str = KERNEL, *extra: str):  # type: ignore[no-untyped-def]
     return invoke("install", "--store", str(store), "--driver", V, "--kernel", kernel, "--root", str(root),
-                  "--activate", *extra)
+                  "--activate", "--node-store", str(store), *extra)
 
 
 def test_fresh_root_plan_then_install(store: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    before, todo = ops.plan(root, str(store), V, kernel=KERNEL, activate=True)
+    before, todo = ops.plan(root, str(store), V, kernel=KERNEL, activate=True, node_store=str(store))
     assert before.installed == {} and todo.changes and todo.new_version
     assert todo.kmod is not None and todo.kmod.kernel_release == KERNEL
     assert todo.activation is not None and todo.activation.switch and todo.activation.active is None
@@ -69,13 +69,14 @@ def test_fresh_root_plan_then_install(store: Path, tmp_path: Path) -> None:
     assert json.loads(done.stdout)["changed"] is True
     after = load_state(root)
     assert (after.active, after.installed[V].kernels) == (V, (KERNEL,))
-    _, again = ops.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True)
+    _, again = ops.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True,
+                        node_store=str(tmp_path / "no-store"))
     assert again.userspace is None  # the store was not even read
     assert again.kernel_hook is not None and again.kernel_hook.write == ()  # the hooks are in place,
     assert again.changes and not again.kernel_hook.recorded  # only the recorded store would change
     _, again = ops.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True, kernel_hook=False)
     assert not again.changes
-    _, same = ops.plan(root, str(store), V, kernel=KERNEL, activate=True)
+    _, same = ops.plan(root, str(store), V, kernel=KERNEL, activate=True, node_store=str(store))
     assert not same.changes and same.kernel_hook is not None and same.kernel_hook.recorded
     written = {p: p.stat().st_mtime_ns for p in (root / "etc/kernel/postinst.d/nodeprep",
                                                 root / "etc/kernel/postrm.d/nodeprep",

@@ -31,7 +31,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def install(store: Path, root: Path):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(main, ["install", "--store", str(store), "--driver", V, "--kernel", KERNEL,
-                                     "--root", str(root), "--activate", "--json"])
+                                     "--root", str(root), "--activate", "--node-store", str(store),
+                                     "--json"])
 
 
 def _outside(tmp_path: Path) -> Path:
