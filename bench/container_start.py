@@ -174,7 +174,8 @@ def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int
     for name, (argv, where) in argvs.items():
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         for _ in range(runs):
-            subprocess.run(argv, executable="/usr/bin/python3" if argv[0] == "/usr/bin/python3" else hook["path"], input=json.dumps({**state, "bundle": str(where)}),
+            exe = argv[0] if argv[0].startswith("/") else hook["path"]  # the hook program, by its path
+            subprocess.run(argv, executable=exe, input=json.dumps({**state, "bundle": str(where)}),
                            text=True, check=True, capture_output=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out[name] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / runs

@@ -27,7 +27,7 @@ from ..node.hooks import Removal, Undo
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd
-from . import ctkconfig, ocihooks
+from . import ctkconfig, hookprogram, ocihooks
 from .files import atomic_write, under
 from .plan import JoinOptions, plan_runtime
 
@@ -50,11 +50,19 @@ def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, dict[str, by
     main = runtime.containerd_config
     defaults: dict[str, bytes | None] = {
         main: None, f"{ctd.drop_in_dir(main)}/{ctd.DROP_IN_NAME}": None,
-        f"{ocihooks.HOOKS_DIR}/{ocihooks.HOOK_NAME}": ocihooks.render_hooks_d(),
+        f"{ocihooks.HOOKS_DIR}/{ocihooks.HOOK_NAME}": ocihooks.render_hooks_d(), hookprogram.HOOK_PATH: None,
         ctkconfig.CONFIG: None,
         **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
     }
     return runtime, {**defaults, **planned}
+
+
+def _ours(raw: bytes) -> bool:
+    """A file nodeprep wrote: its header on the first line, or on the second after a #! line (the
+    hook program)."""
+    lines = raw.split(b"\n", 2)
+    return raw.startswith(HEADER) or (raw.startswith(b"#!") and len(lines) > 1
+                                      and lines[1].startswith(HEADER))
 
 
 def _import_line(entries: list[str]) -> str:
@@ -124,7 +132,7 @@ def plan_removal(root: Path, profile: Profile | None = None) -> Removal:
                 undo.append(Undo(target, path))
             else:
                 kept.append(f"{target}: nodeprep set its CDI mode in a file it did not create; left in place")
-        elif raw.startswith(HEADER) or raw == targets[target]:  # a JSON file has no header
+        elif _ours(raw) or raw == targets[target]:  # a JSON file has no header
             undo.append(Undo(target, path))
         else:
             kept.append(f"{target}: not written by nodeprep; left in place")

@@ -236,7 +236,7 @@ def test_nvidia_binaries_against_a_simulated_driver(tmp_path: Path, nvidia_smi_f
                   if line.startswith("    "))
     hooks = listed["hooks only nvidia-ctk's spec has"].split(", ")
     assert "createContainer:nvidia-cdi-hook update-ldcache" in hooks and len(hooks) == 5
-    assert listed["hooks only nodeprep's spec has"].startswith("createContainer:python")
+    assert listed["hooks only nodeprep's spec has"].startswith("createContainer:cdi-hook")
     # the stand-in NVML numbers GPU 0 minor 0; the capture's procfs entry (nodeprep's source) says 1
     assert listed["nodes only nodeprep's spec has"] == "/dev/nvidia1"
     assert lines["validator"].startswith(

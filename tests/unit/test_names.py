@@ -137,6 +137,7 @@ def test_install_and_activate_read_the_default_profile_under_root(tmp_path: Path
 
 def test_flags_override_the_profile(tmp_path: Path) -> None:
     root = tmp_path / "root"
+    root.mkdir()
     prof = _profile(tmp_path / "elsewhere", version=VERSION, store=str(tmp_path / "from-profile"))
     code, out, err = cli("install", "--root", str(root), "--profile", str(prof), "--kernel", KERNEL,
                          "--store", str(tmp_path / "from-flag"), "--check")
@@ -145,7 +146,7 @@ def test_flags_override_the_profile(tmp_path: Path) -> None:
     code, _, err = cli("install", "--root", str(root), "--profile", str(prof), "--kernel", KERNEL, "--check")
     assert code == 2
     assert err == f"error: --store: {tmp_path / 'from-profile'} is not a directory\n"
-    assert not root.exists()  # nothing written
+    assert list(root.iterdir()) == []  # nothing written
 
 
 def test_missing_settings_name_the_flag_and_the_field(tmp_path: Path) -> None:

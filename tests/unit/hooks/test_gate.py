@@ -16,7 +16,10 @@ import pytest
 from nodeprep.cli import main
 from nodeprep.hooks import gate
 from nodeprep.join import ocihooks
+from nodeprep.join.files import apply_changes
+from nodeprep.join.hookprogram import hook_program
 from tests.support.clirunner import separate_stderr
+from tests.unit.join.conftest import node_python
 
 DRIVER = "535.309.01"  # supports up to CUDA 12.2
 GPU_DEVICE = {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}
@@ -55,9 +58,12 @@ def run_gate(
     (bundle / "config.json").write_text(json.dumps(doc))
     state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1, "bundle": str(bundle)}
     current, facts_file = node(tmp_path, facts)
-    if command is None:
+    if command is None:  # the hook program as `nodeprep runtime` writes it, here under tmp_path/node
+        program = hook_program(tmp_path / "node")
+        apply_changes([program])
         hook = ocihooks.gate_hook()
-        command = (hook["path"], [*hook["args"], "--driver-root", str(current), "--facts", str(facts_file)])
+        command = (str(program.path),
+                   [*hook["args"], "--driver-root", str(current), "--facts", str(facts_file)])
     return subprocess.run(command[1], executable=command[0], input=json.dumps(state), capture_output=True,
                           text=True, env={}, timeout=60)
 
@@ -184,6 +190,7 @@ def test_bad_state_and_bad_facts(tmp_path: Path) -> None:
 def test_runtime_writes_the_hooks_d_file_that_runs_the_gate(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "etc/containerd").mkdir(parents=True)
+    node_python(root)
     profile = tmp_path / "node.yaml"
     profile.write_text('driver:\n  version: "535.309.01"\nruntime:\n  cdi: false\n')
     r = separate_stderr().invoke(main, ["runtime", "--profile", str(profile), "--root", str(root)],
@@ -194,8 +201,9 @@ def test_runtime_writes_the_hooks_d_file_that_runs_the_gate(tmp_path: Path) -> N
     assert doc["version"] == "1.0.0" and doc["when"] == {"always": True}
     assert doc["stages"] == ["createContainer"]
     assert doc["hook"]["args"][-4:] == ["--driver-root", gate.DRIVER_ROOT, "--facts", gate.FACTS]
-    assert os.access(doc["hook"]["path"], os.X_OK)
+    program = root / doc["hook"]["path"].lstrip("/")  # the node's hook program, written beside it
+    assert os.access(program, os.X_OK)
     # the written command itself: no GPU, no facts, no driver root -> allowed at once
     no_gpu = run_gate(tmp_path, ["NVIDIA_REQUIRE_CUDA=cuda>=99.0"], devices=[],
-                      command=(doc["hook"]["path"], doc["hook"]["args"]))
+                      command=(str(program), doc["hook"]["args"]))
     assert no_gpu.returncode == 0 and no_gpu.stderr == ""

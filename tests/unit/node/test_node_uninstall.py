@@ -26,6 +26,7 @@ from nodeprep.node.layout import Layout
 from nodeprep.node.lock import locked
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
+from tests.unit.join.conftest import node_python
 
 REPO = Path(__file__).resolve().parents[3]
 VERSION = "535.309.01"
@@ -79,6 +80,7 @@ def debian_root(root: Path, *, containerd: bool = True) -> Path:
         (root / "etc/containerd/config.toml").chmod(0o600)
     (root / "etc/nodeprep").mkdir()
     (root / "etc/nodeprep/node.yaml").write_text(yaml.safe_dump({"driver": {"version": VERSION}}))
+    node_python(root)  # the node's /usr/bin/python3, which runs nodeprep's hook program
     runner.run(["ldconfig", "-r", root], timeout=60)
     runner.run(["depmod", "-b", root, KERNEL], timeout=60)
     return root
@@ -86,7 +88,7 @@ def debian_root(root: Path, *, containerd: bool = True) -> Path:
 
 def install_everything(store: Path, root: Path) -> None:
     r = invoke("install", "--store", str(store), "--driver", VERSION, "--kernel", KERNEL, "--activate",
-               "--root", str(root))
+               "--root", str(root), "--node-store", "https://drivers.example/nvidia")  # what the node reaches
     assert r.exit_code == 0, r.output
     r = invoke("runtime", "--root", str(root), "--nvidia-smi-xml",
                str(NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"))
