@@ -177,8 +177,10 @@ def test_odd_config_shapes_are_no_gpu_not_a_traceback(tmp_path: Path, config: di
 
 
 def test_bad_state_and_bad_facts(tmp_path: Path) -> None:
+    program = hook_program(tmp_path / "node")
+    apply_changes([program])
     hook = ocihooks.gate_hook()
-    r = subprocess.run(hook["args"], executable=hook["path"], input="not json", capture_output=True,
+    r = subprocess.run(hook["args"], executable=program.path, input="not json", capture_output=True,
                        text=True, env={}, timeout=60)
     assert r.returncode == 1 and "cannot read the container's OCI state/config" in r.stderr
     assert "Traceback" not in r.stderr
