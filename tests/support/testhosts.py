@@ -522,6 +522,11 @@ def prepare_host(host: TestHost) -> None:
     (image / "etc").mkdir(parents=True)
     shutil.copy(host.root / "etc/ld.so.conf", image / "etc/ld.so.conf")
     shutil.copy(host.root / "usr/lib/os-release", image / "etc/os-release")
+    # the image's /usr/bin/python3 (Debian's link to python3.N), which runs nodeprep's hook program
+    (image / "usr/bin").mkdir(parents=True)
+    real = os.path.realpath(host.root / "usr/bin/python3")
+    shutil.copy(real, image / "usr/bin" / os.path.basename(real))
+    (image / "usr/bin/python3").symlink_to(os.path.basename(real))
     shutil.copy(NVIDIA_SMI / GPU_CAPTURE, host.root / "root/gpu.xml")
 
 

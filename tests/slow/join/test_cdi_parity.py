@@ -27,7 +27,7 @@ from tests.support import nvidia
 from tests.support import rawartifact as ra
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_kmod
-from tests.unit.join.conftest import _compile_so, build_payload
+from tests.unit.join.conftest import _compile_so, build_payload, node_python
 
 from .gpunode import cli
 
@@ -90,6 +90,7 @@ def node(stack: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Pa
     root = work / "root"
     (root / "etc").mkdir(parents=True)
     (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    node_python(root)  # the node's python3, which runs nodeprep's hook program
     nvidia.dev_null(root)
     for name, minor in (("nvidiactl", 255), ("nvidia0", 0), ("nvidia-modeset", 254)):
         os.mknod(root / "dev" / name, 0o020666, os.makedev(195, minor))
