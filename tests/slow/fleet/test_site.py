@@ -104,7 +104,8 @@ def test_site_converges_then_reports_no_change(
             assert all(dry.recap[h.name]["changed"] > 0 for h in fleet3.hosts), dry.recap
             for host in fleet3.hosts:
                 assert not (host.root / "usr/local/lib/nodeprep").exists()
-                assert sorted(p.name for p in (host.root / IMAGE_ROOT.lstrip("/")).iterdir()) == ["etc", "usr"]
+                image = host.root / IMAGE_ROOT.lstrip("/")
+                assert sorted(p.name for p in image.iterdir()) == ["etc", "usr"]
                 assert sorted(p.name for p in (host.root / IMAGE_ROOT.lstrip("/") / "etc").iterdir()) == [
                     "ld.so.conf",
                     "os-release",

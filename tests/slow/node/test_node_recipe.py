@@ -43,5 +43,10 @@ def test_documented_recipe(real_build, node_store: NodeStore, rootfs: Path,  # t
     out = run.stdout.splitlines()
     assert [line for line in out if line in (V_NEW, V_OLD)] == [V_OLD, V_NEW]  # the two readlinks
     libcuda = [line for line in out if "libcuda.so.1 " in line]
-    assert libcuda and all("=> /opt/nvidia/current/lib64/libcuda.so.1" in line for line in libcuda), libcuda
+    # the versioned root through `current`, and the entry point where NVIDIA's tools look (a link
+    # through `current` too, listed by ldconfig under /lib or /usr/lib on a merged-/usr root)
+    through_current = ("=> /opt/nvidia/current/lib64/libcuda.so.1", "=> /lib/x86_64-linux-gnu/libcuda.so.1",
+                       "=> /usr/lib/x86_64-linux-gnu/libcuda.so.1")
+    assert any(through_current[0] in line for line in libcuda), libcuda
+    assert all(line.endswith(through_current) for line in libcuda), libcuda
     assert not rootfs.exists()

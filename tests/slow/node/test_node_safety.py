@@ -48,7 +48,7 @@ def hostile_tar(dest: Path, evil: tarfile.TarInfo, data: bytes = b"") -> Path:
         driver_version=EVIL_VERSION,
         arch="amd64",
         os="debian-12",
-        input_digest="x" * 64,
+        input_digest="a" * 64,
         inputs={},
         files={
             "lib64/libok.so.1": artifact.FileEntry(artifact.sha256_bytes(good), len(good), 0o644),
@@ -120,8 +120,8 @@ def test_hostile_userspace_artifact_is_refused(
     kmod = tmp_path / f"nvidia-kmod-{EVIL_VERSION}-proprietary-{node_store.kernel}.tar.zst"
     kmod.write_bytes(kmod_src.read_bytes())
     entries = [
-        evil_entry(bad, "userspace", "x" * 64),
-        evil_entry(kmod, "kmod", "y" * 64, flavour="proprietary", kernel_release=node_store.kernel),
+        evil_entry(bad, "userspace", "a" * 64),
+        evil_entry(kmod, "kmod", "b" * 64, flavour="proprietary", kernel_release=node_store.kernel),
     ]
     for p in (bad, kmod):
         os.replace(p, store.path / p.name)
