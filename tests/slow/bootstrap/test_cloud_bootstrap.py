@@ -191,11 +191,14 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
     assert modinfo.strip() == v
     # ld cache, as the node's own ldconfig reads it
     cache = runner.run(["chroot", root, "ldconfig", "-p"]).stdout
-    libs = {ln.split()[0]: ln.split("=>")[1].strip() for ln in cache.splitlines() if "=>" in ln}
+    entries = [(ln.split()[0], ln.split("=>")[1].strip()) for ln in cache.splitlines() if "=>" in ln]
     for lib in ("libcuda.so.1", "libnvidia-ml.so.1"):
-        assert libs[lib] == f"/opt/nvidia/current/lib64/{lib}"
-        real = os.path.realpath(root / libs[lib].lstrip("/"))
-        assert real.startswith(str((root / f"opt/nvidia/{v}").resolve()))
+        paths = [path for name, path in entries if name == lib]
+        # the versioned root through `current`, and the entry point where NVIDIA's tools look
+        assert f"/opt/nvidia/current/lib64/{lib}" in paths, paths
+        for path in paths:  # every one of them resolves into the active version
+            real = os.path.realpath(root / path.lstrip("/"))
+            assert real.startswith(str((root / f"opt/nvidia/{v}").resolve())), (path, real)
     # labels: NFD feature file and the JSON the join used
     nfd = parse_nfd((root / "etc/kubernetes/node-feature-discovery/features.d/nodeprep").read_text())
     assert nfd["nvidia.com/gpu.product"] == "Tesla-T4"

@@ -287,8 +287,8 @@ class GpuNode:
             assert r.returncode == 0, r.stderr
             yield yaml.safe_load((self.root / "etc/cdi/nvidia.yaml").read_text())
         finally:
-            if mounted:
-                self.ns(["umount", "/usr/bin"], check=False)
+            if mounted:  # lazily: a podman or shim process started meanwhile may still hold it
+                self.ns(["umount", "--lazy", "/usr/bin"])
             on_node.unlink(missing_ok=True)
             r = cli("runtime", "--root", str(self.root))
             assert r.returncode == 0, r.stderr

@@ -35,18 +35,29 @@ def gated(  # type: ignore[no-untyped-def]
     pytest.importorskip("grpc_tools", reason="grpcio-tools (pyproject [test] extras)")
     work = tmp_path_factory.mktemp(f"containerd-gate-{major_minor}")
     pb, stubs = cri_modules(tmp_path_factory.mktemp("cri-gen"))
-    spec = gpu_node.root / "etc/cdi" / f"k8s.gpu.nvidia.com-claim_{CLAIM_UID}.json"
-    spec.write_text(json.dumps(dra_spec(versions[0])))
     daemon = Containerd(gpu_node, containerd_bin(test_cache, os_name), work, pb, stubs, gate=True)
     try:
         daemon.start(images)
         yield daemon
     finally:
         daemon.stop()
+
+
+@pytest.fixture
+def claim(gpu_node: GpuNode, versions: tuple[str, str]) -> Iterator[Path]:
+    """The claim's spec in the shared node's CDI directory for one test only (pytest may run other
+    modules' containerd tests while this module's daemon is up: they must not see a second spec)."""
+    spec = gpu_node.root / "etc/cdi" / f"k8s.gpu.nvidia.com-claim_{CLAIM_UID}.json"
+    spec.write_text(json.dumps(dra_spec(versions[0])))
+    try:
+        yield spec
+    finally:
         spec.unlink(missing_ok=True)
 
 
-def test_cri_gate_from_the_handlers_base_spec(gated: Containerd, versions: tuple[str, str]) -> None:
+def test_cri_gate_from_the_handlers_base_spec(
+    gated: Containerd, versions: tuple[str, str], claim: Path
+) -> None:
     import grpc
 
     root = gated.work / "root"
