@@ -240,8 +240,14 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
     before = tree_state(root, watched)
     again = nodeprep(*argv, "--json")
     assert again.returncode == 0
-    assert set(steps_of(again).values()) == {"skipped"} and json.loads(again.stdout)["changed"] is False
-    assert tree_state(root, watched) == before
+    steps = steps_of(again)
+    # a --dry-run-join result is provisional (issue 28): the rerun runs that step again (reported as
+    # a change), and it writes the same files, so the tree below is the same
+    assert steps.pop("join") == "done", steps
+    assert set(steps.values()) == {"skipped"}
+    record = "var/lib/nodeprep/bootstrap.json"  # the run's own record of that step, rewritten
+    after = tree_state(root, watched)
+    assert {k: v for k, v in after.items() if k != record} == {k: v for k, v in before.items() if k != record}
     shutil.rmtree(root)
 
 

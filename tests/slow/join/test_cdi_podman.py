@@ -39,7 +39,10 @@ def assert_sees(seen: Seen, node: GpuNode, version: str, layout: str) -> None:
     # the mounts (multiarch directory and /usr/lib64) name the versioned root, never `current` (the
     # node root's /opt is bound over /opt in the test's namespace, so the source shows under the
     # node root's path)
-    assert len(seen.mounts) == 2
+    # libcuda.so.1 in both library directories; twice more where the image has a libcuda.so link to
+    # libcuda.so.1 (NVIDIA's create-symlinks leaves one in an image tree an earlier test ran with
+    # --rootfs): the spec's libcuda.so mount then lands on libcuda.so.1 through it, the same file
+    assert len(seen.mounts) in (2, 4), seen.mounts
     assert all(m.endswith(f"/opt/nvidia/{version}/lib64/libcuda.so.{version}") for m in seen.mounts)
     assert seen.smi == 9  # NVML found, no kernel driver; 12 would mean the library was not found
 
