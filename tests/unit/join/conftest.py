@@ -62,6 +62,19 @@ def build_payload(work: Path, version: str = VERSION) -> Path:
     return payload
 
 
+def unpack_unactivated(root: Path, payload: Path, store: Path, version: str) -> Path:
+    """A user space of `version` from `payload` unpacked beside the active one as install would,
+    without install's checks (the tests then break it on purpose); returns its version root."""
+    manifest = artifact.Manifest(kind="userspace", driver_version=version, arch="amd64", os="debian-12",
+                                 input_digest="1" * 64, inputs={})
+    path, _ = artifact.pack(payload, manifest, store)
+    vdir = root / "opt/nvidia" / version
+    vdir.mkdir()
+    artifact.extract(path, vdir)
+    runner.run(["ldconfig", "-n", vdir / "lib64"], timeout=60)
+    return vdir
+
+
 def install_driver(root: Path, work: Path, version: str = VERSION) -> Path:
     """Pack a userspace artifact and install it under root/opt/nvidia/<version>; returns the artifact."""
     manifest = artifact.Manifest(

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nodeprep import artifact, runner
+from nodeprep import artifact
 from tests.support import rawartifact as ra
 from tests.support.clirunner import error_line, invoke
 from tests.support.standin import standin_kmod, tree, userspace_artifact
-from tests.unit.join.conftest import build_payload, install_driver
+from tests.unit.join.conftest import build_payload, install_driver, unpack_unactivated
 
 V1, V2 = "535.216.03", "535.309.01"
 KERNEL = "6.1.0-28-amd64"
@@ -68,13 +68,7 @@ def _node_with_two_versions(tmp_path: Path, *, broken: str) -> Path:
         lib.unlink()
     else:
         lib.write_bytes(b"not a shared object\n")
-    manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
-                                 input_digest="1" * 64, inputs={})
-    path, _ = artifact.pack(payload, manifest, tmp_path / "store")
-    vdir = root / "opt/nvidia" / V2
-    vdir.mkdir()
-    artifact.extract(path, vdir)
-    runner.run(["ldconfig", "-n", vdir / "lib64"], timeout=60)
+    unpack_unactivated(root, payload, tmp_path / "store", V2)
     return root
 
 

@@ -26,7 +26,7 @@ from tests.support import rawartifact as ra
 from tests.support.clirunner import error_line, invoke
 from tests.support.elfsynth import compile_so
 from tests.support.standin import standin_kmod, tree
-from tests.unit.join.conftest import build_payload, install_driver
+from tests.unit.join.conftest import build_payload, install_driver, unpack_unactivated
 
 V1, V2 = "535.216.03", "535.309.01"
 KERNEL = "6.1.0-28-amd64"
@@ -96,14 +96,7 @@ def test_activate_refuses_a_root_holding_such_a_library(tmp_path: Path, linked: 
     assert invoke("activate", V1, "--root", str(root)).exit_code == 0
     victim = tmp_path / "x" / "victim-link"
     victim.parent.mkdir()
-    payload = build_payload(tmp_path / "w2", V2)
-    manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
-                                 input_digest="1" * 64, inputs={})
-    path, _ = artifact.pack(payload, manifest, tmp_path / "store")
-    vdir = root / "opt/nvidia" / V2
-    vdir.mkdir()
-    artifact.extract(path, vdir)
-    runner.run(["ldconfig", "-n", vdir / "lib64"], timeout=60)
+    vdir = unpack_unactivated(root, build_payload(tmp_path / "w2", V2), tmp_path / "store", V2)
     where = f"bin/libevil.so.{V2}" if linked else f"lib64/libevil.so.{V2}"
     compile_so(vdir / where, escaping_soname(victim))
     if linked:
