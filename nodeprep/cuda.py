@@ -7,9 +7,10 @@ major family's minimum (11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580.65.06)
 compatibility (PTX JIT limits apply). `min_driver` answers the strict question (the toolkit's own
 driver); `min_driver_compat` the relaxed one.
 
-`check_requirement` evaluates what `doctor --require-cuda` and the container hook
-(nodeprep.hooks.container) are given: a bare CUDA version ("12.2") or an NVIDIA requirement expression
-as CUDA images carry it in NVIDIA_REQUIRE_CUDA ("cuda>=12.2 brand=tesla,driver>=470,driver<471 ...").
+`check_requirement` evaluates what `doctor --require-cuda` and the container hooks
+(nodeprep.hooks.spec, nodeprep.hooks.gate) are given: a bare CUDA version ("12.2") or an NVIDIA
+requirement expression as CUDA images carry it in NVIDIA_REQUIRE_CUDA ("cuda>=12.2
+brand=tesla,driver>=470,driver<471 ...").
 Grammar, as NVIDIA's container toolkit documents it: constraints `cuda`, `driver`, `arch`, `brand`
 with an operator (`>=`, `<=`, `>`, `<`, `=`, `==`, `!=`) and a value; space-separated alternatives are
 ORed, comma-separated constraints within one alternative are ANDed. The facts are the driver version

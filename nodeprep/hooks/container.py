@@ -1,27 +1,20 @@
-"""The createContainer hook of nodeprep's CDI spec: CUDA requirement check, ld cache only if shadowed.
+"""What nodeprep's container hooks share: the OCI config's environment and mounts, and the image's
+ld cache (read, checked for shadowing, rebuilt by the image's own ldconfig).
 
-    python -S -E -c '…from nodeprep.hooks.container import main…' --driver VERSION [--ldconfig DIR]
+The CDI spec's hook (nodeprep.hooks.spec) and the CUDA gate (nodeprep.hooks.gate) run in the
+container's mount namespace (mounts done, before pivot_root and before the container's process
+starts), with the OCI state JSON on stdin; `bundle` names the directory holding its config.json.
 
-The runtime runs it in the container's mount namespace (mounts done, before pivot_root and before
-the container's process starts), with the OCI state JSON on stdin; `bundle` names the directory
-holding the container's config.json.
+The ld cache (`check_ldcache`, the spec's hook with `--ldconfig DIR`): the spec mounts the driver
+libraries into the loader's default directories of both image layouts, so they are found without an
+ld cache entry. Only an image whose own /etc/ld.so.cache names a library of the same name elsewhere
+(it would win over the default directories), or whose /etc/ld.so.conf.d has a folder of NVIDIA's
+`enable-cuda-compat` (00-compat-*.conf, written by that hook just before this one) that the cache
+does not name yet, gets DIR written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its
+ld.so.cache rebuilt by its own ldconfig.
 
-1. Every NVIDIA_REQUIRE_* variable in the container's environment must be met by the driver the spec
-   mounts (`--driver`, written by nodeprep for the versioned root it mounts), evaluated by
-   nodeprep.cuda.check_requirement (the code behind `doctor --require-cuda`). Otherwise the hook
-   exits 1 with one line naming the requirement, the supported CUDA version and the driver: the
-   runtime refuses the container. NVIDIA_DISABLE_REQUIRE=1/true skips the check.
-2. With `--ldconfig DIR`: the spec mounts the driver libraries into the loader's default
-   directories of both image layouts, so they are found without an ld cache entry. Only an image
-   whose own /etc/ld.so.cache names a library of the same name elsewhere (it would win over the
-   default directories), or whose /etc/ld.so.conf.d has a folder of NVIDIA's `enable-cuda-compat`
-   (00-compat-*.conf, written by that hook just before this one) that the cache does not name yet,
-   gets DIR written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its ld.so.cache rebuilt
-   by its own ldconfig.
-
-Starts on every container start, so it imports only os, sys, CPython's C JSON scanner and (for a
-container with a requirement) nodeprep.cuda: no json (its decoder imports re), re, click, yaml,
-logging or argparse; `bench/container_start.py` measures what it adds.
+Runs on every container start, so it imports only os, sys and CPython's C JSON scanner: no json (its
+decoder imports re), re, click, yaml, logging or argparse; `bench/container_start.py` measures it.
 """
 
 from __future__ import annotations
@@ -39,17 +32,6 @@ LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory; the spec mounts
 TRUE = ("1", "true", "yes", "on")
 
 
-def _args(argv: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    it = iter(argv)
-    for a in it:
-        if a not in ("--driver", "--ldconfig"):
-            raise SystemExit(f"nodeprep hook: unknown argument {a!r}")
-        out[a[2:]] = next(it, "")
-    if not out.get("driver"):
-        raise SystemExit("nodeprep hook: --driver VERSION is required")
-    return out
-
 
 def container_env(config: dict) -> dict[str, str]:  # type: ignore[type-arg]
     env: dict[str, str] = {}
@@ -59,23 +41,6 @@ def container_env(config: dict) -> dict[str, str]:  # type: ignore[type-arg]
             env[key] = value
     return env
 
-
-def requirement_problem(env: dict[str, str], driver: str) -> str | None:
-    """The one-line refusal for `env` on `driver`, or None when the container may start (pure)."""
-    keys = sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_") and env[k].strip())
-    if not keys or env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE:
-        return None
-    from ..cuda import check_requirement
-    from ..errors import InputError
-
-    for key in keys:
-        try:
-            ok, message = check_requirement(env[key], driver, source=key)
-        except InputError as e:
-            return f"{e} (set NVIDIA_DISABLE_REQUIRE=1 to skip the check)"
-        if not ok:
-            return f"{message} (set NVIDIA_DISABLE_REQUIRE=1 to skip the check)"
-    return None
 
 
 def mounted_libraries(config: dict, lib_dir: str) -> set[str]:  # type: ignore[type-arg]
@@ -230,28 +195,3 @@ def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ign
     compat = compat_folders(rootfs)
     if shadowed or uncached_folders(cache, compat):
         update_ldcache(rootfs, lib_dir, compat=bool(compat))
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _args(sys.argv[1:] if argv is None else argv)
-    try:
-        bundle = loads(sys.stdin.read())["bundle"]  # type: ignore[index]
-        with open(os.path.join(bundle, "config.json"), encoding="utf-8") as f:
-            config = loads(f.read())
-        env = container_env(config)  # type: ignore[arg-type]
-        root = config.get("root", {}).get("path", "rootfs")  # type: ignore[union-attr]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        print(f"nodeprep hook: cannot read the container's OCI state/config: {e}", file=sys.stderr)
-        return 1
-    problem = requirement_problem(env, args["driver"])
-    if problem:
-        print(f"nodeprep: container refused: {problem}", file=sys.stderr)
-        return 1
-    if args.get("ldconfig"):
-        rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
-        check_ldcache(config, rootfs, args["ldconfig"])  # type: ignore[arg-type]
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,6 +26,8 @@ a requirement is also met by what the compat library supports. On a GeForce the 
 left alone (it would fail with CUDA error 804) and a too-new requirement is refused, saying why.
 
 Refused: exit 1 with one line naming the requirement; the runtime does not start the container.
+A container carrying the hook of nodeprep's own CDI spec (nodeprep.hooks.spec) is left to that hook,
+which takes the same decision (`decide`) for the driver its spec mounts: one decision per start.
 Imports what nodeprep.hooks.container imports, plus nodeprep.cuda for a GPU container only.
 """
 
@@ -78,6 +80,19 @@ def has_nvidia_gpu(config: dict, env: dict[str, str]) -> bool:  # type: ignore[t
     return False
 
 
+def carries_spec_hook(config: dict) -> bool:  # type: ignore[type-arg]
+    """Does nodeprep's CDI spec hook (the hook program without an entry, `--driver V`) run for this
+    container? From the runtime-made hooks of the config, never from the image or its environment."""
+    hooks = config.get("hooks")
+    stage = hooks.get("createContainer") if isinstance(hooks, dict) else None
+    for h in stage if isinstance(stage, list) else []:
+        args = h.get("args") if isinstance(h, dict) else None
+        if (isinstance(args, list) and str(h.get("path", "")).endswith("/cdi-hook") and len(args) > 2
+                and args[1] == "--driver"):
+            return True
+    return False
+
+
 def driver_version(driver_root: str) -> str | None:
     """The node's driver: the versioned root `driver_root` links to, else the loaded module's."""
     try:
@@ -112,14 +127,16 @@ def read_facts(path: str) -> list[dict[str, str | None]]:
 
 def compat_version(rootfs: str) -> str | None:
     """The newest version of the image's /usr/local/cuda/compat/libcuda.so.<version>, if any."""
-    from ..cuda import is_version, vkey
-
     path = in_image(rootfs, COMPAT_DIR)
     try:
         names = os.listdir(path) if path else []
     except OSError:
         return None
     found = [n[len("libcuda.so."):] for n in names if n.startswith("libcuda.so.")]
+    if not found:
+        return None
+    from ..cuda import is_version, vkey  # only for an image with compat libraries: a start's cost
+
     found = [v for v in found if "." in v and is_version(v)]
     return max(found, key=vkey) if found else None
 
@@ -128,13 +145,16 @@ def decide(
     env: dict[str, str], driver: str | None, gpus: list[dict[str, str | None]], compat: str | None
 ) -> tuple[str | None, bool]:
     """(the one-line refusal or None, whether to enable the image's compat libcuda) (pure)."""
+    keys = sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_") and env[k].strip())
+    disabled = env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE
+    if compat is None and (not keys or disabled):
+        return None, False  # nothing to check or enable: decided without importing nodeprep.cuda
     from ..cuda import forward_compatible, max_cuda, parse_requirement, requirements_hold, vkey
     from ..errors import InputError
 
     newer = compat if compat and driver and vkey(compat) > vkey(driver) else None
     use_compat = bool(newer) and forward_compatible(gpus)
-    keys = sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_") and env[k].strip())
-    if not keys or env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE:
+    if not keys or disabled:
         return None, use_compat
     skip = " (set NVIDIA_DISABLE_REQUIRE=1 to skip the check)"
     if driver is None:
@@ -152,8 +172,15 @@ def decide(
         return None, True
     key = next(k for k, alts in parsed.items() if not requirements_hold([alts], driver, gpus))
     cudas = [f"{op}{v}" for alt in parsed[key] for k, op, v in alt if k == "cuda"]
-    wanted = f"CUDA {cudas[0]}" if cudas else env[key].strip()
-    line = f"{key} requires {wanted}, but driver {driver} supports up to CUDA {max_cuda(driver) or 'none'}"
+    cuda_only = [[c for c in alt if c[0] == "cuda"] for alt in parsed[key]]
+    cuda_only = [alt for alt in cuda_only if alt]
+    supported = f"driver {driver} supports up to CUDA {max_cuda(driver) or 'none'}"
+    if cudas and not requirements_hold([cuda_only], driver, gpus):  # the CUDA version is what fails
+        line = f"{key} requires CUDA {cudas[0]}, but {supported}"
+    else:  # a brand, arch or driver constraint: say what the node has
+        seen = "; ".join(f"brand {g.get('brand') or 'unknown'}, arch {g.get('arch') or 'unknown'}"
+                         for g in gpus) or f"no GPU facts in {FACTS}"
+        line = f"{key}={env[key].strip()} is not met: {supported}; GPUs: {seen}"
     if newer and not use_compat:
         brands = ",".join(sorted({str(g.get("brand") or "unknown").lower() for g in gpus})) or "unknown"
         line += (f"; the image's forward-compatibility libcuda {newer} is not used: GPU brand {brands} "
@@ -177,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep gate: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
-    if not has_nvidia_gpu(config, env):  # type: ignore[arg-type]
+    if not has_nvidia_gpu(config, env) or carries_spec_hook(config):  # type: ignore[arg-type]
         return 0
     rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
     problem, use_compat = decide(env, driver_version(args["driver-root"]), read_facts(args["facts"]),

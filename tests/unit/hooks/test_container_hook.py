@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.hooks.container import LIB64, loads, mounted_libraries, requirement_problem, shadowing_entries
+from nodeprep.hooks.container import LIB64, loads, mounted_libraries, shadowing_entries
+from nodeprep.hooks.gate import decide
 from nodeprep.join import cdi
 from nodeprep.join.files import apply_changes
 from nodeprep.join.hookprogram import hook_program
@@ -89,7 +90,7 @@ def test_malformed_requirement_and_bad_state(tmp_path: Path) -> None:
     ],
 )
 def test_every_require_variable_counts(env: dict[str, str], refused: bool) -> None:
-    assert (requirement_problem(env, "535.216.03") is not None) is refused
+    assert (decide(env, "535.216.03", [], None)[0] is not None) is refused
 
 
 def real_ld_cache(tmp_path: Path) -> Path:

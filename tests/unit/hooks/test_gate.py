@@ -209,3 +209,29 @@ def test_runtime_writes_the_hooks_d_file_that_runs_the_gate(tmp_path: Path) -> N
     no_gpu = run_gate(tmp_path, ["NVIDIA_REQUIRE_CUDA=cuda>=99.0"], devices=[],
                       command=(str(program), doc["hook"]["args"]))
     assert no_gpu.returncode == 0 and no_gpu.stderr == ""
+
+
+def test_a_brand_constraint_is_met_by_the_facts_and_named_when_not() -> None:
+    """Seen on an H200 (NVML brand NVIDIA, 580.159.04: CUDA 13.0): `cuda>=13.0,brand=nvidia` holds with
+    its facts; without them the refusal names the whole requirement and the facts, not the CUDA version."""
+    h200 = [{"brand": "nvidia", "arch": "9.0"}]
+    env = {"NVIDIA_REQUIRE_CUDA": "cuda>=13.0,brand=nvidia"}
+    assert gate.decide(env, "580.159.04", h200, None) == (None, False)
+    problem, _ = gate.decide(env, "580.159.04", [{"brand": "geforce", "arch": "8.9"}], None)
+    assert problem is not None
+    assert problem.startswith("NVIDIA_REQUIRE_CUDA=cuda>=13.0,brand=nvidia is not met: driver 580.159.04 "
+                              "supports up to CUDA 13.0; GPUs: brand geforce, arch 8.9")
+    problem, _ = gate.decide(env, "580.159.04", [], None)
+    assert problem is not None and f"GPUs: no GPU facts in {gate.FACTS}" in problem
+    problem, _ = gate.decide({"NVIDIA_REQUIRE_CUDA": "cuda>=13.1,brand=nvidia"}, "580.159.04", h200, None)
+    assert problem is not None and problem.startswith(
+        "NVIDIA_REQUIRE_CUDA requires CUDA >=13.1, but driver 580.159.04 supports up to CUDA 13.0")
+
+
+def test_the_gate_leaves_a_container_with_the_spec_hook_to_it() -> None:
+    spec_hook = {"path": "/usr/libexec/nodeprep/cdi-hook", "args": ["cdi-hook", "--driver", "580.159.04"]}
+    gate_hook = {"path": "/usr/libexec/nodeprep/cdi-hook", "args": ["cdi-hook", "gate", "--driver-root", "x"]}
+    assert gate.carries_spec_hook({"hooks": {"createContainer": [gate_hook, spec_hook]}})
+    assert not gate.carries_spec_hook({"hooks": {"createContainer": [gate_hook]}})
+    assert not gate.carries_spec_hook({"hooks": {"prestart": [spec_hook]}, "process": {"args": ["--driver"]}})
+    assert not gate.carries_spec_hook({"hooks": "x"})
