@@ -6,8 +6,10 @@
 # With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPREP_NVIDIA_BIN has them) also:
 # GFD --oneshot vs `nodeprep labels`, `nvidia-ctk cdi generate` vs nodeprep's spec (differences
 # listed), and the GPU Operator's validator against a nodeprep-layout root (scripts/gpu_check.py).
+# With --containers (root; podman, nvcc): real podman starts through nodeprep's CDI spec, its CUDA
+# gate and NVIDIA's spec, with start times side by side (scripts/gpu_containers.py).
 #
-#   scripts/gpu-check.sh [--keep] [--nvidia-bin DIR]   (--keep: leave the temp directory for a look)
+#   scripts/gpu-check.sh [--keep] [--nvidia-bin DIR] [--containers]   (--keep: leave the temp directory)
 #
 # Builds nothing and changes nothing outside one temp directory (its venv, the capture, the spec).
 # Python: $PYTHON (default python3) with this checkout on PYTHONPATH when it has nodeprep's
@@ -20,10 +22,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 keep=0
 nvidia_bin=""
-usage() { echo "usage: scripts/gpu-check.sh [--keep] [--nvidia-bin DIR]" >&2; exit 2; }
+containers=""
+usage() { echo "usage: scripts/gpu-check.sh [--keep] [--nvidia-bin DIR] [--containers]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --keep) keep=1 ;;
+        --containers) containers=--containers ;;
         --nvidia-bin)
             if [ $# -lt 2 ] || [ ! -d "$2" ]; then usage; fi
             nvidia_bin=$(cd "$2" && pwd)
@@ -90,7 +94,8 @@ fi
 
 cd "$work"
 set +e
-PYTHONPATH="$repo" "$py" "$repo/scripts/gpu_check.py" --work "$work" ${nvidia_bin:+--nvidia-bin "$nvidia_bin"}
+PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$py" "$repo/scripts/gpu_check.py" --work "$work" \
+    ${nvidia_bin:+--nvidia-bin "$nvidia_bin"} $containers
 rc=$?
 set -e
 exit "$rc"

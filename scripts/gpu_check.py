@@ -17,6 +17,9 @@ With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPR
 7. validator the GPU Operator's `nvidia-validator -c driver` against the mirrored root with nodeprep's
              stable entry points (nodeprep.node.entrypoints), chrooted as in its container (root at
              /host): it must find and run the root's nvidia-smi ("Detected a pre-installed driver")
+With --containers (root, podman and nvcc on PATH):
+8. containers podman starts on the GPU through nodeprep's spec, the CUDA gate and NVIDIA's spec
+             (scripts/gpu_containers.py: what it checks and measures)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -426,10 +430,23 @@ def check_validator(report: Report, work: Path, validator: Path | None, driver: 
         report.line("validator", False, f"{first_line(r)}; " + " | ".join(x.strip()[:200] for x in said[:3]))
 
 
+def check_containers(report: Report, work: Path, driver: str | None, nvidia: bool) -> None:
+    """Check 8, scripts/gpu_containers.py over check 4's mirrored root; its lines printed as they come."""
+    if driver is None or not (node_root(work) / "opt/nvidia/current").is_symlink():
+        report.line("containers", False, "no mirrored driver root (see cdi)")
+        return
+    argv = [sys.executable, str(Path(__file__).with_name("gpu_containers.py")), "--work", str(work),
+            "--driver", driver, *(["--nvidia-bin", str(work / "nvidia-bin")] if nvidia else [])]
+    rc = subprocess.run(argv, timeout=900, check=False).returncode
+    report.line("containers", rc == 0, "every start as expected (lines above)" if rc == 0 else
+                f"exit {rc} (lines above)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True, help="the temp directory (all writes go there)")
     ap.add_argument("--nvidia-bin", type=Path, help="NVIDIA's binaries: also checks 5-7")
+    ap.add_argument("--containers", action="store_true", help="also check 8 (podman starts on the GPU)")
     args = ap.parse_args()
     report = Report()
     libs = userspace_libs()
@@ -444,6 +461,9 @@ def main() -> int:
         check_gfd(report, args.work, binary("gpu-feature-discovery"), nvml if nvml is not None else smi)
         check_ctk(report, args.work, binary("nvidia-ctk"), spec)
         check_validator(report, args.work, binary("nvidia-validator"), driver)
+        binary("nvidia-cdi-hook")  # for check 8's spec of NVIDIA's form
+    if args.containers:
+        check_containers(report, args.work, driver, args.nvidia_bin is not None)
     if report.failed:
         print(f"gpu-check: {len(report.failed)} of {report.count} checks failed: {', '.join(report.failed)}")
         return 1
