@@ -44,19 +44,24 @@ _TEMPLATE = '''\
 import sys
 
 PACKAGES = {packages!r}
-SOURCES = {sources!r}
-# SOURCES compiled by the interpreter that wrote this file, used where the magic number matches
-# (compiling the sources on every container start costs more than the rest of the hook)
+# The modules compiled by the interpreter that wrote this file (marshal, base64 text: a literal Python
+# parses fast, decoded per module imported), used where the magic number matches; else their sources
+# (marshal of a dict of str, zlib, base64), compiled here. Parsing the file is part of every start.
 MAGIC = {magic!r}
 CODE = {code!r}
+SOURCES = {sources!r}
 
 
 def _code(name, origin):
-    if getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None) == MAGIC:
-        import marshal
+    import binascii
+    import marshal
 
-        return marshal.loads(CODE[name])
-    return compile(SOURCES[name], origin, "exec", dont_inherit=True)
+    if getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None) == MAGIC:
+        return marshal.loads(binascii.a2b_base64(CODE[name]))
+    import zlib
+
+    sources = marshal.loads(zlib.decompress(binascii.a2b_base64(SOURCES)))
+    return compile(sources[name], origin, "exec", dont_inherit=True)
 
 
 class _Importer:
@@ -64,7 +69,7 @@ class _Importer:
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name not in SOURCES:
+        if name not in CODE:
             return None
         return type(sys.__spec__)(name, _Importer, origin={origin!r} + name, is_package=name in PACKAGES)
 
@@ -107,8 +112,10 @@ def render_program(on_disk: bytes | None = None) -> bytes:
     """The hook program's bytes (pure apart from reading nodeprep's own sources). `on_disk`, the
     file there now, is kept when its stamp (nodeprep version, sources, writer's magic number) is
     this one's: marshal's output is not byte-stable across processes, the program it holds is."""
+    import base64
     import hashlib
     import marshal
+    import zlib
     from importlib.util import MAGIC_NUMBER
 
     from .. import cuda, errors, runner  # noqa: F401  (the hook imports them lazily; their sources)
@@ -120,10 +127,11 @@ def render_program(on_disk: bytes | None = None) -> bytes:
     if on_disk is not None and f"\n{STAMP}{stamp}\n".encode() in on_disk[:1024]:
         return on_disk
     origin = f"{HOOK_PATH}:"
-    code = {name: marshal.dumps(compile(text, origin + name, "exec", dont_inherit=True))
-            for name, text in sources.items()}
+    code = {name: base64.b64encode(marshal.dumps(compile(text, origin + name, "exec", dont_inherit=True)))
+            .decode() for name, text in sources.items()}
+    packed = base64.b64encode(zlib.compress(marshal.dumps(sources, 4), 9)).decode()
     return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__, packages=PACKAGES,
-                            sources=sources, magic=MAGIC_NUMBER, code=code, origin=origin, entries=ENTRIES,
+                            sources=packed, magic=MAGIC_NUMBER, code=code, origin=origin, entries=ENTRIES,
                             stamp_prefix=STAMP, stamp=stamp).encode()
 
 
