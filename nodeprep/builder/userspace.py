@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import __version__
-from ..artifact import Manifest, artifact_name, input_digest, pack, read_manifest, sha256_file
+from ..artifact import Manifest, artifact_name, input_digest, pack, read_manifest
+from ..digests import sha256_file
 from ..errors import ArtifactError, InputError
 
 log = logging.getLogger(__name__)
