@@ -46,6 +46,12 @@ ZSTD_LEVEL = 10
 COMPRESSION = f"zstd-{ZSTD_LEVEL}-mt"
 
 Kind = Literal["kmod", "userspace"]
+# What every user space must hold, checked when it is built (nodeprep/builder/userspace.py) and
+# before a node installs or activates it (nodeprep/node/complete.py): library base names
+# (lib64/<name>.<driver>) with the soname the ld cache must resolve into that version, and
+# binaries (bin/<name>).
+REQUIRED_LIBRARIES = {"libcuda.so": "libcuda.so.1", "libnvidia-ml.so": "libnvidia-ml.so.1"}
+REQUIRED_BINARIES = ("nvidia-smi",)
 
 
 def input_digest(inputs: dict[str, str], params: dict[str, Any]) -> str:
