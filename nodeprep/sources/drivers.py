@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..vocab import FLAVOURS, Flavour
+from ..vocab import FLAVOURS, Flavour, version_key
 
 PACKAGE_RE = re.compile(r"^nvidia(?:-tesla(?:-(?P<branch>\d+))?)?(?P<open>-open)?-kernel-source$")
 # apt-cache search takes a POSIX ERE.
@@ -51,10 +51,6 @@ def debian_version_to_driver(version: str) -> str:
     if "-" in upstream:
         upstream = upstream.rsplit("-", 1)[0]
     return upstream.split("~", 1)[0].split("+", 1)[0]
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def package_flavour(package: str) -> Flavour | None:
