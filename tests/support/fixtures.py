@@ -7,3 +7,4 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 NVIDIA_SMI = FIXTURES / "nvidia-smi"  # real `nvidia-smi -q -x` captures, see SOURCES.md there
+DEBIAN_ARCHIVE = FIXTURES / "debian-archive"  # apt's answers recorded from Debian's archives (_comment)
