@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import targets
 from ..errors import InputError
 from ..vocab import FLAVOURS, Flavour, version_key
 
@@ -161,8 +162,6 @@ def source_line(os_name: str, kernel: str | None, channel: Any = None) -> tuple[
     """(the OS whose driver sources a build for `os_name`/`kernel` takes, the kernel line those
     sources are chosen in, that line described for messages). `channel` (a targets.Channel of
     `os_name`) names the line when the kernel is not known yet."""
-    from .. import targets
-
     target = targets.get(os_name)
     source_os = targets.get(target.sources_from or target.name) if target.borrows_sources else target
     if target.borrows_sources:
