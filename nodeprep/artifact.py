@@ -33,6 +33,7 @@ from typing import Any, Literal
 import zstandard
 
 from . import sonames, sysfs
+from .digests import CHUNK, SHA256_RE, canonical_json, sha256_bytes, sha256_file
 from .errors import ArtifactError, ChecksumError, InputError
 from .safetar import LIMITS, MANIFEST, Beneath, Limits, MemberRules, link_problem
 from .vocab import DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
@@ -43,26 +44,14 @@ FIXED_MTIME = 0
 ZSTD_LEVEL = 10
 # Part of every input digest: a change of compression changes the bytes of the same payload.
 COMPRESSION = f"zstd-{ZSTD_LEVEL}-mt"
-CHUNK = 1 << 20
 
 Kind = Literal["kmod", "userspace"]
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def canonical_json(data: Any) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+# What every user space must hold, checked when it is built (nodeprep/builder/userspace.py) and
+# before a node installs or activates it (nodeprep/node/complete.py): library base names
+# (lib64/<name>.<driver>) with the soname the ld cache must resolve into that version, and
+# binaries (bin/<name>).
+REQUIRED_LIBRARIES = {"libcuda.so": "libcuda.so.1", "libnvidia-ml.so": "libnvidia-ml.so.1"}
+REQUIRED_BINARIES = ("nvidia-smi",)
 
 
 def input_digest(inputs: dict[str, str], params: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from . import __version__
-from .artifact import sha256_file
+from .digests import sha256_file
 from .errors import InputError
 from .join.token import read_token_file
 from .profile.fields import field_by_path

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from .artifact import sha256_file
+from .digests import sha256_file
 from .errors import ChecksumError, InputError, NetworkError
 from .stores import redirects
 from .urls import check_transport, redact_url

@@ -16,6 +16,12 @@ from typing import Literal
 DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")  # a full driver version, 535.309.01
 KERNEL_RELEASE_RE = re.compile(r"^\d{1,4}\.\d{1,4}[A-Za-z0-9.+_~-]{0,120}$")  # 6.1.0-28-amd64
 
+
+def version_key(version: str) -> tuple[int, ...]:
+    """How driver and kernel versions order: by their numbers, 535.309.01 -> (535, 309, 1)."""
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
 # Kernel modules an artifact may ship, in load order (nvidia first: the others depend on it).
 KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
 

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from nodeprep import cuda, runner
-from nodeprep.artifact import MANIFEST, FileEntry, Manifest, sha256_file
+from nodeprep.artifact import MANIFEST, FileEntry, Manifest
+from nodeprep.digests import sha256_file
 from nodeprep.join import cdi
 from nodeprep.join import gpus as gpumod
 from nodeprep.labels.system import os_release

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..artifact import canonical_json, sha256_bytes
+from ..digests import canonical_json, sha256_bytes
 from ..errors import InputError
 from .engine import Journal, Outcome, Report, Step, run_steps
 from .steps import Context, Options, default_steps

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import runner, targets
-from ..artifact import canonical_json, sha256_bytes, sha256_file
+from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import CommandError, InputError, NetworkError
 
 log = logging.getLogger(__name__)

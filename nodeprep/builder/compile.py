@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
-from ..artifact import canonical_json, sha256_bytes, sha256_file
+from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import BuildError, CommandError, InputError
 from ..log import timed
 from ..progress import Phases

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import targets
-from ..artifact import LocalStore, Manifest, artifact_name, input_digest, read_manifest, sha256_file
+from ..artifact import LocalStore, Manifest, artifact_name, input_digest, read_manifest
+from ..digests import sha256_file
 from ..log import timed
 from ..progress import Phases, Sink
 from . import buildroot, hostbuild

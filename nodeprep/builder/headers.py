@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..sources.drivers import version_key
+from ..vocab import version_key
 
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+[-+][0-9A-Za-z.+~-]*$")
 DEP_RE = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9.+-]*)(?:\s*\((?P<op>[<>=]+)\s*(?P<version>[^)\s]+)\s*\))?")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner, targets
-from ..artifact import canonical_json, sha256_bytes, sha256_file
+from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from . import cc, kbuild
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths, targets
-from ..artifact import canonical_json, sha256_bytes, sha256_file
+from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from ..log import step
 from ..progress import Phases

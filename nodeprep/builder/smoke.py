@@ -532,7 +532,7 @@ def secure_boot_vars(kernel: Kernel, trusted_cert: Path, cache: Path) -> Path:
             raise NodeprepError(f"{f} is missing: the Secure Boot smoke test needs the ovmf package")
     if not trusted_cert.is_file():
         raise InputError(f"--trust-cert: {trusted_cert} does not exist")
-    from ..artifact import sha256_bytes, sha256_file
+    from ..digests import sha256_bytes, sha256_file
 
     key = sha256_bytes(f"{sha256_file(kernel.vmlinuz)} {sha256_file(trusted_cert)} "
                        f"{sha256_file(OVMF_VARS)}".encode())[:16]

@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import __version__
-from ..artifact import Manifest, artifact_name, input_digest, pack, read_manifest, sha256_file
+from ..artifact import (
+    REQUIRED_BINARIES,
+    REQUIRED_LIBRARIES,
+    Manifest,
+    artifact_name,
+    input_digest,
+    pack,
+    read_manifest,
+)
+from ..digests import sha256_file
 from ..errors import ArtifactError, InputError
 
 log = logging.getLogger(__name__)
@@ -42,11 +51,6 @@ BINARIES = (
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
 )
-# What every user space must hold, checked when it is built and before a node installs or activates
-# it (nodeprep/node/complete.py): library base names (lib64/<name>.<driver>) with the soname the ld
-# cache must resolve into that version, and binaries (bin/<name>).
-REQUIRED_LIBRARIES = {"libcuda.so": "libcuda.so.1", "libnvidia-ml.so": "libnvidia-ml.so.1"}
-REQUIRED_BINARIES = ("nvidia-smi",)
 ELF_MAGIC = b"\x7fELF"
 SONAME_LINK_RE = re.compile(r"^lib[\w.+-]+\.so\.\d+$")
 

@@ -445,12 +445,12 @@ def load_modules_cmd(modules: str | None, as_json: bool) -> None:
 def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_json: bool) -> None:
     """Run by /etc/kernel/{postinst,postrm}.d/nodeprep for KERNEL: install (or, once removed, delete)
     the active driver's modules for it. Exit 1 with one line when the store has none for it."""
-    from ..node import kernelhook
+    from ..node import kernelevents
 
     if event == "postinst":
-        result = kernelhook.kernel_installed(root, kernel, hooks=HOOKS)
+        result = kernelevents.kernel_installed(root, kernel, hooks=HOOKS)
     else:
-        result = kernelhook.kernel_removed(root, kernel)
+        result = kernelevents.kernel_removed(root, kernel)
     changes = [f"kernel {kernel}: {result.message}"] if result.changed else []
     oplog.record(root, f"kernel-hook {event}", changes)
     if as_json:

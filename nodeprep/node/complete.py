@@ -1,6 +1,6 @@
 """Proof that a driver root is complete, before nodeprep installs it or switches `current` to it.
 
-Complete means: the files every user space must hold (nodeprep.builder.userspace.REQUIRED_LIBRARIES
+Complete means: the files every user space must hold (nodeprep.artifact.REQUIRED_LIBRARIES
 and REQUIRED_BINARIES) are regular files, and an ld cache built by `ldconfig` from that root's
 lib64 alone (staged in a private temporary tree, see staged_ld_cache) resolves each required
 soname (libcuda.so.1, libnvidia-ml.so.1) to a file of it, and no ELF file of the root has a
@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 from .. import runner, sonames
-from ..builder.userspace import REQUIRED_BINARIES, REQUIRED_LIBRARIES
+from ..artifact import REQUIRED_BINARIES, REQUIRED_LIBRARIES
 from ..errors import ArtifactError, CommandError
 from .layout import Layout
 

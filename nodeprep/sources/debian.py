@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import runner, targets
-from ..artifact import sha256_file
+from ..digests import sha256_file
 from ..errors import ChecksumError, CommandError, InputError, NetworkError
 from ..targets import Archive
 

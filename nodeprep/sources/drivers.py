@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import targets
 from ..errors import InputError
-from ..vocab import FLAVOURS, Flavour
+from ..vocab import FLAVOURS, Flavour, version_key
 
 PACKAGE_RE = re.compile(r"^nvidia(?:-tesla(?:-(?P<branch>\d+))?)?(?P<open>-open)?-kernel-source$")
 # apt-cache search takes a POSIX ERE.
@@ -51,10 +52,6 @@ def debian_version_to_driver(version: str) -> str:
     if "-" in upstream:
         upstream = upstream.rsplit("-", 1)[0]
     return upstream.split("~", 1)[0].split("+", 1)[0]
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def package_flavour(package: str) -> Flavour | None:
@@ -165,8 +162,6 @@ def source_line(os_name: str, kernel: str | None, channel: Any = None) -> tuple[
     """(the OS whose driver sources a build for `os_name`/`kernel` takes, the kernel line those
     sources are chosen in, that line described for messages). `channel` (a targets.Channel of
     `os_name`) names the line when the kernel is not known yet."""
-    from .. import targets
-
     target = targets.get(os_name)
     source_os = targets.get(target.sources_from or target.name) if target.borrows_sources else target
     if target.borrows_sources:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..artifact import INDEX, IndexEntry, canonical_json, parse_index, read_index, render_index, sha256_listed
+from ..artifact import INDEX, IndexEntry, parse_index, read_index, render_index, sha256_listed
+from ..digests import canonical_json
 from ..download import NotFoundError
 from ..errors import ArtifactError, ChecksumError, InputError
 from ..profile.fields import field_error

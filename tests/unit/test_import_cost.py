@@ -21,6 +21,9 @@ LIGHT = {
     "nodeprep.join.activation": ["nodeprep.join.plan", "nodeprep.join.cdi", "nodeprep.node.ops"],
     "nodeprep.labels.gpu": ["nodeprep.labels.cloud", "nodeprep.labels.apply", "nodeprep.labels.core"],
     "nodeprep.node.fsutil": ["nodeprep.node.ops", "nodeprep.node.state"],
+    # hashing a file needs none of the artifact format
+    "nodeprep.digests": ["nodeprep.artifact", "tarfile", "zstandard"],
+    "nodeprep.download": ["nodeprep.artifact", "tarfile", "zstandard"],
 }
 
 # the collection's probes: they find out whether nodeprep is importable on the host at all

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import __version__, cloudinit
-from nodeprep.artifact import sha256_file
+from nodeprep.digests import sha256_file
 from tests.support.installer import Node, can_run, python
 
 from .test_cloud_bootstrap import build_wheel, store_server

@@ -21,7 +21,7 @@ import pytest
 
 from nodeprep import artifact, runner
 from nodeprep.builder import headers
-from tests.unit.builder.makeself_util import make_runfile
+from tests.support.makeself import make_runfile
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 
 from nodeprep import artifact, runner
 from tests.support.httpdir import serve_directory
-from tests.unit.builder.makeself_util import make_runfile
+from tests.support.makeself import make_runfile
 
 pytestmark = pytest.mark.slow
 

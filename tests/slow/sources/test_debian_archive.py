@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.artifact import sha256_file
+from nodeprep.digests import sha256_file
 from nodeprep.errors import InputError
 from nodeprep.sources.debian import DebianArchive
 

@@ -319,9 +319,8 @@ def test_release_and_runfile_of_different_versions_are_refused_before_apt(tmp_pa
     mirror is a closed loopback port: reaching it would be another error)."""
     import hashlib
 
+    from tests.support.makeself import make_runfile
     from tests.unit.sources.test_opensource import release_members, write_tgz
-
-    from .makeself_util import make_runfile
 
     monkeypatch.setenv("NODEPREP_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
     release = write_tgz(tmp_path / "release.tar.gz", release_members())

@@ -2,9 +2,9 @@
 `nodeprep build-matrix FILE` output parsed back, and the refusal logic of `--expand`.
 
 The refusal tests answer the archive from data recorded from Debian's real archive
-(data/debian12-archive.json, debian12-backports-archive.json, debian13-archive.json; see their
-_comment) through `RecordedArchive` at the archive boundary only. What the expansion gives against
-the real archive is tests/slow/builder/test_matrix_expand.py.
+(tests/fixtures/debian-archive: debian12-archive.json, debian12-backports-archive.json,
+debian13-archive.json; see their _comment) through `RecordedArchive` at the archive boundary only.
+What the expansion gives against the real archive is tests/slow/builder/test_matrix_expand.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from click.testing import CliRunner
 from nodeprep.builder import matrix
 from nodeprep.cli import main
 from nodeprep.targets import facts
-
-from .conftest import DATA, RecordedArchive
+from tests.support.recordedarchive import RecordedArchive, recorded
 
 YAML = """
 os: debian-12
@@ -102,7 +101,7 @@ RECORDED = {
 
 
 def _archive_for(os_name: str, channel: str) -> RecordedArchive:
-    return RecordedArchive(json.loads((DATA / RECORDED[os_name, channel]).read_text()))
+    return recorded(RECORDED[os_name, channel])
 
 
 def _refused(text: str) -> dict[tuple[str, str, str, str], str]:

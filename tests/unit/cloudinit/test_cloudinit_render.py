@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from nodeprep import __version__, cloudinit, runner
-from nodeprep.artifact import sha256_file
 from nodeprep.cli import main
+from nodeprep.digests import sha256_file
 from tests.support.clirunner import separate_stderr
 
 HERE = Path(__file__).resolve().parent

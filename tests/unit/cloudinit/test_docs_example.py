@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from nodeprep import __version__
-from nodeprep.artifact import sha256_file
+from nodeprep.digests import sha256_file
 from tests.support.docs import documented_block
 from tests.support.fixtures import REPO
 

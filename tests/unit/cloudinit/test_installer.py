@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import cloudinit, runner
-from nodeprep.artifact import sha256_bytes
+from nodeprep.digests import sha256_bytes
 from tests.support.installer import Node, can_run, python
 
 

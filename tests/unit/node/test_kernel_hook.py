@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.node import kernelhook
+from nodeprep.node import kernelevents, kernelhook
 from nodeprep.node.layout import Layout
 from nodeprep.node.state import load_state
 
@@ -45,15 +45,15 @@ submenu 'Advanced options for {D}' {ID} 'gnulinux-advanced-{UUID}' {{
 
 def test_grub_default_by_ids_inside_the_submenu() -> None:
     want = f"gnulinux-advanced-{UUID}>gnulinux-{K_OLD}-advanced-{UUID}"
-    assert kernelhook.grub_default(GRUB_CFG, K_OLD) == want
+    assert kernelevents.grub_default(GRUB_CFG, K_OLD) == want
 
 
 def test_grub_default_without_submenu_and_without_grub_cfg() -> None:
     flat = "\n".join(
         ln.lstrip("\t") for ln in GRUB_CFG.splitlines() if not ln.startswith(("submenu", "}"))
     )
-    assert kernelhook.grub_default(flat, K_OLD) == f"gnulinux-{K_OLD}-advanced-{UUID}"
-    assert kernelhook.grub_default(None, K_OLD) == (
+    assert kernelevents.grub_default(flat, K_OLD) == f"gnulinux-{K_OLD}-advanced-{UUID}"
+    assert kernelevents.grub_default(None, K_OLD) == (
         f"Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux {K_OLD}")
 
 

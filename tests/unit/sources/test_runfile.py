@@ -12,8 +12,7 @@ import pytest
 
 from nodeprep.errors import ArtifactError, ChecksumError, InputError
 from nodeprep.sources import runfile
-
-from .makeself_util import make_runfile
+from tests.support.makeself import make_runfile
 
 
 def _tree(root: Path) -> Path:

@@ -1,12 +1,11 @@
 """Target OSes: one entry per OS, and what a build request resolves to for each of them.
 
-The archive is the recorded_archive stand-in (the one boundary): data/debian13-archive.json and
-data/debian12-backports-archive.json were recorded from Debian's real archive (see their
-_comment); the CONFIG_CC_VERSION_TEXT lines are copied from the real linux-headers packages."""
+The archive is the recorded_archive stand-in (the one boundary): debian13-archive.json and
+debian12-backports-archive.json in tests/fixtures/debian-archive were recorded from Debian's real
+archive (see their _comment); the CONFIG_CC_VERSION_TEXT lines are copied from the real
+linux-headers packages."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -15,18 +14,13 @@ from nodeprep.builder import buildroot, cc, container, headers
 from nodeprep.builder.plan import BuildRequest, validate_request
 from nodeprep.errors import InputError
 from nodeprep.sources import drivers
-
-from .conftest import DATA, RecordedArchive
+from tests.support.recordedarchive import recorded
 
 # From .config of linux-headers-6.12.117+deb13-amd64, 6.12.95+deb12-amd64 and 6.1.0-56-amd64.
 CC_TEXT = {
     "6.12.117+deb13-amd64": "x86_64-linux-gnu-gcc-14 (Debian 14.2.0-19) 14.2.0",
     "6.12.95+deb12-amd64": "x86_64-linux-gnu-gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0",
 }
-
-
-def recorded(name: str) -> RecordedArchive:
-    return RecordedArchive(json.loads((DATA / name).read_text()))
 
 
 def test_every_target_is_complete_and_unknown_ones_are_refused():

@@ -1,5 +1,5 @@
 """Driver version + flavour -> Debian source package, against versions recorded from Debian 12's
-archive (data/debian12-archive.json; see conftest.RecordedArchive)."""
+archive (tests/fixtures/debian-archive/debian12-archive.json; see tests/support/recordedarchive.py)."""
 
 from __future__ import annotations
 
