@@ -110,7 +110,8 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         log.warning("warning: %s", w)
     applied = None
     if do_apply:
-        from ..labels.apply import apply_labels, default_node_name, load_kubeconfig
+        from ..kubeapi import default_node_name, load_kubeconfig
+        from ..labels.apply import apply_labels
 
         assert kubeconfig is not None
         applied = apply_labels(load_kubeconfig(kubeconfig), node or prof.node_name or default_node_name(),

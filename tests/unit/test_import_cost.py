@@ -21,6 +21,9 @@ LIGHT = {
     "nodeprep.join.activation": ["nodeprep.join.plan", "nodeprep.join.cdi", "nodeprep.node.ops"],
     "nodeprep.labels.gpu": ["nodeprep.labels.cloud", "nodeprep.labels.apply", "nodeprep.labels.core"],
     "nodeprep.node.fsutil": ["nodeprep.node.ops", "nodeprep.node.state"],
+    # the Kubernetes API client sits below labels and join; the GPU verdict needs no label patching
+    "nodeprep.kubeapi": ["nodeprep.labels.core", "nodeprep.labels.apply", "nodeprep.join.plan"],
+    "nodeprep.join.verification": ["nodeprep.labels.apply"],
 }
 
 # the collection's probes: they find out whether nodeprep is importable on the host at all
