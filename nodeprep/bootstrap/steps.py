@@ -186,7 +186,8 @@ def _join_options(ctx: Context) -> Any:
 
 def step_runtime(ctx: Context) -> dict[str, Any]:
     """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root."""
-    from ..join.plan import apply_runtime, plan_runtime
+    from ..join.apply import apply_runtime
+    from ..join.plan import plan_runtime
 
     plan = plan_runtime(ctx.profile, _join_options(ctx))
     if ctx.check:
@@ -203,7 +204,8 @@ def step_runtime(ctx: Context) -> dict[str, Any]:
 
 def step_join(ctx: Context) -> dict[str, Any]:
     """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration."""
-    from ..join.plan import join, plan_join, preview_join
+    from ..join.apply import join, preview_join
+    from ..join.plan import plan_join
 
     if ctx.profile.cluster is None:
         return {"joined": False, "summary": "no cluster section in the profile: not joining"}
