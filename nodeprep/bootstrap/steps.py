@@ -151,17 +151,15 @@ def step_modules(ctx: Context) -> dict[str, Any]:
 
 def step_labels(ctx: Context) -> dict[str, Any]:
     """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
-    from ..labels.core import LabelOptions, node_labels
+    from ..labels.core import node_labels
+    from ..labels.options import label_options
     from ..labels.output import render_nfd
+    from ..labels.profilelabels import ProfileLabels
     from ..node.fsutil import atomic_write
 
-    opts = LabelOptions(
-        root=ctx.root, sysfs_root=ctx.options.sysfs_root or ctx.root / "sys",
-        nvidia_smi_xml=ctx.options.nvidia_smi_xml,
-        cloud=ctx.profile.labels.cloud, extra=dict(ctx.profile.labels.extra),
-        kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
-        use_nvml=ctx.live, run_nvidia_smi=ctx.live,
-    )
+    opts = label_options(ctx.root, ProfileLabels.of(ctx.profile), sysfs_root=ctx.options.sysfs_root,
+                         nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+                         kernel=ctx.results.get("driver", {}).get("kernel"))  # None: the profile's
     result = node_labels(opts)  # its warnings are in this step's result; the front-end prints them
     labels = dict(sorted(result.labels.items()))
     if ctx.check:

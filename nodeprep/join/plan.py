@@ -355,8 +355,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
     if options.labels is not None:
         labels, label_warnings = dict(options.labels), []
     else:
-        labels, label_warnings = probe.node_labels(profile, root, live=options.live,
-                                                   nvidia_smi_xml=options.nvidia_smi_xml)
+        labels, label_warnings = probe.node_labels(profile, root, nvidia_smi_xml=options.nvidia_smi_xml)
     mine, api, split_warnings = registration_labels(labels)
     runtime = plan_runtime(profile, options)
     warnings += label_warnings + split_warnings + list(runtime.warnings)

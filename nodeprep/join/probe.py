@@ -34,23 +34,15 @@ def joined(root: Path) -> bool:
     return under(root, kube.KUBECONFIG).exists()
 
 
-def node_labels(profile: Profile, root: Path, *, live: bool,
+def node_labels(profile: Profile, root: Path, *,
                 nvidia_smi_xml: Path | None) -> tuple[dict[str, str], list[str]]:
-    """The node's labels (nodeprep.labels.core.node_labels) and their warnings."""
-    from ..labels.core import LabelOptions
+    """The node's labels (nodeprep.labels.core.node_labels, the root's facts by
+    nodeprep.labels.options.label_options) and their warnings."""
     from ..labels.core import node_labels as compute
+    from ..labels.options import label_options
+    from ..labels.profilelabels import ProfileLabels
 
-    opts = LabelOptions(
-        root=root,
-        kernel=profile.driver.kernel,  # else the running kernel on /, the root's kernel under --root
-        sysfs_root=Path("/sys") if live else root / "sys",
-        nvidia_smi_xml=nvidia_smi_xml,
-        cloud=profile.labels.cloud,
-        extra=dict(profile.labels.extra),
-        run_nvidia_smi=live,
-        use_nvml=live,
-    )
-    result = compute(opts)
+    result = compute(label_options(root, ProfileLabels.of(profile), nvidia_smi_xml=nvidia_smi_xml))
     return dict(result.labels), list(result.warnings)
 
 

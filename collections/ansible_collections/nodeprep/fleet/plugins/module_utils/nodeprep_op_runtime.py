@@ -47,8 +47,9 @@ def remove(module, removal_mod, profile_mod):
 def run(module):
     """The nodeprep_runtime task on a validated AnsibleModule (see modules/nodeprep_runtime.py)."""
     p = module.params
-    plan_mod, apply_mod, profile_mod = host.import_nodeprep(module, "nodeprep.join.plan", "nodeprep.join.apply",
-                                                            "nodeprep.profile")
+    plan_mod, apply_mod, profile_mod = host.import_nodeprep(
+        module, "nodeprep.join.plan", "nodeprep.join.apply", "nodeprep.profile"
+    )
     if p["state"] == "absent":
         (removal_mod,) = host.import_nodeprep(module, "nodeprep.join.removal")
         remove(module, removal_mod, profile_mod)
