@@ -210,8 +210,6 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source, tuple(findings))
 
 
-
-
 def containerd_version_warnings(version: str | None) -> list[str]:
     """What `containerd --version` output (None: not asked) says about CDI: containerd before 1.7
     ignores enable_cdi."""
