@@ -151,17 +151,15 @@ def step_modules(ctx: Context) -> dict[str, Any]:
 
 def step_labels(ctx: Context) -> dict[str, Any]:
     """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
-    from ..labels.core import LabelOptions, node_labels
+    from ..labels.core import node_labels
+    from ..labels.options import label_options
     from ..labels.output import render_nfd
+    from ..labels.profilelabels import ProfileLabels
     from ..node.fsutil import atomic_write
 
-    opts = LabelOptions(
-        root=ctx.root, sysfs_root=ctx.options.sysfs_root or ctx.root / "sys",
-        nvidia_smi_xml=ctx.options.nvidia_smi_xml,
-        cloud=ctx.profile.labels.cloud, extra=dict(ctx.profile.labels.extra),
-        kernel=ctx.results.get("driver", {}).get("kernel") or ctx.profile.driver.kernel,
-        use_nvml=ctx.live, run_nvidia_smi=ctx.live,
-    )
+    opts = label_options(ctx.root, ProfileLabels.of(ctx.profile), sysfs_root=ctx.options.sysfs_root,
+                         nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+                         kernel=ctx.results.get("driver", {}).get("kernel"))  # None: the profile's
     result = node_labels(opts)  # its warnings are in this step's result; the front-end prints them
     labels = dict(sorted(result.labels.items()))
     if ctx.check:
@@ -186,7 +184,8 @@ def _join_options(ctx: Context) -> Any:
 
 def step_runtime(ctx: Context) -> dict[str, Any]:
     """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root."""
-    from ..join.plan import apply_runtime, plan_runtime
+    from ..join.apply import apply_runtime
+    from ..join.plan import plan_runtime
 
     plan = plan_runtime(ctx.profile, _join_options(ctx))
     if ctx.check:
@@ -203,7 +202,8 @@ def step_runtime(ctx: Context) -> dict[str, Any]:
 
 def step_join(ctx: Context) -> dict[str, Any]:
     """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration."""
-    from ..join.plan import join, plan_join, preview_join
+    from ..join.apply import join, preview_join
+    from ..join.plan import plan_join
 
     if ctx.profile.cluster is None:
         return {"joined": False, "summary": "no cluster section in the profile: not joining"}

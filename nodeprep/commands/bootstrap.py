@@ -14,7 +14,7 @@ from .. import bootstrap as bootstrap_lib
 from .. import cloudinit
 from ..errors import InputError
 from ..node import oplog
-from .options import check_option, emit_json, json_option, resolve_sysfs, root_option, sysfs_root_option
+from .options import check_option, emit_json, json_option, root_option, sysfs_root_option
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, 
         click.echo(bootstrap_lib.describe(outcome), err=True)
 
     options = bootstrap_lib.Options(dry_run_join=dry_run_join, check=check,
-                                    sysfs_root=resolve_sysfs(sysfs_dir, root), nvidia_smi_xml=nvidia_smi_xml,
+                                    sysfs_root=sysfs_dir, nvidia_smi_xml=nvidia_smi_xml,
                                     load_modules=load_modules)
     report = bootstrap_lib.bootstrap(path, root=root, options=options, restart=restart, on_outcome=show)
     if as_json:

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from ..join.plan import JoinOptions, apply_join, apply_runtime, plan_join, plan_runtime, preview_join
+from ..join.apply import apply_join, apply_runtime, preview_join
+from ..join.plan import JoinOptions, plan_join, plan_runtime
 from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
 from .options import (

@@ -12,11 +12,12 @@ import click
 from ..errors import InputError, NodeprepError, StateError
 from ..labels import output
 from ..labels.cloud import CLOUD_CHOICES, Endpoints
-from ..labels.core import MIG_STRATEGIES, LabelOptions, node_labels
+from ..labels.core import MIG_STRATEGIES, node_labels
+from ..labels.options import label_options
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..profile import profile_path
-from .options import profile_option, resolve_sysfs, root_option, sysfs_root_option
+from .options import profile_option, root_option, sysfs_root_option
 
 GPU_SOURCES = ("auto", "nvml", "nvidia-smi", "pci")  # pci: sysfs only, no driver asked
 log = logging.getLogger("nodeprep.labels")
@@ -87,13 +88,13 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         raise InputError("--apply needs --kubeconfig FILE")
     if fmt == "kubelet":
         check_kubelet_labels(extra)
-    opts = LabelOptions(
-        root=root, sysfs_root=resolve_sysfs(sysfs_dir, root), dmi_root=dmi_root,
-        nvidia_smi_xml=nvidia_smi_xml,
-        cloud=cloud or prof.cloud, extra=extra, mig_strategy=mig_strategy, pci_ids=pci_ids,
+    named = {} if gpu_source == "auto" else {"use_nvml": gpu_source == "nvml",
+                                              "run_nvidia_smi": gpu_source == "nvidia-smi"}
+    opts = label_options(
+        root, prof, extra=extra, cloud=cloud, sysfs_root=sysfs_dir, dmi_root=dmi_root,
+        nvidia_smi_xml=nvidia_smi_xml, mig_strategy=mig_strategy, pci_ids=pci_ids,
         endpoints=Endpoints.from_env(aws=aws_metadata_url, gce=gce_metadata_url, azure=azure_metadata_url),
-        source_timeout=timeout, total_timeout=timeout * 1.5,
-        use_nvml=gpu_source in ("auto", "nvml"), run_nvidia_smi=gpu_source in ("auto", "nvidia-smi"),
+        source_timeout=timeout, total_timeout=timeout * 1.5, **named,
     )
     if gpu_source != "auto" and nvidia_smi_xml is not None:
         raise InputError("--source: not with --nvidia-smi-xml (the capture is the source)")
@@ -110,7 +111,8 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         log.warning("warning: %s", w)
     applied = None
     if do_apply:
-        from ..labels.apply import apply_labels, default_node_name, load_kubeconfig
+        from ..kubeapi import default_node_name, load_kubeconfig
+        from ..labels.apply import apply_labels
 
         assert kubeconfig is not None
         applied = apply_labels(load_kubeconfig(kubeconfig), node or prof.node_name or default_node_name(),

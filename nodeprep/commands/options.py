@@ -34,11 +34,6 @@ sysfs_root_option = click.option(
 )
 
 
-def resolve_sysfs(given: Path | None, root: Path) -> Path:
-    """--sysfs-root, else the root's own /sys (ROOT/sys; /sys for /), the one doctor reads."""
-    return given if given is not None else root / "sys"
-
-
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary only.")
 profile_option = click.option(
     "--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -56,7 +56,7 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
     problems = list(verdict.problems)
     if do_apply:
         from ..join.verification import publish_verdict
-        from ..labels.apply import default_node_name, load_kubeconfig
+        from ..kubeapi import default_node_name, load_kubeconfig
 
         assert kubeconfig is not None
         name = node or (prof.cluster.node_name if prof and prof.cluster else None) or default_node_name()
@@ -82,7 +82,7 @@ def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float) -> None:
     """Cluster side: lift nodeprep.dev/unverified:NoSchedule from nodes whose GPU self-test verdict is
     valid for their current boot and driver; put it back on GPU nodes without one."""
     from ..join.verification import verify_nodes
-    from ..labels.apply import load_kubeconfig
+    from ..kubeapi import load_kubeconfig
 
     cfg = load_kubeconfig(kubeconfig)
     while True:

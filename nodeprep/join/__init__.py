@@ -1,15 +1,16 @@
 """Join a GPU node to Kubernetes: kubeadm JoinConfiguration / kubelet bootstrap, KubeletConfiguration,
 containerd drop-in, CDI spec (docs/join.md).
 
-Public API (CLI `nodeprep join`, Ansible roles kube_join and container_runtime, bootstrap), all in
-nodeprep.join.plan (this package imports nothing: driver activation imports nodeprep.join.cdi on
-every run and must not pay for the planner):
-    plan_runtime(profile, JoinOptions(root=...)) -> RuntimePlan      containerd + CDI only
-    apply_runtime(plan) -> {"changed", "written", "ran", "warnings"}
-    plan_join(profile, JoinOptions(...)) -> JoinPlan                 everything, nothing written
-    apply_join(plan, run=True) -> dict                               write files, run commands
-    preview_join(plan, output_dir=None) -> dict                      dry run: write nothing (or under DIR)
-    join(profile, options, dry_run=False) -> (JoinPlan, dict)
+Public API (CLI `nodeprep join`, Ansible roles kube_join and container_runtime, bootstrap): plans in
+nodeprep.join.plan (what they read from the node: nodeprep.join.probe), applies in nodeprep.join.apply
+(this package imports nothing: driver activation imports nodeprep.join.cdi on every run and must
+not pay for the planner):
+    plan.plan_runtime(profile, JoinOptions(root=...)) -> RuntimePlan  containerd + CDI only
+    apply.apply_runtime(plan) -> {"changed", "written", "ran", "warnings"}
+    plan.plan_join(profile, JoinOptions(...)) -> JoinPlan            everything, nothing written
+    apply.apply_join(plan, run=True) -> dict                          write files, run commands
+    apply.preview_join(plan, output_dir=None) -> dict                 dry run: write nothing (or under DIR)
+    apply.join(profile, options, dry_run=False) -> (JoinPlan, dict)
 Each plan holds FileChange objects (nodeprep.join.files: `target`, `content`, `mode`, `changed`,
 `secret`) and Actions.
 """

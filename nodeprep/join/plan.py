@@ -1,36 +1,34 @@
-"""Join a node: plan (pure apart from reading the node), preflight, apply.
+"""Plan a join: what it would write and run, nothing written.
 
-`plan_runtime()` / `apply_runtime()` cover containerd + CDI (Ansible role container_runtime);
-`plan_join()` / `apply_join()` add the Kubernetes side (role kube_join; `nodeprep join`). A plan
-lists every file with its rendered bytes and `changed`, and the commands an apply would run; check
-mode calls only plan(). The bootstrap token only ever appears inside files marked `secret` (0600);
-`to_dict()` and `render_text()` mask it.
+`plan_runtime()` covers containerd + CDI (Ansible role container_runtime); `plan_join()` adds the
+Kubernetes side (role kube_join; `nodeprep join`); nodeprep.join.apply applies either. The cluster
+checks, kubelet arguments, kubeadm and kubelet files and their commands are pure planners over
+explicit inputs; what they need from the node (token, CA file, labels, doctor, containerd's
+version, whether it joined) is read by nodeprep.join.probe. A plan lists every file with its
+rendered bytes and `changed`, and the commands an apply would run; check mode calls only the plan.
+The bootstrap token only ever appears inside files marked `secret` (0600); `to_dict()` and
+`render_text()` mask it.
 """
 
 from __future__ import annotations
 
 import difflib
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import runner
 from ..errors import InputError, StateError
 from ..kubeletflags import SortedArgs, check_version, sort_args
-from ..log import step
-from ..profile import Profile
+from ..profile import Cluster, Profile
 from ..profile.load import CA_PIN_REQUIRED
 from . import cdi as cdimod
 from . import containerd as ctd
-from . import ctkconfig, kube, ocihooks
+from . import ctkconfig, kube, ocihooks, probe
 from . import gpus as gpumod
-from .discovery import Discovery, discover
-from .files import FileChange, apply_changes, relocated, under
-from .token import BootstrapToken, read_token_file, redact
-
-log = logging.getLogger(__name__)
+from .discovery import Discovery
+from .files import FileChange, under
+from .token import BootstrapToken, redact
 
 # KEP-4009 (CDI devices in the device plugin API): alpha 1.28, beta and on by default 1.29, GA 1.31.
 CDI_GATE = "DevicePluginCDIDevices"
@@ -199,7 +197,7 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
                 if not options.check:
                     raise
                 findings.append(f"CDI spec: {e}")
-    warnings += _containerd_version_warnings(profile, options)
+    warnings += containerd_version_warnings(probe.containerd_version(profile, live=options.live))
     if profile.runtime.nvidia_runtime:
         missing = ctd.missing_runtime_warning(root, profile.runtime.nvidia_runtime_path)
         warnings += [missing] if missing else []
@@ -212,14 +210,10 @@ def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> Runtim
     return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source, tuple(findings))
 
 
-def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list[str]:
-    if not (profile.runtime.cdi and options.live and runner.which("containerd")):
-        return []
-    try:
-        out = runner.run(["containerd", "--version"], timeout=10, check=False).stdout
-    except Exception:  # noqa: BLE001 - a version probe must never break a join
-        return []
-    for word in out.split():
+def containerd_version_warnings(version: str | None) -> list[str]:
+    """What `containerd --version` output (None: not asked) says about CDI: containerd before 1.7
+    ignores enable_cdi."""
+    for word in (version or "").split():
         parts = word.lstrip("v").split(".")
         if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
             if (int(parts[0]), int(parts[1])) < (1, 7):
@@ -231,96 +225,38 @@ def _containerd_version_warnings(profile: Profile, options: JoinOptions) -> list
     return []
 
 
-def apply_runtime(plan: RuntimePlan) -> dict[str, Any]:
-    if plan.preflight:
-        raise StateError("; ".join(plan.preflight), hint="a check plan is shown, never applied")
-    written = apply_changes(list(plan.files))
-    ran = _run_actions(plan.actions)
-    return {
-        "changed": bool(written) or bool(ran),
-        "written": [f.target for f in written],
-        "ran": [list(a.argv) for a in ran],
-        "warnings": list(plan.warnings),
-    }
-
-
 # ---------------------------------------------------------------------------------------------
-# Join
+# Join: pure planners (explicit inputs), then plan_join, which feeds them what nodeprep.join.probe read
 
 
-def _labels(profile: Profile, options: JoinOptions) -> tuple[dict[str, str], list[str]]:
-    """All labels for this node: `options.labels` if given, else nodeprep.labels.core.node_labels()."""
-    if options.labels is not None:
-        return dict(options.labels), []
-    from ..labels.core import LabelOptions, node_labels
-
-    root = Path(options.root)
-    live = options.live
-    opts = LabelOptions(
-        root=root,
-        kernel=profile.driver.kernel,  # else the running kernel on /, the root's kernel under --root
-        sysfs_root=Path("/sys") if live else root / "sys",
-        nvidia_smi_xml=options.nvidia_smi_xml,
-        cloud=profile.labels.cloud,
-        extra=dict(profile.labels.extra),
-        run_nvidia_smi=live,
-        use_nvml=live,
-    )
-    result = node_labels(opts)
-    return dict(result.labels), list(result.warnings)
+def needs_ca_cert_file(profile: Profile, *, insecure: bool) -> bool:
+    """Mode kubelet trusts cluster.ca_cert_file (kubeadm pins the CA by hash instead)."""
+    return profile.cluster is not None and profile.cluster.mode == "kubelet" and not insecure
 
 
-def _split_labels(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    # labels.extra holds only labels a kubelet may register with: the profile's own validation
-    # refuses the others (nodeprep.profile.checks.label_pair), for every command that reads a profile.
-    from ..labels.validate import split_for_kubelet
-
-    return split_for_kubelet(labels)
-
-
-def _preflight(profile: Profile, options: JoinOptions) -> list[str]:
-    try:
-        from ..node.doctor import doctor  # type: ignore[import-not-found]
-    except ImportError:
-        return ["nodeprep.node.doctor is not available in this installation"]
-    report = doctor(Path(options.root))
-    if getattr(report, "ok", False):
-        return []
-    problems = getattr(report, "problems", None)
-    details = problems() if callable(problems) else (problems or [])
-    text = (
-        "; ".join(f"{getattr(c, 'name', '?')}: {getattr(c, 'message', c)}" for c in details)
-        or "see `nodeprep doctor`"
-    )
-    return [f"nodeprep doctor failed: {text}"]
-
-
-def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
-    """Everything a join would write and run. Raises InputError for bad input (token, CA pins,
-    flags, labels); preflight problems are returned in `plan.preflight`, not raised."""
-    options = options or JoinOptions()
+def checked_cluster(profile: Profile, *, insecure: bool, ca_cert_present: bool | None) -> Cluster:
+    """The profile's cluster section, refused (InputError) without one, for kubeadm without CA pins
+    and for kubelet without its CA file (`ca_cert_present`; None: not looked at, not needed)."""
     cluster = profile.cluster
     if cluster is None:
         raise InputError(
             f"{profile.source}: no cluster section; nothing to join",
             hint="add cluster: {api_server: HOST:PORT, ...} (see examples/node.yaml)",
         )
-    root = Path(options.root)
-    if not cluster.ca_cert_hashes and not options.insecure_skip_ca_verification and cluster.mode == "kubeadm":
+    if not cluster.ca_cert_hashes and not insecure and cluster.mode == "kubeadm":
         raise InputError(f"{profile.source}: {CA_PIN_REQUIRED}",
                          hint="or pass --insecure-skip-ca-verification to trust the network")
-    if (
-        cluster.mode == "kubelet"
-        and not options.insecure_skip_ca_verification
-        and not under(root, cluster.ca_cert_file).is_file()
-    ):
+    if needs_ca_cert_file(profile, insecure=insecure) and ca_cert_present is False:
         raise InputError(
             f"cluster.ca_cert_file: {cluster.ca_cert_file} does not exist",
             hint="copy the cluster CA certificate there, or pass --insecure-skip-ca-verification",
         )
-    token = options.token or read_token_file(
-        under(root, cluster.token_file, input_field="cluster.token_file"), shown_as=cluster.token_file
-    )
+    return cluster
+
+
+def kubelet_args(profile: Profile, cluster: Cluster) -> tuple[SortedArgs, list[str]]:
+    """The kubelet's flags and configuration fields for the cluster's version (the CDI feature gate
+    where CDI needs it), with the warnings they raise. InputError for a refused flag."""
     warnings = check_version(cluster.minor)
     gates = dict(cluster.feature_gates)
     if profile.runtime.cdi and CDI_GATE_FROM <= cluster.minor < CDI_GATE_DEFAULT_ON and CDI_GATE not in gates:
@@ -332,182 +268,123 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
     args: SortedArgs = sort_args(cluster.kubelet_extra_args, cluster.minor, feature_gates=gates)
     if args.moved:
         warnings.append("moved deprecated kubelet flags into KubeletConfiguration: " + ", ".join(args.moved))
+    return args, warnings
 
-    labels, label_warnings = _labels(profile, options)
-    warnings += label_warnings
-    mine, api = _split_labels(labels)
-    if api:
-        warnings.append(
-            "not set at registration (need an API write, e.g. nodeprep labels --apply): "
-            + ", ".join(sorted(api))
-        )
 
+def registration_labels(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """(labels the kubelet registers with, labels that need an API write, the warning naming those).
+    labels.extra holds only labels a kubelet may register with: the profile's own validation refuses
+    the others (nodeprep.profile.checks.label_pair), for every command that reads a profile."""
+    from ..labels.validate import split_for_kubelet
+
+    mine, api = split_for_kubelet(dict(labels))
+    if not api:
+        return mine, api, []
+    return mine, api, ["not set at registration (need an API write, e.g. nodeprep labels --apply): "
+                       + ", ".join(sorted(api))]
+
+
+def kubeadm_files(root: Path, cluster: Cluster, token: BootstrapToken, labels: Mapping[str, str],
+                  args: SortedArgs, *, insecure: bool) -> tuple[list[FileChange], str]:
+    """The JoinConfiguration (secret: it holds the token) and the kubelet patch; the kubeadm API."""
+    doc = kube.join_configuration(cluster, token, labels=labels, args=args,
+                                  insecure_skip_ca_verification=insecure)
+    files = [
+        FileChange(under(root, kube.JOIN_CONFIG), kube.JOIN_CONFIG, kube.dump(doc), 0o600, secret=True),
+        FileChange(under(root, kube.KUBELET_PATCH), kube.KUBELET_PATCH,
+                   kube.dump(kube.kubelet_patch(cluster, args)), 0o644),
+    ]
+    return files, doc["apiVersion"]
+
+
+def kubeadm_actions(root: Path, *, joined: bool, live: bool) -> tuple[list[Action], list[str]]:
+    """`kubeadm join` unless the node has joined; deferred to the booted node for an image root."""
+    if joined:
+        return [], [f"{kube.KUBECONFIG} exists: the node has already joined; not running kubeadm join"]
+    action = Action(("kubeadm", "join", "--config", kube.JOIN_CONFIG), "join the cluster", deferred=not live)
+    if live:
+        return [action], []
+    return [action], [f"--root {root}: not running kubeadm join; run `kubeadm join --config "
+                      f"{kube.JOIN_CONFIG}` on the booted node"]
+
+
+def kubelet_files(root: Path, cluster: Cluster, token: BootstrapToken, labels: Mapping[str, str],
+                  args: SortedArgs, *, insecure: bool) -> list[FileChange]:
+    """Mode kubelet: the bootstrap kubeconfig (secret), KubeletConfiguration and the systemd drop-in."""
+    kubeconfig = kube.bootstrap_kubeconfig(cluster, token, insecure=insecure)
+    return [
+        FileChange(under(root, kube.BOOTSTRAP_KUBECONFIG), kube.BOOTSTRAP_KUBECONFIG, kube.dump(kubeconfig),
+                   0o600, secret=True),
+        FileChange(under(root, kube.KUBELET_CONFIG), kube.KUBELET_CONFIG,
+                   kube.dump(kube.kubelet_configuration(cluster, args, standalone=True)), 0o644),
+        FileChange(under(root, kube.KUBELET_DROP_IN), kube.KUBELET_DROP_IN,
+                   kube.kubelet_drop_in(cluster, labels, args).encode(), 0o644),
+    ]
+
+
+def kubelet_actions(root: Path, *, changed: bool, joined: bool, live: bool) -> list[Action]:
+    """Mode kubelet: reload and (re)start kubelet when its files `changed` or it has not joined; an
+    image root only enables it (it bootstraps at first boot)."""
+    if not live:
+        return [Action(("systemctl", f"--root={root}", "enable", "kubelet.service"),
+                       "offline root: kubelet starts and bootstraps at first boot")]
+    actions = []
+    if changed:
+        actions += [
+            Action(("systemctl", "daemon-reload"), "kubelet drop-in changed"),
+            Action(("systemctl", "enable", "kubelet.service"), "start kubelet at boot"),
+        ]
+    if changed or not joined:
+        actions.append(Action(("systemctl", "restart", "kubelet.service"),
+                              "kubelet bootstraps with the new configuration"))
+    return actions
+
+
+def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
+    """Everything a join would write and run. Raises InputError for bad input (token, CA pins,
+    flags, labels); preflight problems are returned in `plan.preflight`, not raised."""
+    options = options or JoinOptions()
+    root, insecure = Path(options.root), options.insecure_skip_ca_verification
+    needs_ca = needs_ca_cert_file(profile, insecure=insecure)
+    cluster = checked_cluster(profile, insecure=insecure, ca_cert_present=(
+        probe.ca_cert_present(root, profile.cluster) if needs_ca and profile.cluster else None))
+    token = options.token or probe.token(root, cluster)
+    args, warnings = kubelet_args(profile, cluster)
+    if options.labels is not None:
+        labels, label_warnings = dict(options.labels), []
+    else:
+        labels, label_warnings = probe.node_labels(profile, root, nvidia_smi_xml=options.nvidia_smi_xml)
+    mine, api, split_warnings = registration_labels(labels)
     runtime = plan_runtime(profile, options)
-    warnings += runtime.warnings
-    files: list[FileChange] = list(runtime.files)
-    actions: list[Action] = list(runtime.actions)
-    already = under(root, kube.KUBECONFIG).exists()
+    warnings += label_warnings + split_warnings + list(runtime.warnings)
+    joined = probe.joined(root)
     api_version: str | None = None
     if cluster.mode == "kubeadm":
-        doc = kube.join_configuration(
-            cluster,
-            token,
-            labels=mine,
-            args=args,
-            insecure_skip_ca_verification=options.insecure_skip_ca_verification,
-        )
-        api_version = doc["apiVersion"]
-        files.append(
-            FileChange(under(root, kube.JOIN_CONFIG), kube.JOIN_CONFIG, kube.dump(doc), 0o600, secret=True)
-        )
-        files.append(
-            FileChange(
-                under(root, kube.KUBELET_PATCH),
-                kube.KUBELET_PATCH,
-                kube.dump(kube.kubelet_patch(cluster, args)),
-                0o644,
-            )
-        )
-        if already:
-            warnings.append(
-                f"{kube.KUBECONFIG} exists: the node has already joined; not running kubeadm join"
-            )
-        else:
-            actions.append(
-                Action(
-                    ("kubeadm", "join", "--config", kube.JOIN_CONFIG),
-                    "join the cluster",
-                    deferred=not options.live,
-                )
-            )
-            if not options.live:
-                warnings.append(
-                    f"--root {root}: not running kubeadm join; run `kubeadm join --config "
-                    f"{kube.JOIN_CONFIG}` on the booted node"
-                )
+        files, api_version = kubeadm_files(root, cluster, token, mine, args, insecure=insecure)
+        actions, join_warnings = kubeadm_actions(root, joined=joined, live=options.live)
     else:
-        kubeconfig = kube.bootstrap_kubeconfig(cluster, token, insecure=options.insecure_skip_ca_verification)
-        files += [
-            FileChange(
-                under(root, kube.BOOTSTRAP_KUBECONFIG),
-                kube.BOOTSTRAP_KUBECONFIG,
-                kube.dump(kubeconfig),
-                0o600,
-                secret=True,
-            ),
-            FileChange(
-                under(root, kube.KUBELET_CONFIG),
-                kube.KUBELET_CONFIG,
-                kube.dump(kube.kubelet_configuration(cluster, args, standalone=True)),
-                0o644,
-            ),
-            FileChange(
-                under(root, kube.KUBELET_DROP_IN),
-                kube.KUBELET_DROP_IN,
-                kube.kubelet_drop_in(cluster, mine, args).encode(),
-                0o644,
-            ),
-        ]
-        kube_changed = any(f.changed for f in files[-3:])
-        if options.live:
-            if kube_changed:
-                actions += [
-                    Action(("systemctl", "daemon-reload"), "kubelet drop-in changed"),
-                    Action(("systemctl", "enable", "kubelet.service"), "start kubelet at boot"),
-                ]
-            if kube_changed or not already:
-                actions.append(
-                    Action(
-                        ("systemctl", "restart", "kubelet.service"),
-                        "kubelet bootstraps with the new configuration",
-                    )
-                )
-        else:
-            actions.append(
-                Action(
-                    ("systemctl", f"--root={root}", "enable", "kubelet.service"),
-                    "offline root: kubelet starts and bootstraps at first boot",
-                )
-            )
-    preflight = list(runtime.preflight) + ([] if options.skip_preflight else _preflight(profile, options))
+        files, join_warnings = kubelet_files(root, cluster, token, mine, args, insecure=insecure), []
+        changed = any(f.changed for f in files)
+        actions = kubelet_actions(root, changed=changed, joined=joined, live=options.live)
+    preflight = list(runtime.preflight) + ([] if options.skip_preflight else probe.doctor_problems(root))
     discovery = None
-    if options.discovery and not already:
-        ca_pem = None
-        if cluster.mode == "kubelet" and not options.insecure_skip_ca_verification:
-            ca_pem = under(root, cluster.ca_cert_file).read_bytes()
-        discovery = Discovery(cluster.api_server, tuple(cluster.ca_cert_hashes), ca_pem,
-                              options.insecure_skip_ca_verification, options.discovery_timeout)
+    if options.discovery and not joined:
+        discovery = Discovery(cluster.api_server, tuple(cluster.ca_cert_hashes),
+                              probe.ca_cert_pem(root, cluster) if needs_ca else None, insecure,
+                              options.discovery_timeout)
     return JoinPlan(
         mode=cluster.mode,
         kubernetes_version=cluster.kubernetes_version,
         kubeadm_api=api_version,
-        files=tuple(files),
-        actions=tuple(actions),
+        files=(*runtime.files, *files),
+        actions=(*runtime.actions, *actions),
         labels=mine,
         api_labels=api,
         taints=tuple(str(t) for t in cluster.all_taints),
         moved_flags=args.moved,
-        warnings=tuple(warnings),
+        warnings=tuple(warnings + join_warnings),
         preflight=tuple(preflight),
         token=token,
-        already_joined=already,
+        already_joined=joined,
         discovery=discovery,
     )
-
-
-def _run_actions(actions: tuple[Action, ...]) -> list[Action]:
-    ran = []
-    for a in actions:
-        if a.deferred:
-            continue
-        with step(f"{a.why}: {a}", logger=log):
-            runner.run(list(a.argv), timeout=900, capture=False)
-        ran.append(a)
-    return ran
-
-
-def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
-    """Write the planned files; then run the planned commands unless `run` is False (--dry-run).
-    Refuses (StateError) when preflight found problems; with `run`, first checks the token and CA
-    against the cluster (nodeprep.join.discovery) and refuses (one line, nothing written) when they
-    do not hold."""
-    if plan.preflight:
-        raise StateError(
-            "preflight failed: " + "; ".join(plan.preflight),
-            hint="fix it (nodeprep doctor) or pass --skip-preflight",
-        )
-    result = plan.to_dict()  # before writing: `changed` describes what this apply does
-    if run and plan.discovery is not None:
-        with step(f"check token and CA against {plan.discovery.api_server}", logger=log):
-            info = discover(plan.discovery, plan.token)
-        result["discovery"] = {"server": info.server, "ca_pin": info.ca_pin}
-    written = apply_changes(list(plan.files))
-    ran = _run_actions(plan.actions) if run else []
-    result.update(
-        {
-            "written": [f.target for f in written],
-            "ran": [list(a.argv) for a in ran],
-            "changed": bool(written) or bool(ran),
-        }
-    )
-    return result
-
-
-def preview_join(plan: JoinPlan, output_dir: Path | None = None) -> dict[str, Any]:
-    """A dry run: the plan's summary; nothing on the node is written and nothing runs. With
-    `output_dir`, the files are written under that directory (as they would lie under the root).
-    Preflight findings are part of the plan (`preflight`), not a refusal: a plan can be shown on any
-    machine; only apply_join refuses."""
-    result = plan.to_dict()
-    placed = relocated(list(plan.files), output_dir) if output_dir is not None else []
-    apply_changes(placed)
-    result.update({"written": [], "ran": [], "preview": [str(f.path) for f in placed]})
-    return result
-
-
-def join(
-    profile: Profile, options: JoinOptions | None = None, *, dry_run: bool = False
-) -> tuple[JoinPlan, dict[str, Any]]:
-    """plan_join + apply_join: the whole `nodeprep join`."""
-    plan = plan_join(profile, options)
-    return plan, apply_join(plan, run=not dry_run)

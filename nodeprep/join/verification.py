@@ -31,7 +31,7 @@ from urllib.parse import quote
 import requests
 
 from ..errors import InputError, NetworkError, NodeprepError
-from ..labels.apply import PATCH_TYPE, KubeConfig, _status_message, api_session
+from ..kubeapi import PATCH_TYPE, KubeConfig, api_session, status_message
 from ..labels.core import PREFIX, VERIFIED_LABEL
 from ..node.selftest import Verdict
 from ..profile import UNVERIFIED_TAINT
@@ -127,14 +127,14 @@ def publish_verdict(cfg: KubeConfig, node: str, verdict: Verdict, local_boot_id:
                 raise InputError(f"node {node!r} not found at {cfg.server}")
             if r.status_code != 200:
                 raise NodeprepError(f"{cfg.server}: reading node {node!r} failed (HTTP {r.status_code} "
-                                    f"{_status_message(r)})")
+                                    f"{status_message(r)})")
             patch, published = verdict_patch(r.json(), verdict, local_boot_id)
             r = _request(s, "PATCH", _url(cfg, node), cfg.server, patch)
             if r.status_code == 200:
                 return published
             if r.status_code != 409:
                 raise NodeprepError(f"{cfg.server}: publishing the verdict on node {node!r} failed "
-                                    f"(HTTP {r.status_code} {_status_message(r)})")
+                                    f"(HTTP {r.status_code} {status_message(r)})")
     raise NetworkError(f"{cfg.server}: node {node!r} kept changing; verdict not published")
 
 
@@ -183,7 +183,7 @@ def verify_nodes(cfg: KubeConfig) -> list[str]:
         r = _request(s, "GET", f"{cfg.server}/api/v1/nodes", cfg.server)
         if r.status_code != 200:
             raise NodeprepError(f"{cfg.server}: listing nodes failed (HTTP {r.status_code} "
-                                f"{_status_message(r)})")
+                                f"{status_message(r)})")
         for node in r.json().get("items") or []:
             patch, reason = reconcile(node)
             if patch is None:
@@ -196,5 +196,5 @@ def verify_nodes(cfg: KubeConfig) -> list[str]:
                 out.append(f"node {name}: changed meanwhile; next pass")
             else:
                 raise NodeprepError(f"{cfg.server}: patching node {name!r} failed (HTTP {r.status_code} "
-                                    f"{_status_message(r)})")
+                                    f"{status_message(r)})")
     return out

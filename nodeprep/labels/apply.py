@@ -9,134 +9,24 @@ errors (5xx) are retried with a bounded exponential backoff; every attempt re-re
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import os
-import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import requests
 
 from ..errors import InputError, NetworkError, NodeprepError
+from ..kubeapi import PATCH_TYPE, KubeConfig, api_session, status_message
 from .core import PREFIX, VERIFIED_LABEL
 from .validate import self_settable
 
 log = logging.getLogger(__name__)
 
 MANAGED_ANNOTATION = f"{PREFIX}/managed-labels"
-PATCH_TYPE = "application/merge-patch+json"
-
-
-@dataclass(frozen=True)
-class KubeConfig:
-    server: str
-    ca_file: Path | None = None
-    ca_data: bytes | None = None
-    insecure: bool = False
-    cert_file: Path | None = None
-    cert_data: bytes | None = None
-    key_file: Path | None = None
-    key_data: bytes | None = None
-    token: str | None = field(default=None, repr=False)
-
-
-def _named(items: Any, name: str | None, what: str, path: Path) -> dict[str, Any]:
-    if not isinstance(items, list) or not items:
-        raise InputError(f"{path}: no {what}s defined")
-    for item in items:
-        if isinstance(item, dict) and (name is None or item.get("name") == name):
-            body = item.get(what)
-            if isinstance(body, dict):
-                return body
-    raise InputError(f"{path}: {what} {name!r} not found")
-
-
-def load_kubeconfig(path: Path, context: str | None = None) -> KubeConfig:
-    """Server, CA and credentials of `context` (default: current-context) in a kubeconfig file."""
-    from ..yamlinput import load_yaml
-
-    _, document = load_yaml(path)  # the strict, bounded reader of every user YAML file
-    data = document.data
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a kubeconfig (expected a mapping)")
-    ctx_name = context or data.get("current-context")
-    ctx = _named(data.get("contexts"), ctx_name, "context", path) if data.get("contexts") else {}
-    cluster = _named(data.get("clusters"), ctx.get("cluster"), "cluster", path)
-    users = data.get("users") or []
-    user = _named(users, ctx.get("user"), "user", path) if users else {}
-    server = cluster.get("server")
-    if not isinstance(server, str) or not server.startswith(("https://", "http://")):
-        raise InputError(f"{path}: cluster server {server!r} is not an http(s) URL")
-    base = path.parent
-
-    def file(value: Any) -> Path | None:
-        return (base / value) if isinstance(value, str) and value else None
-
-    def b64(value: Any, name: str) -> bytes | None:
-        if not value:
-            return None
-        try:
-            return base64.b64decode(value, validate=True)
-        except (ValueError, TypeError):
-            raise InputError(f"{path}: {name} is not valid base64") from None
-
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        try:
-            token = file(user["tokenFile"]).read_text().strip()  # type: ignore[union-attr]
-        except OSError as e:
-            raise InputError(f"{path}: cannot read tokenFile ({e.strerror})") from None
-    return KubeConfig(
-        server=server.rstrip("/"),
-        ca_file=file(cluster.get("certificate-authority")),
-        ca_data=b64(cluster.get("certificate-authority-data"), "certificate-authority-data"),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        cert_file=file(user.get("client-certificate")),
-        cert_data=b64(user.get("client-certificate-data"), "client-certificate-data"),
-        key_file=file(user.get("client-key")),
-        key_data=b64(user.get("client-key-data"), "client-key-data"),
-        token=token or None,
-    )
-
-
-@contextmanager
-def api_session(cfg: KubeConfig) -> Iterator[requests.Session]:
-    """A requests session honouring the kubeconfig's CA, client certificate/key and token. Inline
-    (*-data) credentials go to 0600 files in a private temporary directory, removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="nodeprep-kube-") as tmp:
-        def materialise(data: bytes | None, fallback: Path | None, name: str) -> str | None:
-            if data is None:
-                return str(fallback) if fallback else None
-            p = Path(tmp) / name
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return str(p)
-
-        s = requests.Session()
-        s.trust_env = False
-        ca = materialise(cfg.ca_data, cfg.ca_file, "ca.crt")
-        s.verify = False if cfg.insecure else (ca or True)
-        cert = materialise(cfg.cert_data, cfg.cert_file, "client.crt")
-        key = materialise(cfg.key_data, cfg.key_file, "client.key")
-        if cert:
-            s.cert = (cert, key) if key else cert
-        if cfg.token:
-            s.headers["Authorization"] = f"Bearer {cfg.token}"
-        s.headers["Accept"] = "application/json"
-        s.headers["User-Agent"] = "nodeprep-labels"
-        try:
-            yield s
-        finally:
-            s.close()
 
 
 def plan_patch(node: Mapping[str, Any], wanted: Mapping[str, str],
@@ -195,10 +85,6 @@ class ApplyResult:
                 "admin or controller kubeconfig: nodeprep labels --apply --kubeconfig FILE)")
 
 
-def default_node_name() -> str:
-    return socket.gethostname().split(".")[0].lower()
-
-
 def apply_labels(cfg: KubeConfig, node: str, labels: Mapping[str, str], *, attempts: int = 6,
                  backoff: float = 0.2, max_backoff: float = 3.0, timeout: float = 10.0) -> ApplyResult:
     """GET the Node, PATCH its labels; retry 409 and 5xx (and connection errors) with backoff.
@@ -236,7 +122,7 @@ def apply_labels(cfg: KubeConfig, node: str, labels: Mapping[str, str], *, attem
             except requests.RequestException as e:
                 last = f"{type(e).__name__}: {e}"
             else:
-                last = f"HTTP {r.status_code} {_status_message(r)}"
+                last = f"HTTP {r.status_code} {status_message(r)}"
                 if r.status_code == 404:
                     raise InputError(f"node {node!r} not found at {cfg.server}")
                 if r.status_code in (401, 403):
@@ -248,10 +134,3 @@ def apply_labels(cfg: KubeConfig, node: str, labels: Mapping[str, str], *, attem
                 log.info("labels: %s; retrying in %.1fs", last, delay)
                 time.sleep(delay)
     raise NetworkError(f"{cfg.server}: patching node {node!r} failed after {attempts} attempts ({last})")
-
-
-def _status_message(r: requests.Response) -> str:
-    try:
-        return str(r.json().get("message", "")) or r.reason
-    except ValueError:
-        return r.reason or ""

@@ -1,4 +1,5 @@
-"""The label settings of a node profile: `labels.extra`, `labels.cloud`, `cluster.node_name`.
+"""The label settings of a node profile: `labels.extra`, `labels.cloud`, `cluster.node_name` and the
+kernel it describes (`driver.kernel`).
 
 Read with the one profile loader (nodeprep.profile.load_profile), so `labels` refuses exactly what
 `profile check`, `join` and `cloud-init` refuse.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..profile import load_profile
+from ..profile import Profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -17,12 +18,13 @@ class ProfileLabels:
     extra: dict[str, str] = field(default_factory=dict)
     cloud: str = "auto"
     node_name: str | None = None
+    kernel: str | None = None  # None: the running kernel on /, the root's under --root
+
+    @classmethod
+    def of(cls, p: Profile) -> ProfileLabels:
+        return cls(extra=dict(p.labels.extra), cloud=p.labels.cloud,
+                   node_name=p.cluster.node_name if p.cluster is not None else None, kernel=p.driver.kernel)
 
 
 def profile_labels(path: Path) -> ProfileLabels:
-    p = load_profile(path)
-    return ProfileLabels(
-        extra=dict(p.labels.extra),
-        cloud=p.labels.cloud,
-        node_name=p.cluster.node_name if p.cluster is not None else None,
-    )
+    return ProfileLabels.of(load_profile(path))

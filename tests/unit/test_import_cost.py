@@ -24,6 +24,9 @@ LIGHT = {
     # hashing a file needs none of the artifact format
     "nodeprep.digests": ["nodeprep.artifact", "tarfile", "zstandard"],
     "nodeprep.download": ["nodeprep.artifact", "tarfile", "zstandard"],
+    # the Kubernetes API client sits below labels and join; the GPU verdict needs no label patching
+    "nodeprep.kubeapi": ["nodeprep.labels.core", "nodeprep.labels.apply", "nodeprep.join.plan"],
+    "nodeprep.join.verification": ["nodeprep.labels.apply"],
 }
 
 # the collection's probes: they find out whether nodeprep is importable on the host at all

@@ -232,3 +232,26 @@ def test_mode_of_main_config_is_kept(tmp_path: Path, debian_default: str) -> Non
     _apply(root)
     assert (root / "etc/containerd/config.toml").stat().st_mode & 0o777 == 0o600
     shutil.rmtree(root)
+
+
+def test_containerd_version_is_probed_at_the_edge_and_judged_by_a_pure_planner() -> None:
+    """The version is read once by nodeprep.join.probe (this host's real `containerd --version`, only
+    for a live root with CDI) and the planner judges the text it is given: containerd before 1.7
+    ignores enable_cdi."""
+    from nodeprep.join.plan import containerd_version_warnings
+    from nodeprep.join.probe import containerd_version
+    from nodeprep.profile import parse_profile
+
+    cdi = parse_profile({"driver": {"version": "535.309.01"}, "runtime": {"cdi": True}})
+    assert containerd_version(cdi, live=False) is None  # an image root: its containerd is not running here
+    assert containerd_version_warnings(None) == []
+    assert containerd_version_warnings("containerd github.com/containerd/containerd v1.7.13 7c3aca7") == []
+    old = containerd_version_warnings("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1")
+    assert old == ["containerd 1.6.20~ds1 ignores enable_cdi (CDI needs containerd 1.7 or newer); the nvidia "
+                   "runtime still works"]
+    if runner.which("containerd") is None:
+        pytest.skip("containerd is not installed (scripts/deps/join.apt)")
+    real = containerd_version(cdi, live=True)
+    assert real is not None and "containerd" in real
+    major_minor = next(w for w in real.split() if w.lstrip("v")[:1].isdigit()).lstrip("v").split(".")[:2]
+    assert bool(containerd_version_warnings(real)) == (tuple(map(int, major_minor)) < (1, 7))

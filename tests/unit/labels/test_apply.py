@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from nodeprep.errors import InputError, NetworkError
+from nodeprep.kubeapi import load_kubeconfig
 from nodeprep.labels.apply import (
     MANAGED_ANNOTATION,
     apply_labels,
-    load_kubeconfig,
     plan_patch,
     restricted_keys,
 )

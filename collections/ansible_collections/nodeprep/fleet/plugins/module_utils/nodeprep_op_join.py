@@ -41,8 +41,8 @@ def write_token(module, p):
 def run(module):
     """The nodeprep_join task on a validated AnsibleModule (see modules/nodeprep_join.py)."""
     p = module.params
-    plan_mod, profile_mod, token_mod = host.import_nodeprep(
-        module, "nodeprep.join.plan", "nodeprep.profile", "nodeprep.join.token"
+    plan_mod, apply_mod, profile_mod, token_mod = host.import_nodeprep(
+        module, "nodeprep.join.plan", "nodeprep.join.apply", "nodeprep.profile", "nodeprep.join.token"
     )
     from pathlib import Path
 
@@ -72,7 +72,7 @@ def run(module):
         changed = token_changed or any(f.changed for f in plan.files) or (not p["dry_run"] and plan.changed)
         commands = []
         if not module.check_mode:
-            result = plan_mod.apply_join(plan, run=not p["dry_run"])
+            result = apply_mod.apply_join(plan, run=not p["dry_run"])
             changed = token_changed or result["changed"]
             commands = result["ran"]
     except host.nodeprep_errors(module) as e:

@@ -26,19 +26,21 @@ def argument_spec():
 def run(module):
     """The nodeprep_labels task on a validated AnsibleModule (see modules/nodeprep_labels.py)."""
     p = module.params
-    labels_mod, output = host.import_nodeprep(module, "nodeprep.labels.core", "nodeprep.labels.output")
+    labels_mod, options_mod, settings_mod, output = host.import_nodeprep(
+        module, "nodeprep.labels.core", "nodeprep.labels.options", "nodeprep.labels.profilelabels",
+        "nodeprep.labels.output",
+    )
     from pathlib import Path
 
     root = p["root"]
     try:
-        opts = labels_mod.LabelOptions(
-            root=Path(root),
-            sysfs_root=Path(host.under_root(module, root, "/sys")),
+        settings = settings_mod.ProfileLabels(extra={str(k): str(v) for k, v in p["extra"].items()},
+                                              cloud=p["cloud"], kernel=p["kernel"] or None)
+        opts = options_mod.label_options(  # the root's facts by the rule every front-end uses
+            Path(root or "/"),
+            settings,
             nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
-            cloud=p["cloud"],
-            extra={str(k): str(v) for k, v in p["extra"].items()},
             mig_strategy=p["mig_strategy"],
-            kernel=p["kernel"] or None,
         )
         result = labels_mod.node_labels(opts)
         mine, api = result.split()

@@ -47,7 +47,9 @@ def remove(module, removal_mod, profile_mod):
 def run(module):
     """The nodeprep_runtime task on a validated AnsibleModule (see modules/nodeprep_runtime.py)."""
     p = module.params
-    plan_mod, profile_mod = host.import_nodeprep(module, "nodeprep.join.plan", "nodeprep.profile")
+    plan_mod, apply_mod, profile_mod = host.import_nodeprep(
+        module, "nodeprep.join.plan", "nodeprep.join.apply", "nodeprep.profile"
+    )
     if p["state"] == "absent":
         (removal_mod,) = host.import_nodeprep(module, "nodeprep.join.removal")
         remove(module, removal_mod, profile_mod)
@@ -67,7 +69,7 @@ def run(module):
         commands = [list(a.argv) for a in plan.actions if not a.deferred]
         changed = plan.changed
         if not module.check_mode:
-            result = plan_mod.apply_runtime(plan)
+            result = apply_mod.apply_runtime(plan)
             changed = result["changed"]
             commands = result["ran"]
     except host.nodeprep_errors(module) as e:

@@ -9,9 +9,9 @@ module: nodeprep_join
 short_description: Join a GPU node to Kubernetes with nodeprep (kubeadm or kubelet bootstrap)
 description:
   - Reads the node profile's C(cluster) section and calls C(nodeprep.join.plan.plan_join) then
-    C(apply_join) - JoinConfiguration (v1beta3 below 1.31, v1beta4 from 1.31) or a bootstrap
-    kubeconfig with KubeletConfiguration and a systemd drop-in, labels and taints at registration,
-    the containerd drop-in and the CDI spec; then C(kubeadm join) or a kubelet restart.
+    C(nodeprep.join.apply.apply_join) - JoinConfiguration (v1beta3 below 1.31, v1beta4 from 1.31)
+    or a bootstrap kubeconfig with KubeletConfiguration and a systemd drop-in, labels and taints at
+    registration, the containerd drop-in and the CDI spec; then C(kubeadm join) or a kubelet restart.
   - The bootstrap token is read on the node from the profile's C(token_file) (mode 0600). With
     O(token) the module first writes it there (0600, atomically, only when it differs), so the
     token file and the join cost one round trip; the token is a no_log argument, never in argv,

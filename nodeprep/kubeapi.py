@@ -1,0 +1,139 @@
+"""The Kubernetes API client nodeprep's commands share: a kubeconfig's server, CA and credentials
+(`load_kubeconfig`), a requests session that honours them (`api_session`), the one line a refusal
+reads as (`status_message`) and the default Node name. Below both nodeprep.labels (`labels --apply`)
+and nodeprep.join (`verify-gpus`, `verify-nodes`); it knows no resource but what its callers send.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from .errors import InputError
+
+PATCH_TYPE = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    server: str
+    ca_file: Path | None = None
+    ca_data: bytes | None = None
+    insecure: bool = False
+    cert_file: Path | None = None
+    cert_data: bytes | None = None
+    key_file: Path | None = None
+    key_data: bytes | None = None
+    token: str | None = field(default=None, repr=False)
+
+
+def _named(items: Any, name: str | None, what: str, path: Path) -> dict[str, Any]:
+    if not isinstance(items, list) or not items:
+        raise InputError(f"{path}: no {what}s defined")
+    for item in items:
+        if isinstance(item, dict) and (name is None or item.get("name") == name):
+            body = item.get(what)
+            if isinstance(body, dict):
+                return body
+    raise InputError(f"{path}: {what} {name!r} not found")
+
+
+def load_kubeconfig(path: Path, context: str | None = None) -> KubeConfig:
+    """Server, CA and credentials of `context` (default: current-context) in a kubeconfig file."""
+    from .yamlinput import load_yaml
+
+    _, document = load_yaml(path)  # the strict, bounded reader of every user YAML file
+    data = document.data
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a kubeconfig (expected a mapping)")
+    ctx_name = context or data.get("current-context")
+    ctx = _named(data.get("contexts"), ctx_name, "context", path) if data.get("contexts") else {}
+    cluster = _named(data.get("clusters"), ctx.get("cluster"), "cluster", path)
+    users = data.get("users") or []
+    user = _named(users, ctx.get("user"), "user", path) if users else {}
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server.startswith(("https://", "http://")):
+        raise InputError(f"{path}: cluster server {server!r} is not an http(s) URL")
+    base = path.parent
+
+    def file(value: Any) -> Path | None:
+        return (base / value) if isinstance(value, str) and value else None
+
+    def b64(value: Any, name: str) -> bytes | None:
+        if not value:
+            return None
+        try:
+            return base64.b64decode(value, validate=True)
+        except (ValueError, TypeError):
+            raise InputError(f"{path}: {name} is not valid base64") from None
+
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        try:
+            token = file(user["tokenFile"]).read_text().strip()  # type: ignore[union-attr]
+        except OSError as e:
+            raise InputError(f"{path}: cannot read tokenFile ({e.strerror})") from None
+    return KubeConfig(
+        server=server.rstrip("/"),
+        ca_file=file(cluster.get("certificate-authority")),
+        ca_data=b64(cluster.get("certificate-authority-data"), "certificate-authority-data"),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        cert_file=file(user.get("client-certificate")),
+        cert_data=b64(user.get("client-certificate-data"), "client-certificate-data"),
+        key_file=file(user.get("client-key")),
+        key_data=b64(user.get("client-key-data"), "client-key-data"),
+        token=token or None,
+    )
+
+
+@contextmanager
+def api_session(cfg: KubeConfig) -> Iterator[requests.Session]:
+    """A requests session honouring the kubeconfig's CA, client certificate/key and token. Inline
+    (*-data) credentials go to 0600 files in a private temporary directory, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="nodeprep-kube-") as tmp:
+        def materialise(data: bytes | None, fallback: Path | None, name: str) -> str | None:
+            if data is None:
+                return str(fallback) if fallback else None
+            p = Path(tmp) / name
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return str(p)
+
+        s = requests.Session()
+        s.trust_env = False
+        ca = materialise(cfg.ca_data, cfg.ca_file, "ca.crt")
+        s.verify = False if cfg.insecure else (ca or True)
+        cert = materialise(cfg.cert_data, cfg.cert_file, "client.crt")
+        key = materialise(cfg.key_data, cfg.key_file, "client.key")
+        if cert:
+            s.cert = (cert, key) if key else cert
+        if cfg.token:
+            s.headers["Authorization"] = f"Bearer {cfg.token}"
+        s.headers["Accept"] = "application/json"
+        s.headers["User-Agent"] = "nodeprep-labels"
+        try:
+            yield s
+        finally:
+            s.close()
+
+
+def default_node_name() -> str:
+    return socket.gethostname().split(".")[0].lower()
+
+
+def status_message(r: requests.Response) -> str:
+    """The API server's own message of a refused request (its Status `message`), else the reason."""
+    try:
+        return str(r.json().get("message", "")) or r.reason
+    except ValueError:
+        return r.reason or ""
