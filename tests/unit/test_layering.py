@@ -27,7 +27,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("containers", ("hooks", "cuda")),
     ("labels", ("labels",)),
     ("artifacts", ("artifact", "safetar", "elf", "sonames", "stores", "download", "digests")),
-    ("shared", ("profile", "labelrules", "kubeletflags", "vocab")),
+    ("shared", ("profile", "labelrules", "kubeletflags", "vocab", "kubeapi")),
     # stores/ref.py parses oci:// store locations as urls.py parses http(s) ones: the profile's checks
     # refuse a driver.store with them, so both sit below the profile
     ("edges", ("__init__", "runner", "log", "progress", "errors", "paths", "rootpath", "sysfs", "yamlinput",
