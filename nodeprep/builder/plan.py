@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..log import step
 from ..progress import Phases
 from ..sources import drivers, opensource, runfile
+from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION
 from . import buildroot, headers, hostbuild
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
@@ -109,7 +110,7 @@ def _lists_fingerprint(archive: Any) -> str | None:
 def _runfile_version(name: str, header: runfile.MakeselfHeader | None) -> str | None:
     texts = (name,) if header is None else (name, header.label, header.targetdir)
     for text in texts:
-        m = re.search(r"(\d{3}\.\d{2,3}(?:\.\d{2})?)", text or "")
+        m = re.search(f"({DRIVER_VERSION})", text or "")
         if m:
             return m[1]
     return None
@@ -318,7 +319,7 @@ def validate_request(req: BuildRequest) -> None:
             raise InputError("--headers-dir is only used with --builder host")
     if req.flavour not in drivers.FLAVOURS:
         raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
-    if req.driver is not None and not drivers.DRIVER_RE.fullmatch(req.driver):
+    if req.driver is not None and not DRIVER_REQUEST_RE.fullmatch(req.driver):
         raise InputError(
             f"--driver: {req.driver!r} is not a driver version (like 535.309.01) or branch (535)"
         )

@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..vocab import FLAVOURS, Flavour
+from ..vocab import DRIVER_REQUEST_RE, FLAVOURS, Flavour, version_key
 
 PACKAGE_RE = re.compile(r"^nvidia(?:-tesla(?:-(?P<branch>\d+))?)?(?P<open>-open)?-kernel-source$")
 # apt-cache search takes a POSIX ERE.
 PACKAGE_SEARCH = r"^nvidia(-tesla(-[0-9]+)?)?(-open)?-kernel-source$"
-DRIVER_RE = re.compile(r"^\d{3}(\.\d{2,3}(\.\d{2})?)?$")
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,6 @@ def debian_version_to_driver(version: str) -> str:
     if "-" in upstream:
         upstream = upstream.rsplit("-", 1)[0]
     return upstream.split("~", 1)[0].split("+", 1)[0]
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def package_flavour(package: str) -> Flavour | None:
@@ -106,7 +101,7 @@ def resolve(catalog: Mapping[str, list[str]], driver: str | None, flavour: str) 
     """The source for `driver` (exact version, a branch like '535', or None for the newest)."""
     if flavour not in FLAVOURS:
         raise InputError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
-    if driver is not None and not DRIVER_RE.fullmatch(driver):
+    if driver is not None and not DRIVER_REQUEST_RE.fullmatch(driver):
         raise InputError(
             f"--driver: {driver!r} is not a driver version (like 535.309.01 or a branch like 535)"
         )

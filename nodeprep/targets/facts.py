@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..sources.drivers import version_key
+from ..vocab import version_key
 
 # NVIDIA's open GPU kernel modules were first published with R515 (515.43.04, May 2022; the
 # NVIDIA/open-gpu-kernel-modules repository starts at that tag). Older branches (470 and before)
