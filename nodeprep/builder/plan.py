@@ -13,7 +13,6 @@ digest, the store key of a build).
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from .. import paths, targets
 from ..artifact import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from ..log import step
+from ..node.fsutil import atomic_write
 from ..progress import Phases
 from ..sources import drivers, opensource, runfile
 from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION
@@ -166,10 +166,7 @@ def resolve_plan(
         header_packages=[list(p) for p in hdrs.packages],
     )
     if _lists_fingerprint(archive):
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(plan), sort_keys=True))
-        os.replace(tmp, memo)
+        atomic_write(memo, json.dumps(asdict(plan), sort_keys=True))
     return plan, src_file
 
 
