@@ -55,7 +55,7 @@ def target_kernel(layout: Layout, kernel: str | None) -> str:
     return running_kernel()
 
 
-def module_facts(path: Path) -> ModuleFacts:
+def _facts(path: Path) -> ModuleFacts:
     """The facts of the module file `path`; InputError naming it when it is no readable module."""
     try:
         return read_module(path)
@@ -72,7 +72,7 @@ def kernel_vermagic(layout: Layout, release: str) -> Vermagic | None:
     for pattern in ("*.ko", "*.ko.xz", "*.ko.zst", "*.ko.gz"):
         for p in sorted(base.rglob(pattern))[:3]:
             try:
-                return parse_vermagic(module_facts(p).vermagic)
+                return parse_vermagic(_facts(p).vermagic)
             except InputError:
                 continue
     return None
@@ -86,7 +86,7 @@ def check_modules(directory: Path, release: str, kernel_magic: Vermagic | None) 
     if not kos:
         raise InputError(f"{directory.name}: the kmod artifact contains no .ko files")
     for ko in kos:
-        facts = module_facts(ko)
+        facts = _facts(ko)
         try:
             magic = parse_vermagic(facts.vermagic)
         except InputError:
