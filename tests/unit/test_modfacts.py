@@ -67,7 +67,6 @@ def test_the_same_strings_as_modinfo(name: str) -> None:
 
 def test_real_kernel_modules_read_like_modinfo(test_cache: Path) -> None:
     sample = cached_modules(test_cache, 24)
-    assert any(p.name.endswith(".xz") for p in sample) or all(p.suffix == ".ko" for p in sample)
     for path in sample:
         facts = read_module(path)
         assert facts.name == modfacts.module_name(path.name)
