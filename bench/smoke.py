@@ -30,7 +30,8 @@ from benchlib import Goals, run, use_venv  # noqa: E402  (bench/benchlib.py, nex
 use_venv()
 
 from nodeprep.artifact import extract, read_manifest  # noqa: E402
-from nodeprep.builder.smoke import fetch_kernel, smoke_test_modules  # noqa: E402
+from nodeprep.builder.kernelfetch import fetch_kernel  # noqa: E402
+from nodeprep.builder.smoke import smoke_test_modules  # noqa: E402
 from nodeprep.sources.debian import DebianArchive  # noqa: E402
 
 GOAL_S = 20.0

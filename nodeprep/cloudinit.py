@@ -213,24 +213,13 @@ def index_source(requirement: str | None = None) -> NodeprepSource:
 
 def publish_wheel(store: Path, wheel: Path) -> Path:
     """Copy a nodeprep wheel into `<store>/tools/` (atomically) and return its path there."""
-    import os
-    import shutil
-    import tempfile
+    from .node.fsutil import atomic_write
 
     if not re.match(r"^nodeprep-[^-]+-py3-none-any\.whl$", wheel.name) or not wheel.is_file():
         raise InputError(f"{wheel}: not a nodeprep wheel file (nodeprep-<version>-py3-none-any.whl)")
-    dest_dir = store / TOOLS_DIR
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{wheel.name}.", dir=dest_dir)
-    os.close(fd)
-    try:
-        shutil.copyfile(wheel, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest_dir / wheel.name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest_dir / wheel.name
+    dest = store / TOOLS_DIR / wheel.name
+    atomic_write(dest, wheel.read_bytes(), mode=0o644)
+    return dest
 
 
 def parse_part(path: Path) -> tuple[str, str]:

@@ -1,4 +1,5 @@
-"""A shared object's DT_SONAME, read the way `ldconfig` reads it, from hostile bytes.
+"""An ELF file's facts read from hostile bytes: a shared object's DT_SONAME, read the way `ldconfig`
+reads it, and the section table (`Sections`) a kernel module's facts are read from (modfacts.py).
 
 `soname(read, size)` is pure over `read(offset, length) -> bytes` (fewer bytes only at the end of
 the input), so it serves files (`file_soname`, by pread) and buffers alike. It follows the program
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .errors import ArtifactError
 
@@ -27,6 +29,7 @@ MAX_DYNAMIC_SEGMENTS = 8
 MAX_DYNAMIC_BYTES = 1 << 20  # real .dynamic sections hold under 100 entries
 MAX_TAGS = 16  # DT_STRTAB or DT_SONAME entries in one segment (real: one each)
 MAX_NAME = 4096
+MAX_SECTION_BYTES = 64 << 20  # one section read whole (.modinfo, .symtab, .strtab): real ones are far less
 
 
 class ElfError(ArtifactError):
@@ -43,6 +46,12 @@ _CLASSES = {
     1: (52, "HHIIIIIHHHHHH", 32, "IIIIIIII", 8, "iI", 32),
     2: (64, "HHIQQQIHHHHHH", 56, "IIQQQQQQ", 16, "qQ", 64),
 }
+# (section header size and layout, symbol size and layout (name, info, shndx picked by _SYM_FIELDS))
+_SECTION_CLASSES = {
+    1: (40, "IIIIIIIIII", 16, "IIIBBH"),
+    2: (64, "IIQQQQIIQQ", 24, "IBBHQQ"),
+}
+_SYM_FIELDS = {1: (0, 3, 5), 2: (0, 1, 3)}
 
 
 def is_elf(head: bytes) -> bool:
@@ -70,7 +79,9 @@ def _exact(read: Callable[[int, int], bytes], size: int, offset: int, length: in
     return data
 
 
-def _soname(read: Callable[[int, int], bytes], size: int, byteorder: str | None) -> str | None:
+def _header(read: Callable[[int, int], bytes], size: int,
+            byteorder: str | None) -> tuple[int, str, tuple[int, ...]]:
+    """(ELF class, byte order, the header's fields after e_ident); NotElf when there is none."""
     if size < 16:
         raise NotElf(f"ELF identification: the file has {size} bytes")
     ident = _exact(read, size, 0, 16, "ELF identification")
@@ -83,11 +94,16 @@ def _soname(read: Callable[[int, int], bytes], size: int, byteorder: str | None)
         if ident[5] not in (1, 2):
             raise NotElf(f"unknown ELF byte order {ident[5]}")
         byteorder = "<" if ident[5] == 1 else ">"
-    ehsize, ehfmt, phsize, phfmt, dynsize, dynfmt, bits = layout
+    ehsize, ehfmt = layout[0], layout[1]
     if size < ehsize:
         raise NotElf(f"ELF header: the file has {size} bytes, the header {ehsize}")
     header = _exact(read, size, 16, ehsize - 16, "ELF header")
-    fields = struct.unpack(byteorder + ehfmt, header)
+    return ident[4], byteorder, struct.unpack(byteorder + ehfmt, header)
+
+
+def _soname(read: Callable[[int, int], bytes], size: int, byteorder: str | None) -> str | None:
+    elfclass, byteorder, fields = _header(read, size, byteorder)
+    _, _, phsize, phfmt, dynsize, dynfmt, bits = _CLASSES[elfclass]
     phoff, phentsize, phnum = fields[4], fields[8], fields[9]
     if phnum == 0:
         return None
@@ -171,3 +187,84 @@ def file_soname(fd: int, *, byteorder: str | None = None) -> str | None:
     """soname() of the open regular file `fd` (read with pread; the offset is not moved)."""
     size = os.fstat(fd).st_size
     return soname(lambda off, n: os.pread(fd, n, off), size, byteorder=byteorder)
+
+
+SHT_NOBITS = 8
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    type: int
+    offset: int
+    size: int
+    link: int  # index of the related section (a symbol table's string table)
+    entsize: int
+
+
+class Sections:
+    """The section table of an ELF file of `size` bytes that `read` serves (an object file, a kernel
+    module). Every offset and size is checked against the file and bounded; anything malformed
+    raises ElfError (NotElf without an ELF header)."""
+
+    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
+        self._read, self._size = read, size
+        try:
+            self.elfclass, self.byteorder, fields = _header(read, size, None)
+            shsize, shfmt, self._symsize, self._symfmt = _SECTION_CLASSES[self.elfclass]
+            shoff, shentsize, shnum, shstrndx = fields[5], fields[10], fields[11], fields[12]
+            if shnum == 0:
+                raise ElfError("no section table")
+            if shentsize != shsize:
+                raise ElfError(f"section header size {shentsize}, expected {shsize}")
+            table = _exact(read, size, shoff, shnum * shsize, "section header table")
+            raw = [struct.unpack_from(self.byteorder + shfmt, table, i * shsize) for i in range(shnum)]
+            if shstrndx >= shnum:
+                raise ElfError(f"section name table {shstrndx} of {shnum} sections")
+            names = self._bytes_of(raw[shstrndx][1], raw[shstrndx][4], raw[shstrndx][5], "section names")
+            self.table = [Section(_name_at(names, h[0]), h[1], h[4], h[5], h[6], h[9]) for h in raw]
+        except ElfError:
+            raise
+        except (struct.error, ValueError, OverflowError, IndexError) as e:
+            raise ElfError(f"malformed ELF file ({e})") from None
+        self.by_name: dict[str, Section] = {}
+        for sec in self.table:
+            self.by_name.setdefault(sec.name, sec)
+
+    def _bytes_of(self, kind: int, offset: int, size: int, what: str) -> bytes:
+        if kind == SHT_NOBITS:
+            return b""
+        if size > MAX_SECTION_BYTES:
+            raise ElfError(f"{what}: {size} bytes (at most {MAX_SECTION_BYTES})")
+        return _exact(self._read, self._size, offset, size, what)
+
+    def data(self, section: Section) -> bytes:
+        """The bytes of `section` (empty for SHT_NOBITS)."""
+        return self._bytes_of(section.type, section.offset, section.size, f"section {section.name!r}")
+
+    def symbols(self, section: Section) -> list[tuple[str, int, int]]:
+        """(name, st_info, st_shndx) of every named entry of the symbol table `section`."""
+        if section.entsize != self._symsize:
+            raise ElfError(f"symbol table entry size {section.entsize}, expected {self._symsize}")
+        if section.link >= len(self.table):
+            raise ElfError(f"symbol table names string table {section.link} of {len(self.table)}")
+        strings = self.data(self.table[section.link])
+        entries = self.data(section)
+        name_i, info_i, shndx_i = _SYM_FIELDS[self.elfclass]
+        out = []
+        try:
+            for fields in struct.iter_unpack(self.byteorder + self._symfmt,
+                                             entries[:len(entries) - len(entries) % self._symsize]):
+                if fields[name_i]:
+                    out.append((_name_at(strings, fields[name_i]), fields[info_i], fields[shndx_i]))
+        except struct.error as e:
+            raise ElfError(f"malformed symbol table ({e})") from None
+        return out
+
+
+def _name_at(table: bytes, offset: int) -> str:
+    """The NUL-terminated name at `offset` of a string table."""
+    end = table.find(b"\0", offset)
+    if offset >= len(table) or end < 0:
+        raise ElfError(f"name at offset {offset} outside its string table ({len(table)} bytes)")
+    return table[offset:end].decode("utf-8", "surrogateescape")

@@ -13,12 +13,15 @@ from typing import Literal
 
 # Validation patterns: always applied with fullmatch (`$` alone also matches before a trailing
 # newline); their `^...$` text is what the JSON Schemas publish (ECMA-262 `$` is the end).
-DRIVER_VERSION_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")  # a full driver version, 535.309.01
+DRIVER_VERSION = r"\d{3}\.\d{2,3}(\.\d{2})?"  # a full driver version, 535.309.01 (for patterns that embed it)
+DRIVER_VERSION_RE = re.compile(rf"^{DRIVER_VERSION}$")
+DRIVER_REQUEST_RE = re.compile(r"^\d{3}(\.\d{2,3}(\.\d{2})?)?$")  # what a build asks for: 535, 535.309.01
 KERNEL_RELEASE_RE = re.compile(r"^\d{1,4}\.\d{1,4}[A-Za-z0-9.+_~-]{0,120}$")  # 6.1.0-28-amd64
 
 
 def version_key(version: str) -> tuple[int, ...]:
-    """How driver and kernel versions order: by their numbers, 535.309.01 -> (535, 309, 1)."""
+    """Sort key of a driver version or kernel release: its runs of digits as numbers, so 535.99.01 <
+    535.104.05 and 6.1.0-9-amd64 < 6.1.0-28-amd64 (a text without digits sorts first)."""
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..vocab import version_key
+from ..vocab import KERNEL_RELEASE_RE, version_key
 
-RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+[-+][0-9A-Za-z.+~-]*$")
 DEP_RE = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9.+-]*)(?:\s*\((?P<op>[<>=]+)\s*(?P<version>[^)\s]+)\s*\))?")
 
 
@@ -44,7 +43,8 @@ def available_releases(package_names: list[str], flavour: str = "amd64") -> list
     releases = []
     for name in package_names:
         rel = name.removeprefix("linux-headers-")
-        if name.startswith("linux-headers-") and RELEASE_RE.fullmatch(rel) and rel.endswith("-" + flavour):
+        release = name.startswith("linux-headers-") and KERNEL_RELEASE_RE.fullmatch(rel)
+        if release and rel.endswith("-" + flavour):
             prefix = rel[: -len(flavour) - 1]
             if not re.search(r"-(cloud|rt)$", prefix):  # 6.1.0-56-cloud-amd64 is not flavour amd64
                 releases.append(rel)
@@ -57,7 +57,7 @@ def all_releases(package_names: list[str]) -> list[str]:
         (
             r
             for r in names
-            if RELEASE_RE.fullmatch(r) and not r.endswith("-common") and not r.endswith("-common-rt")
+            if KERNEL_RELEASE_RE.fullmatch(r) and not r.endswith("-common") and not r.endswith("-common-rt")
         ),
         key=version_key,
         reverse=True,
@@ -68,7 +68,7 @@ def default_release(meta_depends: str) -> str | None:
     """The release the `linux-headers-<flavour>` metapackage depends on."""
     for name, _, _ in parse_depends(meta_depends):
         rel = name.removeprefix("linux-headers-")
-        if name.startswith("linux-headers-") and RELEASE_RE.fullmatch(rel):
+        if name.startswith("linux-headers-") and KERNEL_RELEASE_RE.fullmatch(rel):
             return rel
     return None
 

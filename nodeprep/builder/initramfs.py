@@ -14,10 +14,11 @@ import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ArtifactError, InputError
+from ..modfacts import module_bytes, module_name
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +92,6 @@ def write_newc(entries: Iterable[CpioEntry], out: BinaryIO) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # modules.dep and load order
-
-
-def module_name(path: str | PurePosixPath) -> str:
-    """Kernel module name of a file: basename without .ko[.xz|.gz|.zst], '-' -> '_'."""
-    name = PurePosixPath(path).name
-    for suffix in (".xz", ".gz", ".zst"):
-        name = name.removesuffix(suffix)
-    return name.removesuffix(".ko").replace("-", "_")
 
 
 def parse_modules_dep(text: str) -> dict[str, tuple[str, list[str]]]:
@@ -210,22 +203,6 @@ def render_init(plan: InitPlan) -> str:
 # the image
 
 
-def _read_module(path: Path) -> bytes:
-    """Module bytes, decompressed when the kernel stores them compressed (.ko.xz/.gz/.zst)."""
-    data = path.read_bytes()
-    if path.name.endswith(".xz"):
-        import lzma
-
-        return lzma.decompress(data)
-    if path.name.endswith(".gz"):
-        return gzip.decompress(data)
-    if path.name.endswith(".zst"):
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    return data
-
-
 def initramfs_entries(busybox: Path, init: str, modules: Mapping[str, Path]) -> list[CpioEntry]:
     """Members of the image: /bin/busybox, /init, and `modules` (file name -> source path)."""
     if not busybox.is_file():
@@ -235,7 +212,7 @@ def initramfs_entries(busybox: Path, init: str, modules: Mapping[str, Path]) -> 
     entries.append(CpioEntry.symlink("bin/sh", "busybox"))
     entries.append(CpioEntry.file("init", init.encode(), 0o755))
     for fname, src in sorted(modules.items()):
-        entries.append(CpioEntry.file(f"{MODULE_DIR.strip('/')}/{fname}", _read_module(src)))
+        entries.append(CpioEntry.file(f"{MODULE_DIR.strip('/')}/{fname}", module_bytes(src)))
     return entries
 
 

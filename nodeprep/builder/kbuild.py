@@ -150,10 +150,6 @@ def strip_modules(root: Path | None, names: list[str], tree: str = BUILD_DIR) ->
         runner.run(["strip", "--strip-debug", *[f"{tree}/{n}" for n in names]], root=root, timeout=600)
 
 
-def modinfo(path: Path, field: str) -> str:
-    return runner.run(["modinfo", "-F", field, path]).stdout.strip()
-
-
 def root_compiler_version(root: Path, program: str) -> str:
     """First line of `<program> --version` run inside the build root ('' when it is missing)."""
     res = runner.run([program, "--version"], root=root, check=False)

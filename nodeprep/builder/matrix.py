@@ -30,8 +30,9 @@ from typing import Any
 from .. import targets
 from ..errors import InputError, InputFileError
 from ..sources import drivers as driver_sources
-from ..sources.drivers import DRIVER_RE, FLAVOURS
+from ..sources.drivers import FLAVOURS
 from ..targets import facts
+from ..vocab import DRIVER_REQUEST_RE, KERNEL_RELEASE_RE
 from ..yamlinput import Document, load_yaml, parse_yaml
 from . import headers
 
@@ -59,7 +60,7 @@ def json_schema() -> dict[str, Any]:
     os_name = {"enum": targets.names(), "x-message": f"unknown OS {{value}} (known: {known})"}
     driver = {
         "anyOf": [
-            {"type": "string", "pattern": DRIVER_RE.pattern},
+            {"type": "string", "pattern": DRIVER_REQUEST_RE.pattern},
             {"enum": list(DEFAULT)},
             {"type": "integer", "minimum": 100, "maximum": 999},
         ],
@@ -69,7 +70,7 @@ def json_schema() -> dict[str, Any]:
     kernel = {
         "anyOf": [
             {"enum": list(DEFAULT)},
-            {"type": "string", "pattern": headers.RELEASE_RE.pattern},
+            {"type": "string", "pattern": KERNEL_RELEASE_RE.pattern},
             {
                 "type": "object",
                 "additionalProperties": False,

@@ -13,7 +13,6 @@ digest, the store key of a build).
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,8 +22,10 @@ from .. import paths, targets
 from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from ..log import step
+from ..node.fsutil import atomic_write
 from ..progress import Phases
 from ..sources import drivers, opensource, runfile
+from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION
 from . import buildroot, headers, hostbuild
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
@@ -109,7 +110,7 @@ def _lists_fingerprint(archive: Any) -> str | None:
 def _runfile_version(name: str, header: runfile.MakeselfHeader | None) -> str | None:
     texts = (name,) if header is None else (name, header.label, header.targetdir)
     for text in texts:
-        m = re.search(r"(\d{3}\.\d{2,3}(?:\.\d{2})?)", text or "")
+        m = re.search(f"({DRIVER_VERSION})", text or "")
         if m:
             return m[1]
     return None
@@ -165,10 +166,7 @@ def resolve_plan(
         header_packages=[list(p) for p in hdrs.packages],
     )
     if _lists_fingerprint(archive):
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(plan), sort_keys=True))
-        os.replace(tmp, memo)
+        atomic_write(memo, json.dumps(asdict(plan), sort_keys=True))
     return plan, src_file
 
 
@@ -318,7 +316,7 @@ def validate_request(req: BuildRequest) -> None:
             raise InputError("--headers-dir is only used with --builder host")
     if req.flavour not in drivers.FLAVOURS:
         raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
-    if req.driver is not None and not drivers.DRIVER_RE.fullmatch(req.driver):
+    if req.driver is not None and not DRIVER_REQUEST_RE.fullmatch(req.driver):
         raise InputError(
             f"--driver: {req.driver!r} is not a driver version (like 535.309.01) or branch (535)"
         )

@@ -27,6 +27,7 @@ from .. import __version__, runner, targets
 from ..artifact import LocalStore, Manifest, artifact_name, pack, read_manifest, sha256_listed
 from ..errors import ArtifactError, BuildError, InputError, NodeprepError
 from ..log import step, timed
+from ..modfacts import read_module
 from ..progress import Phases
 from . import buildroot, hostbuild, kbuild, signing, smoke, userspace
 from .plan import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
@@ -159,7 +160,7 @@ def pack_and_publish(
         for ko in json.loads((modules_dir / "modules.json").read_text())["modules"]:
             shutil.copyfile(modules_dir / ko, mod_dir / ko)
             os.chmod(mod_dir / ko, 0o644)
-        vermagic = kbuild.modinfo(mod_dir / "nvidia.ko", "vermagic")
+        vermagic = read_module(mod_dir / "nvidia.ko").vermagic.strip()
         extra: dict[str, Any] = {
             "source": {k: v for k, v in plan.source.items() if k != "url"}
             | ({"sha256": inputs[src_file.name]} if src_file else {}),

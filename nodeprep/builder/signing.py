@@ -17,10 +17,10 @@ from typing import Any
 
 from .. import runner
 from ..errors import ArtifactError, InputError, NodeprepError
+from ..modfacts import SIG_MAGIC
 
 log = logging.getLogger(__name__)
 
-SIG_MAGIC = b"~Module signature appended~\n"
 SIG_STRUCT = struct.Struct(">BBBBB3xI")  # struct module_signature (12 bytes, sig_len big endian)
 HASH_ALGOS = ("sha256", "sha384", "sha512")
 INFO_FIELDS = ("signer", "sig_key", "sig_hashalgo")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -16,24 +14,12 @@ from ..labels.core import MIG_STRATEGIES, node_labels
 from ..labels.options import label_options
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
+from ..node.fsutil import atomic_write
 from ..profile import profile_path
 from .options import profile_option, root_option, sysfs_root_option
 
 GPU_SOURCES = ("auto", "nvml", "nvidia-smi", "pci")  # pci: sysfs only, no driver asked
 log = logging.getLogger("nodeprep.labels")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 @click.command("labels")
@@ -131,7 +117,7 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
                                "refused": list(applied.refused)}
         text = output.render_json(data) + "\n" if fmt == "json" else output.render_yaml(data)
     if out is not None:
-        _write_atomic(out, text)
+        atomic_write(out, text)
     else:
         click.echo(text, nl=False)
     if applied is not None and (line := applied.refused_line()):

@@ -39,8 +39,9 @@ import yaml
 from ..artifact import MANIFEST, Manifest
 from ..errors import NodeprepError, StateError
 from ..hooks.container import LIB64
+from ..node.fsutil import atomic_write
 from ..profile import Driver, Runtime
-from .files import FileChange, atomic_write, under, writable_problem
+from .files import FileChange, under, writable_problem
 from .gpus import GpuDevice, GpuList
 from .hookprogram import hook_command, hook_program, python_problem
 
@@ -438,7 +439,7 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
     specs = _our_specs(root)
     program = hook_program(root) if specs else None
     if program is not None and program.changed:  # a nodeprep upgrade: the spec names this program
-        atomic_write(program.path, program.content, program.mode)
+        atomic_write(program.path, program.content, mode=program.mode)
         log.info("rewrote %s (nodeprep's CDI hook)", program.target)
     for target, path, raw in specs:
         old = yaml.safe_load(raw)
@@ -451,6 +452,6 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
                           version=version, cdi_hook=configured)
         change = FileChange(path, target, render_spec(spec, on_disk=raw), 0o644)
         if change.changed:
-            atomic_write(path, change.content, change.mode)
+            atomic_write(path, change.content, mode=change.mode)
             rewritten.append(target)
     return rewritten

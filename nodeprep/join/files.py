@@ -7,12 +7,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..node.fsutil import fsync_dir
+from ..node.fsutil import atomic_write
 from ..rootpath import beneath
 
 log = logging.getLogger(__name__)
@@ -62,25 +61,6 @@ class FileChange:
         }
 
 
-def atomic_write(path: Path, content: bytes, mode: int) -> None:
-    """Write `content` to `path` via a temporary file in the same directory, fsync and rename.
-    Unlike nodeprep.node.fsutil.atomic_write (which chmods after writing), the temporary file has
-    `mode` before the first byte is written, so a bootstrap token is never readable by others."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def writable_problem(path: Path, target: str) -> str | None:
     """Why `path` (the node's `target`) cannot be written, or None: its nearest existing ancestor
     must be a writable directory (access(2) also reports read-only mounts and immutable dirs)."""
@@ -106,7 +86,7 @@ def apply_changes(changes: list[FileChange]) -> list[FileChange]:
         if not change.changed:
             log.debug("%s unchanged", change.target)
             continue
-        atomic_write(change.path, change.content, change.mode)
+        atomic_write(change.path, change.content, mode=change.mode)
         log.info("wrote %s", change.path)  # the real path: under --root when there is one
         written.append(change)
     return written

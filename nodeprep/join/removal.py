@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
-from ..node.fsutil import fsync_dir
+from ..node.fsutil import atomic_write, fsync_dir
 from ..node.hooks import Removal, Undo
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd
 from . import ctkconfig, hookprogram, ocihooks
-from .files import atomic_write, under
+from .files import under
 from .plan import JoinOptions, plan_runtime
 
 HEADER = b"# Written by nodeprep"
@@ -148,7 +148,7 @@ def apply_removal(removal: Removal, *, live: bool) -> dict[str, Any]:
             u.path.unlink(missing_ok=True)
             fsync_dir(u.path.parent)
         else:
-            atomic_write(u.path, u.content, u.mode)
+            atomic_write(u.path, u.content, mode=u.mode)
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
     for argv in ran:
         runner.run(argv, timeout=300, check=False)

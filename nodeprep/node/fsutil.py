@@ -1,6 +1,11 @@
 """Crash-safe file operations: every change is a write to a temporary name in the same directory
 followed by rename(2), with fsync of the file and its directory, so a kill -9 at any point leaves
-either the old or the new content, never a mix."""
+either the old or the new content, never a mix.
+
+`atomic_write` is nodeprep's one file writer (node, join, bootstrap, the CLI's outputs and the
+Ansible collection's modules): the temporary file is created with its final mode (never readable
+by more than that, even for the moment before a chmod), without following a link at its name.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import StateError
+from ..sysfs import open_regular
 from .crash import crash_point
 
 
@@ -35,23 +41,60 @@ def fsync_tree(top: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
-def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, point: str | None = None) -> bool:
-    """Write `data` to `path` atomically; returns False (and writes nothing) when unchanged."""
-    raw = data.encode() if isinstance(data, str) else data
-    try:  # a link in its place is replaced, never read or written through
-        if not path.is_symlink() and path.read_bytes() == raw and (path.stat().st_mode & 0o7777) == mode:
+def temp_name(path: Path) -> Path:
+    """The temporary name `atomic_write` writes `path`'s new content under (ops.py removes
+    leftovers of a killed run by this prefix)."""
+    return path.with_name(f".tmp-{path.name}.{os.getpid()}")
+
+
+def open_temp(tmp: Path, mode: int) -> int:
+    """A new file at `tmp` for writing, created with `mode` (the umask can only narrow it, and
+    fchmod then sets it exactly, before the first byte); never a link or an existing file."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def holds(path: Path, raw: bytes, mode: int) -> bool:
+    """True when `path` is a regular file (not a link, not a FIFO) holding exactly `raw` with
+    permission bits `mode`."""
+    try:
+        fd = open_regular(path)
+    except OSError:  # absent, a link, a FIFO, a directory: not what we would write
+        return False
+    try:
+        st = os.fstat(fd)
+        if st.st_size != len(raw) or (st.st_mode & 0o7777) != mode:
             return False
-    except (FileNotFoundError, NotADirectoryError):
-        pass
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(len(raw) + 1) == raw
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, point: str | None = None) -> bool:
+    """Write `data` to `path` atomically with permission bits `mode`: a temporary file created with
+    that mode, written and fsynced, renamed over `path`, and the directory fsynced. A link at `path`
+    is replaced, never written through. Returns False (and writes nothing) when unchanged."""
+    raw = data.encode() if isinstance(data, str) else data
+    if holds(path, raw, mode):
+        return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
+    tmp = temp_name(path)
     tmp.unlink(missing_ok=True)  # a leftover (or an image's link of that name) is never written through
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(raw)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
+    fd = open_temp(tmp, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return _publish(tmp, path, point)
 
 

@@ -14,9 +14,10 @@ from typing import Any
 from ..artifact import MANIFEST, Manifest
 from ..errors import NodeprepError
 from ..sysfs import read_bytes
+from ..vocab import version_key
 from .doctor import gpus_present, loaded_version
 from .layout import Layout
-from .state import State, load_state, version_key
+from .state import State, load_state
 
 MANIFEST_LIMIT = 16 * 1024 * 1024  # a driver manifest lists a few thousand files
 

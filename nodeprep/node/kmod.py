@@ -1,41 +1,26 @@
-"""Kernel modules: vermagic parsing and comparison, the target kernel, modinfo of built modules.
+"""Kernel modules: vermagic comparison, the target kernel, the facts of built modules.
 
 A vermagic string is `<release> <flags...>`, e.g. `6.1.0-28-amd64 SMP preempt mod_unload modversions `.
 The kernel refuses a module whose vermagic differs from its own (unless forced), so nodeprep refuses
 it first: the release must equal the target kernel's, and when the target kernel's own modules are
-present under ROOT/lib/modules/<release>/kernel, their flags must match too.
+present under ROOT/lib/modules/<release>/kernel, their flags must match too. Modules are read by
+nodeprep.modfacts from their bytes (the same `.modinfo` strings modinfo(8) prints), not by running
+modinfo: no dependency on kmod's tools under --root, and no process per module.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runner
-from ..errors import CommandError, InputError
+from ..elf import ElfError
+from ..errors import InputError
+from ..modfacts import ModuleFacts, Vermagic, parse_vermagic, read_module
 from ..profile.fields import field_error
 from .layout import Layout, check_kernel
 
 log = logging.getLogger(__name__)
-
-
-
-@dataclass(frozen=True)
-class Vermagic:
-    release: str
-    flags: frozenset[str]
-
-    def __str__(self) -> str:
-        return " ".join([self.release, *sorted(self.flags)])
-
-
-def parse_vermagic(text: str) -> Vermagic:
-    parts = text.split()
-    if not parts:
-        raise InputError("empty vermagic")
-    return Vermagic(release=parts[0], flags=frozenset(parts[1:]))
 
 
 def vermagic_problem(module: Vermagic, kernel: Vermagic | str) -> str | None:
@@ -70,11 +55,12 @@ def target_kernel(layout: Layout, kernel: str | None) -> str:
     return running_kernel()
 
 
-def modinfo_field(path: Path, field: str) -> str:
+def _facts(path: Path) -> ModuleFacts:
+    """The facts of the module file `path`; InputError naming it when it is no readable module."""
     try:
-        return runner.run(["modinfo", "-F", field, path]).stdout.strip()
-    except CommandError as e:
-        raise InputError(f"{path.name}: modinfo cannot read it ({e.hint or e})") from None
+        return read_module(path)
+    except ElfError as e:
+        raise InputError(str(e)) from None
 
 
 def kernel_vermagic(layout: Layout, release: str) -> Vermagic | None:
@@ -86,23 +72,27 @@ def kernel_vermagic(layout: Layout, release: str) -> Vermagic | None:
     for pattern in ("*.ko", "*.ko.xz", "*.ko.zst", "*.ko.gz"):
         for p in sorted(base.rglob(pattern))[:3]:
             try:
-                return parse_vermagic(modinfo_field(p, "vermagic"))
+                return parse_vermagic(_facts(p).vermagic)
             except InputError:
                 continue
     return None
 
 
 def check_modules(directory: Path, release: str, kernel_magic: Vermagic | None) -> dict[str, str]:
-    """modinfo every .ko in `directory`; refuse any whose vermagic does not fit the target kernel.
+    """Read every .ko in `directory`; refuse any whose vermagic does not fit the target kernel.
     Returns module name -> version."""
     versions: dict[str, str] = {}
     kos = sorted(directory.glob("*.ko"))
     if not kos:
         raise InputError(f"{directory.name}: the kmod artifact contains no .ko files")
     for ko in kos:
-        magic = parse_vermagic(modinfo_field(ko, "vermagic"))
+        facts = _facts(ko)
+        try:
+            magic = parse_vermagic(facts.vermagic)
+        except InputError:
+            raise InputError(f"{ko.name}: no vermagic (not a module built by kbuild)") from None
         problem = vermagic_problem(magic, kernel_magic or release)
         if problem:
             raise InputError(f"{ko.name}: {problem}")
-        versions[ko.stem] = modinfo_field(ko, "version")
+        versions[ko.stem] = facts.version
     return versions

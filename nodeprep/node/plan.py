@@ -17,8 +17,9 @@ from typing import Any
 from ..artifact import IndexEntry, find
 from ..errors import InputError, StateError
 from ..profile.fields import field_error
+from ..vocab import version_key
 from .kmod import parse_vermagic, vermagic_problem
-from .state import Installed, State, version_key
+from .state import Installed, State
 
 
 @dataclass(frozen=True)

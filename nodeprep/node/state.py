@@ -24,7 +24,7 @@ from typing import Any
 from ..artifact import MANIFEST
 from ..errors import StateFileError
 from ..sysfs import read_bytes
-from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
+from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE, version_key
 from .fsutil import atomic_write
 from .layout import Layout
 
@@ -63,10 +63,6 @@ class State:
                 for v, i in sorted(self.installed.items(), key=lambda kv: version_key(kv[0]))
             },
         }
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in version.split(".") if x.isdigit())
 
 
 STATE_HINT = "it is rewritten atomically, so this was edited by hand; fix or delete it"

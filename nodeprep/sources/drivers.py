@@ -21,14 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import targets
 from ..errors import InputError
-from ..vocab import FLAVOURS, Flavour, version_key
+from ..vocab import DRIVER_REQUEST_RE, FLAVOURS, Flavour, version_key
 
 PACKAGE_RE = re.compile(r"^nvidia(?:-tesla(?:-(?P<branch>\d+))?)?(?P<open>-open)?-kernel-source$")
 # apt-cache search takes a POSIX ERE.
 PACKAGE_SEARCH = r"^nvidia(-tesla(-[0-9]+)?)?(-open)?-kernel-source$"
-DRIVER_RE = re.compile(r"^\d{3}(\.\d{2,3}(\.\d{2})?)?$")
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ def resolve(catalog: Mapping[str, list[str]], driver: str | None, flavour: str) 
     """The source for `driver` (exact version, a branch like '535', or None for the newest)."""
     if flavour not in FLAVOURS:
         raise InputError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
-    if driver is not None and not DRIVER_RE.fullmatch(driver):
+    if driver is not None and not DRIVER_REQUEST_RE.fullmatch(driver):
         raise InputError(
             f"--driver: {driver!r} is not a driver version (like 535.309.01 or a branch like 535)"
         )
@@ -162,6 +160,8 @@ def source_line(os_name: str, kernel: str | None, channel: Any = None) -> tuple[
     """(the OS whose driver sources a build for `os_name`/`kernel` takes, the kernel line those
     sources are chosen in, that line described for messages). `channel` (a targets.Channel of
     `os_name`) names the line when the kernel is not known yet."""
+    from .. import targets
+
     target = targets.get(os_name)
     source_os = targets.get(target.sources_from or target.name) if target.borrows_sources else target
     if target.borrows_sources:

@@ -21,8 +21,9 @@ from urllib.parse import unquote, urlparse
 from .. import download as dl
 from ..errors import ArtifactError, InputError
 from ..safetar import name_problem
+from ..vocab import DRIVER_VERSION
 
-TOP_RE = re.compile(r"^open-gpu-kernel-modules-(?P<version>\d{3}\.\d{2,3}(?:\.\d{2})?)$")
+TOP_RE = re.compile(rf"^open-gpu-kernel-modules-(?P<version>{DRIVER_VERSION})$")
 VERSION_RE = re.compile(r"^NVIDIA_VERSION\s*[:?]?=\s*(\S+)\s*$", re.M)
 OUTPUT_DIR = "kernel-open"  # where `make modules` leaves the .ko files, relative to the top
 # What `make modules` runs beyond kbuild's toolchain: xz (src/nvidia-modeset compresses its shaders)
@@ -57,7 +58,7 @@ def release_name(url: str) -> str:
 
 def name_version(name: str) -> str | None:
     """The version a release's file name carries ('open-gpu-kernel-modules-580.142.tar.gz'), or None."""
-    m = re.match(r"^open-gpu-kernel-modules-(\d{3}\.\d{2,3}(?:\.\d{2})?)\.(?:tar(?:\.\w+)?|tgz)$", name)
+    m = re.match(rf"^open-gpu-kernel-modules-({DRIVER_VERSION})\.(?:tar(?:\.\w+)?|tgz)$", name)
     return m[1] if m else None
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import artifact
-from nodeprep.builder.smoke import fetch_kernel
+from nodeprep.builder.kernelfetch import fetch_kernel
 from nodeprep.sources.debian import DebianArchive
 from tests.support.realbuild import ensure_cell, ensure_real_build
 

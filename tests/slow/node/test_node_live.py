@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.builder.smoke import fetch_kernel
+from nodeprep.builder.kernelfetch import fetch_kernel
 from nodeprep.sources.debian import DebianArchive
 
 from .helpers import REPO, V_NEW, V_OLD, NodeStore, cli, run

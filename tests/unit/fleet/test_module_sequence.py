@@ -89,6 +89,24 @@ def test_profile_module_sequence(tmp_path: Path) -> None:
 
 
 
+def test_profile_module_writes_with_the_one_writer(tmp_path: Path) -> None:
+    """A FIFO planted where the profile goes is replaced, not waited on (the module's old read
+    blocked on it); the file gets its mode exactly, whatever was there, and no temporary stays."""
+    import os
+    import stat
+
+    target = tmp_path / "etc/nodeprep/node.yaml"
+    target.parent.mkdir(parents=True)
+    os.mkfifo(target)
+    status, result = module("nodeprep_profile", {"root": str(tmp_path), "content": PROFILE})
+    assert status == "CHANGED", result
+    assert target.is_file() and yaml.safe_load(target.read_text()) == PROFILE
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644 and os.listdir(target.parent) == ["node.yaml"]
+    target.chmod(0o666)  # the right bytes, too wide a mode: rewritten
+    assert module("nodeprep_profile", {"root": str(tmp_path), "content": PROFILE})[0] == "CHANGED"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644 and os.listdir(target.parent) == ["node.yaml"]
+
+
 def test_profile_without_ca_pins_needs_the_join_opt_out(tmp_path: Path) -> None:
     """A kubeadm profile without CA pins is refused, naming the field, unless the task carries the
     join's opt-out (the role variable of kube_join_insecure_skip_ca_verification): then

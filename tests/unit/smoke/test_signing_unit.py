@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep.builder.signing import SIG_MAGIC, find_sign_file, has_signature, sign_modules, strip_signature
-from nodeprep.builder.smoke import parse_kmod
 from nodeprep.errors import ArtifactError, InputError
+from nodeprep.modfacts import parse_module
 
 
 def test_strip_signature_of_a_debian_signed_module(data: Path) -> None:
@@ -18,7 +18,7 @@ def test_strip_signature_of_a_debian_signed_module(data: Path) -> None:
     bare = strip_signature(signed)
     assert not has_signature(bare)
     assert len(signed) - len(bare) > 256  # PKCS#7 blob + struct + magic
-    assert parse_kmod(bare, "vgem").field("name") == "vgem"  # still a valid module
+    assert parse_module(bare, "vgem").field("name") == "vgem"  # still a valid module
     assert strip_signature(bare) is bare
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.builder.smoke import SmokeResult, classify, parse_console
+from nodeprep.builder.console import classify, parse_console
+from nodeprep.builder.smoke import SmokeResult
 
 NVIDIA_LOAD = ["drm", "drm_kms_helper", "wmi", "video", "nvidia"]
 VGEM_LOAD = ["drm", "drm_shmem_helper", "vgem"]

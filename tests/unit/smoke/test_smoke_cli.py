@@ -10,7 +10,7 @@ import pytest
 
 from nodeprep import runner
 from nodeprep.artifact import Manifest, pack
-from nodeprep.builder.smoke import pe_signature
+from nodeprep.builder.secureboot import pe_signature
 from nodeprep.errors import ArtifactError
 
 REPO = Path(__file__).resolve().parents[3]

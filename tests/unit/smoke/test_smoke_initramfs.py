@@ -14,6 +14,7 @@ from nodeprep import runner
 from nodeprep.builder import initramfs
 from nodeprep.builder.initramfs import CpioEntry
 from nodeprep.errors import InputError
+from nodeprep.modfacts import module_bytes
 
 needs_cpio = pytest.mark.skipif(runner.which("cpio") is None,
                                 reason="cpio(1) not installed (scripts/deps/smoke.apt)")
@@ -83,7 +84,7 @@ def test_compressed_modules_are_unpacked(tmp_path: Path, data: Path) -> None:
 
     src = tmp_path / "vgem.ko.xz"
     src.write_bytes(lzma.compress((data / "vgem.ko").read_bytes()))
-    assert initramfs._read_module(src) == (data / "vgem.ko").read_bytes()
+    assert module_bytes(src) == (data / "vgem.ko").read_bytes()
 
 
 def test_modules_dep_parsing(data: Path) -> None:

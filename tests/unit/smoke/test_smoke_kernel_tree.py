@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from nodeprep import runner
-from nodeprep.builder.smoke import fetch_kernel
+from nodeprep.builder.kernelfetch import fetch_kernel
 
 REL = "6.12.94+deb13-amd64"
 
@@ -28,7 +28,7 @@ def deb(tmp: Path, name: str, files: dict[str, bytes]) -> Path:
 
 
 class DebDir:
-    """Serves the .debs of one directory by package name (what smoke.Archive needs)."""
+    """Serves the .debs of one directory by package name (what kernelfetch.Archive needs)."""
 
     def __init__(self, debs: dict[str, Path]) -> None:
         self.debs = debs

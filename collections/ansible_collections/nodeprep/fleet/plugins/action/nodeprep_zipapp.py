@@ -29,7 +29,11 @@ def _sha256_file(path):
 
 
 def _write_atomically(dest, data):
-    """dest gets data (mode 0755) or keeps its old bytes: a temporary beside it, then rename."""
+    """dest gets data (mode 0755) or keeps its old bytes: a temporary beside it, then rename.
+
+    Not nodeprep.node.fsutil.atomic_write: this runs on the controller, where nodeprep is the source
+    tree being packed, not a library this Python can import. The temporary starts at mkstemp's 0600
+    (never wider than the 0755 asked for; the zipapp holds no secret)."""
     directory = os.path.dirname(dest) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".nodeprep.pyz.", dir=directory)
@@ -40,6 +44,11 @@ def _write_atomically(dest, data):
             os.fsync(f.fileno())
         os.chmod(tmp, 0o755)
         os.replace(tmp, dest)
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

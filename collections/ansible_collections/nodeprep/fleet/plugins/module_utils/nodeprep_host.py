@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import stat
 import sys
 import traceback
 
@@ -141,35 +142,38 @@ def under_root(module, root, path):
 
 
 def read_text(path):
+    """The text of the regular file `path`; None when there is none. Anything else there (a FIFO
+    planted in an image, a device, a directory) reads as no file: never a blocking open."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:  # bytes that are not text never match
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read()
 
 
 def write_if_changed(module, path, content, mode=0o644):
-    """Write `content` to `path` atomically when it differs (not in check mode).
+    """Write `content` to `path` when it differs (not in check mode), with nodeprep's one atomic
+    writer (nodeprep.node.fsutil.atomic_write: created with `mode`, fsynced, renamed, directory
+    fsynced; a link at `path` replaced, never followed). The library must be importable (after
+    import_nodeprep, or nodeprep_unpack's freshly unpacked tree).
 
     Returns (changed, diff) with the diff in Ansible's before/after form.
     """
     before = read_text(path)
-    changed = before != content
-    if not changed:
-        try:
-            changed = (os.stat(path).st_mode & 0o7777) != mode
-        except OSError:
-            changed = True
+    changed = os.path.islink(path) or not file_is(path, content, mode)  # a link is replaced
     diff = {"before_header": path, "after_header": path, "before": before or "", "after": content}
     if changed and not module.check_mode:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = os.path.join(module.tmpdir, os.path.basename(path))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # never readable by others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
-        os.chmod(tmp, mode)
-        module.atomic_move(tmp, path)
-        os.chmod(path, mode)
+        from pathlib import Path
+
+        from nodeprep.node.fsutil import atomic_write
+
+        try:
+            atomic_write(Path(path), content, mode=mode)
+        except OSError as e:
+            module.fail_json(msg=f"cannot write {path}: {e.strerror or e}")
     return changed, diff
 
 

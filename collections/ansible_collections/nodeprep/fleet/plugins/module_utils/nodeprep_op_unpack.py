@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -58,6 +59,8 @@ def run(module):
             module.fail_json(msg=f"cannot unpack {src} into {dest}: {e}")
     diffs = [{"before": {"sha256": before}, "after": {"sha256": digest}}]
     if module.params["wrapper"]:
+        if not module.check_mode and dest not in sys.path:
+            sys.path.insert(0, dest)  # the library just unpacked writes the wrapper (write_if_changed)
         text = host.wrapper_text(module.params["interpreter"], dest)
         wrapper_changed, diff = host.write_if_changed(module, module.params["wrapper"], text, 0o755)
         changed |= wrapper_changed
