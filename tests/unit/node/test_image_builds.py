@@ -103,7 +103,8 @@ def test_a_store_inside_the_image_is_recorded_as_the_node_sees_it(tmp_path: Path
     (root / "usr/bin").mkdir(parents=True, exist_ok=True)
     (root / "usr/bin/nodeprep").write_text("#!/bin/sh\n")
     (root / "usr/bin/nodeprep").chmod(0o755)
-    assert "/usr/bin/nodeprep runs /bin/sh, which it does not have" in _install(root, store, V_NEW, "--activate")
+    err = _install(root, store, V_NEW, "--activate")
+    assert "/usr/bin/nodeprep runs /bin/sh, which it does not have" in err
     (root / "bin").mkdir()
     (root / "bin/sh").write_text("")
     assert "warning:" not in _install(root, store, V_NEW, "--activate")

@@ -31,7 +31,8 @@ def test_unit_orders_before_runtime_and_loads_modules() -> None:
 def test_the_unit_runs_the_roots_own_nodeprep_on_a_live_node_too() -> None:
     # never the interpreter or checkout running this install: an upgrade or a moved venv breaks those
     assert nodeprep_command() == "nodeprep"
-    assert "python" not in render_unit(nodeprep_command()) and "nodeprep.cli" not in render_unit(nodeprep_command())
+    unit = render_unit(nodeprep_command())
+    assert "python" not in unit and "nodeprep.cli" not in unit
 
 
 def test_command_problem_follows_the_roots_links_and_interpreter(tmp_path: Path) -> None:
