@@ -211,15 +211,20 @@ def index_source(requirement: str | None = None) -> NodeprepSource:
     return NodeprepSource("index", requirement=req)
 
 
+def published_wheel(store: Path, wheel: Path) -> Path:
+    """Where publish_wheel puts `wheel` in `store` (checked, nothing written: `--check`)."""
+    if not re.match(r"^nodeprep-[^-]+-py3-none-any\.whl$", wheel.name) or not wheel.is_file():
+        raise InputError(f"{wheel}: not a nodeprep wheel file (nodeprep-<version>-py3-none-any.whl)")
+    return store / TOOLS_DIR / wheel.name
+
+
 def publish_wheel(store: Path, wheel: Path) -> Path:
     """Copy a nodeprep wheel into `<store>/tools/` (atomically) and return its path there."""
     import os
     import shutil
     import tempfile
 
-    if not re.match(r"^nodeprep-[^-]+-py3-none-any\.whl$", wheel.name) or not wheel.is_file():
-        raise InputError(f"{wheel}: not a nodeprep wheel file (nodeprep-<version>-py3-none-any.whl)")
-    dest_dir = store / TOOLS_DIR
+    dest_dir = published_wheel(store, wheel).parent
     dest_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{wheel.name}.", dir=dest_dir)
     os.close(fd)

@@ -199,6 +199,30 @@ def default_node_name() -> str:
     return socket.gethostname().split(".")[0].lower()
 
 
+def read_node(cfg: KubeConfig, node: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    """GET the Node, once (what a `--check` plans against; nothing is written)."""
+    url = f"{cfg.server}/api/v1/nodes/{quote(node, safe='')}"
+    with api_session(cfg) as s:
+        try:
+            r = s.get(url, timeout=timeout)
+        except requests.exceptions.SSLError as e:
+            raise NetworkError(f"{cfg.server}: TLS verification failed ({e})") from None
+        except requests.RequestException as e:
+            raise NetworkError(f"{cfg.server}: {type(e).__name__}: {e}") from None
+    if r.status_code == 404:
+        raise InputError(f"node {node!r} not found at {cfg.server}")
+    if r.status_code != 200:
+        raise NodeprepError(f"{cfg.server}: reading node {node!r} failed (HTTP {r.status_code} "
+                            f"{_status_message(r)})")
+    try:
+        data = r.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise NodeprepError(f"{cfg.server}: node {node!r}: the answer is not a JSON object")
+    return data
+
+
 def apply_labels(cfg: KubeConfig, node: str, labels: Mapping[str, str], *, attempts: int = 6,
                  backoff: float = 0.2, max_backoff: float = 3.0, timeout: float = 10.0) -> ApplyResult:
     """GET the Node, PATCH its labels; retry 409 and 5xx (and connection errors) with backoff.
