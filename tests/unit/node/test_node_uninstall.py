@@ -227,7 +227,8 @@ def test_uninstall_also_undoes_the_join(store: Path, tmp_path: Path, mode: str) 
     cluster = {"api_server": "10.0.0.10:6443", "mode": mode, "kubernetes_version": "1.30",
                "ca_cert_hashes": [CA_PIN], "taints": ["example.com/gpu=true:NoSchedule"]}
     (root / "etc/nodeprep/node.yaml").write_text(yaml.safe_dump(
-        {"driver": {"version": VERSION}, "labels": {"extra": {"example.com/team": "ml"}}, "cluster": cluster}))
+        {"driver": {"version": VERSION}, "labels": {"extra": {"example.com/team": "ml"}},
+         "cluster": cluster}))
     (root / "etc/nodeprep/bootstrap-token").write_text(JOIN_TOKEN + "\n")
     (root / "etc/nodeprep/bootstrap-token").chmod(0o600)
     (root / "etc/kubernetes/pki").mkdir(parents=True)
@@ -240,9 +241,11 @@ def test_uninstall_also_undoes_the_join(store: Path, tmp_path: Path, mode: str) 
     r = invoke("join", "--root", str(root), "--skip-discovery", "--skip-preflight", "--nvidia-smi-xml",
                str(NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"))
     assert r.exit_code == 0, r.output
-    written = ({"etc/nodeprep/kubeadm-join.yaml", "etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml"}
-               if mode == "kubeadm" else {"etc/kubernetes/bootstrap-kubelet.conf", "var/lib/kubelet/config.yaml",
-                                          "etc/systemd/system/kubelet.service.d/10-nodeprep.conf"})
+    kubeadm = {"etc/nodeprep/kubeadm-join.yaml",
+               "etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml"}
+    kubelet = {"etc/kubernetes/bootstrap-kubelet.conf", "var/lib/kubelet/config.yaml",
+               "etc/systemd/system/kubelet.service.d/10-nodeprep.conf"}
+    written = kubeadm if mode == "kubeadm" else kubelet
     assert written <= set(snapshot(root))
 
     plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
