@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from .. import runner, sonames
+from .. import runner, sonames, sysfs
 from ..errors import InputError
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .crash import crash_point
@@ -256,12 +256,18 @@ def nodeprep_command() -> str:
 
 
 def _interpreter(path: Path) -> str | None:
-    """The absolute interpreter a `#!` line names (None: no `#!` line, or not an absolute path)."""
+    """The absolute interpreter a `#!` line names (None: no `#!` line, or not an absolute path).
+    The root's file is hostile: opened as a regular file only, without blocking, first bytes read."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(256)
+        fd = sysfs.open_regular(path)
     except OSError:
         return None
+    try:
+        head = os.read(fd, 256)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if not head.startswith(b"#!"):
         return None
     words = head[2:].split(b"\n", 1)[0].split()
