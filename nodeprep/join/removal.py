@@ -62,7 +62,7 @@ def _join_targets(root: Path, profile: Profile | None) -> dict[str, bytes | None
     return out
 
 
-def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, dict[str, bytes | None]]:
+def _targets(root: Path, profile: Profile | None, *, join: bool) -> tuple[Runtime, dict[str, bytes | None]]:
     """The runtime settings and every node path `nodeprep runtime` writes on this root, each with
     the bytes it would write now when that can be known without the profile's plan (None: unknown)."""
     runtime = profile.runtime if profile else Runtime()
@@ -77,7 +77,7 @@ def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, dict[str, by
         ctkconfig.CONFIG: None,
         **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
     }
-    return runtime, {**defaults, **_join_targets(root, profile), **planned}
+    return runtime, {**defaults, **(_join_targets(root, profile) if join else {}), **planned}
 
 
 def _ours(raw: bytes) -> bool:
@@ -122,10 +122,11 @@ def without_import(text: str, entry: str) -> str | None:
     return None
 
 
-def plan_removal(root: Path, profile: Profile | None = None) -> Removal:
-    """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here); `profile`: the
-    node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
-    runtime, targets = _targets(root, profile or _profile(root))
+def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = False) -> Removal:
+    """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here), and with `join`
+    of `nodeprep join` too (`nodeprep uninstall`; the runtime module's state=absent is runtime's part
+    alone); `profile`: the node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
+    runtime, targets = _targets(root, profile or _profile(root), join=join)
     from_nothing = ctkconfig.render_config({}, runtime)  # a config.toml runtime made, not a package's
     undo: list[Undo] = []
     kept: list[str] = []
