@@ -211,13 +211,18 @@ def index_source(requirement: str | None = None) -> NodeprepSource:
     return NodeprepSource("index", requirement=req)
 
 
+def published_wheel(store: Path, wheel: Path) -> Path:
+    """Where publish_wheel puts `wheel` in `store` (checked, nothing written: `--check`)."""
+    if not re.match(r"^nodeprep-[^-]+-py3-none-any\.whl$", wheel.name) or not wheel.is_file():
+        raise InputError(f"{wheel}: not a nodeprep wheel file (nodeprep-<version>-py3-none-any.whl)")
+    return store / TOOLS_DIR / wheel.name
+
+
 def publish_wheel(store: Path, wheel: Path) -> Path:
     """Copy a nodeprep wheel into `<store>/tools/` (atomically) and return its path there."""
     from .node.fsutil import atomic_write
 
-    if not re.match(r"^nodeprep-[^-]+-py3-none-any\.whl$", wheel.name) or not wheel.is_file():
-        raise InputError(f"{wheel}: not a nodeprep wheel file (nodeprep-<version>-py3-none-any.whl)")
-    dest = store / TOOLS_DIR / wheel.name
+    dest = published_wheel(store, wheel)
     atomic_write(dest, wheel.read_bytes(), mode=0o644)
     return dest
 

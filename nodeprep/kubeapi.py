@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
-from .errors import InputError
+from .errors import InputError, NetworkError, NodeprepError
 
 PATCH_TYPE = "application/merge-patch+json"
 
@@ -137,3 +138,27 @@ def status_message(r: requests.Response) -> str:
         return str(r.json().get("message", "")) or r.reason
     except ValueError:
         return r.reason or ""
+
+
+def read_node(cfg: KubeConfig, node: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    """GET the Node, once (what a `--check` plans against; nothing is written)."""
+    url = f"{cfg.server}/api/v1/nodes/{quote(node, safe='')}"
+    with api_session(cfg) as s:
+        try:
+            r = s.get(url, timeout=timeout)
+        except requests.exceptions.SSLError as e:
+            raise NetworkError(f"{cfg.server}: TLS verification failed ({e})") from None
+        except requests.RequestException as e:
+            raise NetworkError(f"{cfg.server}: {type(e).__name__}: {e}") from None
+    if r.status_code == 404:
+        raise InputError(f"node {node!r} not found at {cfg.server}")
+    if r.status_code != 200:
+        raise NodeprepError(f"{cfg.server}: reading node {node!r} failed (HTTP {r.status_code} "
+                            f"{status_message(r)})")
+    try:
+        data = r.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise NodeprepError(f"{cfg.server}: node {node!r}: the answer is not a JSON object")
+    return data

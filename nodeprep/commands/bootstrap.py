@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -126,12 +127,15 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, 
 @click.option("--publish-wheel", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="First copy this nodeprep wheel into <store>/tools/ (the profile's driver.store must be "
                    "a local directory).")
+@check_option("Render and check the user-data and print what would be written (--out, --publish-wheel); "
+              "write nothing.")
 @json_option
 def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None,
                    registry_auth: Path | None, store_ca_file: Path | None, ca_hashes: tuple[str, ...],
                    source: str, nodeprep_wheel: Path | None, nodeprep_requirement: str | None,
                    os_family: str, fmt: str, parts: tuple[Path, ...], limit: int, no_gzip: bool,
-                   publish_wheel: Path | None, as_json: bool, old_store_ca_file: Path | None = None) -> None:
+                   publish_wheel: Path | None, check: bool, as_json: bool,
+                   old_store_ca_file: Path | None = None) -> None:
     """Render cloud-init user-data that installs nodeprep on a new node and runs `nodeprep bootstrap`.
 
     The token is written as a file (mode 0600), never into runcmd. Output stays under --limit bytes:
@@ -145,8 +149,12 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
     spec = build_spec(profile_path, token_file=token_file, ca_hashes=ca_hashes, source=source,
                       nodeprep_wheel=nodeprep_wheel, nodeprep_requirement=nodeprep_requirement,
                       os_family=os_family, parts=parts, publish_wheel=publish_wheel,
-                      registry_auth=registry_auth, store_ca_file=store_ca_file)
+                      registry_auth=registry_auth, store_ca_file=store_ca_file, check=check)
     user_data = cloudinit.render(spec, fmt=fmt, limit=limit, allow_gzip=not no_gzip)  # type: ignore[arg-type]
+    if check:
+        _print_cloud_init_plan(user_data, out, 0o600 if spec.secret else 0o644, spec, publish_wheel,
+                               as_json)
+        return
     if out is not None:
         out.write_bytes(user_data.data)
         out.chmod(0o600 if spec.secret else 0o644)
@@ -163,11 +171,36 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
                  f" -> {out}" if out else "")
 
 
+def _print_cloud_init_plan(user_data: Any, out: Path | None, mode: int, spec: cloudinit.UserDataSpec,
+                           publish_wheel: Path | None, as_json: bool) -> None:
+    """--check: the files cloud-init would write, each compared with what is there."""
+    plan: list[str] = []
+    if publish_wheel is not None:
+        plan.append(f"would copy {publish_wheel} to {spec.source.url}")
+    if out is None:
+        plan.append(f"would print the user-data ({user_data.format}, {user_data.size} bytes, limit "
+                    f"{user_data.limit})")
+    else:
+        try:
+            same = out.read_bytes() == user_data.data and (out.stat().st_mode & 0o777) == mode
+        except OSError:
+            same = False
+        plan.append(f"{out}: unchanged" if same else
+                    f"would write {out} ({user_data.format}, {user_data.size} bytes, mode {mode:04o})")
+    if as_json:
+        emit_json({"check": True, "plan": plan, "format": user_data.format, "size": user_data.size,
+                   "limit": user_data.limit, "out": str(out) if out else None})
+        return
+    for line in plan:
+        click.echo(line)
+
+
 def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[str, ...], source: str,
                nodeprep_wheel: Path | None, nodeprep_requirement: str | None, os_family: str,
                parts: tuple[Path, ...], publish_wheel: Path | None, registry_auth: Path | None = None,
-               store_ca_file: Path | None = None) -> cloudinit.UserDataSpec:
-    """Validate the inputs and assemble what the user-data is made of."""
+               store_ca_file: Path | None = None, check: bool = False) -> cloudinit.UserDataSpec:
+    """Validate the inputs and assemble what the user-data is made of. `check`: a --publish-wheel
+    is checked, not copied (the user-data names it where it would be)."""
     from ..profile import parse_profile, read_profile
 
     text, document = read_profile(profile_path)  # the same reader and checks as join/profile check
@@ -196,7 +229,12 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
     if publish_wheel is not None:
         if not store or "://" in store and not store.startswith("file://"):
             raise InputError(f"--publish-wheel: driver.store {store!r} is not a local directory")
-        nodeprep_wheel = cloudinit.publish_wheel(Path(store.removeprefix("file://")), publish_wheel)
+        local = Path(store.removeprefix("file://"))
+        if check:
+            cloudinit.published_wheel(local, publish_wheel)
+            nodeprep_wheel = publish_wheel  # the same bytes as the copy would be: its sha256
+        else:
+            nodeprep_wheel = cloudinit.publish_wheel(local, publish_wheel)
     if source == "store" and not cloudinit.OS_PACKAGES[os_family]["deps"]:
         raise InputError(f"--os-family {os_family}: nodeprep's dependencies are not packaged for its python; "
                          "use --nodeprep-from index")

@@ -24,7 +24,7 @@ from ..paths import DEFAULT_STORE, default_cache
 from ..stores.verify import verify_store
 from ..vocab import DEFAULT_FLAVOUR, FLAVOURS
 from . import progress as render
-from .options import emit_json, json_option, registry_options, store_options
+from .options import check_option, emit_json, json_option, registry_options, store_options
 
 if TYPE_CHECKING:
     from ..builder.driver import BuildResult
@@ -470,9 +470,10 @@ def artifacts_list(store: str, registry_auth: str | None, ca_file: str | None, i
 @click.option("--name", "names", multiple=True, metavar="FILE",
               help="Push only this artifact (repeatable; default: every artifact of SOURCE).")
 @registry_options
+@check_option("Verify SOURCE and print what would be pushed; the registry is not contacted.")
 @json_option
 def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry_auth: str | None,
-                   ca_file: str | None, insecure_http: bool, as_json: bool) -> None:
+                   ca_file: str | None, insecure_http: bool, check: bool, as_json: bool) -> None:
     """Publish the artifacts of the store directory SOURCE to REGISTRY (oci://HOST[:PORT]/REPO):
     blobs, one tagged manifest per artifact, and the index merged with what the registry has."""
     from ..builder import publish
@@ -487,11 +488,31 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
         raise InputError(f"{source}: refusing to push a store that fails verification: {problems[0]}")
     options = store_options(registry_auth, ca_file, insecure_http)
     publish.staging_target(registry, Path("."), options)  # refuses a digest-pinned target
+    if check:
+        _print_push_plan(source, registry, names, as_json)
+        return
     digest = _push(registry, source, list(names) or None, options, as_json)
     if as_json:
         emit_json({"registry": registry, "index": digest})
     else:
         click.echo(digest)
+
+
+def _print_push_plan(source: Path, registry: str, names: tuple[str, ...], as_json: bool) -> None:
+    """artifacts push --check: the artifacts publish.push would send (the same selection)."""
+    entries = artifact.LocalStore(source).entries()
+    chosen = [e for e in entries if not names or e.name in names]
+    missing = sorted(set(names) - {e.name for e in entries})
+    if as_json:
+        emit_json({"check": True, "registry": registry, "would_push": [e.name for e in chosen],
+                   "not_in_source": missing})
+        return
+    for e in chosen:
+        click.echo(f"would push {e.name} ({e.kind} {e.driver_version}, {e.size} bytes) to {registry}")
+    for name in missing:
+        click.echo(f"{name}: not in {source}, nothing to push")
+    click.echo(f"would merge {len(chosen)} artifacts into the index of {registry}" if chosen
+               else "nothing to push")
 
 
 @artifacts_group.command("verify")

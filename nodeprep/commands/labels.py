@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,7 +17,7 @@ from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..node.fsutil import atomic_write
 from ..profile import profile_path
-from .options import profile_option, root_option, sysfs_root_option
+from .options import check_option, profile_option, root_option, sysfs_root_option
 
 GPU_SOURCES = ("auto", "nvml", "nvidia-smi", "pci")  # pci: sysfs only, no driver asked
 log = logging.getLogger("nodeprep.labels")
@@ -55,13 +56,15 @@ log = logging.getLogger("nodeprep.labels")
               help="Credentials for --apply.")
 @click.option("--node", default=None, help="Node name for --apply (default: profile cluster.node_name, "
               "else the host name).")
+@check_option("Print what --out and --apply would change (the file, the Node's patch) and change nothing.")
 @profile_option
 @root_option
 def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[str, ...], cloud: str | None,
                mig_strategy: str, sysfs_dir: Path | None, dmi_root: Path | None, nvidia_smi_xml: Path | None,
                gpu_source: str, pci_ids: Path | None, aws_metadata_url: str | None,
                gce_metadata_url: str | None, azure_metadata_url: str | None, timeout: float, do_apply: bool,
-               kubeconfig: Path | None, node: str | None, profile: Path | None, root: Path) -> None:
+               kubeconfig: Path | None, node: str | None, check: bool, profile: Path | None,
+               root: Path) -> None:
     """Compute this node's labels (GFD-compatible nvidia.com/*, instance type, topology, nodeprep.dev/*)
     and print them, write them for NFD, or apply them to the Node."""
     fmt = "json" if as_json else fmt
@@ -95,33 +98,66 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
                          else f"--source {gpu_source}: no NVIDIA GPU found")
     for w in result.warnings:
         log.warning("warning: %s", w)
+    name = node or prof.node_name or None
+    if check:
+        _print_plan(result.labels, _render(result, fmt), out, kubeconfig if do_apply else None, name)
+        return
     applied = None
     if do_apply:
         from ..kubeapi import default_node_name, load_kubeconfig
         from ..labels.apply import apply_labels
 
         assert kubeconfig is not None
-        applied = apply_labels(load_kubeconfig(kubeconfig), node or prof.node_name or default_node_name(),
-                               result.labels)
+        applied = apply_labels(load_kubeconfig(kubeconfig), name or default_node_name(), result.labels)
         click.echo(f"node {applied.node}: " + ("labels updated" if applied.changed else "labels unchanged"),
                    err=True)
-    if fmt == "kubelet":
-        text = output.render_kubelet(result.labels) + "\n"
-    elif fmt == "nfd":
-        text = output.render_nfd(result.labels)
-    else:
-        mine, api = split_for_kubelet(result.labels)
-        data = {**result.to_dict(), "self_settable": sorted(mine), "needs_api": sorted(api)}
-        if applied is not None:
-            data["applied"] = {"node": applied.node, "changed": applied.changed, "patch": applied.patch,
-                               "refused": list(applied.refused)}
-        text = output.render_json(data) + "\n" if fmt == "json" else output.render_yaml(data)
+    text = _render(result, fmt, applied)
     if out is not None:
         atomic_write(out, text)
     else:
         click.echo(text, nl=False)
     if applied is not None and (line := applied.refused_line()):
         raise NodeprepError(line)
+
+
+def _render(result: Any, fmt: str, applied: Any = None) -> str:
+    if fmt == "kubelet":
+        return output.render_kubelet(result.labels) + "\n"
+    if fmt == "nfd":
+        return output.render_nfd(result.labels)
+    mine, api = split_for_kubelet(result.labels)
+    data = {**result.to_dict(), "self_settable": sorted(mine), "needs_api": sorted(api)}
+    if applied is not None:
+        data["applied"] = {"node": applied.node, "changed": applied.changed, "patch": applied.patch,
+                           "refused": list(applied.refused)}
+    return output.render_json(data) + "\n" if fmt == "json" else output.render_yaml(data)
+
+
+def _print_plan(labels: dict[str, str], text: str | None, out: Path | None, kubeconfig: Path | None,
+                name: str | None) -> None:
+    """--check: what --out and --apply would do, read from the file and the Node as they are."""
+    if out is not None:
+        try:
+            same = out.read_text() == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        click.echo(f"{out}: unchanged" if same else f"would write {out} ({len(str(text).encode())} bytes)")
+    if kubeconfig is not None:
+        from ..kubeapi import default_node_name, load_kubeconfig, read_node
+        from ..labels.apply import plan_patch
+
+        name = name or default_node_name()
+        patch = plan_patch(read_node(load_kubeconfig(kubeconfig), name), labels)
+        changes = ((patch or {}).get("metadata") or {}).get("labels") or {}
+        if patch is None:
+            click.echo(f"node {name}: labels unchanged")
+        for key, value in sorted(changes.items()):
+            click.echo(f"node {name}: would remove {key}" if value is None
+                       else f"node {name}: would set {key}={value}")
+        if patch is not None and not changes:
+            click.echo(f"node {name}: would record nodeprep's label keys (annotation)")
+    if out is None and kubeconfig is None:
+        click.echo("nothing to write (no --out, no --apply)")
 
 
 COMMANDS = [labels_cmd]

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, NodeprepError
-from .options import emit_json, json_option, profile_option, root_option
+from .options import check_option, emit_json, json_option, profile_option, root_option
 
 
 def _boot_id(root: Path) -> str | None:
@@ -35,9 +35,11 @@ def _boot_id(root: Path) -> str | None:
               help="Credentials for --apply: the node's own (/etc/kubernetes/kubelet.conf) suffice.")
 @click.option("--node", default=None,
               help="Node name (default: profile cluster.node_name, else the host name).")
+@check_option("Run the self-test and print the verdict --apply would publish (the Node is read, not "
+              "changed).")
 def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root: Path,
                     nvidia_smi_xml: Path | None, persistence_mode: str | None, do_apply: bool,
-                    kubeconfig: Path | None, node: str | None) -> None:
+                    kubeconfig: Path | None, node: str | None, check: bool) -> None:
     """Run the GPU self-test (loaded module = active driver, every GPU on the PCI bus visible, no
     pending row remaps or page retirements, persistence mode as configured); exit 1 when it fails.
     With --apply, publish the verdict so `nodeprep verify-nodes` can lift the node's taint."""
@@ -60,10 +62,19 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
 
         assert kubeconfig is not None
         name = node or (prof.cluster.node_name if prof and prof.cluster else None) or default_node_name()
-        pub = publish_verdict(load_kubeconfig(kubeconfig), name, verdict, _boot_id(root))
-        result["published"] = {"node": pub.node, "label": pub.value, "passed": pub.passed}
+        cfg = load_kubeconfig(kubeconfig)
+        if check:  # the patch publish_verdict would send, against the Node as it is now
+            from ..join.verification import verdict_patch
+            from ..kubeapi import read_node
+
+            _, pub = verdict_patch(read_node(cfg, name), verdict, _boot_id(root))
+        else:
+            pub = publish_verdict(cfg, name, verdict, _boot_id(root))
+        key = "would_publish" if check else "published"
+        result[key] = {"node": pub.node, "label": pub.value, "passed": pub.passed}
         problems = list(pub.problems)
-        click.echo(f"node {pub.node}: nodeprep.dev/gpu-verified={pub.value}", err=True)
+        click.echo(f"node {pub.node}: {'would set ' if check else ''}nodeprep.dev/gpu-verified={pub.value}",
+                   err=as_json or not check)
     if as_json:
         emit_json(result)
     elif not problems:
@@ -78,7 +89,8 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option("--interval", type=click.FloatRange(1, 3600), default=15.0, show_default=True,
               help="Seconds between passes.")
-def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float) -> None:
+@check_option("One pass that prints the taint changes it would make and changes nothing.")
+def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, check: bool) -> None:
     """Cluster side: lift nodeprep.dev/unverified:NoSchedule from nodes whose GPU self-test verdict is
     valid for their current boot and driver; put it back on GPU nodes without one."""
     from ..join.verification import verify_nodes
@@ -86,9 +98,9 @@ def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float) -> None:
 
     cfg = load_kubeconfig(kubeconfig)
     while True:
-        for line in verify_nodes(cfg):
+        for line in verify_nodes(cfg, check=check):
             click.echo(line)
-        if once:
+        if once or check:
             return
         time.sleep(interval)
 

@@ -34,10 +34,10 @@ def follow(root: Path, version: str) -> FollowUp:
 
 
 def removal(root: Path) -> Removal:
-    """What `nodeprep uninstall` undoes of `nodeprep runtime` (nodeprep.join.removal)."""
+    """What `nodeprep uninstall` undoes of `nodeprep runtime` and `nodeprep join` (nodeprep.join.removal)."""
     from .removal import plan_removal
 
-    return plan_removal(root)
+    return plan_removal(root, join=True)
 
 
 HOOKS = ActivationHooks(refusal=refusal, follow=follow, removal=removal)

@@ -43,9 +43,13 @@ def _taints(taints: tuple[Taint, ...]) -> list[dict[str, str]]:
     return [t.to_dict() for t in taints]
 
 
+HEADER = "# Written by nodeprep join; rewritten on the next join, removed by nodeprep uninstall.\n"
+
+
 def dump(doc: Mapping[str, Any]) -> bytes:
-    """YAML in the order the renderers build it (apiVersion and kind first)."""
-    return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False).encode()
+    """YAML in the order the renderers build it (apiVersion and kind first), after nodeprep's
+    header (how `nodeprep uninstall` knows the file is nodeprep's: join/removal.py)."""
+    return (HEADER + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False)).encode()
 
 
 def join_configuration(

@@ -1,10 +1,14 @@
-"""What `nodeprep runtime` wrote, undone by `nodeprep uninstall` (join's part of it, handed to
-nodeprep.node.ops.uninstall as `ActivationHooks.removal`).
+"""What `nodeprep runtime` and `nodeprep join` wrote, undone by `nodeprep uninstall` (join's part of
+it, handed to nodeprep.node.ops.uninstall as `ActivationHooks.removal`).
 
 The paths are the ones `nodeprep runtime` plans (plan_runtime over the node's profile,
-/etc/nodeprep/node.yaml under the root; the profile defaults when there is none), so a file runtime
-learns to write is undone without a list kept here, plus the CDI specs nodeprep wrote in the other
-spec directories. A file is removed only when nodeprep wrote it, recognised by the header every file
+/etc/nodeprep/node.yaml under the root; the profile defaults when there is none) and, when the
+profile has a cluster, the ones `nodeprep join` plans in either cluster mode (kubeadm's
+JoinConfiguration and kubelet patch; kubelet's bootstrap kubeconfig, KubeletConfiguration and systemd
+drop-in, which carry the node's labels and taints), so a file runtime or join learns to write is
+undone without a list kept here, plus the CDI specs nodeprep wrote in the other spec directories.
+What kubeadm or the kubelet made after a join (kubelet.conf, certificates) is theirs: `kubeadm reset`.
+A file is removed only when nodeprep wrote it, recognised by the header every file
 it writes starts with, or (a JSON file, which has no comments) by being the bytes runtime writes now;
 nvidia-container-runtime's config.toml only when runtime made it from nothing (a package's file that
 runtime set to CDI mode is left and named, like any other file at such a path). The containerd main file
@@ -29,7 +33,7 @@ from . import cdi as cdimod
 from . import containerd as ctd
 from . import ctkconfig, hookprogram, ocihooks
 from .files import under
-from .plan import JoinOptions, plan_runtime
+from .plan import JoinOptions, plan_join, plan_runtime
 
 HEADER = b"# Written by nodeprep"
 
@@ -39,7 +43,26 @@ def _profile(root: Path) -> Profile | None:
     return load_profile(path) if path.is_file() else None
 
 
-def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, dict[str, bytes | None]]:
+def _join_targets(root: Path, profile: Profile | None) -> dict[str, bytes | None]:
+    """The node paths `nodeprep join` writes besides runtime's, in each cluster mode (the profile's
+    mode may have changed since the join); their bytes unknown (labels, token): None."""
+    if profile is None or profile.cluster is None:
+        return {}
+    from dataclasses import replace
+
+    from ..profile.fields import field_by_path
+    from .token import BootstrapToken
+
+    out: dict[str, bytes | None] = {}
+    options = JoinOptions(root=Path(root), check=True, discovery=False, skip_preflight=True, labels={},
+                          insecure_skip_ca_verification=True, token=BootstrapToken("abcdef", "0" * 16))
+    for mode in field_by_path("cluster.mode").rule.schema["enum"]:
+        plan = plan_join(replace(profile, cluster=replace(profile.cluster, mode=mode)), options)
+        out.update({f.target: None for f in plan.files})
+    return out
+
+
+def _targets(root: Path, profile: Profile | None, *, join: bool) -> tuple[Runtime, dict[str, bytes | None]]:
     """The runtime settings and every node path `nodeprep runtime` writes on this root, each with
     the bytes it would write now when that can be known without the profile's plan (None: unknown)."""
     runtime = profile.runtime if profile else Runtime()
@@ -54,7 +77,7 @@ def _targets(root: Path, profile: Profile | None) -> tuple[Runtime, dict[str, by
         ctkconfig.CONFIG: None,
         **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
     }
-    return runtime, {**defaults, **planned}
+    return runtime, {**defaults, **(_join_targets(root, profile) if join else {}), **planned}
 
 
 def _ours(raw: bytes) -> bool:
@@ -99,10 +122,11 @@ def without_import(text: str, entry: str) -> str | None:
     return None
 
 
-def plan_removal(root: Path, profile: Profile | None = None) -> Removal:
-    """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here); `profile`: the
-    node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
-    runtime, targets = _targets(root, profile or _profile(root))
+def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = False) -> Removal:
+    """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here), and with `join`
+    of `nodeprep join` too (`nodeprep uninstall`; the runtime module's state=absent is runtime's part
+    alone); `profile`: the node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
+    runtime, targets = _targets(root, profile or _profile(root), join=join)
     from_nothing = ctkconfig.render_config({}, runtime)  # a config.toml runtime made, not a package's
     undo: list[Undo] = []
     kept: list[str] = []

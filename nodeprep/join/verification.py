@@ -176,8 +176,9 @@ def reconcile(node: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
     return patch, reason
 
 
-def verify_nodes(cfg: KubeConfig) -> list[str]:
-    """One pass over all Nodes: lift or restore the unverified taint; one line per change."""
+def verify_nodes(cfg: KubeConfig, *, check: bool = False) -> list[str]:
+    """One pass over all Nodes: lift or restore the unverified taint; one line per change. `check`:
+    one line per change it would make, nothing patched."""
     out = []
     with api_session(cfg) as s:
         r = _request(s, "GET", f"{cfg.server}/api/v1/nodes", cfg.server)
@@ -189,6 +190,9 @@ def verify_nodes(cfg: KubeConfig) -> list[str]:
             if patch is None:
                 continue
             name = str(_meta(node).get("name"))
+            if check:
+                out.append(f"node {name}: {reason} (--check: not patched)")
+                continue
             r = _request(s, "PATCH", _url(cfg, name), cfg.server, patch)
             if r.status_code == 200:
                 out.append(f"node {name}: {reason}")

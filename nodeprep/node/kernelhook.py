@@ -99,18 +99,6 @@ def keep_record(active: str | None, recorded: dict[str, Any] | None, version: st
     return recorded is not None and active not in (None, version) and not activate
 
 
-def command_note(layout: Layout, command: str) -> str | None:
-    """For an image (--root): a note when the hooks' `command` (a bare name there, found on the
-    image's PATH: system.nodeprep_command) is in none of the image's PATH directories."""
-    if layout.live or "/" in command:
-        return None
-    dirs = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-    if any(layout.resolved(f"{d}/{command}").is_file() for d in dirs):
-        return None
-    return (f"the kernel hooks call `{command}` on the image's PATH, which has none: install nodeprep in "
-            "the image, or kernels installed there later get no NVIDIA modules (docs/node.md)")
-
-
 def hook_path(layout: Layout, event: str) -> Path:
     return layout.resolved(f"/etc/kernel/{event}.d") / HOOK_NAME
 

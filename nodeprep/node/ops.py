@@ -202,7 +202,7 @@ def _plan_install(
     entries = index() if needs_index(state, request.version, request.kernel) else None
     drift = (system.drift(layout, modules) + entrypoints.drift(layout, request.version, request.arch)
              if request.activate else ())
-    hook_drift = kernelhook.drift(layout, system.nodeprep_command(layout)) if hook else ()
+    hook_drift = kernelhook.drift(layout, system.nodeprep_command()) if hook else ()
     record = hook.to_dict() if hook else None
     if record and kernelhook.keep_record(state.active, state.kernel_hook, request.version, request.activate):
         record = state.kernel_hook  # the active version's modules come from the store recorded
@@ -308,7 +308,7 @@ def install(
         save_state(layout, state, point="install:state-tmp")
         crash_point("install:state-written")
         if todo.kernel_hook is not None and todo.kernel_hook.write:
-            changed |= kernelhook.write_hooks(layout, system.nodeprep_command(layout))
+            changed |= kernelhook.write_hooks(layout, system.nodeprep_command())
         activation = None
         if activate:
             activation = _activate(
@@ -326,7 +326,8 @@ def install(
         installed_userspace=installed_us,
         installed_kmod=installed_kmod,
         activation=activation,
-        notes=todo.notes + _hook_notes(layout, src.location, node_store, kernel_hook, hook),
+        notes=todo.notes + tuple(n for n in _hook_notes(layout, src.location, node_store, kernel_hook, hook)
+                                 if activation is None or n not in activation.notes),
     )
 
 
@@ -347,13 +348,14 @@ def _hook_config(layout: Layout, store: str, arch: str, options: StoreOptions | 
 
 def _hook_notes(layout: Layout, store: str, node_store: str | None, wanted: bool,
                 hook: kernelhook.HookConfig | None) -> tuple[str, ...]:
-    """What the install says about the kernel hook of an image: not set up, or needing nodeprep."""
+    """What the install says about the kernel hook: not set up (an image's store), or the root
+    lacking the nodeprep it runs (system.command_problem)."""
     if not wanted:
         return ()
     if hook is None:
         return (kernelhook.unrecorded_note(store),)
-    note = kernelhook.command_note(layout, system.nodeprep_command(layout))
-    return (note,) if note else ()
+    note = system.command_problem(layout)
+    return (f"warning: {note}",) if note else ()
 
 
 def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntry, version: str) -> None:
@@ -485,6 +487,8 @@ def _activate(
     changed |= system.write_modprobe_conf(layout)
     crash_point("activate:modprobe-conf")
     changed |= system.write_unit(layout, modules)
+    if problem := system.command_problem(layout):  # the unit runs the root's own nodeprep
+        notes.append(f"warning: {problem}")
     old_kernels = set(system.linked_kernels(layout))
     changed |= system.link_modules(layout, version, list(target.kernels))
     stale = sorted(old_kernels - set(target.kernels))

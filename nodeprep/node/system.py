@@ -7,12 +7,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import stat
-import sys
 from pathlib import Path
 
-from .. import runner, sonames
+from .. import runner, sonames, sysfs
 from ..errors import InputError
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .crash import crash_point
@@ -244,13 +242,57 @@ def unlink_firmware(layout: Layout, version: str, recorded: str | None) -> bool:
     return False
 
 
-def nodeprep_command(layout: Layout) -> str:
-    """How the unit runs nodeprep: this interpreter on a live system, the `nodeprep` entry point
-    (found on systemd's PATH) in an image."""
-    if layout.live:
-        exe = shutil.which("nodeprep")
-        return exe if exe else f"{sys.executable} -m nodeprep.cli"
-    return "nodeprep"
+# What every file nodeprep writes into a root runs (the module-load unit, the kernel hooks): the
+# root's own nodeprep, found on its PATH when the root boots, never the interpreter or checkout that
+# ran the install (a venv, a build machine's checkout, an upgrade moves them). docs/design-decisions.md
+COMMAND = "nodeprep"
+# systemd's fixed PATH for ExecStart (Debian, merged /usr or not) and the kernel hooks' own PATH
+NODE_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def nodeprep_command() -> str:
+    """How the unit and the kernel hooks run nodeprep: the bare COMMAND, found on NODE_PATH."""
+    return COMMAND
+
+
+def _interpreter(path: Path) -> str | None:
+    """The absolute interpreter a `#!` line names (None: no `#!` line, or not an absolute path).
+    The root's file is hostile: opened as a regular file only, without blocking, first bytes read."""
+    try:
+        fd = sysfs.open_regular(path)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, 256)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].split()
+    word = words[0].decode(errors="replace") if words else ""
+    return word if word.startswith("/") else None
+
+
+def command_problem(layout: Layout) -> str | None:
+    """What the root lacks for the unit and the kernel hooks to run COMMAND when it boots: an
+    executable COMMAND in a NODE_PATH directory whose `#!` interpreter the root has too (links
+    resolved beneath ROOT); None when it has them."""
+    where = "this node" if layout.live else f"the image {layout.root}"
+    needs = (f": the kernel hooks and the module-load unit run `{COMMAND}` from the root's own PATH, "
+             "so install nodeprep there (the nodeprep_install role or `nodeprep cloud-init`'s installer "
+             "put /usr/local/bin/nodeprep), or kernels installed later get no NVIDIA modules and the "
+             "unit loads none at boot (docs/node.md, \"Kernel updates\")")
+    for d in NODE_PATH:
+        path = layout.resolved(f"{d}/{COMMAND}")
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            continue
+        interp = _interpreter(path)
+        if interp is not None and not layout.resolved(interp).is_file():
+            return f"{where}: {d}/{COMMAND} runs {interp}, which it does not have" + needs
+        return None
+    return f"{where} has no `{COMMAND}` on its PATH ({':'.join(NODE_PATH)})" + needs
 
 
 def render_unit(command: str, modules: tuple[str, ...] = DEFAULT_MODULES) -> str:
@@ -279,7 +321,7 @@ def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> tuple[s
     want = {
         layout.ld_conf: LD_CONF,
         layout.modprobe_conf: MODPROBE_CONF,
-        layout.unit: render_unit(nodeprep_command(layout), modules),
+        layout.unit: render_unit(nodeprep_command(), modules),
     }
     out = []
     for path, text in want.items():
@@ -294,7 +336,7 @@ def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> tuple[s
 
 def write_unit(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> bool:
     changed = atomic_write(
-        layout.unit, render_unit(nodeprep_command(layout), modules), point="activate:unit-tmp"
+        layout.unit, render_unit(nodeprep_command(), modules), point="activate:unit-tmp"
     )
     changed |= atomic_symlink(layout.unit_wants, f"../{UNIT_NAME}")
     crash_point("activate:unit")

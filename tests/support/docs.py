@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from tests.support.fixtures import REPO
 
@@ -21,13 +22,26 @@ SHELL_LANGS = ("sh", "console", "bash", "shell")
 COMMAND_START = re.compile(r"^(?:nodeprep|ansible-playbook|python3?|scripts/\S+|\.venv/bin/\S+) ")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[a-z]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                    re.S | re.M)
-MARKER = re.compile(r"^\s*<!-- (?:docs-test: (?P<kind>run|synopsis|skip)(?:: (?P<reason>.*?))?|"
+MARKER = re.compile(r"^\s*<!-- (?:docs-test: (?P<kind>run|synopsis|skip|slow)(?:: (?P<reason>.*?))?|"
                     r"docs-example: (?P<example>[\w-]+)) -->\s*$")
+# What a `<!-- docs-test: slow: MATERIAL, ... -->` block may ask for: material the suite already has,
+# made by the slow tier's runner (tests/slow/test_docs_blocks.py) in the block's working directory.
+MATERIALS = {
+    "store": "./artifacts: a store of small real artifacts, 535.309.01 for 6.1.0-28-amd64 "
+             "(tests/support/standin.py)",
+    "image-root": "$ROOT: an empty directory standing for an image's root",
+}
+
+
+def materials(block: Block) -> list[str]:
+    """The materials a `slow` block names (its marker's reason: comma-separated names)."""
+    return [m.strip() for m in (block.marker["reason"] or "").split(",") if m.strip()] if block.marker else []
 
 
 class Block:
     """One fenced block of a doc: where it is, its language, its text (dedented) and the marker
-    comment on the line before it (`<!-- docs-test: run|synopsis|skip: REASON -->` or
+    comment on the line before it (`<!-- docs-test: run|synopsis|skip: REASON -->`,
+    `<!-- docs-test: slow: MATERIAL, ... -->` or
     `<!-- docs-example: NAME -->`), if any."""
 
     def __init__(self, doc: str, line: int, lang: str, body: str, marker: re.Match[str] | None) -> None:
@@ -83,3 +97,29 @@ def command_lines(block: Block) -> list[str]:
             out[-1] += " " + re.split(r"\s{2,}", line.strip())[0]  # without the description
         joining = line.endswith("\\")
     return out
+
+
+def expected_output(shown: str) -> re.Pattern[str]:
+    """What a console block's shown output allows: each line as written, except a line `...` (any
+    lines, none included) and `…` inside a line (any text on that line)."""
+    parts = []
+    for line in shown.splitlines():
+        if line.strip() == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        else:
+            parts.append(r"[^\n]*?".join(re.escape(piece) for piece in line.split("…")) + r"\n")
+    return re.compile("".join(parts))
+
+
+def console_commands(block: Block) -> Iterator[tuple[str, str]]:
+    """(command, the output shown after it) for each `$ ` line of a console block."""
+    cmd, out = None, []
+    for line in block.body.splitlines():
+        if line.startswith("$ "):
+            if cmd is not None:
+                yield cmd, "\n".join(out)
+            cmd, out = line[2:], []
+        else:
+            out.append(line)
+    if cmd is not None:
+        yield cmd, "\n".join(out)

@@ -556,7 +556,7 @@ def fleet_vars(workdir: Path, source: Path, version: str, kernel: str) -> dict[s
         "nodeprep_install_profile": profile,
         "nvidia_driver_version": version,
         "nvidia_driver_root": IMAGE_ROOT,
-        "nvidia_driver_kernel_release": kernel,
+        "nvidia_driver_kernel": kernel,
         "nvidia_driver_insecure_http": True,  # the same store, for the role
         "nvidia_driver_doctor_checks": ["state", "ldcache"],  # no GPU, no loaded module here
         "node_labels_root": IMAGE_ROOT,

@@ -1,9 +1,11 @@
 """Docs that cannot go stale (issue #28): every command block of README.md and docs/*.md either runs
-here (`<!-- docs-test: run -->`, its shown output compared), is run by a named test
-(`<!-- docs-example: NAME -->`), is a usage synopsis (`<!-- docs-test: synopsis -->`) or says why it
-cannot run here (`<!-- docs-test: skip: REASON -->`: a GPU, a cluster, the network, a real build). A
-block with none fails. Whatever the marker, every `nodeprep …` command the docs show (blocks and
-inline code) must name a real command and only its real, not deprecated, options (their --help)."""
+here (`<!-- docs-test: run -->`, its shown output compared), runs in the slow tier with material the
+suite has (`<!-- docs-test: slow: MATERIAL, ... -->`, tests/slow/test_docs_blocks.py), is run by a
+named test (`<!-- docs-example: NAME -->`), is a usage synopsis (`<!-- docs-test: synopsis -->`) or
+says why it cannot run here (`<!-- docs-test: skip: REASON -->`: a GPU, a cluster, the network, a
+real build). A block with none fails. Whatever the marker, every `nodeprep …` command the docs show
+(blocks and inline code) must name a real command and only its real, not deprecated, options (their
+--help)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import click
 import pytest
 
 from nodeprep.cli import main
-from tests.support.docs import DOCS, Block, blocks, command_lines
+from tests.support.docs import DOCS, MATERIALS, Block, blocks, command_lines, console_commands, materials
 from tests.support.fixtures import REPO
 
 COMMAND_BLOCKS = [b for doc in DOCS for b in blocks(doc) if b.is_command]
@@ -29,8 +31,12 @@ STOP = {"|", "||", "&&", ";", ">", "2>&1", "<"}
 
 def test_every_command_block_runs_or_says_why() -> None:
     unmarked = [b.where for b in COMMAND_BLOCKS if b.kind is None]
-    assert unmarked == [], "mark each: <!-- docs-test: run|synopsis|skip: REASON -->"
+    assert unmarked == [], "mark each: <!-- docs-test: run|synopsis|slow: MATERIAL|skip: REASON -->"
     assert all((b.marker["reason"] or "").strip() for b in COMMAND_BLOCKS if b.kind == "skip")
+    for b in COMMAND_BLOCKS:  # the slow tier makes what a slow block names (tests/slow/test_docs_blocks.py)
+        if b.kind == "slow":
+            assert materials(b) and set(materials(b)) <= set(MATERIALS), f"{b.where}: {materials(b)}"
+            assert b.lang == "console" or any(ln.startswith("$ ") for ln in b.body.splitlines()), b.where
     tests = "\n".join(p.read_text() for p in (REPO / "tests").rglob("*.py"))
     for b in COMMAND_BLOCKS:
         if b.kind == "example":
@@ -130,20 +136,6 @@ def test_files_the_docs_name_exist() -> None:
     assert not missing, "\n".join(missing)
 
 
-def _console(block: Block) -> Iterator[tuple[str, str]]:
-    """(command, the output shown after it) for each `$ ` line of a console block."""
-    cmd, out = None, []
-    for line in block.body.splitlines():
-        if line.startswith("$ "):
-            if cmd is not None:
-                yield cmd, "\n".join(out)
-            cmd, out = line[2:], []
-        else:
-            out.append(line)
-    if cmd is not None:
-        yield cmd, "\n".join(out)
-
-
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.where for b in RUN_BLOCKS])
 def test_runnable_blocks_run_as_written(block: Block, tmp_path: Path) -> None:
     """In an empty directory that sees the checkout's examples/, with this checkout's nodeprep first
@@ -155,7 +147,7 @@ def test_runnable_blocks_run_as_written(block: Block, tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stdout + run.stderr
         return
-    for cmd, shown in _console(block):
+    for cmd, shown in console_commands(block):
         run = subprocess.run(["bash", "-c", cmd + " 2>&1"], cwd=tmp_path, env=env, capture_output=True,
                              text=True, timeout=120)
         assert run.stdout.rstrip("\n") == shown, f"{block.where}: $ {cmd}"

@@ -40,8 +40,7 @@ FLAG_COMMANDS: dict[str, tuple[str, ...]] = {
     "cluster.node_name": ("join",),
 }
 
-# Ansible role variable -> field path. The name is the role's prefix plus the field's key, except
-# where this table says otherwise (nvidia_driver_kernel_release predates the table).
+# Ansible role variable -> field path. The name is the role's prefix plus the field's key, always.
 ROLE_VARIABLES: dict[str, str] = {
     "nvidia_driver_version": "driver.version",
     "nvidia_driver_flavour": "driver.flavour",
@@ -49,7 +48,7 @@ ROLE_VARIABLES: dict[str, str] = {
     "nvidia_driver_registry_auth": "driver.registry_auth",
     "nvidia_driver_ca_file": "driver.ca_file",
     "nvidia_driver_insecure_http": "driver.insecure_http",
-    "nvidia_driver_kernel_release": "driver.kernel",
+    "nvidia_driver_kernel": "driver.kernel",
     "nvidia_driver_modules": "driver.modules",
     "nvidia_driver_keep_boot_kernel": "driver.keep_boot_kernel",
     "node_labels_extra": "labels.extra",
@@ -100,7 +99,9 @@ def test_role_variables_map_to_fields() -> None:
     defaults = _role_defaults()
     for var, path in ROLE_VARIABLES.items():
         assert var in defaults, f"{var} is not a role variable any more"
-        field_by_path(path)
+        section, _, key = field_by_path(path).path.partition(".")
+        prefix = next(p for p, s in ROLE_PREFIX.items() if s == section)
+        assert var == prefix + key, f"{var}: the role spells {path} as {prefix + key}"
     for var in defaults:  # a role variable named after a field is in the table, under that field
         for prefix, section in ROLE_PREFIX.items():
             key = var.removeprefix(prefix)

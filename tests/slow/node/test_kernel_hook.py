@@ -26,11 +26,12 @@ import pytest
 
 from nodeprep import artifact
 from nodeprep.node.kernelhook import HOLD_FILE, LOUD
+from nodeprep.node.layout import UNIT_NAME
 from nodeprep.node.state import load_state
 from nodeprep.sources.debian import DebianArchive
 from tests.support.testhosts import debian_rootfs
 
-from .helpers import REPO, build_stub_kmod, cli, run
+from .helpers import REPO, V_NEW, NodeStore, build_stub_kmod, cli, run
 
 pytestmark = pytest.mark.slow
 
@@ -49,22 +50,24 @@ def other_kernel(archive: DebianArchive, current: str) -> str:
     pytest.fail(f"the Debian 12 archive serves no kernel besides {current}")
 
 
-def put_nodeprep(root: Path) -> None:
+def put_nodeprep(root: Path, lib: str = "usr/local/lib/nodeprep", wrapper: bool = True) -> None:
     """The nodeprep_install role's result: its zipapp unpacked into /usr/local/lib/nodeprep/lib and
-    the wrapper /usr/local/bin/nodeprep (the role's own build function and wrapper text)."""
+    the wrapper /usr/local/bin/nodeprep (the role's own build function and wrapper text). `lib` and
+    no `wrapper`: a nodeprep somewhere off the node's PATH (a venv, a build checkout)."""
     spec = importlib.util.spec_from_file_location("nodeprep_zipapp", ZIPAPP)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     data, _ = mod.build(str(REPO), [], "/usr/bin/python3")
-    pyz = root / "usr/local/lib/nodeprep/nodeprep.pyz"
+    pyz = root / lib / "nodeprep.pyz"
     pyz.parent.mkdir(parents=True, exist_ok=True)
     pyz.write_bytes(data)
     with zipfile.ZipFile(pyz) as zf:
         zf.extractall(pyz.parent / "lib")
-    wrapper = root / "usr/local/bin/nodeprep"
-    wrapper.write_text('#!/bin/sh\nexec /usr/bin/python3 /usr/local/lib/nodeprep/lib "$@"\n')
-    wrapper.chmod(0o755)
+    if wrapper:
+        path = root / "usr/local/bin/nodeprep"
+        path.write_text('#!/bin/sh\nexec /usr/bin/python3 /usr/local/lib/nodeprep/lib "$@"\n')
+        path.chmod(0o755)
 
 
 def chroot(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -83,10 +86,9 @@ def publish(store: artifact.LocalStore, path: Path) -> None:
 
 
 @pytest.fixture
-def kernel_root(test_cache: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A Debian 12 rootfs with nodeprep and /proc mounted (unmounted again, also on failure)."""
+def bare_kernel_root(test_cache: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A Debian 12 rootfs without nodeprep, /proc mounted (unmounted again, also on failure)."""
     root = debian_rootfs(test_cache, tmp_path / "root", KERNEL_DEPS)
-    put_nodeprep(root)
     conf = root / "etc/initramfs-tools/conf.d/nodeprep-test.conf"
     conf.write_text("MODULES=list\n")  # a small initramfs: the test boots nothing
     run(["mount", "-t", "proc", "proc", root / "proc"])
@@ -94,6 +96,48 @@ def kernel_root(test_cache: Path, tmp_path: Path):  # type: ignore[no-untyped-de
         yield root
     finally:
         subprocess.run(["umount", "-l", str(root / "proc")], check=False)
+
+
+@pytest.fixture
+def kernel_root(bare_kernel_root: Path) -> Path:
+    """A Debian 12 rootfs with nodeprep on its PATH and /proc mounted."""
+    put_nodeprep(bare_kernel_root)
+    return bare_kernel_root
+
+
+def test_what_a_live_install_writes_runs_the_nodes_own_nodeprep(
+    node_store: NodeStore, bare_kernel_root: Path  # type: ignore[no-untyped-def]
+) -> None:
+    """A live install (inside the chroot, root /) run by a nodeprep off the node's PATH (a venv or a
+    checkout): it says the node lacks nodeprep; once nodeprep is upgraded into place and the copy that
+    ran the install is gone, the kernel hooks and the unit run the node's own nodeprep. (The live
+    install does not activate: the chroot runs this machine's kernel; activation is `--root`'s.)"""
+    root, version, kernel = bare_kernel_root, V_NEW, node_store.kernel
+    shutil.copytree(node_store.path, root / "srv/nodeprep-store")
+    put_nodeprep(root, lib="opt/build-checkout", wrapper=False)
+    r = chroot(root, "/usr/bin/python3", "/opt/build-checkout/lib", "install", "--store",
+               "/srv/nodeprep-store", "--driver", version, "--kernel", kernel)
+    assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stderr.splitlines() if "has no `nodeprep` on its PATH" in ln]
+    assert len(said) == 1 and said[0].startswith("warning: this node has no"), r.stderr
+    r = cli("activate", version, "--kernel", kernel, "--root", str(root), "--no-load")
+    assert r.returncode == 0, r.stderr
+
+    shutil.rmtree(root / "opt/build-checkout")  # the checkout moves on; nodeprep is installed properly
+    put_nodeprep(root)
+    (root / "lib/modules" / kernel / "kernel").mkdir(parents=True, exist_ok=True)  # the kernel package
+    out = chroot(root, "/etc/kernel/postinst.d/nodeprep", kernel, f"/boot/vmlinuz-{kernel}")
+    assert out.returncode == 0 and out.stderr.strip() == \
+        f"nodeprep kernel hook: {version} already has modules for {kernel}", out.stderr
+    unit = (root / "etc/systemd/system" / UNIT_NAME).read_text()
+    exec_start = next(ln.split("=", 1)[1] for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    r = chroot(root, *exec_start.split(), "--help")  # what systemd would start, found in the root
+    assert r.returncode == 0 and "load-modules" in r.stdout, r.stderr
+
+    shutil.rmtree(root / "lib/modules" / kernel)  # the kernel package is purged
+    out = chroot(root, "/etc/kernel/postrm.d/nodeprep", kernel, f"/boot/vmlinuz-{kernel}")
+    assert f"removed the NVIDIA modules of kernel {kernel}" in out.stderr, out.stderr
+    assert load_state(root).installed[version].kernels == ()
 
 
 def test_kernel_packages_get_their_modules_or_keep_the_boot_default(

@@ -75,3 +75,29 @@ def test_real_archive_resolves_trixie_and_the_backports_line(test_cache: Path) -
         resolve_for_target(bpo, "debian-12", kernel, "535.309.01", "proprietary")
     # the main line keeps bookworm's own 6.1 kernels as its default
     assert headers.resolve(DebianArchive(test_cache), None).release.startswith("6.1.0-")
+
+
+def test_the_example_inventory_names_drivers_the_archive_serves(test_cache: Path) -> None:
+    """inventories/example builds for the current default kernel (resolved at build time, no release
+    written: tests/unit/fleet/test_inventory.py); the driver versions it names must still be served
+    for that kernel's line, or the example's first build fails. Skipped without the archive."""
+    import yaml
+
+    from nodeprep import targets
+    from nodeprep.errors import NetworkError
+    from nodeprep.sources.drivers import resolve_for_target
+    from tests.support.fixtures import REPO
+
+    group_vars = REPO / "inventories/example/group_vars"
+    build = yaml.safe_load((group_vars / "build_hosts.yml").read_text())
+    nodes = yaml.safe_load((group_vars / "all.yml").read_text())
+    assert build["driver_build_kernels"] == []  # the current default kernel
+    wanted = {*build["driver_build_versions"], nodes["nvidia_driver_version"]}
+    try:
+        archive = DebianArchive(test_cache)
+        archive.update()
+    except (NetworkError, InputError) as e:
+        pytest.skip(f"no Debian archive here: {e}")
+    for version in sorted(wanted):
+        source = resolve_for_target(archive, targets.DEFAULT, None, version, build["driver_build_flavour"])
+        assert source.driver_version == version

@@ -49,7 +49,7 @@ def test_ansible_role_installs_from_the_registry(published: Published, tmp_path:
     extra = {
         "nvidia_driver_version": p.version, "nvidia_driver_store": p.location,
         "nvidia_driver_registry_auth": str(p.auth), "nvidia_driver_ca_file": str(p.registry.ca),
-        "nvidia_driver_root": str(root), "nvidia_driver_kernel_release": p.kernel,
+        "nvidia_driver_root": str(root), "nvidia_driver_kernel": p.kernel,
         "nvidia_driver_doctor_checks": ["state"], "nvidia_driver_nodeprep_path": str(REPO),
         "nvidia_driver_keep_boot_kernel": True,
     }

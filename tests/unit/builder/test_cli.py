@@ -10,10 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep import runner
+from nodeprep.artifact import LocalStore
 from nodeprep.builder import container
 from nodeprep.builder.plan import BuildRequest
 from nodeprep.cli import main
 from tests.support.httpdir import serve_directory
+from tests.support.standin import standin_store, tree
 
 from .kmodstore import publish_kmod
 
@@ -344,3 +346,21 @@ def test_release_and_runfile_of_different_versions_are_refused_before_apt(tmp_pa
         "580.142: the kernel modules and the user space must be the same version"]
     assert not store.exists()
     assert not (cache / "apt").exists() and not (cache / "buildroots").exists()
+
+
+def test_artifacts_push_check_lists_what_it_would_push_and_contacts_nothing(tmp_path: Path) -> None:
+    store = standin_store(tmp_path / "work", tmp_path / "store", "535.309.01")
+    names = sorted(e.name for e in LocalStore(store).entries())
+    before = tree(tmp_path)
+    # port 9 on loopback: nothing listens, so a push (or any registry contact) would fail
+    res = invoke("artifacts", "push", str(store), "oci://127.0.0.1:9/drivers", "--check")
+    assert res.exit_code == 0, res.output
+    assert tree(tmp_path) == before
+    lines = res.stdout.splitlines()
+    assert [ln.split()[2] for ln in lines[:-1]] == names
+    assert all(ln.endswith(" to oci://127.0.0.1:9/drivers") for ln in lines[:-1])
+    assert lines[-1] == f"would merge {len(names)} artifacts into the index of oci://127.0.0.1:9/drivers"
+    res = invoke("artifacts", "push", str(store), "oci://127.0.0.1:9/drivers", "--check", "--json",
+                 "--name", names[0], "--name", "nodeprep-missing.tar.zst")
+    assert json.loads(res.stdout) == {"check": True, "registry": "oci://127.0.0.1:9/drivers",
+                                      "would_push": [names[0]], "not_in_source": ["nodeprep-missing.tar.zst"]}

@@ -326,3 +326,23 @@ def test_bootstrap_unit_verifies(tmp_path: Path) -> None:
     unit.write_text(text.replace("ExecStart=/bin/true", "ExecStart=relative/true"))
     bad = runner.run([tool, "verify", unit], check=False)
     assert bad.returncode != 0 and "absolute path" in bad.stderr
+
+
+def test_check_plans_the_user_data_and_the_wheel_and_writes_neither(tmp_path: Path, token_file: Path) -> None:
+    profile = profile_file(tmp_path)
+    built = fake_wheel(tmp_path / "dist")
+    out = tmp_path / "user-data"
+    args = ["--profile", str(profile), "--token-file", str(token_file), "--publish-wheel", str(built),
+            "--out", str(out)]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code, stdout, err = render_cli(*args, "--check")
+    assert code == 0, err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "store").exists() and not out.exists()
+    would_copy, would_write = stdout.splitlines()
+    assert would_copy == f"would copy {built} to {tmp_path / 'store/tools' / built.name}"
+    assert would_write.startswith(f"would write {out} (cloud-config, ")
+    code, _, err = render_cli(*args)  # the real run: the size the check announced, then nothing to do
+    assert code == 0, err
+    assert would_write == f"would write {out} (cloud-config, {out.stat().st_size} bytes, mode 0600)"
+    assert render_cli(*args, "--check")[1].splitlines()[1] == f"{out}: unchanged"

@@ -6,7 +6,7 @@ import configparser
 from pathlib import Path
 
 from nodeprep.node.layout import Layout
-from nodeprep.node.system import nodeprep_command, render_unit
+from nodeprep.node.system import command_problem, nodeprep_command, render_unit
 
 
 def parse(text: str) -> configparser.ConfigParser:
@@ -28,7 +28,26 @@ def test_unit_orders_before_runtime_and_loads_modules() -> None:
     assert unit["Install"]["WantedBy"] == "multi-user.target"
 
 
-def test_command_in_an_image_is_found_on_systemds_path(tmp_path: Path) -> None:
-    assert nodeprep_command(Layout(tmp_path)) == "nodeprep"
-    live = nodeprep_command(Layout(Path("/")))
-    assert live.startswith("/") and "nodeprep" in live
+def test_the_unit_runs_the_roots_own_nodeprep_on_a_live_node_too() -> None:
+    # never the interpreter or checkout running this install: an upgrade or a moved venv breaks those
+    assert nodeprep_command() == "nodeprep"
+    unit = render_unit(nodeprep_command())
+    assert "python" not in unit and "nodeprep.cli" not in unit
+
+
+def test_command_problem_follows_the_roots_links_and_interpreter(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    assert "has no `nodeprep` on its PATH" in str(command_problem(layout))
+    # the cloud-init installer's shape: /usr/local/bin/nodeprep -> the venv's entry point
+    venv = tmp_path / "opt/nodeprep/venv/bin"
+    venv.mkdir(parents=True)
+    (venv / "nodeprep").write_text("#!/opt/nodeprep/venv/bin/python3\nimport nodeprep\n")
+    (venv / "nodeprep").chmod(0o755)
+    (tmp_path / "usr/local/bin").mkdir(parents=True)
+    (tmp_path / "usr/local/bin/nodeprep").symlink_to("/opt/nodeprep/venv/bin/nodeprep")  # absolute: in ROOT
+    problem = str(command_problem(layout))
+    assert "/usr/local/bin/nodeprep runs /opt/nodeprep/venv/bin/python3, which it does not have" in problem
+    (tmp_path / "usr/bin").mkdir()
+    (tmp_path / "usr/bin/python3.11").write_text("")
+    (venv / "python3").symlink_to("/usr/bin/python3.11")
+    assert command_problem(layout) is None
