@@ -15,6 +15,8 @@ from ..labels.cloud import CLOUD_CHOICES, Endpoints
 from ..labels.core import MIG_STRATEGIES, LabelOptions, node_labels
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
+from ..node.gpufacts import FACTS as GPU_FACTS
+from ..node.gpufacts import record as record_gpu_facts
 from ..profile import profile_path
 from .options import profile_option, resolve_sysfs, root_option, sysfs_root_option
 
@@ -108,6 +110,10 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
                          else f"--source {gpu_source}: no NVIDIA GPU found")
     for w in result.warnings:
         log.warning("warning: %s", w)
+    try:  # the CUDA gate's facts, on a root with an active driver (nodeprep.node.gpufacts)
+        record_gpu_facts(root, result.facts.gpu)
+    except OSError as e:
+        log.warning("warning: %s: GPU facts not written (%s)", GPU_FACTS, e)
     applied = None
     if do_apply:
         from ..labels.apply import apply_labels, default_node_name, load_kubeconfig
