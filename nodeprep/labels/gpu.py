@@ -202,7 +202,7 @@ def _nvml_gpu(nv, handle, sysfs_root: Path) -> Gpu:  # type: ignore[no-untyped-d
     cc = opt(nv.nvmlDeviceGetCudaComputeCapability, handle)
     mig = opt(nv.nvmlDeviceGetMigMode, handle)
     pci = opt(nv.nvmlDeviceGetPciInfo, handle)
-    brand = opt(nv.nvmlDeviceGetBrand, handle)
+    brand = opt(nv.nvmlDeviceGetBrand, handle) if hasattr(nv, "nvmlDeviceGetBrand") else None  # nvml 3xx+
     bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
     pci_device = f"10de:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
     mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
