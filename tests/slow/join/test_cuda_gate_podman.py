@@ -135,12 +135,12 @@ def test_gate_forward_compat_only_on_data_center_gpus(
 def pci_gpu(gpu_node: GpuNode) -> Iterator[Callable[[str], None]]:
     """Puts one NVIDIA GPU (PCI device id) under the node root's /sys, where an activation under
     --root reads the GPUs; the tree is removed afterwards."""
-    sys_dir = gpu_node.root / "sys"
-    assert not sys_dir.exists()
+    bus = gpu_node.root / "sys/bus"  # the image's /sys is an empty folder
+    assert not bus.exists()
 
     def put(device: str) -> None:
-        shutil.rmtree(sys_dir, ignore_errors=True)
-        dev = sys_dir / "bus/pci/devices/0000:00:1e.0"
+        shutil.rmtree(bus, ignore_errors=True)
+        dev = bus / "pci/devices/0000:00:1e.0"
         dev.mkdir(parents=True)
         for attr, value in (("vendor", "0x10de"), ("device", f"0x{device}"), ("class", "0x030200")):
             (dev / attr).write_text(value + "\n")
@@ -148,7 +148,7 @@ def pci_gpu(gpu_node: GpuNode) -> Iterator[Callable[[str], None]]:
     try:
         yield put
     finally:
-        shutil.rmtree(sys_dir, ignore_errors=True)
+        shutil.rmtree(bus, ignore_errors=True)
 
 
 def test_gate_compat_follows_the_facts_activation_records(
