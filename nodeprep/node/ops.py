@@ -835,7 +835,9 @@ def uninstall(root: Path, *, hooks: ActivationHooks) -> UninstallResult:
                 system.depmod(layout, rel)
         if layout.live:
             for argv in todo.commands(live=True):
-                if argv[0] == "systemctl":
+                if argv[0] == "systemctl" and runner.which("systemctl") is None:  # a root without systemd
+                    notes.append(f"systemctl not found: `{' '.join(argv)}` skipped")
+                elif argv[0] == "systemctl":
                     runner.run(argv, timeout=300, check=False)
     for folder in made[1:]:  # /var/lib, /var of an empty root (the state folder is planned)
         try:
