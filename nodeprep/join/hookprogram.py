@@ -44,19 +44,29 @@ _TEMPLATE = '''\
 import sys
 
 PACKAGES = {packages!r}
+MODULES = {modules!r}
+# The modules' sources, and the same compiled by the interpreter that wrote this file (used where the
+# magic number matches: compiling the sources on every container start costs more than the rest of
+# the hook), each zlib-compressed and base64-encoded: one plain string is what costs the least to
+# parse at every start, and only the modules a hook imports are decoded.
 SOURCES = {sources!r}
-# SOURCES compiled by the interpreter that wrote this file, used where the magic number matches
-# (compiling the sources on every container start costs more than the rest of the hook)
 MAGIC = {magic!r}
 CODE = {code!r}
+
+
+def _unpack(text):
+    import binascii
+    import zlib
+
+    return zlib.decompress(binascii.a2b_base64(text))
 
 
 def _code(name, origin):
     if getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None) == MAGIC:
         import marshal
 
-        return marshal.loads(CODE[name])
-    return compile(SOURCES[name], origin, "exec", dont_inherit=True)
+        return marshal.loads(_unpack(CODE[name]))
+    return compile(_unpack(SOURCES[name]).decode(), origin, "exec", dont_inherit=True)
 
 
 class _Importer:
@@ -64,7 +74,7 @@ class _Importer:
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name not in SOURCES:
+        if name not in MODULES:
             return None
         return type(sys.__spec__)(name, _Importer, origin={origin!r} + name, is_package=name in PACKAGES)
 
@@ -115,16 +125,33 @@ def render_program(on_disk: bytes | None = None) -> bytes:
     from ..hooks import gate  # noqa: F401
 
     sources = {name: _source(sys.modules[name]) for name in MODULES}
-    stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()), sorted(ENTRIES.items())))
-                           .encode()).hexdigest()
+    stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()), sorted(ENTRIES.items()),
+                                 _TEMPLATE)).encode()).hexdigest()
     if on_disk is not None and f"\n{STAMP}{stamp}\n".encode() in on_disk[:1024]:
         return on_disk
     origin = f"{HOOK_PATH}:"
-    code = {name: marshal.dumps(compile(text, origin + name, "exec", dont_inherit=True))
+    code = {name: pack(marshal.dumps(compile(text, origin + name, "exec", dont_inherit=True)))
             for name, text in sources.items()}
     return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__, packages=PACKAGES,
-                            sources=sources, magic=MAGIC_NUMBER, code=code, origin=origin, entries=ENTRIES,
+                            modules=MODULES, sources={n: pack(t.encode()) for n, t in sources.items()},
+                            magic=MAGIC_NUMBER, code=code, origin=origin, entries=ENTRIES,
                             stamp_prefix=STAMP, stamp=stamp).encode()
+
+
+def pack(data: bytes) -> str:
+    """How the program holds a module's source or code: zlib, then base64 on one line (pure)."""
+    import binascii
+    import zlib
+
+    return binascii.b2a_base64(zlib.compress(data, 9), newline=False).decode()
+
+
+def unpack(text: str) -> bytes:
+    """The bytes `pack` packed (the program's own `_unpack`)."""
+    import binascii
+    import zlib
+
+    return zlib.decompress(binascii.a2b_base64(text))
 
 
 def hook_program(root: Path) -> FileChange:

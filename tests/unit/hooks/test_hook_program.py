@@ -48,7 +48,10 @@ def test_the_program_holds_every_module_the_hook_imports() -> None:
 def test_the_program_names_nothing_of_this_machine(tmp_path: Path) -> None:
     text = hookprogram.render_program().decode()
     assert text.startswith("#!/usr/bin/python3 -SE\n")
-    assert str(REPO) not in text and sys.executable not in text and "sys.path" not in text
+    packed = ast.literal_eval(next(line for line in text.splitlines() if line.startswith("SOURCES = "))[10:])
+    assert sorted(packed) == sorted(hookprogram.MODULES)
+    for plain in (text, *(hookprogram.unpack(v).decode() for v in packed.values())):
+        assert str(REPO) not in plain and sys.executable not in plain and "sys.path" not in plain
     program = hookprogram.hook_program(tmp_path)
     apply_changes([program])
     assert (tmp_path / "usr/libexec/nodeprep/cdi-hook").stat().st_mode & 0o777 == 0o755
