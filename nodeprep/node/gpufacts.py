@@ -11,6 +11,7 @@ all (an image root without /sys): nothing is written, a recorded file is left as
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from ..errors import InputError
 from ..hooks.gate import FACTS
 from ..labels.gpu import GpuFacts, brand_from_name
 from .fsutil import atomic_write
-from .layout import Layout
+from .layout import Layout, check_version
 from .support import SUPPORT_FILE, parse_supported
 
 MARK = '{"nodeprep": "gpu-facts"'  # the first bytes of every facts file nodeprep writes
@@ -33,11 +34,13 @@ def is_ours(raw: bytes) -> bool:
     return raw.startswith(MARK.encode())
 
 
-def supported_names(version_dir: Path) -> dict[str, str]:
-    """'10de:DEVICE' -> product name from a version root's supported-gpus.json ({} without one)."""
-    file = version_dir / SUPPORT_FILE
+def supported_names(layout: Layout) -> dict[str, str]:
+    """'10de:DEVICE' -> product name from the active version's supported-gpus.json, resolved beneath
+    the root ({} without one: no active version, no list, or a list that is not NVIDIA's)."""
     try:
-        if file.is_symlink() or not file.is_file() or file.stat().st_size > MAX_SUPPORTED:
+        version = check_version(os.readlink(layout.current))
+        file = layout.resolved(f"/opt/nvidia/{version}/{SUPPORT_FILE}")
+        if not file.is_file() or file.stat().st_size > MAX_SUPPORTED:
             return {}
         chips = parse_supported(file.read_text(), source=str(file))
     except (OSError, UnicodeError, InputError):  # a bad list only loses the names
@@ -63,7 +66,7 @@ def render(gpu: GpuFacts, names: Mapping[str, str]) -> str:
 
 def write(layout: Layout, gpu: GpuFacts) -> bool:
     """Write the facts file for `gpu` (names from the active root's list); True when it changed."""
-    return atomic_write(path(layout), render(gpu, supported_names(layout.current)))
+    return atomic_write(path(layout), render(gpu, supported_names(layout)))
 
 
 def record(root: Path, gpu: GpuFacts | None) -> bool:

@@ -75,7 +75,7 @@ def test_activation_records_the_gpus_and_the_gate_uses_them(store: Path, tmp_pat
     assert not (root / "bundle/rootfs/etc/ld.so.conf.d" / gate.COMPAT_CONF).exists()
 
 
-def test_rollback_and_labels_record_the_facts(store: Path, tmp_path: Path) -> None:
+def test_labels_record_the_facts_with_brands_from_the_drivers_list(store: Path, tmp_path: Path) -> None:
     root = installed(store, tmp_path / "root", RTX3090)
     (root / FACTS).unlink()
     r = invoke("labels", "--root", str(root), "--source", "pci", "--cloud", "none")
@@ -92,6 +92,27 @@ def test_rollback_and_labels_record_the_facts(store: Path, tmp_path: Path) -> No
     assert r.exit_code == 0, r.output
     (gpu,) = recorded(root)
     assert (gpu["brand"], gpu["name"], gpu["pci_device"]) == ("nvidia", "NVIDIA Device 20b2", "10de:20b2")
+
+
+def test_hostile_facts_paths(store: Path, tmp_path: Path) -> None:
+    """A link at the facts path is replaced, never written through; a folder there costs the
+    activation nothing but a note (the facts are advisory: without them compat stays off)."""
+    outside = tmp_path / "outside.json"
+    outside.write_text("host file\n")
+    root = debian_root(tmp_path / "root")
+    sysfs(root, T4)
+    (root / "opt/nvidia").mkdir(parents=True)
+    (root / FACTS).symlink_to(outside)
+    r = invoke("install", "--store", str(store), "--driver", VERSION, "--kernel", KERNEL, "--activate",
+               "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert outside.read_text() == "host file\n" and not (root / FACTS).is_symlink()
+    assert [g["brand"] for g in recorded(root)] == ["tesla"]
+    (root / FACTS).unlink()
+    (root / FACTS).mkdir()
+    r = invoke("activate", VERSION, "--root", str(root), "--json")
+    assert r.exit_code == 0, r.output
+    assert any(n.startswith(f"{gate.FACTS}: GPU facts not written") for n in json.loads(r.stdout)["notes"])
 
 
 def test_labels_on_a_root_without_an_active_driver_write_nothing(tmp_path: Path) -> None:
