@@ -24,8 +24,8 @@ HOOK_PATH = "/usr/libexec/nodeprep/cdi-hook"
 PYTHON = "/usr/bin/python3"
 MIN_PYTHON = (3, 9)  # the hook's modules use nothing newer (tests/unit/hooks/test_hook_program.py)
 # What nodeprep.hooks.container imports, itself included (checked by the test above).
-MODULES = ("nodeprep", "nodeprep.hooks", "nodeprep.hooks.container", "nodeprep.hooks.gate", "nodeprep.cuda",
-           "nodeprep.errors", "nodeprep.runner")
+MODULES = ("nodeprep", "nodeprep.hooks", "nodeprep.hooks.container", "nodeprep.hooks.gate",
+           "nodeprep.hooks.jsonload", "nodeprep.cuda", "nodeprep.errors", "nodeprep.runner")
 # The hooks the program runs besides the CDI spec's own (nodeprep.hooks.container), each chosen by a
 # first argument (argv[0] is no use: a script started through its #! line sees its own path there):
 # the CUDA gate that hooks.d and containerd's base runtime spec run for every container.
