@@ -24,6 +24,9 @@ multiarch directory, as any CDI spec for the driver must:
   same mounts, device node /dev/nvidia0, no hook of its own: the gate checks NVIDIA_REQUIRE_CUDA
   against a `current` link to 535.309.01 and Tesla facts); goal: <= 50 ms each and, where
   NVIDIA's nvidia-cdi-hook is at hand, `gate, GPU` <= half of what `nvidia` adds;
+- true, hooks dir: the `none` spec with a hooks.d file of the gate's form running /bin/true (what
+  running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
+  minus this one, printed in ms;
 - spec + nvidia-cdi-hook: what nodeprep's spec adds on a node with NVIDIA's nvidia-cdi-hook: the
   hooks nodeprep.join.cdi.hooks writes (NVIDIA's create-symlinks and enable-cuda-compat, then
   nodeprep's), run by the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py);
@@ -195,6 +198,10 @@ def gate_hooks_dir(work: Path, program: str) -> Path:
     hooks = work / "hooks.d"
     hooks.mkdir()
     (hooks / HOOK_NAME).write_text(json.dumps(doc))
+    true_hooks = work / "true-hooks.d"  # the same file running /bin/true
+    true_hooks.mkdir()
+    doc["hook"] = {"path": "/bin/true", "args": ["true"]}
+    (true_hooks / HOOK_NAME).write_text(json.dumps(doc))
     return hooks
 
 
@@ -238,6 +245,7 @@ def main() -> int:
                     "spec, cache rebuilt": ([ours], spec_mounts, "compat")}
         variants["gate, no GPU"] = ([], one, "plain")
         variants["gate, GPU"] = ([], one, "plain")
+        variants["true, hooks dir"] = ([], one, "plain")
         gate_dir, no_hooks = gate_hooks_dir(work, str(program.path)), work / "no-hooks.d"
         no_hooks.mkdir()
         gpu_device = {"gate, GPU": "/dev/nvidia0"}
@@ -273,7 +281,8 @@ def main() -> int:
         for i in range(args.runs + 1):  # the first round warms podman's storage up and is dropped
             for name, (_, _, image) in variants.items():
                 kind = f"bench.nodeprep.dev/{slug(name)}"
-                hooks_dir = gate_dir if name.startswith("gate") else no_hooks
+                hooks_dir = (gate_dir if name.startswith("gate") else work / "true-hooks.d"
+                             if name == "true, hooks dir" else no_hooks)
                 run = [*podman, "--hooks-dir", str(hooks_dir), "run", "--rm", "--network", "none", *ULIMITS,
                        "--device", f"{kind}=dev", "--env", f"NVIDIA_REQUIRE_CUDA={REQUIRE}",
                        "--rootfs", str(images[image]), "true"]
@@ -309,6 +318,10 @@ def main() -> int:
             verdict = goals.at_most(f"{names[name]} adds <= {GOAL_S * 1000:.0f} ms", added, GOAL_S)
             line += f"  goal added <= {GOAL_S * 1000:.0f} ms  added/goal {added / GOAL_S:5.2f}  {verdict}"
         print(line)
+    any_hook = statistics.median(times[slug("true, hooks dir")])
+    own = [f"{names[n]} {(statistics.median(times[n]) - any_hook) * 1000:.1f} ms"
+           for n in ("gate-no-GPU", "gate-GPU")]
+    print(f"the gate's own overhead (a gate row minus true, hooks dir): {', '.join(own)}")
     if "nvidia" in times:
         theirs = statistics.median(times["nvidia"]) - base
         for name in ("spec", slug("spec + nvidia-cdi-hook"), "gate-GPU"):

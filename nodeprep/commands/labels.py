@@ -16,6 +16,8 @@ from ..labels.options import label_options
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..node.fsutil import atomic_write
+from ..node.gpufacts import FACTS as GPU_FACTS
+from ..node.gpufacts import record as record_gpu_facts
 from ..profile import profile_path
 from .options import check_option, profile_option, root_option, sysfs_root_option
 
@@ -102,6 +104,10 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
     if check:
         _print_plan(result.labels, _render(result, fmt), out, kubeconfig if do_apply else None, name)
         return
+    try:  # the CUDA gate's facts, on a root with an active driver (nodeprep.node.gpufacts)
+        record_gpu_facts(root, result.facts.gpu)
+    except OSError as e:
+        log.warning("warning: %s: GPU facts not written (%s)", GPU_FACTS, e)
     applied = None
     if do_apply:
         from ..kubeapi import default_node_name, load_kubeconfig

@@ -111,39 +111,6 @@ def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, com
         print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
 
 
-class _Decoder:
-    """What the C scanner of CPython's json accelerator reads from its context (json.JSONDecoder's
-    defaults)."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = float  # NaN, Infinity, -Infinity
-
-
-def loads(text: str) -> object:
-    """json.loads without importing json (whose decoder imports re: most of the hook's start-up
-    cost): CPython's C scanner (_json) directly; the json module where it is missing."""
-    try:
-        from _json import make_scanner
-    except ImportError:  # pragma: no cover - CPython always has it
-        import json
-
-        return json.loads(text)
-    text = text.lstrip(" \t\n\r")
-    try:
-        value, end = make_scanner(_Decoder())(text, 0)
-    except StopIteration:
-        raise ValueError("not JSON") from None
-    except SystemError:  # the scanner's error path wants json.decoder, which is not imported
-        raise ValueError("malformed JSON") from None
-    if text[end:].strip(" \t\n\r"):
-        raise ValueError(f"extra data after position {end}")
-    return value
-
-
 def read_ld_cache(rootfs: str) -> bytes | None:
     """The image's /etc/ld.so.cache when it is a regular file reached without links (at most
     MAX_CACHE bytes), else None."""

@@ -16,7 +16,8 @@ import os
 import sys
 
 from . import gate
-from .container import check_ldcache, container_env, loads, update_ldcache
+from .container import check_ldcache, container_env, update_ldcache
+from .jsonload import loads
 
 
 def _args(argv: list[str]) -> dict[str, str]:

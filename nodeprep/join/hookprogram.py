@@ -4,7 +4,7 @@ A CDI spec (or any runtime config) that names a hook must name something the nod
 image built with `--root` as on a live node, whoever ran nodeprep and wherever nodeprep lives later
 (a rebuilt venv, an upgrade, a checkout that moved). So the hook is not "this interpreter with this
 nodeprep on sys.path": it is one file written under ROOT, atomically, holding the sources of the
-modules nodeprep.hooks.spec imports, loaded by a small importer on first import, and run by the
+modules nodeprep.hooks.spec and the gate import, loaded by a small importer on first import, and run by the
 node's own /usr/bin/python3 (`-SE`: no site, no PYTHON* variables; no third-party package). What the
 node needs: /usr/bin/python3, Python >= MIN_PYTHON; `python_problem` checks it before a spec naming
 the program is written. `hook_command()` is the one place that says how a hook is invoked.
@@ -23,9 +23,11 @@ from .files import FileChange, under
 HOOK_PATH = "/usr/libexec/nodeprep/cdi-hook"
 PYTHON = "/usr/bin/python3"
 MIN_PYTHON = (3, 9)  # the hook's modules use nothing newer (tests/unit/hooks/test_hook_program.py)
-# What nodeprep.hooks.spec imports, itself included (checked by the test above).
+# What nodeprep.hooks.spec and nodeprep.hooks.gate import, themselves included (checked by the test
+# above).
 MODULES = ("nodeprep", "nodeprep.hooks", "nodeprep.hooks.spec", "nodeprep.hooks.container",
-           "nodeprep.hooks.gate", "nodeprep.cuda", "nodeprep.errors", "nodeprep.runner")
+           "nodeprep.hooks.gate", "nodeprep.hooks.jsonload", "nodeprep.cuda", "nodeprep.errors",
+           "nodeprep.runner")
 # The hooks the program runs besides the CDI spec's own (nodeprep.hooks.spec), each chosen by a
 # first argument (argv[0] is no use: a script started through its #! line sees its own path there):
 # the CUDA gate that hooks.d and containerd's base runtime spec run for every container.
@@ -44,24 +46,29 @@ _TEMPLATE = '''\
 import sys
 
 PACKAGES = {packages!r}
-# The modules compiled by the interpreter that wrote this file (marshal, base64 text: a literal Python
-# parses fast, decoded per module imported), used where the magic number matches; else their sources
-# (marshal of a dict of str, zlib, base64), compiled here. Parsing the file is part of every start.
+MODULES = {modules!r}
+# The modules' sources, and the same compiled by the interpreter that wrote this file (used where the
+# magic number matches: compiling the sources on every container start costs more than the rest of
+# the hook), each zlib-compressed and base64-encoded: one plain string is what costs the least to
+# parse at every start, and only the modules a hook imports are decoded.
+SOURCES = {sources!r}
 MAGIC = {magic!r}
 CODE = {code!r}
-SOURCES = {sources!r}
+
+
+def _unpack(text):
+    import binascii
+    import zlib
+
+    return zlib.decompress(binascii.a2b_base64(text))
 
 
 def _code(name, origin):
-    import binascii
-    import marshal
-
     if getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None) == MAGIC:
-        return marshal.loads(binascii.a2b_base64(CODE[name]))
-    import zlib
+        import marshal
 
-    sources = marshal.loads(zlib.decompress(binascii.a2b_base64(SOURCES)))
-    return compile(sources[name], origin, "exec", dont_inherit=True)
+        return marshal.loads(_unpack(CODE[name]))
+    return compile(_unpack(SOURCES[name]).decode(), origin, "exec", dont_inherit=True)
 
 
 class _Importer:
@@ -69,7 +76,7 @@ class _Importer:
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name not in CODE:
+        if name not in MODULES:
             return None
         return type(sys.__spec__)(name, _Importer, origin={origin!r} + name, is_package=name in PACKAGES)
 
@@ -112,27 +119,41 @@ def render_program(on_disk: bytes | None = None) -> bytes:
     """The hook program's bytes (pure apart from reading nodeprep's own sources). `on_disk`, the
     file there now, is kept when its stamp (nodeprep version, sources, writer's magic number) is
     this one's: marshal's output is not byte-stable across processes, the program it holds is."""
-    import base64
     import hashlib
     import marshal
-    import zlib
     from importlib.util import MAGIC_NUMBER
 
     from .. import cuda, errors, runner  # noqa: F401  (the hook imports them lazily; their sources)
     from ..hooks import gate  # noqa: F401
 
     sources = {name: _source(sys.modules[name]) for name in MODULES}
-    stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()), sorted(ENTRIES.items())))
-                           .encode()).hexdigest()
+    stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()), sorted(ENTRIES.items()),
+                                 _TEMPLATE)).encode()).hexdigest()
     if on_disk is not None and f"\n{STAMP}{stamp}\n".encode() in on_disk[:1024]:
         return on_disk
     origin = f"{HOOK_PATH}:"
-    code = {name: base64.b64encode(marshal.dumps(compile(text, origin + name, "exec", dont_inherit=True)))
-            .decode() for name, text in sources.items()}
-    packed = base64.b64encode(zlib.compress(marshal.dumps(sources, 4), 9)).decode()
+    code = {name: pack(marshal.dumps(compile(text, origin + name, "exec", dont_inherit=True)))
+            for name, text in sources.items()}
     return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__, packages=PACKAGES,
-                            sources=packed, magic=MAGIC_NUMBER, code=code, origin=origin, entries=ENTRIES,
+                            modules=MODULES, sources={n: pack(t.encode()) for n, t in sources.items()},
+                            magic=MAGIC_NUMBER, code=code, origin=origin, entries=ENTRIES,
                             stamp_prefix=STAMP, stamp=stamp).encode()
+
+
+def pack(data: bytes) -> str:
+    """How the program holds a module's source or code: zlib, then base64 on one line (pure)."""
+    import binascii
+    import zlib
+
+    return binascii.b2a_base64(zlib.compress(data, 9), newline=False).decode()
+
+
+def unpack(text: str) -> bytes:
+    """The bytes `pack` packed (the program's own `_unpack`)."""
+    import binascii
+    import zlib
+
+    return zlib.decompress(binascii.a2b_base64(text))
 
 
 def hook_program(root: Path) -> FileChange:

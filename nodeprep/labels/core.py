@@ -146,6 +146,11 @@ def _gpu_chain(opts: LabelOptions, deadline: float, warnings: list[str]) -> gpum
     return None
 
 
+def gpu_facts(opts: LabelOptions, warnings: list[str]) -> gpumod.GpuFacts | None:
+    """The GPU facts alone, from the labels' chain, within opts.total_timeout (node.gpufacts)."""
+    return _gpu_chain(opts, time.monotonic() + opts.total_timeout, warnings)
+
+
 def _cloud_facts(opts: LabelOptions, dmi: dict[str, str], deadline: float,
                  warnings: list[str]) -> cloudmod.CloudFacts:
     if opts.cloud not in cloudmod.CLOUD_CHOICES:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,16 @@ ARCH_FAMILY = {
 }
 # Architectures whose PCI GPUs all share one compute capability.
 ARCH_COMPUTE = {"volta": (7, 0), "turing": (7, 5), "ada lovelace": (8, 9), "hopper": (9, 0)}
+# NVML's nvmlBrandType_t, spelled as NVIDIA's container toolkit compares `brand=` (lower case).
+NVML_BRANDS = ("unknown", "quadro", "tesla", "nvs", "grid", "geforce", "titan", "nvidiavapps", "nvidiavpc",
+               "nvidiavcs", "nvidiavws", "nvidiacloudgaming", "quadrortx", "nvidiartx", "nvidia",
+               "geforcertx", "titanrtx")
+# nvidia-smi's <product_brand> wordings that are not NVML's name without spaces.
+SMI_BRANDS = {"nvidia virtual applications": "nvidiavapps", "nvidia virtual pc": "nvidiavpc",
+              "nvidia virtual compute server": "nvidiavcs", "nvidia rtx virtual workstation": "nvidiavws",
+              "nvidia cloud gaming": "nvidiacloudgaming"}
+# Data center product names (NVML brand "Nvidia"): A100, H100, L40S, B200, GH200, ... after "NVIDIA ".
+_DATA_CENTER_NAME = re.compile(r"(?:NVIDIA )?(?:[ABHL]|GH|GB)\d+[A-Z]?\b.*")
 
 
 class GpuSourceUnavailable(Exception):
@@ -56,6 +67,7 @@ class Gpu:
     pci_device: str | None = None  # "10de:2330"
     bus_id: str | None = None  # "0000:1b:00.0"
     mig_devices: tuple[MigDevice, ...] = ()
+    brand: str | None = None  # NVML's brand, lower case: "tesla", "nvidia", "geforce", ...
 
     @property
     def family(self) -> str | None:
@@ -96,6 +108,27 @@ def compute_from_pci(device_id: str | None, architecture: str | None,
     if architecture:
         return ARCH_COMPUTE.get(architecture.strip().lower())
     return None
+
+
+def brand_from_name(name: str | None) -> str | None:
+    """The NVML brand a product name implies, for sources that only have the name (PCI ids, the
+    driver's supported-gpus.json); None when the name does not say (pure)."""
+    text = (name or "").strip()
+    low = text.lower()
+    rtx = "rtx" in low.split()
+    for word, brand in (("geforce", "geforce"), ("titan", "titan"), ("quadro", "quadro"), ("tesla", "tesla"),
+                        ("nvs", "nvs"), ("grid", "grid")):
+        if word in low.split():
+            return f"{brand}rtx" if rtx and brand in ("geforce", "titan", "quadro") else brand
+    if rtx:
+        return "nvidiartx"
+    return "nvidia" if _DATA_CENTER_NAME.fullmatch(text) else None
+
+
+def brand_from_smi(text: str | None) -> str | None:
+    """nvidia-smi's <product_brand> ('NVIDIA RTX', 'Tesla', 'GeForce') as NVML spells it (pure)."""
+    low = " ".join((text or "").lower().split())
+    return SMI_BRANDS.get(low, low.replace(" ", "")) or None
 
 
 def driver_loaded(sysfs_root: Path) -> bool:
@@ -169,6 +202,7 @@ def _nvml_gpu(nv, handle, sysfs_root: Path) -> Gpu:  # type: ignore[no-untyped-d
     cc = opt(nv.nvmlDeviceGetCudaComputeCapability, handle)
     mig = opt(nv.nvmlDeviceGetMigMode, handle)
     pci = opt(nv.nvmlDeviceGetPciInfo, handle)
+    brand = opt(nv.nvmlDeviceGetBrand, handle) if hasattr(nv, "nvmlDeviceGetBrand") else None  # nvml 3xx+
     bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
     pci_device = f"10de:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
     mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
@@ -195,6 +229,7 @@ def _nvml_gpu(nv, handle, sysfs_root: Path) -> Gpu:  # type: ignore[no-untyped-d
         pci_device=pci_device,
         bus_id=bus_id,
         mig_devices=tuple(migs),
+        brand=NVML_BRANDS[brand] if isinstance(brand, int) and 0 < brand < len(NVML_BRANDS) else None,
     )
 
 
@@ -285,6 +320,7 @@ def parse_nvidia_smi_xml(text: str | bytes, *, sysfs_root: Path | None = None,
             pci_device=f"10de:{device}" if device else None,
             bus_id=bus_id,
             mig_devices=migs if current_mig == "Enabled" else (),
+            brand=brand_from_smi(_text(g, "product_brand")),
         ))
     notes = []
     attached = _text(root, "attached_gpus")
@@ -352,13 +388,15 @@ def from_sysfs(sysfs_root: Path, pci_ids: Path | None = None) -> GpuFacts:
         did = f"{device_id:04x}" if device_id is not None else None
         pci_name = names.get(did or "")
         chip = pciids.chip_of(pci_name) if pci_name else None
+        name = pciids.marketing_name(pci_name) if pci_name else None
         gpus.append(Gpu(
-            name=pciids.marketing_name(pci_name) if pci_name else f"NVIDIA Device {did or 'unknown'}",
+            name=name or f"NVIDIA Device {did or 'unknown'}",
             compute=pciids.CHIP_COMPUTE.get(chip or ""),
             mig_capable=(chip in MIG_CAPABLE_CHIPS) if chip else None,
             pci_class=cls >> 8,
             pci_device=f"10de:{did}" if did else None,
             bus_id=dev.name,
+            brand=brand_from_name(name),
         ))
     version = sysfs_driver_version(sysfs_root, problems)
     notes = ([] if names else ["no pci.ids database found: GPU names are PCI ids"]) + problems

@@ -33,7 +33,7 @@ from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store, cache_path
 from ..sysfs import read_attr
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
-from . import complete, entrypoints, kernelhook, support, system
+from . import complete, entrypoints, gpufacts, kernelhook, support, system
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, atomic_write, clean_temporaries, fsync_dir, fsync_tree
@@ -518,6 +518,8 @@ def _activate(
         notes.append(f"module loading skipped (--root {layout.root}): the unit loads them at boot")
     else:
         loaded = _reload(version, modules, notes)
+    changed |= gpufacts.refresh(layout, notes)  # after the reload: NVML of the new driver
+    crash_point("activate:gpu-facts")
     if flipped:
         log.info("active NVIDIA driver: %s (was %s)", version, previous or "none")
     else:
@@ -770,8 +772,9 @@ def _survey(layout: Layout, hooks: ActivationHooks) -> tuple[UninstallPlan, dict
                name_foreign=False)
     if layout.opt.is_dir():
         s.link(layout.current, lambda text: True)
+        s.file(gpufacts.path(layout), gpufacts.is_ours)
         for child in sorted(layout.opt.iterdir()):
-            if child.name == "current":
+            if child.name == "current" or child == gpufacts.path(layout):
                 continue
             ours = child.name in state.installed and not child.is_symlink()
             if ours or child.name.startswith(TEMP_PREFIXES):
@@ -836,7 +839,9 @@ def uninstall(root: Path, *, hooks: ActivationHooks) -> UninstallResult:
                 system.depmod(layout, rel)
         if layout.live:
             for argv in todo.commands(live=True):
-                if argv[0] == "systemctl":
+                if argv[0] == "systemctl" and runner.which("systemctl") is None:  # a root without systemd
+                    notes.append(f"systemctl not found: `{' '.join(argv)}` skipped")
+                elif argv[0] == "systemctl":
                     runner.run(argv, timeout=300, check=False)
     for folder in made[1:]:  # /var/lib, /var of an empty root (the state folder is planned)
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ import pytest
 from nodeprep.hooks import gate
 from nodeprep.join import ocihooks
 
-from .gpunode import PODMAN_SANDBOX, GpuNode, make_rootfs_tar, unpack_rootfs
+from .gpunode import PODMAN_SANDBOX, GpuNode, cli, make_rootfs_tar, unpack_rootfs
 
 pytestmark = pytest.mark.slow
 
@@ -95,17 +95,26 @@ def test_gate_allows_refuses_bypasses_a_dra_claim_container(
     assert plain.returncode == 0 and plain.stdout.strip() == "started", plain.stderr
 
 
+def compat_rootfs(node: GpuNode, versions: tuple[str, str], cdi_cache: Path) -> Path:
+    """An image with CUDA 12.9's forward-compatibility libcuda (a real libcuda.so.1 under the compat
+    package's file name), made once per session; its compat ld.so.conf.d entry removed."""
+    rootfs = node.work / "rootfs-gate-compat"
+    if not rootfs.is_dir():
+        unpack_rootfs(make_rootfs_tar(cdi_cache), rootfs, node.work / "probe", layout="debian")
+        compat = rootfs / "usr/local/cuda/compat"
+        compat.mkdir(parents=True)
+        shutil.copy(node.root / f"opt/nvidia/{versions[1]}/lib64/libcuda.so.{versions[1]}",
+                    compat / f"libcuda.so.{COMPAT}")
+    (rootfs / "etc/ld.so.conf.d" / gate.COMPAT_CONF).unlink(missing_ok=True)
+    return rootfs
+
+
 def test_gate_forward_compat_only_on_data_center_gpus(
     gpu_node: GpuNode, versions: tuple[str, str], claim: Path, cdi_cache: Path
 ) -> None:
     """An image with CUDA 12.9's forward-compatibility libcuda (a real libcuda.so.1 under the compat
     package's file name) on a node whose driver supports CUDA 12.2."""
-    rootfs = unpack_rootfs(make_rootfs_tar(cdi_cache), gpu_node.work / "rootfs-gate-compat",
-                           gpu_node.work / "probe", layout="debian")
-    compat = rootfs / "usr/local/cuda/compat"
-    compat.mkdir(parents=True)
-    shutil.copy(gpu_node.root / f"opt/nvidia/{versions[1]}/lib64/libcuda.so.{versions[1]}",
-                compat / f"libcuda.so.{COMPAT}")
+    rootfs = compat_rootfs(gpu_node, versions, cdi_cache)
     conf = rootfs / "etc/ld.so.conf.d" / gate.COMPAT_CONF
     need = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.9"}
     # GeForce: refused, the compat library left alone (it would fail with CUDA error 804)
@@ -120,3 +129,53 @@ def test_gate_forward_compat_only_on_data_center_gpus(
     assert ok.stdout.splitlines()[0].endswith("=> /usr/local/cuda/compat/libcuda.so.1"), ok.stdout
     assert ok.stdout.splitlines()[-1] == "started"
     assert conf.read_text() == "/usr/local/cuda/compat\n"
+
+
+@pytest.fixture
+def pci_gpu(gpu_node: GpuNode) -> Iterator[Callable[[str], None]]:
+    """Puts one NVIDIA GPU (PCI device id) under the node root's /sys, where an activation under
+    --root reads the GPUs; the tree is removed afterwards."""
+    bus = gpu_node.root / "sys/bus"  # the image's /sys is an empty folder
+    assert not bus.exists()
+
+    def put(device: str) -> None:
+        shutil.rmtree(bus, ignore_errors=True)
+        dev = bus / "pci/devices/0000:00:1e.0"
+        dev.mkdir(parents=True)
+        for attr, value in (("vendor", "0x10de"), ("device", f"0x{device}"), ("class", "0x030200")):
+            (dev / attr).write_text(value + "\n")
+
+    try:
+        yield put
+    finally:
+        shutil.rmtree(bus, ignore_errors=True)
+
+
+def test_gate_compat_follows_the_facts_activation_records(
+    gpu_node: GpuNode, versions: tuple[str, str], claim: Path, cdi_cache: Path,
+    pci_gpu: Callable[[str], None],
+) -> None:
+    """No facts written by hand: `nodeprep activate --root` records them from the node's GPUs (a
+    Tesla T4, 10de:1eb8; a GeForce RTX 3090, 10de:2204), and the gate podman runs reads them."""
+    rootfs = compat_rootfs(gpu_node, versions, cdi_cache)
+    conf = rootfs / "etc/ld.so.conf.d" / gate.COMPAT_CONF
+    need = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.9"}
+    assert not claim.exists()
+    # no facts at all: a plain CUDA check still holds against the driver, compat is refused
+    ok = start(gpu_node, rootfs, {"NVIDIA_REQUIRE_CUDA": "cuda>=12.2"})
+    assert ok.returncode == 0 and ok.stdout.strip() == "started", ok.stderr
+    assert "GPU brand unknown does not support" in refused_line(start(gpu_node, rootfs, need))
+    pci_gpu("1eb8")
+    r = cli("activate", versions[0], "--root", str(gpu_node.root), "--no-load")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(claim.read_text())["gpus"][0]["brand"] == "tesla"
+    ok = start(gpu_node, rootfs, need, script="ldconfig -p | grep 'libcuda.so.1 '; echo started")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[0].endswith("=> /usr/local/cuda/compat/libcuda.so.1"), ok.stdout
+    conf.unlink()
+    pci_gpu("2204")
+    r = cli("activate", versions[0], "--root", str(gpu_node.root), "--no-load")
+    assert r.returncode == 0, r.stderr
+    line = refused_line(start(gpu_node, rootfs, need))
+    assert f"forward-compatibility libcuda {COMPAT} is not used: GPU brand geforcertx" in line
+    assert not conf.exists()

@@ -1,4 +1,5 @@
-"""The `nvidia` runtime for real (issue 26, item 4): containerd 2.1 (Debian sid) with nodeprep's drop-in
+"""The `nvidia` runtime for real (issue 26, item 4): containerd 1.7 (Debian 13) and 2.1 (Debian sid),
+each with nodeprep's drop-in
 naming NVIDIA's real nvidia-container-runtime v1.20.0 (tests/support/nvidia.py), in CDI mode by the
 config.toml `nodeprep runtime --root` wrote. A pod run with the runtime handler `nvidia` (what a
 RuntimeClass `nvidia` asks for) and a container with NVIDIA_VISIBLE_DEVICES=all and no CDI device in
@@ -34,16 +35,17 @@ NOTHING = ("if [ -e /dev/nvidia0 ] || [ -s /usr/lib/x86_64-linux-gnu/libcuda.so.
            "else echo neither; fi")
 
 
-@pytest.fixture(scope="module")
-def daemon(
-    gpu_node: GpuNode, test_cache: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Containerd]:
+@pytest.fixture(scope="module", params=[("debian-13", "1.7"), ("debian-sid", "2.1")], ids=["1.7", "2.1"])
+def daemon(  # type: ignore[no-untyped-def]
+    request, gpu_node: GpuNode, test_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Containerd, str]]:
+    os_name, major_minor = request.param
     reason = nvidia.skip_reason()
     if reason:
         pytest.skip(reason)
     pytest.importorskip("grpc_tools", reason="grpcio-tools (pyproject [test] extras)")
     binary = nvidia.nvidia_binaries(test_cache)["nvidia-container-runtime"]
-    work = tmp_path_factory.mktemp("nvidia-runtime")
+    work = tmp_path_factory.mktemp(f"nvidia-runtime-{major_minor}")
     # a setting of the admin's own (the runtime's debug log) that nodeprep's rewrite must keep
     config = gpu_node.root / CONFIG
     config.write_text(f'[nvidia-container-runtime]\ndebug = "{work}/runtime.log"\nlog-level = "debug"\n')
@@ -52,12 +54,12 @@ def daemon(
     assert f"{work}/runtime.log" in config.read_text() and 'mode = "cdi"' in config.read_text()
     images = oci_archive({"debian": gpu_node.rootfs["debian"]}, tmp_path_factory.mktemp("images"))
     pb, stubs = cri_modules(tmp_path_factory.mktemp("cri-gen"))
-    ctd = Containerd(gpu_node, containerd_bin(test_cache, "debian-sid"), work, pb, stubs,
+    ctd = Containerd(gpu_node, containerd_bin(test_cache, os_name), work, pb, stubs,
                      runtime=Runtime(nvidia_runtime_path=str(binary)),
                      env={"XDG_CONFIG_HOME": str(gpu_node.root / "etc")})
     try:
         ctd.start(images)
-        yield ctd
+        yield ctd, major_minor
     finally:
         ctd.stop()
 
@@ -67,29 +69,31 @@ def _inspect(daemon: Containerd, pod: tuple[str, object], name: str) -> Seen:
                                      env={"NVIDIA_VISIBLE_DEVICES": "all"}, device=None)
     log = daemon.work / "runtime.log"
     assert code == 0, out + (log.read_text()[-3000:] if log.exists() else "")
-    print(f"containerd 2.1, handler nvidia, {name}:\n{out}")  # shown with -s (docs/join.md)
+    version = daemon.version().runtime_version.lstrip("v")
+    print(f"containerd {version}, handler nvidia, {name}:\n{out}")  # shown with -s (docs/join.md)
     return Seen.parse(out)
 
 
 def test_nvidia_handler_injects_the_active_version_and_follows_switch_and_rollback(
-    daemon: Containerd, gpu_node: GpuNode, versions: tuple[str, str]
+    daemon: tuple[Containerd, str], gpu_node: GpuNode, versions: tuple[str, str]
 ) -> None:
+    ctd, major_minor = daemon
     first, second = versions
     root = str(gpu_node.root)
-    assert daemon.version().runtime_version.lstrip("v").startswith("2.1.")
-    plain = daemon.run_pod("plain")
-    code, out = daemon.run_container(plain[0], plain[1], "plain", "debian", NOTHING,
-                                     env={"NVIDIA_VISIBLE_DEVICES": "all"}, device=None)
+    assert ctd.version().runtime_version.lstrip("v").startswith(f"{major_minor}.")
+    plain = ctd.run_pod("plain")
+    code, out = ctd.run_container(plain[0], plain[1], "plain", "debian", NOTHING,
+                                  env={"NVIDIA_VISIBLE_DEVICES": "all"}, device=None)
     assert (code, out.strip()) == (0, "neither"), out
 
-    pod = daemon.run_pod("gpu", handler="nvidia")
-    assert_sees(_inspect(daemon, pod, "first"), gpu_node, first, "debian")
+    pod = ctd.run_pod("gpu", handler="nvidia")
+    assert_sees(_inspect(ctd, pod, "first"), gpu_node, first, "debian")
     try:
         r = cli("activate", second, "--root", root, "--no-load")
         assert r.returncode == 0, r.stderr
-        assert_sees(_inspect(daemon, pod, "second"), gpu_node, second, "debian")
+        assert_sees(_inspect(ctd, pod, "second"), gpu_node, second, "debian")
         r = cli("rollback", "--root", root, "--no-load")
         assert r.returncode == 0, r.stderr
-        assert_sees(_inspect(daemon, pod, "rolled-back"), gpu_node, first, "debian")
+        assert_sees(_inspect(ctd, pod, "rolled-back"), gpu_node, first, "debian")
     finally:
         cli("activate", first, "--root", root, "--no-load")  # the session's node stays on `first`

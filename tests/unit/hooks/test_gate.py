@@ -189,6 +189,30 @@ def test_bad_state_and_bad_facts(tmp_path: Path) -> None:
     assert "brand geforce" not in refusal(run_gate(tmp_path, ["NVIDIA_REQUIRE_CUDA=brand=tesla"], facts=None))
 
 
+def imported(tmp_path: Path, devices: list[dict]) -> set[str]:  # type: ignore[type-arg]
+    """The modules the program imports for one container, as the node's python3 -SE runs it."""
+    program = hook_program(tmp_path / "node")
+    apply_changes([program])
+    current, facts = node(tmp_path)
+    args = [*ocihooks.gate_hook()["args"][1:], "--driver-root", str(current), "--facts", str(facts)]
+    run_gate(tmp_path, ["NVIDIA_REQUIRE_CUDA=cuda>=12.2"], devices=devices)  # writes the bundle
+    state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1,
+             "bundle": str(tmp_path / "bundle")}
+    r = subprocess.run(["/usr/bin/python3", "-SE", "-X", "importtime", str(program.path), *args],
+                       input=json.dumps(state), capture_output=True, text=True, env={}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("import time:")]
+    return {line.rpartition("|")[2].strip() for line in lines}
+
+
+def test_a_container_without_a_gpu_is_decided_before_os_is_imported(tmp_path: Path) -> None:
+    plain = imported(tmp_path, [{"path": "/dev/null", "type": "c", "major": 1, "minor": 3}])
+    assert "nodeprep.hooks.gate" in plain
+    assert not plain & {"os", "nodeprep.hooks.container", "nodeprep.cuda"}, sorted(plain)
+    gpu = imported(tmp_path / "gpu", [GPU_DEVICE, CTL_DEVICE])
+    assert {"os", "nodeprep.hooks.container", "nodeprep.cuda"} <= gpu
+
+
 def test_runtime_writes_the_hooks_d_file_that_runs_the_gate(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "etc/containerd").mkdir(parents=True)

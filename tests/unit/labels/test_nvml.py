@@ -56,6 +56,7 @@ def fake_pynvml(mig_profiles: list[str]) -> types.ModuleType:
     m.nvmlDeviceGetPciInfo = rec("pci", types.SimpleNamespace(  # type: ignore[attr-defined]
         busId=b"00000000:01:00.0", pciDeviceId=0x20B210DE))
     m.nvmlDeviceGetMaxMigDeviceCount = rec("maxmig", 7)  # type: ignore[attr-defined]
+    m.nvmlDeviceGetBrand = rec("brand", 14)  # type: ignore[attr-defined]  # NVML_BRAND_NVIDIA
 
     def mig_handle(h: object, i: int) -> object:
         if i >= len(migs):
@@ -94,6 +95,7 @@ def test_nvml_full_gpu_labels(nvml_sysfs: Path, monkeypatch: pytest.MonkeyPatch,
     assert labels["nvidia.com/cuda.runtime-version.full"] == "12.2"
     assert "nvidia.com/mig.strategy" not in labels
     assert fake.calls[0] == "init" and fake.calls[-1] == "shutdown"
+    assert [g.brand for g in result.facts.gpu.gpus] == ["nvidia"]  # the CUDA gate's (node.gpufacts)
 
 
 def test_nvml_mig_single_and_mixed(nvml_sysfs: Path, monkeypatch: pytest.MonkeyPatch,

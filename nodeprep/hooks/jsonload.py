@@ -1,0 +1,37 @@
+"""json.loads for the container hooks without importing json (whose decoder imports re: most of a
+hook's start-up cost) or anything else: CPython's C scanner (_json) directly. Its own module so that
+the CUDA gate decides a container without a GPU before it imports os (nodeprep.hooks.gate)."""
+
+from __future__ import annotations
+
+
+class _Decoder:
+    """What the C scanner of CPython's json accelerator reads from its context (json.JSONDecoder's
+    defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity
+
+
+def loads(text: str) -> object:
+    """json.loads through CPython's C scanner; the json module where it is missing."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # pragma: no cover - CPython always has it
+        import json
+
+        return json.loads(text)
+    text = text.lstrip(" \t\n\r")
+    try:
+        value, end = make_scanner(_Decoder())(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    except SystemError:  # the scanner's error path wants json.decoder, which is not imported
+        raise ValueError("malformed JSON") from None
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError(f"extra data after position {end}")
+    return value
