@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import sys
 
-from .jsonload import loads
+from .jsonload import loads, oci_config, rootfs_of
 
 DRIVER_ROOT = "/opt/nvidia/current"
 FACTS = "/opt/nvidia/gpu-facts.json"  # beside the driver roots (node.state ignores plain files there)
@@ -204,25 +204,19 @@ def decide(
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     try:
-        bundle = loads(sys.stdin.read())["bundle"]  # type: ignore[index]
-        sep = "/" if bundle and not bundle.endswith("/") else ""  # os.path.join, without importing os
-        with open(f"{bundle}{sep}config.json", "rb") as f:
-            raw = f.read()
+        bundle, raw = oci_config(sys.stdin.read())
         if b"nvidia" not in raw and b"195" not in raw:
             return 0  # no NVIDIA GPU: the common case, decided without parsing
-        import os
-
         from .container import container_env, update_ldcache
 
         config = loads(raw.decode())
         env = container_env(config)  # type: ignore[arg-type]
-        root = config.get("root", {}).get("path", "rootfs")  # type: ignore[union-attr]
+        rootfs = rootfs_of(config, bundle)  # type: ignore[arg-type]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep gate: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
     if not has_nvidia_gpu(config, env) or carries_spec_hook(config):  # type: ignore[arg-type]
         return 0
-    rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
     problem, use_compat = decide(env, driver_version(args["driver-root"]), read_facts(args["facts"]),
                                  compat_version(rootfs))
     if problem:

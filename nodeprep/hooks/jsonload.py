@@ -35,3 +35,17 @@ def loads(text: str) -> object:
     if text[end:].strip(" \t\n\r"):
         raise ValueError(f"extra data after position {end}")
     return value
+
+
+def oci_config(state: str) -> tuple[str, bytes]:
+    """(bundle, config.json's bytes) of the OCI state a runtime gives a hook on stdin (no os needed)."""
+    bundle = loads(state)["bundle"]  # type: ignore[index]
+    sep = "/" if bundle and not bundle.endswith("/") else ""
+    with open(f"{bundle}{sep}config.json", "rb") as f:
+        return bundle, f.read()
+
+
+def rootfs_of(config: dict, bundle: str) -> str:  # type: ignore[type-arg]
+    """The container's root filesystem: config.json's root.path, relative to the bundle."""
+    root = str(config.get("root", {}).get("path", "rootfs"))
+    return root if root.startswith("/") else f"{bundle.rstrip('/')}/{root}"

@@ -12,12 +12,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from . import gate
 from .container import check_ldcache, container_env, update_ldcache
-from .jsonload import loads
+from .jsonload import loads, oci_config, rootfs_of
 
 
 def _args(argv: list[str]) -> dict[str, str]:
@@ -35,15 +34,13 @@ def _args(argv: list[str]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     try:
-        bundle = loads(sys.stdin.read())["bundle"]  # type: ignore[index]
-        with open(os.path.join(bundle, "config.json"), encoding="utf-8") as f:
-            config = loads(f.read())
+        bundle, raw = oci_config(sys.stdin.read())
+        config = loads(raw.decode())
         env = container_env(config)  # type: ignore[arg-type]
-        root = config.get("root", {}).get("path", "rootfs")  # type: ignore[union-attr]
+        rootfs = rootfs_of(config, bundle)  # type: ignore[arg-type]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep hook: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
-    rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
     problem, use_compat = gate.decide(env, args["driver"], gate.read_facts(gate.FACTS),
                                       gate.compat_version(rootfs))
     if problem:
