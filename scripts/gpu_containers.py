@@ -9,9 +9,10 @@ containers from a rootfs of this machine's glibc and a CUDA program built here:
 
 - nodeprep's spec (`nodeprep.join.cdi.build_spec`, its own hook): the CUDA program runs a kernel with
   the libcuda the spec mounts, by index and by UUID; `nvidia-smi -L` lists the GPU;
-- the CUDA gate (the hooks.d file `nodeprep runtime` writes, `--hooks-dir`), facts from NVML written
-  to the facts file: a requirement newer than the driver's CUDA is refused with nodeprep's one line,
-  the driver's own is allowed, NVIDIA_DISABLE_REQUIRE=1 bypasses; the same for a DRA claim's spec
+- the CUDA gate (the hooks.d file `nodeprep runtime` writes, `--hooks-dir`), its GPU facts recorded
+  as activation records them (nodeprep.node.gpufacts: NVML here): a requirement newer than the
+  driver's CUDA is refused with nodeprep's one line, the driver's own is allowed,
+  NVIDIA_DISABLE_REQUIRE=1 bypasses; the same for a DRA claim's spec
   (kind k8s.gpu.nvidia.com/claim, device named by a claim UID, no hook of nodeprep's);
 - with NVIDIA's binaries, a spec `nvidia-ctk cdi generate --driver-root /` writes (kind
   nvidia.com/ctkgpu, its hooks run by the real nvidia-cdi-hook): the CUDA program runs there too;
@@ -39,15 +40,13 @@ from nodeprep.join import cdi, ocihooks
 from nodeprep.join import gpus as gpumod
 from nodeprep.join.files import apply_changes
 from nodeprep.join.hookprogram import hook_program
+from nodeprep.node import gpufacts
+from nodeprep.node.layout import Layout
 from nodeprep.profile import Driver
 
 CLAIM_UID = "0f6b9c2e-3a41-4d7e-9c55-2b8e1d7a6f10"
 DRA_KIND = "k8s.gpu.nvidia.com/claim"
 SANDBOX = ["--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
-# NVML brand numbers -> the names NVIDIA_REQUIRE_* uses (libnvidia-container's brand table)
-BRANDS = ["unknown", "quadro", "tesla", "nvs", "grid", "geforce", "titan", "nvidiavapps", "nvidiavpc",
-          "nvidiavcs", "nvidiavws", "nvidiacloudgaming", "quadrortx", "nvidiartx", "nvidia", "geforcertx",
-          "titanrtx"]
 GLIBC = ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1")
 CUDA_PROGRAM = r"""
 #include <cstdio>
@@ -158,26 +157,6 @@ def make_rootfs(work: Path) -> Path:
     return rootfs
 
 
-def nvml_facts() -> dict[str, object]:
-    """The gate's facts file from NVML: each GPU's brand (NVIDIA_REQUIRE_* names) and arch."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            brand = pynvml.nvmlDeviceGetBrand(h)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            gpus.append({"brand": BRANDS[brand] if 0 <= brand < len(BRANDS) else "unknown",
-                         "arch": f"{major}.{minor}", "name": name if isinstance(name, str) else name.decode(),
-                         "nvml_brand": brand})
-        return {"gpus": gpus}
-    finally:
-        pynvml.nvmlShutdown()
-
-
 class Namespace:
     def __init__(self, node: Path, work: Path) -> None:
         self.work = work
@@ -228,9 +207,14 @@ def main() -> int:
     gate_dir.mkdir()
     no_hooks.mkdir()
     (gate_dir / ocihooks.HOOK_NAME).write_bytes(ocihooks.render_hooks_d())
-    facts = nvml_facts()
-    (node / "opt/nvidia/gpu-facts.json").write_text(json.dumps(facts))
-    check.line(None, f"facts from NVML: {json.dumps(facts['gpus'])}")
+    warnings: list[str] = []  # the gate's facts as activation records them (nodeprep.node.gpufacts)
+    live = gpufacts.gather(Layout(Path("/")), warnings)
+    if live is None or not gpufacts.write(Layout(node), live):
+        check.line(False, f"no GPU facts recorded: {'; '.join(warnings)}")
+        return 1
+    facts = json.loads(gpufacts.path(Layout(node)).read_text())
+    check.line(None, f"facts recorded by nodeprep.node.gpufacts ({facts['source']}): "
+               f"{json.dumps(facts['gpus'])}")
     gpus = gpumod.discover(Path("/"))
     loaded = tuple(m for m in Driver(version=args.driver).modules
                    if Path("/sys/module", m.replace("-", "_")).is_dir())
