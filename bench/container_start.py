@@ -18,7 +18,7 @@ multiarch directory, as any CDI spec for the driver must:
 - spec: hook + lib64, what nodeprep's spec adds now: the figure held against the goal;
 - spec, cache rebuilt: the same on an image whose ld.so.cache names its own libcuda.so.1
   (/usr/local/cuda/compat), so the hook runs the image's ldconfig; for information;
-- gate, no GPU / gate, GPU: the CUDA gate (nodeprep.hooks.gate) run by podman from the hooks.d file
+- gate, no GPU / gate, GPU: the CUDA gate (nodeprep.containerhooks.gate) run by podman from the hooks.d file
   `nodeprep runtime` writes (`--hooks-dir`; the other variants get an empty one), on the `none`
   spec (its device is no NVIDIA one: the gate exits at once) and on a spec like a DRA claim's (the
   same mounts, device node /dev/nvidia0, no hook of its own: the gate checks NVIDIA_REQUIRE_CUDA
@@ -65,7 +65,7 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 
 use_venv()
 
-from nodeprep.hooks.container import LIB64  # noqa: E402
+from nodeprep.containerhooks.container import LIB64  # noqa: E402
 from nodeprep.join.cdi import extra_links  # noqa: E402
 from nodeprep.join.cdi import hooks as spec_hooks  # noqa: E402
 from nodeprep.join.files import apply_changes  # noqa: E402

@@ -37,7 +37,7 @@ from benchlib import Goals, raw_make, run, use_venv  # noqa: E402  (bench/benchl
 use_venv()
 
 from nodeprep import artifact, runner  # noqa: E402
-from nodeprep.join.activation import HOOKS  # noqa: E402
+from nodeprep.join.activation import CALLBACKS  # noqa: E402
 from nodeprep.node import ops  # noqa: E402
 
 
@@ -154,10 +154,10 @@ def main() -> int:
         switch_cli = cli("activate", V_OLD, "--root", str(root))
         rollback_cli = cli("rollback", "--root", str(root))
         t = time.monotonic()
-        ops.activate(root, V_OLD, hooks=HOOKS)
+        ops.activate(root, V_OLD, callbacks=CALLBACKS)
         switch_lib = time.monotonic() - t
         t = time.monotonic()
-        ops.rollback(root, hooks=HOOKS)
+        ops.rollback(root, callbacks=CALLBACKS)
         rollback_lib = time.monotonic() - t
 
         if args.compile_seconds is not None:

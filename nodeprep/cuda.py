@@ -8,8 +8,8 @@ compatibility (PTX JIT limits apply). `min_driver` answers the strict question (
 driver); `min_driver_compat` the relaxed one.
 
 `check_requirement` evaluates what `doctor --require-cuda` and the container hooks
-(nodeprep.hooks.spec, nodeprep.hooks.gate) are given: a bare CUDA version ("12.2") or an NVIDIA
-requirement expression as CUDA images carry it in NVIDIA_REQUIRE_CUDA ("cuda>=12.2
+(nodeprep.containerhooks.spec, nodeprep.containerhooks.gate) are given: a bare CUDA version ("12.2")
+or an NVIDIA requirement expression as CUDA images carry it in NVIDIA_REQUIRE_CUDA ("cuda>=12.2
 brand=tesla,driver>=470,driver<471 ...").
 Grammar, as NVIDIA's container toolkit documents it: constraints `cuda`, `driver`, `arch`, `brand`
 with an operator (`>=`, `<=`, `>`, `<`, `=`, `==`, `!=`) and a value; space-separated alternatives are

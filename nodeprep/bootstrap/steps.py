@@ -111,11 +111,11 @@ def step_driver(ctx: Context) -> dict[str, Any]:
         data["summary"] = (f"would install {drv.version} for kernel {todo.request.kernel} and activate it"
                            if todo.changes else f"{drv.version} for kernel {todo.request.kernel}: unchanged")
         return data
-    from ..join.activation import HOOKS
+    from ..join.activation import CALLBACKS
 
     result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
                      activate=True, load=False, modules=tuple(drv.modules), store_options=options,
-                     hooks=HOOKS, keep_boot_kernel=drv.keep_boot_kernel)
+                     callbacks=CALLBACKS, keep_boot_kernel=drv.keep_boot_kernel)
     data = result.to_dict()
     data["summary"] = (f"{result.version} active for kernel {result.kernel}"
                        + ("" if result.changed else " (already installed)"))

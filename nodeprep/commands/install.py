@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..join.activation import HOOKS
+from ..join.activation import CALLBACKS
 from ..node import oplog, ops, preview
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.plan import ActivatePlan, InstallPlan
@@ -178,7 +178,7 @@ def install_cmd(
         load=not no_load,
         modules=_modules(modules),
         store_options=store_options(registry_auth, ca_file, insecure_http),
-        hooks=HOOKS,
+        callbacks=CALLBACKS,
         keep_boot_kernel=keep_boot_kernel,
         node_store=node_store,
     )
@@ -265,7 +265,7 @@ def activate_cmd(
                                as_json)
         return
     result = ops.activate(
-        root, version, kernel=kernel, load=not no_load, modules=_modules(modules), hooks=HOOKS
+        root, version, kernel=kernel, load=not no_load, modules=_modules(modules), callbacks=CALLBACKS
     )
     oplog.record(root, "activate", _activation_changes(result))
     if as_json:
@@ -289,7 +289,7 @@ def rollback_cmd(
     if check:
         _print_activation_plan(preview.activation(root, None, modules=_modules(modules)), as_json)
         return
-    result = ops.rollback(root, load=not no_load, modules=_modules(modules), hooks=HOOKS)
+    result = ops.rollback(root, load=not no_load, modules=_modules(modules), callbacks=CALLBACKS)
     oplog.record(root, "rollback", _activation_changes(result))
     if as_json:
         emit_json(result.to_dict())
@@ -356,7 +356,7 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
     CDI spec nodeprep wrote (only files nodeprep made; any other is left and named)."""
     live = root.resolve() == Path("/")
     if check:
-        todo = ops.plan_uninstall_of(root, HOOKS)
+        todo = ops.plan_uninstall_of(root, CALLBACKS)
         if as_json:
             emit_json(todo.to_dict(live))
             return
@@ -371,7 +371,7 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
         if not todo.changes:
             click.echo("nothing to do")
         return
-    result = ops.uninstall(root, hooks=HOOKS)
+    result = ops.uninstall(root, callbacks=CALLBACKS)
     oplog.record(root, "uninstall", [f"wrote back {p}" for p in result.restored]
                  + [f"removed {p}" for p in result.removed])
     for line in result.kept:
@@ -448,7 +448,7 @@ def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_j
     from ..node import kernelevents
 
     if event == "postinst":
-        result = kernelevents.kernel_installed(root, kernel, hooks=HOOKS)
+        result = kernelevents.kernel_installed(root, kernel, callbacks=CALLBACKS)
     else:
         result = kernelevents.kernel_removed(root, kernel)
     changes = [f"kernel {kernel}: {result.message}"] if result.changed else []

@@ -1,7 +1,7 @@
-"""join's part of a driver activation (nodeprep.node.hooks): the CDI specs nodeprep wrote follow
+"""join's part of a driver activation (nodeprep.node.callbacks): the CDI specs nodeprep wrote follow
 the new version, and a containerd runtime binary that went missing is reported.
 
-The front-ends (CLI, bootstrap, the Ansible module) pass `HOOKS` to nodeprep.node's install,
+The front-ends (CLI, bootstrap, the Ansible module) pass `CALLBACKS` to nodeprep.node's install,
 activate and rollback. cdi and containerd are imported when an activation runs, not when this
 module is imported: an install that activates nothing does not pay for them. `removal` is join's
 part of `nodeprep uninstall` (nodeprep.join.removal).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..node.hooks import ActivationHooks, FollowUp, Removal
+from ..node.callbacks import ActivationCallbacks, FollowUp, Removal
 
 
 def refusal(root: Path) -> str | None:
@@ -40,4 +40,4 @@ def removal(root: Path) -> Removal:
     return plan_removal(root, join=True)
 
 
-HOOKS = ActivationHooks(refusal=refusal, follow=follow, removal=removal)
+CALLBACKS = ActivationCallbacks(refusal=refusal, follow=follow, removal=removal)

@@ -10,7 +10,7 @@ the spec) read-only into the container:
   points at it: no symlink hook and no ld cache entry is needed for glibc to find them;
 - binaries at /usr/bin, GSP firmware at /lib/firmware/nvidia/<version>/;
 - daemon sockets (persistenced, fabricmanager, MPS) when present under the device root.
-Hooks (createContainer): nodeprep's own (nodeprep.hooks.spec, run as the self-contained program
+Hooks (createContainer): nodeprep's own (nodeprep.containerhooks.spec, run as the self-contained program
 /usr/libexec/nodeprep/cdi-hook written with the spec: hookprogram.py) on every container: it refuses a
 container whose NVIDIA_REQUIRE_* the mounted driver does not meet and rebuilds the image's
 ld.so.cache only if that cache names a library of the same name elsewhere (which the loader would
@@ -37,8 +37,8 @@ from typing import Any
 import yaml
 
 from ..artifact import MANIFEST, Manifest
+from ..containerhooks.container import LIB64
 from ..errors import NodeprepError, StateError
-from ..hooks.container import LIB64
 from ..node.fsutil import atomic_write
 from ..profile import Driver, Runtime
 from .files import FileChange, under, writable_problem

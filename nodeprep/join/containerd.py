@@ -11,7 +11,7 @@
   instead of merging it (containerd#5837). It then adds runtimes.nvidia (options copied from runc,
   BinaryName = nvidia-container-runtime), enable_cdi/cdi_spec_dirs, and default_runtime_name only
   when asked.
-- The CUDA gate (nodeprep.hooks.gate) runs for every container through the runtime handlers' base
+- The CUDA gate (nodeprep.containerhooks.gate) runs for every container through the runtime handlers' base
   spec: `<dir>/nodeprep-base-spec.json` is containerd's own default spec (`ctr oci spec` of the
   node's containerd, run in the root; its shared `cgroupsPath` dropped) plus the gate as a
   createContainer hook, and every runc-type handler of the drop-in gets `base_runtime_spec` naming

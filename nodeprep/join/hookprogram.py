@@ -4,10 +4,11 @@ A CDI spec (or any runtime config) that names a hook must name something the nod
 image built with `--root` as on a live node, whoever ran nodeprep and wherever nodeprep lives later
 (a rebuilt venv, an upgrade, a checkout that moved). So the hook is not "this interpreter with this
 nodeprep on sys.path": it is one file written under ROOT, atomically, holding the sources of the
-modules nodeprep.hooks.spec and the gate import, loaded by a small importer on first import, and run by the
-node's own /usr/bin/python3 (`-SE`: no site, no PYTHON* variables; no third-party package). What the
-node needs: /usr/bin/python3, Python >= MIN_PYTHON; `python_problem` checks it before a spec naming
-the program is written. `hook_command()` is the one place that says how a hook is invoked.
+modules nodeprep.containerhooks.spec and the gate import, loaded by a small importer on first
+import, and run by the node's own /usr/bin/python3 (`-SE`: no site, no PYTHON* variables; no
+third-party package). What the node needs: /usr/bin/python3, Python >= MIN_PYTHON; `python_problem`
+checks it before a spec naming the program is written. `hook_command()` is the one place that says
+how a hook is invoked.
 """
 
 from __future__ import annotations
@@ -17,22 +18,21 @@ import sys
 from pathlib import Path
 
 from .. import __version__
-from ..hooks import spec as _spec  # noqa: F401  (its source is the program's)
+from ..containerhooks import spec as _spec  # noqa: F401  (its source is the program's)
 from .files import FileChange, under
 
 HOOK_PATH = "/usr/libexec/nodeprep/cdi-hook"
 PYTHON = "/usr/bin/python3"
-MIN_PYTHON = (3, 9)  # the hook's modules use nothing newer (tests/unit/hooks/test_hook_program.py)
-# What nodeprep.hooks.spec and nodeprep.hooks.gate import, themselves included (checked by the test
-# above).
-MODULES = ("nodeprep", "nodeprep.hooks", "nodeprep.hooks.spec", "nodeprep.hooks.container",
-           "nodeprep.hooks.gate", "nodeprep.hooks.jsonload", "nodeprep.cuda", "nodeprep.errors",
-           "nodeprep.runner")
-# The hooks the program runs besides the CDI spec's own (nodeprep.hooks.spec), each chosen by a
+MIN_PYTHON = (3, 9)  # the hook's modules use nothing newer (tests/unit/containerhooks/test_hook_program.py)
+# What nodeprep.containerhooks.spec and .gate import, themselves included (checked by the test above).
+MODULES = ("nodeprep", "nodeprep.containerhooks", "nodeprep.containerhooks.spec",
+           "nodeprep.containerhooks.container", "nodeprep.containerhooks.gate",
+           "nodeprep.containerhooks.jsonload", "nodeprep.cuda", "nodeprep.errors", "nodeprep.runner")
+# The hooks the program runs besides the CDI spec's own (nodeprep.containerhooks.spec), each chosen by a
 # first argument (argv[0] is no use: a script started through its #! line sees its own path there):
 # the CUDA gate that hooks.d and containerd's base runtime spec run for every container.
-ENTRIES = {"gate": "nodeprep.hooks.gate"}
-PACKAGES = ("nodeprep", "nodeprep.hooks")
+ENTRIES = {"gate": "nodeprep.containerhooks.gate"}
+PACKAGES = ("nodeprep", "nodeprep.containerhooks")
 HEADER = "# Written by nodeprep"
 STAMP = "# stamp: "
 _LIB_DIRS = ("usr/lib", "usr/lib64", "usr/local/lib")
@@ -91,7 +91,7 @@ class _Importer:
 
 sys.meta_path.insert(0, _Importer)
 ENTRIES = {entries!r}
-_entry = "nodeprep.hooks.spec"
+_entry = "nodeprep.containerhooks.spec"
 if sys.argv[1:2] and sys.argv[1] in ENTRIES:
     _entry = ENTRIES[sys.argv.pop(1)]
 sys.exit(__import__(_entry, fromlist=["main"]).main())
@@ -124,7 +124,7 @@ def render_program(on_disk: bytes | None = None) -> bytes:
     from importlib.util import MAGIC_NUMBER
 
     from .. import cuda, errors, runner  # noqa: F401  (the hook imports them lazily; their sources)
-    from ..hooks import gate  # noqa: F401
+    from ..containerhooks import gate  # noqa: F401
 
     sources = {name: _source(sys.modules[name]) for name in MODULES}
     stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()), sorted(ENTRIES.items()),

@@ -2,7 +2,7 @@
 
 Both read /usr/share/containers/oci/hooks.d (CRI-O's only default `hooks_dir`; podman also reads
 /etc/containers/oci/hooks.d, where a file of the same name would override this one). The hook runs
-nodeprep.hooks.gate for every container (`when: {always: true}`: a hook's `when` cannot test
+nodeprep.containerhooks.gate for every container (`when: {always: true}`: a hook's `when` cannot test
 devices) at the createContainer stage, in the container's mount namespace before pivot_root, like
 the CDI spec's own hook; the gate itself exits at once for a container without an NVIDIA GPU.
 The hook is the program the CDI spec's hook is (hookprogram.py), started as the gate: it is written
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..containerhooks import gate
 from ..errors import StateError
-from ..hooks import gate
 from .files import FileChange, under
 from .hookprogram import hook_command, hook_program, python_problem
 

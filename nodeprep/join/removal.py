@@ -1,5 +1,5 @@
 """What `nodeprep runtime` and `nodeprep join` wrote, undone by `nodeprep uninstall` (join's part of
-it, handed to nodeprep.node.ops.uninstall as `ActivationHooks.removal`).
+it, handed to nodeprep.node.ops.uninstall as `ActivationCallbacks.removal`).
 
 The paths are the ones `nodeprep runtime` plans (plan_runtime over the node's profile,
 /etc/nodeprep/node.yaml under the root; the profile defaults when there is none) and, when the
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..node.callbacks import Removal, Undo
 from ..node.fsutil import atomic_write, fsync_dir
-from ..node.hooks import Removal, Undo
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd

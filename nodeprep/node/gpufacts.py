@@ -1,4 +1,4 @@
-"""The GPU facts file the CUDA gate reads (nodeprep.hooks.gate FACTS, /opt/nvidia/gpu-facts.json):
+"""The GPU facts file the CUDA gate reads (nodeprep.containerhooks.gate FACTS, /opt/nvidia/gpu-facts.json):
 each GPU's NVML brand and compute capability, from the same sources as the labels (NVML, then
 nvidia-smi, then PCI sysfs, nodeprep.labels.core). PCI ids say no brand: it comes from the product
 name, the active driver's share/supported-gpus.json first, pci.ids second.
@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..containerhooks.gate import FACTS
 from ..errors import InputError
-from ..hooks.gate import FACTS
 from ..labels.gpu import GpuFacts, brand_from_name
 from .fsutil import atomic_write
 from .layout import Layout, check_version

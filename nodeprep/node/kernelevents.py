@@ -19,8 +19,8 @@ from typing import Any
 from ..errors import InputError, NodeprepError
 from ..stores.oci import Options
 from . import system
+from .callbacks import ActivationCallbacks
 from .fsutil import atomic_write, fsync_dir
-from .hooks import ActivationHooks
 from .kernelhook import HOLD_FILE, LOUD, HookConfig
 from .kmod import running_kernel
 from .layout import Layout, check_kernel
@@ -133,9 +133,9 @@ def _flavour(layout: Layout, version: str, kernels: tuple[str, ...]) -> str | No
     return None
 
 
-def kernel_installed(root: Path, kernel: str, *, hooks: ActivationHooks) -> HookResult:
+def kernel_installed(root: Path, kernel: str, *, callbacks: ActivationCallbacks) -> HookResult:
     """postinst: put the active driver's modules for `kernel` in place (see the module docstring).
-    `hooks`: passed on to ops.install, as every caller does (nodeprep.join.activation.HOOKS)."""
+    `hooks`: passed on to ops.install, as every caller does (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
     check_kernel(kernel)
     if not _installed_kernel(layout, kernel):
@@ -156,7 +156,7 @@ def kernel_installed(root: Path, kernel: str, *, hooks: ActivationHooks) -> Hook
                           message=f"nodeprep kernel hook: {version} already has modules for {kernel}")
     try:
         install(layout.root, config.store, version, kernel=kernel, flavour=_flavour(layout, version, have),
-                arch=config.arch, activate=False, kernel_hook=False, hooks=hooks,
+                arch=config.arch, activate=False, kernel_hook=False, callbacks=callbacks,
                 store_options=Options(registry_auth=config.registry_auth, ca_file=config.ca_file,
                                       insecure_http=config.insecure_http))
     except NodeprepError as e:

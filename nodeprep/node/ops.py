@@ -34,10 +34,10 @@ from ..stores.store import Store, cache_path
 from ..sysfs import read_attr
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from . import complete, entrypoints, gpufacts, kernelhook, support, system
+from .callbacks import ActivationCallbacks
 from .crash import crash_point
 from .devices import load_modules
 from .fsutil import atomic_symlink, atomic_write, clean_temporaries, fsync_dir, fsync_tree
-from .hooks import ActivationHooks
 from .kmod import (
     check_modules,
     kernel_vermagic,
@@ -243,7 +243,7 @@ def install(
     store: str,
     version: str,
     *,
-    hooks: ActivationHooks,
+    callbacks: ActivationCallbacks,
     kernel: str | None = None,
     flavour: str | None = None,
     arch: str = "amd64",
@@ -257,7 +257,7 @@ def install(
 ) -> InstallResult:
     """Install user space + kmod of `version` from `store` into ROOT/opt/nvidia/<version>.
     `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py);
-    `hooks`: what follows an activation above the node (nodeprep.join.activation.HOOKS);
+    `callbacks`: what follows an activation above the node (nodeprep.join.activation.CALLBACKS);
     `kernel_hook`: record the store and write the kernel hooks (kernelhook.py) that install this
     driver's modules for kernels installed later; `keep_boot_kernel` is the hook's boot-default choice;
     `node_store`: the store the booted node reaches, recorded instead of `store` (kernelhook.node_store)."""
@@ -313,7 +313,7 @@ def install(
         if activate:
             activation = _activate(
                 layout, version, kernel=rel if not layout.live else None, load=load, modules=modules,
-                hooks=hooks,
+                callbacks=callbacks,
             )
             changed = changed or activation.changed
         elif installed_kmod and version == state.active:
@@ -439,31 +439,32 @@ def activate(
     kernel: str | None = None,
     load: bool = True,
     modules: tuple[str, ...] = DEFAULT_MODULES,
-    hooks: ActivationHooks,
+    callbacks: ActivationCallbacks,
 ) -> ActivateResult:
     """Make installed `version` the active driver root (atomic switch of /opt/nvidia/current).
-    `hooks`: what follows an activation above the node (nodeprep.join.activation.HOOKS)."""
+    `callbacks`: what follows an activation above the node (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
     check_version(version)
     with locked(layout):
         clean_leftovers(layout)
-        return _activate(layout, version, kernel=kernel, load=load, modules=modules, hooks=hooks)
+        return _activate(layout, version, kernel=kernel, load=load, modules=modules, callbacks=callbacks)
 
 
 def rollback(
-    root: Path, *, load: bool = True, modules: tuple[str, ...] = DEFAULT_MODULES, hooks: ActivationHooks
+    root: Path, *, load: bool = True, modules: tuple[str, ...] = DEFAULT_MODULES,
+    callbacks: ActivationCallbacks,
 ) -> ActivateResult:
     """Activate the previously active version."""
     layout = Layout(Path(root))
     with locked(layout):
         clean_leftovers(layout)
         version = rollback_target(load_state(layout.root))
-        return _activate(layout, version, kernel=None, load=load, modules=modules, hooks=hooks)
+        return _activate(layout, version, kernel=None, load=load, modules=modules, callbacks=callbacks)
 
 
 def _activate(
     layout: Layout, version: str, *, kernel: str | None, load: bool, modules: tuple[str, ...],
-    hooks: ActivationHooks,
+    callbacks: ActivationCallbacks,
 ) -> ActivateResult:
     crash_point("activate:start")
     state = load_state(layout.root)
@@ -473,7 +474,7 @@ def _activate(
     support.require(layout.root, layout.version_dir(version), version)  # the node's GPUs
     notes: list[str] = []
     complete.check(layout, layout.version_dir(version), version, action="activate")
-    spec_problem = hooks.refusal(layout.root)
+    spec_problem = callbacks.refusal(layout.root)
     if spec_problem:  # the spec must follow the switch: refuse before changing anything
         raise InputError(f"{spec_problem}; {version} not activated", hint="nothing was changed")
     entry_problem = entrypoints.refusal(layout, version, state.entry_points)
@@ -508,7 +509,7 @@ def _activate(
     for rel in sorted(set(target.kernels) | set(stale)):
         system.depmod(layout, rel)
     crash_point("activate:depmod")
-    followed = hooks.follow(layout.root, version)
+    followed = callbacks.follow(layout.root, version)
     changed |= bool(followed.rewritten)
     notes.extend(followed.notes)
     loaded = False
@@ -739,11 +740,13 @@ def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) ->
     return sorted(out, key=lambda f: f == state_dir)  # stable: deepest first, the journal's folder last
 
 
-def _survey(layout: Layout, hooks: ActivationHooks) -> tuple[UninstallPlan, dict[str, bytes], list[str]]:
+def _survey(
+    layout: Layout, callbacks: ActivationCallbacks
+) -> tuple[UninstallPlan, dict[str, bytes], list[str]]:
     """The uninstall of this root (see uninstall()), the bytes of each file to write back and the
     folders it removes."""
     state = load_state(layout.root)
-    above = hooks.removal(layout.root)
+    above = callbacks.removal(layout.root)
     restore = {u.target: u.content for u in above.undo if u.content is not None}
     s = _Survey(layout)
     s.remove += [u.target for u in above.undo if u.content is None]
@@ -797,18 +800,18 @@ def _survey(layout: Layout, hooks: ActivationHooks) -> tuple[UninstallPlan, dict
     return todo, restore, folders
 
 
-def plan_uninstall_of(root: Path, hooks: ActivationHooks) -> UninstallPlan:
+def plan_uninstall_of(root: Path, callbacks: ActivationCallbacks) -> UninstallPlan:
     """What uninstall() would do on `root` (nothing written, no lock taken): `uninstall --check`."""
-    return _survey(Layout(Path(root)), hooks)[0]
+    return _survey(Layout(Path(root)), callbacks)[0]
 
 
-def uninstall(root: Path, *, hooks: ActivationHooks) -> UninstallResult:
+def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
     """Return the node to what it was before nodeprep: every file, link and folder nodeprep made
     (recognised by content or by its record; any other file at such a path is left and named),
     files nodeprep edited written back, modules unloaded when nothing uses them (a live root), then
     ldconfig and depmod again (and a daemon-reload on a live root). Refuses while another nodeprep
     run holds the lock. Each step is idempotent and recognised from the filesystem, so a run killed
-    anywhere is finished by the next one. `hooks`: join's part (nodeprep.join.activation.HOOKS)."""
+    anywhere is finished by the next one. `callbacks`: join's part (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
     # the lock (and the folders) this run makes for itself are removed again, and are no change
     made = [d for d in (layout.state_dir, *layout.state_dir.parents) if d.is_relative_to(layout.root)
@@ -817,7 +820,7 @@ def uninstall(root: Path, *, hooks: ActivationHooks) -> UninstallResult:
     with locked(layout, wait=False):
         crash_point("uninstall:locked")
         clean_leftovers(layout)
-        todo, restore, folders = _survey(layout, hooks)
+        todo, restore, folders = _survey(layout, callbacks)
         if folders:
             atomic_write(_journal(layout), json.dumps({"folders": folders}) + "\n")
         notes: list[str] = []

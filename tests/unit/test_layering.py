@@ -1,7 +1,7 @@
 """The import floors of nodeprep/: every import of a library module, at module level or inside a
 function, names a module of its own floor or of a floor below, and no modules import each other,
 directly or round a loop (docs/architecture.md's table lists the floors in this order). So node/
-imports nothing of join/: the front-ends pass join.activation.HOOKS in (node/hooks.py)."""
+imports nothing of join/: the front-ends pass join.activation.CALLBACKS in (node/callbacks.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("targets", ("targets",)),
     ("join", ("join",)),
     ("node", ("node",)),
-    ("containers", ("hooks", "cuda")),
+    ("containers", ("containerhooks", "cuda")),
     ("labels", ("labels",)),
     ("artifacts", ("artifact", "safetar", "elf", "modfacts", "sonames", "stores", "download", "digests")),
     ("shared", ("profile", "labelrules", "kubeletflags", "vocab", "kubeapi")),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.hooks import gate
+from nodeprep.containerhooks import gate
 from nodeprep.join import ocihooks
 
 from .gpunode import PODMAN_SANDBOX, GpuNode, cli, make_rootfs_tar, unpack_rootfs

@@ -117,7 +117,7 @@ def test_offline_root_without_gpu_facts_skips_the_cdi_spec(node_root: Path, tmp_
 def test_missing_nvidia_container_runtime_is_one_line(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     """No NVIDIA Container Toolkit in this root: the drop-in still registers the `nvidia` runtime
     (installing the toolkit later makes it work), runtime and activation say so in one line."""
-    from nodeprep.join.activation import HOOKS
+    from nodeprep.join.activation import CALLBACKS
     from nodeprep.node import ops
 
     args = ["runtime", "--profile", str(_profile(tmp_path)), "--root", str(node_root),
@@ -135,7 +135,7 @@ def test_missing_nvidia_container_runtime_is_one_line(node_root: Path, tmp_path:
     code, _, err = run(args)
     assert code == 0 and "nvidia-container-runtime is not installed" not in err
     (node_root / "usr/bin/nvidia-container-runtime").unlink()
-    notes = ops.activate(node_root, "535.309.01", load=False, hooks=HOOKS).notes
+    notes = ops.activate(node_root, "535.309.01", load=False, callbacks=CALLBACKS).notes
     assert any(n.startswith("nvidia-container-runtime is not installed") for n in notes), notes
 
 

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.hooks import gate
+from nodeprep.containerhooks import gate
 from nodeprep.labels.gpu import GpuFacts, brand_from_name, brand_from_smi, parse_nvidia_smi_xml
 from nodeprep.node import gpufacts
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
-from tests.unit.hooks.test_gate import refusal, run_gate
+from tests.unit.containerhooks.test_gate import refusal, run_gate
 from tests.unit.node.test_node_support import DATA, sysfs
 from tests.unit.node.test_node_uninstall import VERSION, debian_root
 

@@ -55,7 +55,7 @@ def run(module):
 
     root = Path(p["root"])
     if p["state"] == "absent":
-        uninstall(module, ops, join_activation.HOOKS, root)
+        uninstall(module, ops, join_activation.CALLBACKS, root)
         return
     activate = p["state"] == "active"
     request = {
@@ -95,7 +95,7 @@ def run(module):
             )
         before = state_mod.load_state(root)
         result = ops.install(
-            root, p["store"], p["version"], load=p["load"], hooks=join_activation.HOOKS, **request
+            root, p["store"], p["version"], load=p["load"], callbacks=join_activation.CALLBACKS, **request
         )
         after = state_mod.load_state(root)
     except host.nodeprep_errors(module) as e:
@@ -130,21 +130,21 @@ def run(module):
     module.exit_json(**out)
 
 
-def uninstall(module, ops, hooks, root):
+def uninstall(module, ops, callbacks, root):
     """state=absent: `nodeprep uninstall` (check mode: its plan, `nodeprep uninstall --check`)."""
     from pathlib import Path
 
     live = root.resolve() == Path("/")
     try:
         if module.check_mode:
-            plan = ops.plan_uninstall_of(root, hooks)
+            plan = ops.plan_uninstall_of(root, callbacks)
             for line in plan.kept:
                 module.warn(line)
             module.exit_json(changed=plan.changes, version=module.params["version"], active=None,
                              installed=[], loaded=False, reboot_required=False,
                              notes=["check mode: nothing removed"], removed=list(plan.remove),
                              restored=list(plan.restore), kept=list(plan.kept), plan=plan.to_dict(live))
-        result = ops.uninstall(root, hooks=hooks)
+        result = ops.uninstall(root, callbacks=callbacks)
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     for line in result.kept:

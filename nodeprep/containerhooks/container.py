@@ -1,7 +1,7 @@
 """What nodeprep's container hooks share: the OCI config's environment and mounts, and the image's
 ld cache (read, checked for shadowing, rebuilt by the image's own ldconfig).
 
-The CDI spec's hook (nodeprep.hooks.spec) and the CUDA gate (nodeprep.hooks.gate) run in the
+The CDI spec's hook (nodeprep.containerhooks.spec) and the CUDA gate (nodeprep.containerhooks.gate) run in the
 container's mount namespace (mounts done, before pivot_root and before the container's process
 starts), with the OCI state JSON on stdin; `bundle` names the directory holding its config.json.
 

@@ -2,12 +2,12 @@
 
     /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR]      (join/hookprogram.py)
 
-1. The CUDA gate's decision (nodeprep.hooks.gate.decide: NVIDIA's NVIDIA_REQUIRE_* rules, the GPU
+1. The CUDA gate's decision (nodeprep.containerhooks.gate.decide: NVIDIA's NVIDIA_REQUIRE_* rules, the GPU
    facts file, CUDA forward compatibility on data center GPUs only) for the driver the spec mounts
    (`--driver`, written by nodeprep for the versioned root it mounts). Refused: exit 1 with one line;
    the runtime does not start the container. One rule for every container: the gate that hooks.d or
    containerd's base spec runs leaves a container carrying this hook to it.
-2. With `--ldconfig DIR`: the image's ld cache rebuilt only when shadowed (nodeprep.hooks.container).
+2. With `--ldconfig DIR`: the image's ld cache rebuilt only when shadowed (nodeprep.containerhooks.container).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """json.loads for the container hooks without importing json (whose decoder imports re: most of a
 hook's start-up cost) or anything else: CPython's C scanner (_json) directly. Its own module so that
-the CUDA gate decides a container without a GPU before it imports os (nodeprep.hooks.gate)."""
+the CUDA gate decides a container without a GPU before it imports os (nodeprep.containerhooks.gate)."""
 
 from __future__ import annotations
 

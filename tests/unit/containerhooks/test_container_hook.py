@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.hooks.container import LIB64, mounted_libraries, shadowing_entries
-from nodeprep.hooks.gate import decide
-from nodeprep.hooks.jsonload import loads
+from nodeprep.containerhooks.container import LIB64, mounted_libraries, shadowing_entries
+from nodeprep.containerhooks.gate import decide
+from nodeprep.containerhooks.jsonload import loads
 from nodeprep.join import cdi
 from nodeprep.join.files import apply_changes
 from nodeprep.join.hookprogram import hook_program

@@ -2,10 +2,10 @@
 
 node/ knows nothing of containers; join/ writes files (CDI specs, the containerd drop-in) that
 must follow the active version. Instead of node/ importing join/, every activation is given an
-`ActivationHooks`: `refusal` runs before anything changes (a reason to refuse, or None), `follow`
+`ActivationCallbacks`: `refusal` runs before anything changes (a reason to refuse, or None), `follow`
 after the switch (what it rewrote, and notes), `removal` for `uninstall` (what join wrote on this
-root, to remove or write back). `nodeprep.join.activation.HOOKS` is join's;
-`NO_HOOKS` is for a caller that has nothing above the node (tests, benches of the node alone).
+root, to remove or write back). `nodeprep.join.activation.CALLBACKS` is join's;
+`NO_CALLBACKS` is for a caller that has nothing above the node (tests, benches of the node alone).
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ def _no_follow(root: Path, version: str) -> FollowUp:
 
 
 @dataclass(frozen=True)
-class ActivationHooks:
+class ActivationCallbacks:
     refusal: Callable[[Path], str | None] = field(default=_no_refusal)
     follow: Callable[[Path, str], FollowUp] = field(default=_no_follow)
     removal: Callable[[Path], Removal] = field(default=_no_removal)
 
 
-NO_HOOKS = ActivationHooks()
+NO_CALLBACKS = ActivationCallbacks()

@@ -1,4 +1,4 @@
-"""The CUDA gate (nodeprep.hooks.gate) as a runtime runs it: a real process started with the command
+"""The CUDA gate (nodeprep.containerhooks.gate) as a runtime runs it: a real process started with the command
 of the hooks.d file nodeprep writes, the OCI state JSON on stdin and the container's config.json in
 its bundle (OCI runtime-spec layout). The node's driver is a versioned root's `current` link and the
 GPU facts are recorded facts files written here (brands as NVML names them), not a live GPU. Real
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep.cli import main
-from nodeprep.hooks import gate
+from nodeprep.containerhooks import gate
 from nodeprep.join import ocihooks
 from nodeprep.join.files import apply_changes
 from nodeprep.join.hookprogram import hook_program
@@ -207,10 +207,10 @@ def imported(tmp_path: Path, devices: list[dict]) -> set[str]:  # type: ignore[t
 
 def test_a_container_without_a_gpu_is_decided_before_os_is_imported(tmp_path: Path) -> None:
     plain = imported(tmp_path, [{"path": "/dev/null", "type": "c", "major": 1, "minor": 3}])
-    assert "nodeprep.hooks.gate" in plain
-    assert not plain & {"os", "nodeprep.hooks.container", "nodeprep.cuda"}, sorted(plain)
+    assert "nodeprep.containerhooks.gate" in plain
+    assert not plain & {"os", "nodeprep.containerhooks.container", "nodeprep.cuda"}, sorted(plain)
     gpu = imported(tmp_path / "gpu", [GPU_DEVICE, CTL_DEVICE])
-    assert {"os", "nodeprep.hooks.container", "nodeprep.cuda"} <= gpu
+    assert {"os", "nodeprep.containerhooks.container", "nodeprep.cuda"} <= gpu
 
 
 def test_runtime_writes_the_hooks_d_file_that_runs_the_gate(tmp_path: Path) -> None:

@@ -26,11 +26,12 @@ a requirement is also met by what the compat library supports. On a GeForce the 
 left alone (it would fail with CUDA error 804) and a too-new requirement is refused, saying why.
 
 Refused: exit 1 with one line naming the requirement; the runtime does not start the container.
-A container carrying the hook of nodeprep's own CDI spec (nodeprep.hooks.spec) is left to that hook,
+A container carrying the hook of nodeprep's own CDI spec (nodeprep.containerhooks.spec) is left to that hook,
 which takes the same decision (`decide`) for the driver its spec mounts: one decision per start.
 Runs for every container, so a container without a GPU is decided with sys and the C JSON scanner
-alone (nodeprep.hooks.jsonload): os (~1.5 ms of CPU at each start), nodeprep.hooks.container and,
-for a container with a requirement, nodeprep.cuda are imported for a GPU container only.
+alone (nodeprep.containerhooks.jsonload): os (~1.5 ms of CPU at each start),
+nodeprep.containerhooks.container and, for a container with a requirement, nodeprep.cuda are imported
+for a GPU container only.
 """
 
 from __future__ import annotations
