@@ -178,6 +178,13 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
     "--open-source-sha256", default=None, metavar="HEX", help="sha256 of --open-source (required with it)."
 )
 @click.option(
+    "--driver-suite",
+    default=None,
+    metavar="SUITE",
+    help="Take the driver sources and user space from this Debian suite of the OS (experimental) "
+    "instead of the kernel line's; needs --kernel.",
+)
+@click.option(
     "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs)."
 )
 @click.option(
@@ -242,6 +249,7 @@ def build_driver_cmd(
     runfile_sha256: str | None,
     open_source: str | None,
     open_source_sha256: str | None,
+    driver_suite: str | None,
     jobs: int | None,
     rebuild: bool,
     allow_cc_mismatch: bool,
@@ -290,6 +298,7 @@ def build_driver_cmd(
         runfile_sha256=runfile_sha256,
         open_source=open_source,
         open_source_sha256=open_source_sha256,
+        driver_suite=driver_suite,
         jobs=jobs,
         rebuild=rebuild,
         allow_cc_mismatch=allow_cc_mismatch,

@@ -108,6 +108,13 @@ CELLS = {
     "debian12-backports": dict(
         driver="535.216.03", flavour="proprietary", os_name="debian-12", kernel="6.12.117+deb12-amd64"
     ),
+    # Debian experimental's 555 (issue 27): its driver sources and user space, bookworm's build root
+    # and kernel. 6.1.0-50 as for debian12-open: 555.58.02 predates the pci_resize_resource() change
+    # of 6.1.0-53 and later.
+    "debian12-experimental": dict(
+        driver="555.58.02", flavour="proprietary", os_name="debian-12", kernel="6.1.0-50-amd64",
+        driver_suite="experimental",
+    ),
 }
 
 
