@@ -1,0 +1,88 @@
+"""Which driver follows the node's GPUs: version and flavour from each candidate's supported-GPU list.
+
+Pure: `choose` takes the candidates (driver version, the flavours it comes in, its
+`supported-gpus.json` text) and the GPUs' PCI ids, and picks the oldest or newest version whose
+list names and supports every GPU (a GPU a list does not name counts against that candidate
+here, though install only notes it: NVIDIA's lists are incomplete), with the flavour the GPUs need:
+
+- open where a GPU needs it (NVIDIA supports Grace Hopper and Blackwell with the open kernel
+  modules only: `facts.needs_open`),
+- proprietary where a GPU's entry has no `kernelopen` (before Turing),
+- otherwise the preferred flavour (the caller's; proprietary unless told).
+
+None supporting them all is an InputError naming each GPU no candidate supports and every version
+tried. The rules per GPU and list are nodeprep.node.support's (`check_support`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..sources.drivers import version_key
+from ..targets import facts
+from . import support
+
+POLICIES = ("newest", "oldest")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    version: str  # exact driver version
+    flavours: tuple[str, ...]  # the flavours it can be had in (built, or in the store)
+    supported: str  # its supported-gpus.json
+
+
+@dataclass(frozen=True)
+class Choice:
+    version: str
+    flavour: str
+    tried: tuple[str, ...]  # the versions looked at, in the order of the policy
+
+
+def flavour_for(candidate: Candidate, gpus: Sequence[str], preferred: str = "proprietary") -> tuple[
+        str | None, list[str]]:
+    """(the flavour of `candidate` that runs every GPU, or None; the problems that ruled the others out)."""
+    if any(facts.needs_open(gpu) for gpu in gpus):
+        order = ["open"]
+    else:
+        order = [preferred, *(f for f in ("proprietary", "open") if f != preferred)]
+    problems: list[str] = []
+    for flavour in order:
+        if flavour not in candidate.flavours:
+            problems.append(f"{candidate.version} has no {flavour} flavour here")
+            continue
+        unlisted: list[str] = []
+        found = support.check_support(candidate.supported, flavour, list(gpus), driver_version=candidate.version,
+                                      notes=unlisted)
+        if not found and not unlisted:
+            return flavour, problems
+        problems += found + unlisted
+    return None, problems
+
+
+def choose(candidates: Sequence[Candidate], gpus: Sequence[str], *, policy: str = "newest",
+           preferred: str = "proprietary", what: str = "--gpus") -> Choice:
+    """The candidate (by `policy`) supporting every GPU in `gpus`, and its flavour; InputError naming
+    the GPUs and the versions tried when none does."""
+    if policy not in POLICIES:
+        raise InputError(f"{what}: policy {policy!r} is not one of {', '.join(POLICIES)}")
+    for gpu in gpus:
+        support.PciId.parse(gpu)  # a bad id is refused before anything is chosen
+    if not candidates:
+        raise InputError(f"{what}: no driver version to choose from")
+    ordered = sorted(candidates, key=lambda c: version_key(c.version), reverse=policy == "newest")
+    tried = tuple(dict.fromkeys(c.version for c in ordered))
+    reasons: list[str] = []
+    for cand in ordered:
+        flavour, problems = flavour_for(cand, gpus, preferred)
+        if flavour is not None:
+            return Choice(cand.version, flavour, tried)
+        reasons.append(problems[-1] if problems else f"{cand.version}: no flavour")
+    shown = ", ".join(gpus)
+    raise InputError(
+        f"{what}: no driver version supports every GPU of the node ({shown}); tried {', '.join(tried)} "
+        f"({policy} first): {reasons[0]}",
+        hint="\n".join(dict.fromkeys(reasons[1:])) or None,
+    )

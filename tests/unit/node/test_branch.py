@@ -1,0 +1,73 @@
+"""The driver follows the GPUs (issue 27, item 4): version and flavour chosen from each candidate's real
+supported-gpus.json (tests/unit/data/supported-gpus/: 535.309.01, 550.163.01 and Debian experimental's
+555.58.02, see SOURCES.md) for real device ids: H200 10de:2335, B200 10de:2901, RTX PRO 6000
+10de:2bb4, V100 10de:1db6 (no open modules), GTX 680 10de:1180 (470 legacy)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from nodeprep.errors import InputError
+from nodeprep.node.branch import Candidate, choose
+from nodeprep.targets import facts
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "supported-gpus"
+VERSIONS = ("535.309.01", "550.163.01", "555.58.02")
+BOTH = ("proprietary", "open")
+
+
+def candidates(*versions: str, flavours: tuple[str, ...] = BOTH) -> list[Candidate]:
+    return [Candidate(v, flavours, gzip.decompress((DATA / f"{v}.json.gz").read_bytes()).decode())
+            for v in versions or VERSIONS]
+
+
+def test_h200_takes_the_oldest_or_newest_branch_that_lists_it():
+    """535.309.01's list does not name the H200 (its newest device is 10de:28f8, so install would only
+    note it); 550.163.01 is the oldest that names it, Debian experimental's 555.58.02 the newest."""
+    oldest = choose(candidates(), ["10de:2335"], policy="oldest")
+    assert (oldest.version, oldest.flavour) == ("550.163.01", "proprietary")
+    newest = choose(candidates(), ["10de:2335"])
+    assert (newest.version, newest.flavour) == ("555.58.02", "proprietary")
+    assert newest.tried == ("555.58.02", "550.163.01", "535.309.01")
+    assert choose(candidates(), ["10de:2335"], preferred="open").flavour == "open"
+
+
+def test_a_gpu_without_open_modules_takes_the_proprietary_flavour():
+    got = choose(candidates(), ["10de:2335", "10de:1db6:10de:124a"], preferred="open")
+    assert (got.version, got.flavour) == ("555.58.02", "proprietary")
+    with pytest.raises(InputError, match="not supported by the open kernel modules of 555.58.02"):
+        choose(candidates(flavours=("open",)), ["10de:1db6"])
+
+
+def test_blackwell_needs_the_open_flavour_and_no_candidate_lists_it():
+    assert facts.needs_open("10de:2901") and facts.needs_open("10de:2bb4:10de:204b")
+    assert facts.needs_open("10de:2342") and not facts.needs_open("10de:2335")
+    with pytest.raises(InputError) as e:
+        choose(candidates(), ["10de:2335", "10de:2901"])
+    assert str(e.value).startswith(
+        "--gpus: no driver version supports every GPU of the node (10de:2335, 10de:2901); tried "
+        "555.58.02, 550.163.01, 535.309.01 (newest first): ")
+    assert "(PCI 10de:2901) is newer than 555.58.02" in str(e.value)
+    assert "10de:2901" in (e.value.hint or "") and "535.309.01" in (e.value.hint or "")
+    with pytest.raises(InputError, match="535.309.01 has no open flavour here"):
+        choose(candidates("535.309.01", flavours=("proprietary",)), ["10de:2bb4"])
+
+
+def test_a_gpu_moved_to_a_legacy_branch_is_refused_naming_it():
+    with pytest.raises(InputError, match=r"GeForce GTX 680 \(PCI 10de:1180\) is not supported by 535.309.01: "
+                                         r"NVIDIA moved it to the 470.xx legacy branch"):
+        choose(candidates(), ["10de:1180"], policy="oldest")
+
+
+def test_bad_input_is_refused_before_choosing():
+    with pytest.raises(InputError, match=r"'8086:1234': not an NVIDIA PCI id"):
+        choose(candidates(), ["8086:1234"])
+    with pytest.raises(InputError, match="policy 'middle' is not one of newest, oldest"):
+        choose(candidates(), ["10de:2335"], policy="middle")
+    with pytest.raises(InputError, match="no driver version to choose from"):
+        choose([], ["10de:2335"])
+    with pytest.raises(InputError, match="^supported-gpus.json of 9.9: not NVIDIA's supported-gpus list"):
+        choose([Candidate("9.9", BOTH, "{}")], ["10de:2335"])
