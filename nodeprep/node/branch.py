@@ -54,8 +54,8 @@ def flavour_for(candidate: Candidate, gpus: Sequence[str], preferred: str = "pro
             problems.append(f"{candidate.version} has no {flavour} flavour here")
             continue
         unlisted: list[str] = []
-        found = support.check_support(candidate.supported, flavour, list(gpus), driver_version=candidate.version,
-                                      notes=unlisted)
+        found = support.check_support(candidate.supported, flavour, list(gpus),
+                                      driver_version=candidate.version, notes=unlisted)
         if not found and not unlisted:
             return flavour, problems
         problems += found + unlisted
