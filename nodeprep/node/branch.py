@@ -16,8 +16,11 @@ tried. The rules per GPU and list are nodeprep.node.support's (`check_support`).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from ..sources.drivers import version_key
@@ -86,3 +89,49 @@ def choose(candidates: Sequence[Candidate], gpus: Sequence[str], *, policy: str 
         f"({policy} first): {reasons[0]}",
         hint="\n".join(dict.fromkeys(reasons[1:])) or None,
     )
+
+
+# -- the edges: which GPUs, which candidates ----------------------------------------------------
+
+
+def gpu_ids(root: Path, value: str, *, what: str = "--gpus") -> list[str]:
+    """The PCI ids `value` names: 'node' (the NVIDIA GPUs under ROOT/sys/bus/pci/devices) or a comma
+    list of '10de:DEVICE[:SUBVENDOR:SUBDEVICE]'."""
+    if value == "node":
+        ids = support.node_pci_ids(root)
+        if not ids:
+            raise InputError(f"{what}: no NVIDIA GPU under {Path(root) / 'sys/bus/pci/devices'}")
+        return ids
+    ids = [v.strip() for v in value.split(",") if v.strip()]
+    if not ids:
+        raise InputError(f"{what}: {value!r} names no GPU ('node' or 10de:DEVICE,...)")
+    for gpu in ids:
+        try:
+            support.PciId.parse(gpu)
+        except InputError as e:
+            raise InputError(f"{what}: {e}") from None
+    return ids
+
+
+def store_candidates(store: Any, kernel: str, arch: str,
+                     versions: Sequence[str] | None = None) -> list[Candidate]:
+    """The store's driver versions (only `versions` when given) with a user-space artifact for `arch`
+    that carries a supported-GPU list and kmod artifacts for `kernel` (their flavours). A remote
+    store's user-space artifacts are read from a temporary directory, removed afterwards."""
+    from ..artifact import read_member
+
+    entries = store.entries()
+    out: list[Candidate] = []
+    with tempfile.TemporaryDirectory(prefix="nodeprep-branch-") as tmp:
+        for us in entries:
+            wanted = not versions or us.driver_version in versions
+            if us.kind != "userspace" or us.arch != arch or not wanted:
+                continue
+            flavours = tuple(sorted({str(e.flavour) for e in entries if e.kind == "kmod" and e.flavour and
+                                     (e.driver_version, e.kernel_release) == (us.driver_version, kernel)}))
+            if not flavours:
+                continue
+            data = read_member(store.fetch(us, Path(tmp)), support.SUPPORT_FILE)
+            if data is not None:
+                out.append(Candidate(us.driver_version, flavours, data.decode("utf-8", "replace")))
+    return out

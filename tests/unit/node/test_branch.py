@@ -71,3 +71,93 @@ def test_bad_input_is_refused_before_choosing():
         choose([], ["10de:2335"])
     with pytest.raises(InputError, match="^supported-gpus.json of 9.9: not NVIDIA's supported-gpus list"):
         choose([Candidate("9.9", BOTH, "{}")], ["10de:2335"])
+
+
+# -- install --gpus: the real CLI over a store of user-space artifacts carrying the real lists ------
+
+KERNEL = "6.1.0-50-amd64"
+
+
+def _publish(store: Path, tmp: Path, kind: str, version: str, flavour: str | None = None) -> None:
+    from nodeprep import artifact
+
+    payload = tmp / f"payload-{kind}-{version}-{flavour}"
+    if kind == "userspace":
+        (payload / "share").mkdir(parents=True)
+        (payload / "share" / "supported-gpus.json").write_bytes(
+            gzip.decompress((DATA / f"{version}.json.gz").read_bytes()))
+        extra: dict = {}
+    else:
+        (payload / "modules" / KERNEL).mkdir(parents=True)
+        (payload / "modules" / KERNEL / "nvidia.ko").write_bytes(b"\0" * 64)
+        extra = dict(flavour=flavour, kernel_release=KERNEL, vermagic=f"{KERNEL} SMP")
+    manifest = artifact.Manifest(kind=kind, driver_version=version, arch="amd64", os="debian-12",
+                                 input_digest="1" * 64, inputs={}, **extra)
+    path, manifest = artifact.pack(payload, manifest, tmp / "out")
+    artifact.LocalStore(store).publish(path, manifest)
+
+
+@pytest.fixture(scope="module")
+def gpu_store(tmp_path_factory) -> Path:
+    """535.309.01 (proprietary), 550.163.01 and 555.58.02 (both flavours) for 6.1.0-50-amd64."""
+    tmp = tmp_path_factory.mktemp("gpu-store")
+    store = tmp / "store"
+    store.mkdir()
+    for version, flavours in (("535.309.01", ("proprietary",)), ("550.163.01", BOTH), ("555.58.02", BOTH)):
+        _publish(store, tmp, "userspace", version)
+        for flavour in flavours:
+            _publish(store, tmp, "kmod", version, flavour)
+    return store
+
+
+def _install_check(root: Path, store: Path | str, *args: str):  # type: ignore[no-untyped-def]
+    from tests.support.clirunner import invoke
+
+    return invoke("install", "--store", str(store), "--kernel", KERNEL, "--root", str(root), "--check",
+                  "--json", *args)
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_install_follows_the_node_gpus(gpu_store: Path, tmp_path: Path) -> None:
+    import json
+
+    from tests.unit.node.test_node_support import sysfs
+
+    root = sysfs(tmp_path / "root", "2335:10de:16c3", "2335:10de:16c3")
+    before = _tree(root)
+    res = _install_check(root, gpu_store, "--gpus", "node")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output[res.output.index("{"):])
+    assert plan["version"] == "555.58.02" and "-proprietary-" in plan["install_kmod"], plan
+    res = _install_check(root, gpu_store, "--gpus", "10de:2335", "--branch-policy", "oldest",
+                         "--flavour", "open")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output[res.output.index("{"):])
+    assert plan["version"] == "550.163.01" and "-open-" in plan["install_kmod"], plan
+    assert _tree(root) == before  # a plan: nothing written
+
+
+def test_install_refuses_gpus_no_store_version_supports(gpu_store: Path, tmp_path: Path) -> None:
+    from tests.support.clirunner import error_line
+    from tests.support.httpdir import serve_directory
+
+    root = tmp_path / "root"
+    root.mkdir()
+    with serve_directory(gpu_store) as url:  # a remote store: its lists are read, and nothing is left
+        res = _install_check(root, url, "--gpus", "10de:2335,10de:2901")
+    assert res.exit_code == 2
+    line = error_line(res)
+    assert line.startswith("error: --gpus: no driver version supports every GPU of the node "
+                           "(10de:2335, 10de:2901); tried 555.58.02, 550.163.01, 535.309.01 (newest first): ")
+    assert "(PCI 10de:2901) is newer than 555.58.02" in line
+    assert _tree(root) == []
+    res = _install_check(root, gpu_store, "--gpus", "node")
+    assert error_line(res) == f"error: --gpus: no NVIDIA GPU under {root / 'sys/bus/pci/devices'}"
+    res = _install_check(root, gpu_store, "--gpus", "10de:2335", "--driver", "555.58.02")
+    assert error_line(res) == "error: --gpus chooses the driver version: not with --driver"
+    res = _install_check(root, gpu_store, "--gpus", "1234")
+    assert error_line(res).startswith("error: --gpus: '1234': not an NVIDIA PCI id")
+    assert _tree(root) == []
