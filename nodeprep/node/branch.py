@@ -52,17 +52,19 @@ def flavour_for(candidate: Candidate, gpus: Sequence[str], preferred: str = "pro
     else:
         order = [preferred, *(f for f in ("proprietary", "open") if f != preferred)]
     problems: list[str] = []
+    missing: list[str] = []  # after the GPUs' problems: those say more
     for flavour in order:
         if flavour not in candidate.flavours:
-            problems.append(f"{candidate.version} has no {flavour} flavour here")
+            missing.append(f"{candidate.version} has no {flavour} flavour here")
             continue
         unlisted: list[str] = []
         found = support.check_support(candidate.supported, flavour, list(gpus),
                                       driver_version=candidate.version, notes=unlisted)
         if not found and not unlisted:
             return flavour, problems
-        problems += found + unlisted
-    return None, problems
+        problems += found + [n.replace("(NVIDIA's list is incomplete; not refused)",
+                                       "(chosen only where listed)") for n in unlisted]
+    return None, problems + missing
 
 
 def choose(candidates: Sequence[Candidate], gpus: Sequence[str], *, policy: str = "newest",
@@ -82,7 +84,7 @@ def choose(candidates: Sequence[Candidate], gpus: Sequence[str], *, policy: str 
         flavour, problems = flavour_for(cand, gpus, preferred)
         if flavour is not None:
             return Choice(cand.version, flavour, tried)
-        reasons.append(problems[-1] if problems else f"{cand.version}: no flavour")
+        reasons.append(problems[0] if problems else f"{cand.version}: no flavour")
     shown = ", ".join(gpus)
     raise InputError(
         f"{what}: no driver version supports every GPU of the node ({shown}); tried {', '.join(tried)} "
@@ -135,3 +137,25 @@ def store_candidates(store: Any, kernel: str, arch: str,
             if data is not None:
                 out.append(Candidate(us.driver_version, flavours, data.decode("utf-8", "replace")))
     return out
+
+
+def require_pinned(store: Any, version: str, flavour: str, gpus: Sequence[str], *, arch: str = "amd64",
+                   what: str = "driver.version") -> bool:
+    """Refuse (InputError naming `what`) a pinned `version` and `flavour` that does not run a GPU in
+    `gpus` by the version's list in the store, as install would (nodeprep.node.support's rules: a GPU
+    the list does not name is not refused); False when its user space carries no list (not checked)."""
+    from ..artifact import read_member
+
+    entry = next((e for e in store.entries() if e.kind == "userspace" and e.driver_version == version
+                  and e.arch == arch), None)
+    if entry is None:
+        raise InputError(f"{what}: {version} has no user-space artifact ({arch}) in the store")
+    with tempfile.TemporaryDirectory(prefix="nodeprep-branch-") as tmp:
+        data = read_member(store.fetch(entry, Path(tmp)), support.SUPPORT_FILE)
+    if data is None:
+        return False
+    problems = support.check_support(data.decode("utf-8", "replace"), flavour, list(gpus),
+                                     driver_version=version)
+    if problems:
+        raise InputError(f"{what}: {problems[0]}", hint="\n".join(problems[1:]) or None)
+    return True

@@ -161,3 +161,39 @@ def test_install_refuses_gpus_no_store_version_supports(gpu_store: Path, tmp_pat
     res = _install_check(root, gpu_store, "--gpus", "1234")
     assert error_line(res).startswith("error: --gpus: '1234': not an NVIDIA PCI id")
     assert _tree(root) == []
+
+
+def _profile(tmp_path: Path, store: Path | str, version: str, flavour: str) -> Path:
+    path = tmp_path / "node.yaml"
+    path.write_text(f'driver:\n  version: "{version}"\n  flavour: {flavour}\n  store: "{store}"\n')
+    return path
+
+
+def test_profile_check_refuses_a_pinned_version_that_does_not_run_the_gpus(gpu_store: Path, tmp_path: Path):
+    """`profile check --gpus`: where the GPUs are known, a pinned driver.version (and flavour) whose
+    list in the store does not run one of them is refused naming the field and the GPU."""
+    from tests.support.clirunner import error_line, invoke
+    from tests.unit.node.test_node_support import sysfs
+
+    root = sysfs(tmp_path / "root", "2335", "1db6")
+    good = _profile(tmp_path, gpu_store, "555.58.02", "proprietary")
+    res = invoke("profile", "check", "--profile", str(good), "--root", str(root), "--gpus", "node")
+    assert res.exit_code == 0, res.output
+    res = invoke("profile", "check", "--profile", str(good), "--root", str(root), "--gpus", "10de:2901")
+    assert res.exit_code == 2
+    assert error_line(res).startswith(
+        "error: driver.version: NVIDIA device 10de:2901 (PCI 10de:2901) is newer than 555.58.02")
+    opened = _profile(tmp_path, gpu_store, "555.58.02", "open")  # the V100 has no open modules
+    res = invoke("profile", "check", "--profile", str(opened), "--root", str(root), "--gpus", "node")
+    assert "Tesla V100-PCIE-32GB (PCI 10de:1db6) is not supported by the open kernel modules of 555.58.02" \
+        in error_line(res)
+    # 535.309.01's list does not name the H200: install only notes that, and so does the check
+    old = _profile(tmp_path, gpu_store, "535.309.01", "proprietary")
+    res = invoke("profile", "check", "--profile", str(old), "--root", str(root), "--gpus", "10de:2335")
+    assert res.exit_code == 0, res.output
+    missing = _profile(tmp_path, gpu_store, "560.35.03", "proprietary")
+    res = invoke("profile", "check", "--profile", str(missing), "--root", str(root), "--gpus", "node")
+    assert error_line(res) == ("error: driver.version: 560.35.03 has no user-space artifact (amd64) in "
+                               "the store")
+    res = invoke("profile", "check", "--profile", str(old), "--root", str(root))  # GPUs not known
+    assert res.exit_code == 0, res.output
