@@ -323,6 +323,17 @@ def load(path: Path) -> Matrix:
 
 
 ArchiveFor = Callable[[str, str], Any]  # (OS name, channel name) -> its DebianArchive
+# (OS name, channel name, driver version) -> that driver's supported-gpus.json, None when unknown
+GpuLists = Callable[[str, str, str], str | None]
+
+
+@dataclass(frozen=True)
+class FollowGpus:
+    """`build-matrix --gpus`: each kernel's driver and flavour chosen for these GPUs (node.branch)."""
+
+    gpus: tuple[str, ...]
+    lists: GpuLists
+    policy: str = "newest"
 
 
 @dataclass
@@ -339,9 +350,12 @@ class Expansion:
         return {"include": [c.to_dict() for c in self.cells]}
 
 
-def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64") -> Expansion:
+def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
+           follow: FollowGpus | None = None) -> Expansion:
     """The cells of `matrix` that exist in the archives `archive_for` gives (kernels and drivers
-    resolved to exact releases and versions), and the refused ones with their reason."""
+    resolved to exact releases and versions), and the refused ones with their reason. With `follow`,
+    each kernel gets the one driver and flavour its line serves for those GPUs instead of the
+    matrix's drivers and flavours."""
     out = Expansion()
     catalogs: dict[tuple[str, str], dict[str, list[str]]] = {}
 
@@ -357,6 +371,14 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64") -> E
             kernels, why = _kernels(os_name, spec, archive_for, arch)
             if why:  # no kernel: one refusal for every driver and flavour of it
                 out.refuse(Refusal(os_name, spec.text(), "*", "*", why))
+                continue
+            if follow is not None:
+                for kernel, channel in kernels:
+                    cell, reason = _gpu_cell(os_name, kernel, channel, follow, catalog)
+                    if reason:
+                        out.refuse(Refusal(os_name, kernel, "*", "*", reason))
+                    elif cell is not None and cell not in out.cells:
+                        out.cells.append(cell)
                 continue
             product = itertools.product(kernels, matrix.flavours, matrix.drivers)
             for (kernel, channel), flavour, driver in product:
@@ -431,6 +453,47 @@ def _cell(os_name: str, kernel: str, channel: Any, driver: str | None, flavour: 
         return None, why
     return Cell(os=os_name, driver=src.driver_version, flavour=flavour, kernel=kernel, channel=channel.name,
                 source=f"{src.package}={src.debian_version}"), None
+
+
+def _gpu_cell(os_name: str, kernel: str, channel: Any, follow: FollowGpus,
+              catalog: Callable[[Any, Any], dict[str, list[str]]]) -> tuple[Cell | None, str | None]:
+    """The cell whose driver and flavour nodeprep.node.branch chooses for `follow.gpus` among the
+    drivers the kernel's line serves (less the known build failures), or why there is none."""
+    from ..node.branch import Candidate, choose
+
+    source_os, line, _ = driver_sources.source_line(os_name, kernel, channel)
+    cat = catalog(source_os, line)
+    if line.driver_version_tag:
+        cat = {p: [v for v in vs if line.driver_version_tag in v] for p, vs in cat.items()}
+    sources = {(s.driver_version, s.flavour): s for s in driver_sources.served(cat)
+               if not facts.refusal(s.driver_version, s.flavour, kernel)}
+    candidates = []
+    for version in dict.fromkeys(v for v, _ in sources):
+        text = follow.lists(os_name, channel.name, version)
+        if text is not None:
+            flavours = tuple(f for v, f in sources if v == version)
+            candidates.append(Candidate(version, flavours, text))
+    try:
+        choice = choose(candidates, follow.gpus, policy=follow.policy)
+    except InputError as e:
+        return None, str(e).removeprefix("--gpus: ")
+    src = sources[choice.version, choice.flavour]
+    return Cell(os=os_name, driver=choice.version, flavour=choice.flavour, kernel=kernel,
+                channel=channel.name, source=f"{src.package}={src.debian_version}"), None
+
+
+def gpu_lists(archive_for: ArchiveFor) -> GpuLists:
+    """`GpuLists` over the real archives (builder.userspace.supported_gpus, one package per version)."""
+    from .userspace import supported_gpus
+
+    made: dict[tuple[str, str, str], str | None] = {}
+
+    def lists(os_name: str, channel: str, version: str) -> str | None:
+        if (os_name, channel, version) not in made:
+            made[os_name, channel, version] = supported_gpus(archive_for(os_name, channel), version)
+        return made[os_name, channel, version]
+
+    return lists
 
 
 def archives(cache: Path, *, arch: str = "amd64") -> ArchiveFor:

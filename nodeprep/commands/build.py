@@ -347,6 +347,16 @@ def build_driver_cmd(
     "exist; the impossible ones are refused on stderr with their reason (needed for channel selectors).",
 )
 @click.option(
+    "--gpus", default=None, metavar="node|10de:DEVICE,...",
+    help="With --expand: each kernel gets the driver and flavour its line serves for these GPUs ('node': "
+    "this machine's), chosen from each driver's supported-GPU list, instead of the matrix's drivers "
+    "and flavours.",
+)
+@click.option(
+    "--branch-policy", type=click.Choice(("newest", "oldest")), default="newest", show_default=True,
+    help="With --gpus: the newest or the oldest driver that supports every GPU.",
+)
+@click.option(
     "--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix)."
 )
 @click.option(
@@ -367,6 +377,8 @@ def build_driver_cmd(
 def build_matrix_cmd(
     file: Path,
     expand: bool,
+    gpus: str | None,
+    branch_policy: str,
     do_build: bool,
     jobs: int,
     store: str,
@@ -387,13 +399,22 @@ def build_matrix_cmd(
     from ..builder.plan import BuildRequest
 
     spec = matrix.load(file)
+    archive_for = matrix.archives(cache)
+    follow = None
+    if gpus is not None:
+        from ..node.branch import gpu_ids
+
+        if not expand:
+            raise InputError("--gpus chooses the drivers the archive serves: use it with --expand")
+        ids = tuple(gpu_ids(Path("/"), gpus))
+        follow = matrix.FollowGpus(ids, matrix.gpu_lists(archive_for), branch_policy)
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
     if do_build:  # an index the cells would publish into is read before any cell builds (exit 2)
         artifact.read_index(store_dir)
     refused: list[matrix.Refusal] = []
     if expand:
-        expansion = matrix.expand(spec, matrix.archives(cache))
+        expansion = matrix.expand(spec, archive_for, follow=follow)
         cells, refused = expansion.cells, expansion.refused
         for r in refused:
             click.echo(r.line(), err=True)

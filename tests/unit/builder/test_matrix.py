@@ -212,3 +212,58 @@ def test_build_refuses_a_hostile_store_index_before_any_cell(tmp_path):
     assert sorted(p.name for p in store.iterdir()) == ["index.json"]
     assert (store / "index.json").read_bytes() == before
     assert not cache.exists() or not any(cache.rglob("*.log"))
+
+
+# -- --gpus: the driver follows the GPUs (issue 27, item 4) -----------------------------------------
+
+def _lists(os_name: str, channel: str, version: str) -> str | None:
+    """The real supported-gpus.json of the versions recorded in tests/unit/data/supported-gpus/."""
+    import gzip
+
+    from tests.unit.node.test_branch import DATA as LISTS
+
+    path = LISTS / f"{version}.json.gz"
+    return gzip.decompress(path.read_bytes()).decode() if path.is_file() else None
+
+
+def _follow(text: str, *gpus: str, policy: str = "newest") -> matrix.Expansion:
+    return matrix.expand(matrix.parse(text), _archive_for, follow=matrix.FollowGpus(gpus, _lists, policy))
+
+
+def test_gpus_choose_each_kernels_driver_and_flavour_from_the_lines_lists():
+    """A100 (10de:20b2): Debian 12's 535.309.01 lists it, proprietary by default. H200 (10de:2335):
+    535.309.01's list does not name it, and trixie's 550.163.01, whose list does, does not build for
+    6.12.117 (targets/facts.py): each kernel is refused naming the GPU and the versions tried."""
+    text = "os: [debian-12, debian-13]\nkernels: [default]\ndrivers: ['470']\nflavours: [open]\n"
+    got = _follow(text, "10de:20b2")
+    assert [(c.os, c.kernel, c.driver, c.flavour, c.source) for c in got.cells][0] == (
+        "debian-12", "6.1.0-56-amd64", "535.309.01", "proprietary",
+        "nvidia-kernel-source=535.309.01-0+deb12u1")
+    refused = _follow(text, "10de:2335").refused
+    assert [(r.os, r.kernel, r.driver) for r in refused] == [
+        ("debian-12", "6.1.0-56-amd64", "*"), ("debian-13", "6.12.117+deb13-amd64", "*")]
+    assert refused[0].reason.startswith("no driver version supports every GPU of the node (10de:2335); "
+                                        "tried 535.309.01 (newest first): ")
+    assert refused[1].reason == "no driver version to choose from"  # 550.163.01 is ruled out here
+
+
+def test_gpus_on_trixie_backports_take_its_own_driver():
+    """trixie-backports' 7.3.4 kernel and its ~bpo13 550.163.01, whose list names the H200 (no known
+    build failure rules it out on 7.3); a Blackwell B200 is refused there."""
+    text = "os: debian-13\nkernels: [{channel: backports}]\n"
+    (cell,) = _follow(text, "10de:2335").cells
+    assert (cell.kernel, cell.driver, cell.flavour, cell.source) == (
+        "7.3.4+deb13-amd64", "550.163.01", "proprietary", "nvidia-kernel-source=550.163.01-4~bpo13+1")
+    (refused,) = _follow(text, "10de:2901").refused
+    assert "(PCI 10de:2901) is newer than 550.163.01" in refused.reason
+
+
+def test_build_matrix_gpus_needs_expand(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text("os: debian-12\n")
+    res = CliRunner().invoke(main, ["build-matrix", str(f), "--gpus", "10de:2335"])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[0] == (
+        "error: --gpus chooses the drivers the archive serves: use it with --expand")
+    res = CliRunner().invoke(main, ["build-matrix", str(f), "--expand", "--gpus", "10de:zz"])
+    assert res.exit_code == 2 and res.stderr.splitlines()[0].startswith("error: --gpus: '10de:zz'")
