@@ -10,6 +10,8 @@
     flavours: [proprietary, open]  # default [proprietary]
     exclude:                       # optional: drop cells matching every given key
       - {driver: "535", flavour: open}
+    open_source:                   # optional: NVIDIA open-gpu-kernel-modules releases, built for every kernel
+      - {release: https://…/open-gpu-kernel-modules-580.142.tar.gz, sha256: 644c…}
 
 The file is checked against `json_schema()` (built from the same vocabularies the CLI uses: the
 target OSes, their kernel channels, the flavours, the driver spelling); every problem is one
@@ -30,6 +32,7 @@ from typing import Any
 from .. import targets
 from ..errors import InputError, InputFileError
 from ..sources import drivers as driver_sources
+from ..sources import opensource
 from ..sources.drivers import DRIVER_RE, FLAVOURS
 from ..targets import facts
 from ..yamlinput import Document, load_yaml, parse_yaml
@@ -38,6 +41,7 @@ from . import headers
 DEFAULT = ("default", "latest")
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "matrix.schema.json"
 EXCLUDE_KEYS = ("os", "driver", "kernel", "flavour")
+SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
 
 
 class MatrixError(InputFileError):
@@ -92,6 +96,7 @@ def json_schema() -> dict[str, Any]:
                 "description": what}
 
     exclude_entry = "must be a list of mappings like {{driver: ..., kernel: ..., flavour: ...}}"
+    release_entry = "must be a list of mappings like {{release: URL or path, sha256: HEX}}"
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://nodeprep.invalid/schemas/matrix.schema.json",
@@ -115,6 +120,24 @@ def json_schema() -> dict[str, Any]:
                     "x-message": exclude_entry,
                 },
                 "x-message": exclude_entry,
+            },
+            "open_source": {
+                "type": "array",
+                "description": "NVIDIA open-gpu-kernel-modules releases (the open flavour) built for "
+                               "every kernel",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["release", "sha256"],
+                    "properties": {
+                        "release": {"type": "string", "minLength": 1,
+                                    "x-message": "must be the release tarball's URL or path"},
+                        "sha256": {"type": "string", "pattern": SHA256_PATTERN,
+                                   "x-message": "{value} is not a sha256 hex digest (64 hex digits)"},
+                    },
+                    "x-message": release_entry,
+                },
+                "x-message": release_entry,
             },
         },
     }
@@ -216,10 +239,14 @@ class Cell:
     kernel: str | None  # None: the OS's default kernel
     channel: str | None = None  # expanded cells: the kernel channel
     source: str | None = None  # expanded cells: the Debian driver source package=version
+    open_source: str | None = None  # an open-gpu-kernel-modules release (URL or path) instead of Debian's
+    open_source_sha256: str | None = None
 
     def args(self) -> list[str]:
         out = ["--os", self.os, "--flavour", self.flavour]
-        if self.driver:
+        if self.open_source:
+            out += ["--open-source", self.open_source, "--open-source-sha256", self.open_source_sha256 or ""]
+        elif self.driver:
             out += ["--driver", self.driver]
         if self.kernel:
             out += ["--kernel", self.kernel]
@@ -248,6 +275,24 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class OpenRelease:
+    """One `open_source:` entry: the release (URL or path), its sha256, the version its name carries."""
+
+    release: str
+    sha256: str
+    version: str
+
+    @property
+    def name(self) -> str:
+        return opensource.release_name(self.release)
+
+    def cell(self, os_name: str, kernel: str | None, channel: str | None = None) -> Cell:
+        return Cell(os=os_name, driver=self.version, flavour="open", kernel=kernel, channel=channel,
+                    source=f"open-source:{self.name}" if channel else None, open_source=self.release,
+                    open_source_sha256=self.sha256)
+
+
+@dataclass(frozen=True)
 class Matrix:
     oses: tuple[str, ...]
     kernels: tuple[KernelSpec, ...]
@@ -255,6 +300,7 @@ class Matrix:
     flavours: tuple[str, ...]
     exclude: tuple[dict[str, str], ...] = ()
     source: str = "matrix"
+    open_sources: tuple[OpenRelease, ...] = ()
 
     @property
     def needs_archive(self) -> bool:
@@ -279,6 +325,9 @@ class Matrix:
                      "kernel": (k.release or "latest", k.release or "default"), "flavour": (f,)}
             if not self.excluded(**spell) and cell not in out:
                 out.append(cell)
+        for os_name, k, rel in itertools.product(self.oses, self.kernels, self.open_sources):
+            if rel.cell(os_name, k.release) not in out:
+                out.append(rel.cell(os_name, k.release))
         return out
 
 
@@ -304,7 +353,28 @@ def from_data(data: Any, *, source: str = "matrix", document: Document | None = 
         flavours=tuple(dict.fromkeys(data.get("flavours", ["proprietary"]))),
         exclude=tuple(data.get("exclude", []) or []),
         source=source,
+        open_sources=_open_releases(data.get("open_source") or [], source),
     )
+
+
+def _open_releases(entries: list[dict[str, str]], source: str) -> tuple[OpenRelease, ...]:
+    """The `open_source:` entries, each with the version its file name carries (build-driver checks
+    it against the tarball's own)."""
+    out, problems = [], []
+    for i, e in enumerate(entries):
+        try:
+            name = opensource.release_name(e["release"])
+        except InputError:
+            name = ""
+        version = opensource.name_version(name)
+        if version is None:
+            problems.append(f"open_source[{i}].release: {e['release']!r} is not named "
+                            "open-gpu-kernel-modules-<version>.tar.gz (an NVIDIA release)")
+        else:
+            out.append(OpenRelease(e["release"], e["sha256"].lower(), version))
+    if problems:
+        raise MatrixError(problems, source=source, hint="see docs/build.md, Build matrices")
+    return tuple(out)
 
 
 def parse(text: str, *, source: str = "matrix") -> Matrix:
@@ -349,6 +419,21 @@ class Expansion:
         """GitHub Actions' `strategy.matrix` shape: `{"include": [cell, ...]}`."""
         return {"include": [c.to_dict() for c in self.cells]}
 
+    def by_kernel(self) -> list[dict[str, Any]]:
+        """Per OS and kernel, in the order met: the sources that build for it (`builds`: Debian's
+        package=version or open-source:<release>, with driver and flavour) and the refused ones with
+        their reason; a kernel refused as a whole has no builds and one refusal."""
+        table: dict[tuple[str, str], dict[str, Any]] = {}
+        for c in self.cells:
+            row = table.setdefault((c.os, str(c.kernel)), {"os": c.os, "kernel": c.kernel, "builds": [],
+                                                           "refused": []})
+            row["builds"].append({"driver": c.driver, "flavour": c.flavour, "source": c.source})
+        for r in self.refused:
+            row = table.setdefault((r.os, r.kernel), {"os": r.os, "kernel": r.kernel, "builds": [],
+                                                      "refused": []})
+            row["refused"].append({"driver": r.driver, "flavour": r.flavour, "reason": r.reason})
+        return list(table.values())
+
 
 def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
            follow: FollowGpus | None = None) -> Expansion:
@@ -380,6 +465,11 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
                     elif cell is not None and cell not in out.cells:
                         out.cells.append(cell)
                 continue
+            for (kernel, channel), rel in itertools.product(kernels, matrix.open_sources):
+                if why := facts.refusal(rel.version, "open", kernel):
+                    out.refuse(Refusal(os_name, kernel, rel.name, "open", why))
+                elif rel.cell(os_name, kernel, channel.name) not in out.cells:
+                    out.cells.append(rel.cell(os_name, kernel, channel.name))
             product = itertools.product(kernels, matrix.flavours, matrix.drivers)
             for (kernel, channel), flavour, driver in product:
                 spell = {"os": (os_name,), "kernel": (kernel, spec.text()), "flavour": (flavour,),

@@ -357,6 +357,11 @@ def build_driver_cmd(
     help="With --gpus: the newest or the oldest driver that supports every GPU.",
 )
 @click.option(
+    "--by-kernel", is_flag=True,
+    help="With --expand: print, per kernel the archive serves, the sources that build for it and the "
+    "refused ones with their reason (`{\"kernels\": [...]}`), instead of the cells.",
+)
+@click.option(
     "--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix)."
 )
 @click.option(
@@ -379,6 +384,7 @@ def build_matrix_cmd(
     expand: bool,
     gpus: str | None,
     branch_policy: str,
+    by_kernel: bool,
     do_build: bool,
     jobs: int,
     store: str,
@@ -408,6 +414,8 @@ def build_matrix_cmd(
             raise InputError("--gpus chooses the drivers the archive serves: use it with --expand")
         ids = tuple(gpu_ids(Path("/"), gpus))
         follow = matrix.FollowGpus(ids, matrix.gpu_lists(archive_for), branch_policy)
+    if by_kernel and (not expand or do_build):
+        raise InputError("--by-kernel lists what --expand finds: use it with --expand, without --build")
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
     if do_build:  # an index the cells would publish into is read before any cell builds (exit 2)
@@ -418,6 +426,9 @@ def build_matrix_cmd(
         cells, refused = expansion.cells, expansion.refused
         for r in refused:
             click.echo(r.line(), err=True)
+        if by_kernel:
+            emit_json({"kernels": expansion.by_kernel()})
+            return
     else:
         cells = spec.cells()
     if not do_build:
@@ -433,6 +444,8 @@ def build_matrix_cmd(
                 flavour=cell.flavour,
                 os_name=cell.os,
                 kernel=cell.kernel,
+                open_source=cell.open_source,
+                open_source_sha256=cell.open_source_sha256,
                 store=store_dir,
                 cache=cache,
                 jobs=per_cell,

@@ -129,6 +129,11 @@ OPEN_SOURCE_CELLS = {
     # Debian 12's current default kernel (6.1.0-56, whose headers and image the shared build and
     # the smoke tests already hold): 580.142 builds for it, pci_resize_resource() change and all.
     "debian12-open-580": dict(release="580.142", os_name="debian-12", kernel="6.1.0-56-amd64"),
+    # Debian 13's newest 6.12 kernel (its headers are the debian13-tesla cell's), 580.142 again.
+    "debian13-open-580": dict(release="580.142", os_name="debian-13", kernel="6.12.117+deb13-amd64"),
+    # trixie-backports' newest kernel (7.3.4+deb13, a line of its own: gcc-14, pahole) and the newest
+    # release of the snapshot.
+    "debian13-backports-open-595": dict(release="595.45.04", os_name="debian-13", kernel="7.3.4+deb13-amd64"),
 }
 
 

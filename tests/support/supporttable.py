@@ -33,7 +33,7 @@ END = "<!-- support-table:end -->"
 COLUMNS = ("OS", "kernel", "compiler", "driver", "flavour", "smoke test", "artifact", "build time")
 UNCHECKED = ("build time",)  # varies with the machine and its load; see the module docstring
 # The cells in table order: the shared debian-12 build, then tests/support/realbuild.py CELLS.
-CELL_ORDER = (SHARED, "debian12-open", "debian12-backports", "debian13-tesla")
+CELL_ORDER = (SHARED, "debian12-open", "debian12-backports", "debian13-tesla", "debian12-experimental")
 
 
 def cell_dir(cache: Path, cell: str) -> Path:
@@ -80,6 +80,14 @@ def _compiler(text: str) -> str:
     return f"{m[1]} ({m[2]})" if m else text
 
 
+def _source(source: dict[str, str] | None) -> str:
+    """' (555.58.02-4, experimental)': the Debian version of the driver sources, and their suite when
+    it is not the kernel line's own (build-driver --driver-suite)."""
+    if not source or "version" not in source:
+        return ""
+    return f" ({source['version']}" + (f", {source['suite']}" if source.get("suite") else "") + ")"
+
+
 def _minutes(build: dict[str, Any] | None) -> str:
     if not build:
         return "not recorded"
@@ -102,7 +110,7 @@ def row(cache: Path, cell: str) -> dict[str, str]:
         "OS": m.os + ("" if line == "main" else f" ({line})"),
         "kernel": str(m.kernel_release),
         "compiler": _compiler(m.compiler or ""),
-        "driver": m.driver_version + (f" ({m.extra['source']['version']})" if "source" in m.extra else ""),
+        "driver": m.driver_version + _source(m.extra.get("source")),
         "flavour": str(m.flavour),
         "smoke test": smoke_verdict(cache, cell, m.input_digest) or "not smoke-tested",
         "artifact": f"{kmod.stat().st_size / 2**20:.1f} MiB",

@@ -1,10 +1,11 @@
 """Real builds from NVIDIA's open-gpu-kernel-modules releases (`build-driver --open-source`, issue 27).
 
 The release tarballs are reached only through NODEPREP_NVIDIA_OPEN (`.ci/run` sets it; the tests skip
-without it). One cell compiles (tests/support/realbuild.py OPEN_SOURCE_CELLS: 580.142 for Debian 12's
-6.1.0-56, once per test cache, with the qemu smoke boot; input-digest hits afterwards); the other
-releases and kernels of the issue are resolved to their plans against the real archive (headers,
-build root, version from the tarball) without a compile."""
+without it). Each cell of tests/support/realbuild.py OPEN_SOURCE_CELLS compiles once per test cache,
+with the qemu smoke boot on its own kernel (input-digest hits afterwards): 580.142 for Debian 12's
+6.1.0-56 and Debian 13's 6.12.117, 595.45.04 for trixie-backports' 7.3.4. The Debian 13 cells are
+also resolved to their plans against the real archive (headers, build root, version from the
+tarball) without a compile."""
 
 from __future__ import annotations
 
@@ -42,20 +43,28 @@ def modinfo(ko: Path, field: str) -> str:
     return runner.run(["modinfo", "-F", field, ko]).stdout.strip()
 
 
-def test_open_source_cell_builds_and_loads_up_to_the_gpu_probe(test_cache: Path, tmp_path: Path) -> None:
-    spec = OPEN_SOURCE_CELLS[CELL]
+# the compiler of each cell's kernel (its line's, nodeprep.targets): (package, what m.compiler starts with)
+COMPILERS = {"debian-12": ("gcc-12", "gcc-12 (Debian 12.2.0-14"),
+             "debian-13": ("gcc-14", "x86_64-linux-gnu-gcc-14 (Debian 14.")}
+
+
+@pytest.mark.parametrize("cell", sorted(OPEN_SOURCE_CELLS))
+def test_open_source_cell_builds_and_loads_up_to_the_gpu_probe(cell: str, test_cache: Path,
+                                                                tmp_path: Path) -> None:
+    spec = OPEN_SOURCE_CELLS[cell]
     path, sha = release_or_skip(spec["release"])
-    built = ensure_open_source_cell(test_cache, CELL)
+    built = ensure_open_source_cell(test_cache, cell)
     m = artifact.extract(built.kmod, tmp_path)
     assert (m.os, m.flavour, m.driver_version, m.kernel_release) == (
-        "debian-12", "open", spec["release"], spec["kernel"])
+        spec["os_name"], "open", spec["release"], spec["kernel"])
     # the input digest is over the tarball itself (and the kernel's header packages)
     assert m.inputs[path.name] == sha
     assert m.extra["source"] == {"kind": "open-source", "name": path.name, "sha256": sha}
-    # the release's own Makefiles run xz and a C++ compiler: the build root has them beside gcc-12
+    # the release's own Makefiles run xz and a C++ compiler: the build root has them beside the gcc
+    gcc, text = COMPILERS[spec["os_name"]]
     names = {p.split(":")[0].split("=")[0] for p in m.extra["build_root"]["packages"]}
-    assert {"xz-utils", "g++-12", "gcc-12"} <= names, names
-    assert "gcc-12 (Debian 12.2.0-14" in m.compiler and "cc_mismatch" not in m.extra["build"]
+    assert {"xz-utils", gcc.replace("gcc", "g++"), gcc} <= names, names
+    assert m.compiler.startswith(text) and "cc_mismatch" not in m.extra["build"], m.compiler
     mod_dir = tmp_path / "modules" / spec["kernel"]
     assert sorted(p.name for p in mod_dir.iterdir()) == MODULES
     for ko in MODULES:
@@ -97,9 +106,7 @@ def test_same_release_from_the_cli_is_a_store_hit(test_cache: Path) -> None:
 
 @pytest.mark.parametrize("version, os_name, kernel", [
     ("580.142", "debian-13", "6.12.117+deb13-amd64"),
-    # the issue asks for trixie-backports' 7.3 kernel, a line nodeprep.targets does not know yet:
-    # planned for trixie's newest main kernel meanwhile (not compiled)
-    ("595.45.04", "debian-13", "6.12.117+deb13-amd64"),
+    ("595.45.04", "debian-13", "7.3.4+deb13-amd64"),  # trixie-backports' line (nodeprep.targets)
 ])
 def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: str,
                                             test_cache: Path) -> None:

@@ -55,7 +55,7 @@ def test_every_problem_is_reported_with_its_field_and_line():
             source="m.yaml",
         )
     assert e.value.problems == [
-        "kernel: unknown key (known: os, kernels, drivers, flavours, exclude) (line 4)",
+        "kernel: unknown key (known: os, kernels, drivers, flavours, exclude, open_source) (line 4)",
         "drivers[0]: 'abc' is not a driver version or branch (or 'default') (line 2)",
         "exclude[0].arch: unknown key (known: os, driver, kernel, flavour) (line 5)",
         "flavours[0]: 'closed' is not one of proprietary, open (line 3)",
@@ -267,3 +267,77 @@ def test_build_matrix_gpus_needs_expand(tmp_path):
         "error: --gpus chooses the drivers the archive serves: use it with --expand")
     res = CliRunner().invoke(main, ["build-matrix", str(f), "--expand", "--gpus", "10de:zz"])
     assert res.exit_code == 2 and res.stderr.splitlines()[0].startswith("error: --gpus: '10de:zz'")
+
+
+# -- open-source releases per kernel (issue 27, item 5) ---------------------------------------------
+
+SHA_580 = "644c8cea8ed92414c7bd4567f200d6f5ed10868728d7f7fb0f06b01319330343"
+SHA_595 = "dcec5996ed6f01eddbfd1c316383774e2f504501060218b1d898d04be6af0aa0"
+OPEN = f"""
+os: [debian-12, debian-13]
+kernels: [default, {{channel: backports}}]
+drivers: [default]
+flavours: [proprietary, open]
+open_source:
+  - {{release: /releases/open-gpu-kernel-modules-580.142.tar.gz, sha256: {SHA_580}}}
+  - {{release: "https://example.invalid/r/open-gpu-kernel-modules-595.45.04.tar.gz", sha256: {SHA_595}}}
+"""
+
+
+def test_expand_lists_per_kernel_which_sources_build_and_the_refusals():
+    """Every kernel the recorded archives serve as a line's default, trixie-backports' 7.3.4 included:
+    the Debian driver that builds, both releases, and today's refusals with their reasons."""
+    expansion = matrix.expand(matrix.parse(OPEN), _archive_for)
+    rows = {(r["os"], r["kernel"]): r for r in expansion.by_kernel()}
+    assert list(rows) == [("debian-12", "6.1.0-56-amd64"), ("debian-12", "6.12.95+deb12-amd64"),
+                          ("debian-13", "6.12.117+deb13-amd64"), ("debian-13", "7.3.4+deb13-amd64")]
+    releases = ["open-source:open-gpu-kernel-modules-580.142.tar.gz",
+                "open-source:open-gpu-kernel-modules-595.45.04.tar.gz"]
+    for row in rows.values():
+        assert [b["source"] for b in row["builds"] if b["source"].startswith("open-source:")] == releases
+    trixie = rows["debian-13", "6.12.117+deb13-amd64"]
+    assert [b["source"] for b in trixie["builds"]] == releases  # 550.163.01 does not build for 6.12.117
+    assert {r["flavour"] for r in trixie["refused"]} == {"proprietary", "open"}
+    assert all("pci_resize_resource" in r["reason"] for r in trixie["refused"])
+    bpo = rows["debian-13", "7.3.4+deb13-amd64"]
+    assert {"driver": "550.163.01", "flavour": "proprietary",
+            "source": "nvidia-kernel-source=550.163.01-4~bpo13+1"} in bpo["builds"]
+    cell = next(c for c in expansion.cells if c.kernel == "7.3.4+deb13-amd64" and c.driver == "595.45.04")
+    assert cell.args() == ["--os", "debian-13", "--flavour", "open", "--open-source",
+                           "https://example.invalid/r/open-gpu-kernel-modules-595.45.04.tar.gz",
+                           "--open-source-sha256", SHA_595, "--kernel", "7.3.4+deb13-amd64"]
+
+
+def test_a_known_build_failure_refuses_a_release_on_that_kernel(monkeypatch):
+    limit = facts.KernelLimit(driver="580.142", flavours=("open",), series="7.3", since="7.3.0",
+                              reason="580.142 does not build against 7.3", source="test")
+    monkeypatch.setattr(facts, "KERNEL_LIMITS", (*facts.KERNEL_LIMITS, limit))
+    refused = _refused("os: debian-13\nkernels: [{channel: backports}]\nopen_source:\n"
+                       "  - {release: open-gpu-kernel-modules-580.142.tar.gz, sha256: '" + "a" * 64 + "'}\n")
+    assert refused[("debian-13", "7.3.4+deb13-amd64", "open-gpu-kernel-modules-580.142.tar.gz", "open")] == (
+        "580.142 does not build against 7.3")
+
+
+def test_open_source_entries_are_checked_and_written_cells_carry_them(tmp_path):
+    with pytest.raises(matrix.MatrixError) as e:
+        matrix.parse("open_source:\n  - {release: nvidia.tar.gz, sha256: abc}\n  - {sha256: x}\n")
+    assert e.value.problems == [
+        "open_source[0].sha256: 'abc' is not a sha256 hex digest (64 hex digits) (line 2)",
+        "open_source[1]: must be a list of mappings like {release: URL or path, sha256: HEX} (line 3)",
+        "open_source[1].sha256: 'x' is not a sha256 hex digest (64 hex digits) (line 3)",
+    ]
+    with pytest.raises(matrix.MatrixError) as e:
+        matrix.parse("open_source:\n  - {release: nvidia.tar.gz, sha256: '" + "a" * 64 + "'}\n")
+    assert e.value.problems == ["open_source[0].release: 'nvidia.tar.gz' is not named "
+                                "open-gpu-kernel-modules-<version>.tar.gz (an NVIDIA release)"]
+    f = tmp_path / "m.yaml"
+    f.write_text(OPEN)
+    res = CliRunner().invoke(main, ["build-matrix", str(f)])
+    assert res.exit_code == 2 and "is resolved against the archive" in res.stderr
+    f.write_text(OPEN.replace("kernels: [default, {channel: backports}]", "kernels: [6.1.0-56-amd64]"))
+    res = CliRunner().invoke(main, ["build-matrix", str(f)])
+    cells = json.loads(res.stdout)["include"]
+    assert [c["driver"] for c in cells if c["flavour"] == "open" and "--open-source" in c["args"]] == [
+        "580.142", "595.45.04", "580.142", "595.45.04"]
+    res = CliRunner().invoke(main, ["build-matrix", str(f), "--by-kernel"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: --by-kernel lists what --expand finds")
