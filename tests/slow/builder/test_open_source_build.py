@@ -20,6 +20,7 @@ from nodeprep.builder import kbuild
 from nodeprep.builder.plan import BuildRequest, resolve_plan, validate_request
 from nodeprep.sources import opensource
 from nodeprep.sources.debian import DebianArchive
+from tests.support import supporttable
 from tests.support.realbuild import (
     OPEN_RELEASES,
     OPEN_SOURCE_CELLS,
@@ -78,6 +79,9 @@ def test_open_source_cell_builds_and_loads_up_to_the_gpu_probe(cell: str, test_c
                    if kbuild.CC_LINE_RE.match(ln) or kbuild.NV_LINE_RE.match(ln)]
         assert len(printed) == kbuild.count_objects(opensource.extract_tree(path, tmp_path / "tree"))
     smoke = m.extra["smoke_test"]
+    # the verdict of the boot during the build, kept for docs/build.md's support table
+    supporttable.record_smoke(test_cache, cell, kmod=built.kmod, input_digest=built.input_digest,
+                              verdict=smoke["verdict"])
     assert smoke["verdict"] == "PASS", smoke
     assert "loaded up to the GPU probe" in smoke["reason"], smoke
 
