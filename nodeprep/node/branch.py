@@ -10,8 +10,9 @@ here, though install only notes it: NVIDIA's lists are incomplete), with the fla
 - proprietary where a GPU's entry has no `kernelopen` (before Turing),
 - otherwise the preferred flavour (the caller's; proprietary unless told).
 
-None supporting them all is an InputError naming each GPU no candidate supports and every version
-tried. The rules per GPU and list are nodeprep.node.support's (`check_support`).
+None supporting them all is an InputError naming the GPUs, every version tried and why the first
+of them failed (the others' reasons in its hint). The rules per GPU and list are
+nodeprep.node.support's (`check_support`).
 """
 
 from __future__ import annotations
