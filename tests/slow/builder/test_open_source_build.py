@@ -3,9 +3,10 @@
 The release tarballs are reached only through NODEPREP_NVIDIA_OPEN (`.ci/run` sets it; the tests skip
 without it). Each cell of tests/support/realbuild.py OPEN_SOURCE_CELLS compiles once per test cache,
 with the qemu smoke boot on its own kernel (input-digest hits afterwards): 580.142 for Debian 12's
-6.1.0-56 and Debian 13's 6.12.117, 595.45.04 for trixie-backports' 7.3.4. The Debian 13 cells are
-also resolved to their plans against the real archive (headers, build root, version from the
-tarball) without a compile."""
+6.1.0-56 and for Debian 13's 6.12.117, 595.45.04 for Debian 13's 6.12.117 (the newest kernel it builds
+for: trixie-backports' 7.x kernels are refused with the compiler's reason). The Debian 13 cells and
+595.45.04 for trixie-backports' 7.3.4 are also resolved to their plans against the real archive
+(headers, build root, version from the tarball) without a compile."""
 
 from __future__ import annotations
 
@@ -110,6 +111,7 @@ def test_same_release_from_the_cli_is_a_store_hit(test_cache: Path) -> None:
 
 @pytest.mark.parametrize("version, os_name, kernel", [
     ("580.142", "debian-13", "6.12.117+deb13-amd64"),
+    ("595.45.04", "debian-13", "6.12.117+deb13-amd64"),
     ("595.45.04", "debian-13", "7.3.4+deb13-amd64"),  # trixie-backports' line (nodeprep.targets)
 ])
 def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: str,
@@ -127,3 +129,26 @@ def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: 
     assert plan.source["kind"] == "open-source" and "source" not in plan.debs
     assert any(p == f"linux-headers-{kernel}" for p, _ in plan.header_packages)
     assert OPEN_RELEASES[version] == sha
+
+
+def test_trixie_backports_kernels_refuse_the_releases_with_the_compilers_reason(test_cache: Path,
+                                                                                tmp_path: Path) -> None:
+    """595.45.04 compiled for 7.3.4+deb13 (2026-11-26) failed: `fatal error: linux/of_gpio.h: No such
+    file or directory` (nv-linux.h includes it; 7.2 and later removed it). `build-matrix --expand
+    --by-kernel` lists every trixie-backports kernel with both releases refused for that reason, and
+    the cells the line's own driver makes."""
+    releases = "".join(f"  - {{release: /r/open-gpu-kernel-modules-{v}.tar.gz, sha256: {sha}}}\n"
+                       for v, sha in OPEN_RELEASES.items())
+    f = tmp_path / "matrix.yaml"
+    f.write_text("os: debian-13\nkernels: [{channel: backports, newest: 2}]\nopen_source:\n" + releases)
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    res = runner.run([sys.executable, "-m", "nodeprep.cli", "build-matrix", f, "--expand", "--by-kernel",
+                      "--cache", test_cache], check=False, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)["kernels"]
+    assert len(rows) == 2 and all(r["kernel"].startswith("7.") for r in rows), rows
+    for row in rows:
+        refused = {r["driver"]: r["reason"] for r in row["refused"]}
+        for version in OPEN_RELEASES:
+            assert "linux/of_gpio.h" in refused[f"open-gpu-kernel-modules-{version}.tar.gz"], row
+        assert not any(b["source"].startswith("open-source:") for b in row["builds"]), row
