@@ -228,8 +228,8 @@ def _follow_gpus(root: Path, profile: Path | None, gpus: str, policy: str, *, fl
     src = Store(required(s, "driver.store"), options)
     ids = branch.gpu_ids(root, gpus)
     kernel = target_kernel(Layout(root), s["driver.kernel"])
-    choice = branch.choose(branch.store_candidates(src, kernel, arch), ids, policy=policy,
-                           preferred=flavour or "proprietary")
+    choice = branch.choose_from_store(src, ids, kernel, arch=arch, policy=policy,
+                                      preferred=flavour or "proprietary")
     log.info("--gpus %s: %s (%s), the %s of %s", ",".join(ids), choice.version, choice.flavour, policy,
              ", ".join(choice.tried))
     return choice.version, choice.flavour

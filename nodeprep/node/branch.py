@@ -18,7 +18,7 @@ nodeprep.node.support's (`check_support`).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,24 +68,28 @@ def flavour_for(candidate: Candidate, gpus: Sequence[str], preferred: str = "pro
     return None, problems + missing
 
 
-def choose(candidates: Sequence[Candidate], gpus: Sequence[str], *, policy: str = "newest",
-           preferred: str = "proprietary", what: str = "--gpus") -> Choice:
+def choose(candidates: Iterable[Candidate], gpus: Sequence[str], *, policy: str = "newest",
+           preferred: str = "proprietary", what: str = "--gpus", presorted: bool = False) -> Choice:
     """The candidate (by `policy`) supporting every GPU in `gpus`, and its flavour; InputError naming
-    the GPUs and the versions tried when none does."""
+    the GPUs and the versions tried when none does. `presorted`: `candidates` come in the policy's
+    order already and are taken one at a time (a store's lists are read only as far as needed)."""
     if policy not in POLICIES:
         raise InputError(f"{what}: policy {policy!r} is not one of {', '.join(POLICIES)}")
     for gpu in gpus:
         support.PciId.parse(gpu)  # a bad id is refused before anything is chosen
-    if not candidates:
-        raise InputError(f"{what}: no driver version to choose from")
-    ordered = sorted(candidates, key=lambda c: version_key(c.version), reverse=policy == "newest")
-    tried = tuple(dict.fromkeys(c.version for c in ordered))
+    ordered = candidates if presorted else sorted(
+        candidates, key=lambda c: version_key(c.version), reverse=policy == "newest")
+    tried: list[str] = []
     reasons: list[str] = []
     for cand in ordered:
+        tried.append(cand.version)
         flavour, problems = flavour_for(cand, gpus, preferred)
         if flavour is not None:
-            return Choice(cand.version, flavour, tried)
+            return Choice(cand.version, flavour, tuple(dict.fromkeys(tried)))
         reasons.append(problems[0] if problems else f"{cand.version}: no flavour")
+    if not tried:
+        raise InputError(f"{what}: no driver version to choose from")
+    tried = list(dict.fromkeys(tried))
     shown = ", ".join(gpus)
     raise InputError(
         f"{what}: no driver version supports every GPU of the node ({shown}); tried {', '.join(tried)} "
@@ -116,28 +120,33 @@ def gpu_ids(root: Path, value: str, *, what: str = "--gpus") -> list[str]:
     return ids
 
 
-def store_candidates(store: Any, kernel: str, arch: str,
-                     versions: Sequence[str] | None = None) -> list[Candidate]:
-    """The store's driver versions (only `versions` when given) with a user-space artifact for `arch`
-    that carries a supported-GPU list and kmod artifacts for `kernel` (their flavours). A remote
-    store's user-space artifacts are read from a temporary directory, removed afterwards."""
+def store_candidates(store: Any, kernel: str, arch: str, download_dir: Path, *,
+                     policy: str = "newest") -> Iterator[Candidate]:
+    """The store's driver versions in the order of `policy` that have a user-space artifact for `arch`
+    carrying a supported-GPU list and kmod artifacts for `kernel` (their flavours); each user space is
+    read (a remote one downloaded into `download_dir`) only when the candidate is reached."""
     from ..artifact import read_member
 
     entries = store.entries()
-    out: list[Candidate] = []
+    spaces = sorted((e for e in entries if e.kind == "userspace" and e.arch == arch),
+                    key=lambda e: version_key(e.driver_version), reverse=policy == "newest")
+    for us in spaces:
+        flavours = tuple(sorted({str(e.flavour) for e in entries if e.kind == "kmod" and e.flavour and
+                                 (e.driver_version, e.kernel_release) == (us.driver_version, kernel)}))
+        if not flavours:
+            continue
+        data = read_member(store.fetch(us, download_dir), support.SUPPORT_FILE)
+        if data is not None:
+            yield Candidate(us.driver_version, flavours, data.decode("utf-8", "replace"))
+
+
+def choose_from_store(store: Any, gpus: Sequence[str], kernel: str, *, arch: str = "amd64",
+                      policy: str = "newest", preferred: str = "proprietary") -> Choice:
+    """`choose` over the store's candidates for `kernel`, read as far as needed; a remote store's user
+    spaces go to a temporary directory, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="nodeprep-branch-") as tmp:
-        for us in entries:
-            wanted = not versions or us.driver_version in versions
-            if us.kind != "userspace" or us.arch != arch or not wanted:
-                continue
-            flavours = tuple(sorted({str(e.flavour) for e in entries if e.kind == "kmod" and e.flavour and
-                                     (e.driver_version, e.kernel_release) == (us.driver_version, kernel)}))
-            if not flavours:
-                continue
-            data = read_member(store.fetch(us, Path(tmp)), support.SUPPORT_FILE)
-            if data is not None:
-                out.append(Candidate(us.driver_version, flavours, data.decode("utf-8", "replace")))
-    return out
+        return choose(store_candidates(store, kernel, arch, Path(tmp), policy=policy), gpus, policy=policy,
+                      preferred=preferred, presorted=True)
 
 
 def require_pinned(store: Any, version: str, flavour: str, gpus: Sequence[str], *, arch: str = "amd64",
