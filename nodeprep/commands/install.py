@@ -217,16 +217,23 @@ def install_cmd(
 def _follow_gpus(root: Path, profile: Path | None, gpus: str, policy: str, *, flavour: str | None,
                  arch: str, **given: Any) -> tuple[str, str]:
     """(version, flavour) nodeprep.node.branch chooses for `gpus` from the store's artifacts for the
-    target kernel; a --flavour (not the profile's) is the preferred one."""
+    target kernel; a --flavour is the preferred one. A profile that pins driver.version keeps it, checked
+    against the GPUs instead (refused when its list rules one out)."""
     from ..node import branch
     from ..node.kmod import target_kernel
     from ..node.layout import Layout
     from ..stores.store import Store
 
-    s = _node_settings(root, profile, **given)
+    s = _node_settings(root, profile, version=None, flavour=flavour, **given)
     options = store_options(s["driver.registry_auth"], s["driver.ca_file"], bool(s["driver.insecure_http"]))
     src = Store(required(s, "driver.store"), options)
     ids = branch.gpu_ids(root, gpus)
+    if s["driver.version"] is not None:
+        pinned, pinned_flavour = s["driver.version"], s["driver.flavour"] or "proprietary"
+        branch.require_pinned(src, pinned, pinned_flavour, ids, arch=arch)
+        log.info("--gpus %s: driver.version %s of the profile (%s) runs them", ",".join(ids), pinned,
+                 pinned_flavour)
+        return pinned, pinned_flavour
     kernel = target_kernel(Layout(root), s["driver.kernel"])
     choice = branch.choose_from_store(src, ids, kernel, arch=arch, policy=policy,
                                       preferred=flavour or "proprietary")

@@ -198,3 +198,24 @@ def test_profile_check_refuses_a_pinned_version_that_does_not_run_the_gpus(gpu_s
                                "the store")
     res = invoke("profile", "check", "--profile", str(old), "--root", str(root))  # GPUs not known
     assert res.exit_code == 0, res.output
+
+
+def test_install_gpus_keeps_a_profiles_pinned_version_and_checks_it(gpu_store: Path, tmp_path: Path):
+    """With --gpus, a profile that pins driver.version keeps its pin (not the newest 555.58.02), and a
+    pin whose list rules out a GPU of the node is refused naming the field."""
+    import json
+
+    from tests.support.clirunner import error_line
+    from tests.unit.node.test_node_support import sysfs
+
+    root = sysfs(tmp_path / "root", "2335", "1db6")
+    pinned = _profile(tmp_path, gpu_store, "550.163.01", "proprietary")
+    res = _install_check(root, gpu_store, "--gpus", "node", "--profile", str(pinned))
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output[res.output.index("{"):])
+    assert plan["version"] == "550.163.01" and "-proprietary-" in plan["install_kmod"], plan
+    opened = _profile(tmp_path, gpu_store, "555.58.02", "open")
+    res = _install_check(root, gpu_store, "--gpus", "node", "--profile", str(opened))
+    assert res.exit_code == 2
+    assert error_line(res).startswith("error: driver.version: Tesla V100-PCIE-32GB (PCI 10de:1db6) is not "
+                                      "supported by the open kernel modules of 555.58.02")
