@@ -159,6 +159,8 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
             "--sha256",
             req.runfile_sha256 or "",
         ]
+    if req.driver_suite:
+        args += ["--driver-suite", req.driver_suite]
     if req.open_source:
         local = req.open_source if "://" not in req.open_source else None
         args += [

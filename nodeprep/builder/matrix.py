@@ -10,6 +10,8 @@
     flavours: [proprietary, open]  # default [proprietary]
     exclude:                       # optional: drop cells matching every given key
       - {driver: "535", flavour: open}
+    open_source:                   # optional: NVIDIA open-gpu-kernel-modules releases, built for every kernel
+      - {release: https://…/open-gpu-kernel-modules-580.142.tar.gz, sha256: 644c…}
 
 The file is checked against `json_schema()` (built from the same vocabularies the CLI uses: the
 target OSes, their kernel channels, the flavours, the driver spelling); every problem is one
@@ -30,6 +32,7 @@ from typing import Any
 from .. import targets
 from ..errors import InputError, InputFileError
 from ..sources import drivers as driver_sources
+from ..sources import opensource
 from ..sources.drivers import FLAVOURS
 from ..targets import facts
 from ..vocab import DRIVER_REQUEST_RE, KERNEL_RELEASE_RE
@@ -39,6 +42,7 @@ from . import headers
 DEFAULT = ("default", "latest")
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "matrix.schema.json"
 EXCLUDE_KEYS = ("os", "driver", "kernel", "flavour")
+SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
 
 
 class MatrixError(InputFileError):
@@ -93,6 +97,7 @@ def json_schema() -> dict[str, Any]:
                 "description": what}
 
     exclude_entry = "must be a list of mappings like {{driver: ..., kernel: ..., flavour: ...}}"
+    release_entry = "must be a list of mappings like {{release: URL or path, sha256: HEX}}"
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://nodeprep.invalid/schemas/matrix.schema.json",
@@ -116,6 +121,24 @@ def json_schema() -> dict[str, Any]:
                     "x-message": exclude_entry,
                 },
                 "x-message": exclude_entry,
+            },
+            "open_source": {
+                "type": "array",
+                "description": "NVIDIA open-gpu-kernel-modules releases (the open flavour) built for "
+                               "every kernel",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["release", "sha256"],
+                    "properties": {
+                        "release": {"type": "string", "minLength": 1,
+                                    "x-message": "must be the release tarball's URL or path"},
+                        "sha256": {"type": "string", "pattern": SHA256_PATTERN,
+                                   "x-message": "{value} is not a sha256 hex digest (64 hex digits)"},
+                    },
+                    "x-message": release_entry,
+                },
+                "x-message": release_entry,
             },
         },
     }
@@ -217,10 +240,14 @@ class Cell:
     kernel: str | None  # None: the OS's default kernel
     channel: str | None = None  # expanded cells: the kernel channel
     source: str | None = None  # expanded cells: the Debian driver source package=version
+    open_source: str | None = None  # an open-gpu-kernel-modules release (URL or path) instead of Debian's
+    open_source_sha256: str | None = None
 
     def args(self) -> list[str]:
         out = ["--os", self.os, "--flavour", self.flavour]
-        if self.driver:
+        if self.open_source:
+            out += ["--open-source", self.open_source, "--open-source-sha256", self.open_source_sha256 or ""]
+        elif self.driver:
             out += ["--driver", self.driver]
         if self.kernel:
             out += ["--kernel", self.kernel]
@@ -249,6 +276,24 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class OpenRelease:
+    """One `open_source:` entry: the release (URL or path), its sha256, the version its name carries."""
+
+    release: str
+    sha256: str
+    version: str
+
+    @property
+    def name(self) -> str:
+        return opensource.release_name(self.release)
+
+    def cell(self, os_name: str, kernel: str | None, channel: str | None = None) -> Cell:
+        return Cell(os=os_name, driver=self.version, flavour="open", kernel=kernel, channel=channel,
+                    source=f"open-source:{self.name}" if channel else None, open_source=self.release,
+                    open_source_sha256=self.sha256)
+
+
+@dataclass(frozen=True)
 class Matrix:
     oses: tuple[str, ...]
     kernels: tuple[KernelSpec, ...]
@@ -256,6 +301,7 @@ class Matrix:
     flavours: tuple[str, ...]
     exclude: tuple[dict[str, str], ...] = ()
     source: str = "matrix"
+    open_sources: tuple[OpenRelease, ...] = ()
 
     @property
     def needs_archive(self) -> bool:
@@ -280,6 +326,9 @@ class Matrix:
                      "kernel": (k.release or "latest", k.release or "default"), "flavour": (f,)}
             if not self.excluded(**spell) and cell not in out:
                 out.append(cell)
+        for os_name, k, rel in itertools.product(self.oses, self.kernels, self.open_sources):
+            if rel.cell(os_name, k.release) not in out:
+                out.append(rel.cell(os_name, k.release))
         return out
 
 
@@ -305,7 +354,28 @@ def from_data(data: Any, *, source: str = "matrix", document: Document | None = 
         flavours=tuple(dict.fromkeys(data.get("flavours", ["proprietary"]))),
         exclude=tuple(data.get("exclude", []) or []),
         source=source,
+        open_sources=_open_releases(data.get("open_source") or [], source),
     )
+
+
+def _open_releases(entries: list[dict[str, str]], source: str) -> tuple[OpenRelease, ...]:
+    """The `open_source:` entries, each with the version its file name carries (build-driver checks
+    it against the tarball's own)."""
+    out, problems = [], []
+    for i, e in enumerate(entries):
+        try:
+            name = opensource.release_name(e["release"])
+        except InputError:
+            name = ""
+        version = opensource.name_version(name)
+        if version is None:
+            problems.append(f"open_source[{i}].release: {e['release']!r} is not named "
+                            "open-gpu-kernel-modules-<version>.tar.gz (an NVIDIA release)")
+        else:
+            out.append(OpenRelease(e["release"], e["sha256"].lower(), version))
+    if problems:
+        raise MatrixError(problems, source=source, hint="see docs/build.md, Build matrices")
+    return tuple(out)
 
 
 def parse(text: str, *, source: str = "matrix") -> Matrix:
@@ -324,6 +394,17 @@ def load(path: Path) -> Matrix:
 
 
 ArchiveFor = Callable[[str, str], Any]  # (OS name, channel name) -> its DebianArchive
+# (OS name, channel name, driver version) -> that driver's supported-gpus.json, None when unknown
+GpuLists = Callable[[str, str, str], str | None]
+
+
+@dataclass(frozen=True)
+class FollowGpus:
+    """`build-matrix --gpus`: each kernel's driver and flavour chosen for these GPUs (node.branch)."""
+
+    gpus: tuple[str, ...]
+    lists: GpuLists
+    policy: str = "newest"
 
 
 @dataclass
@@ -339,10 +420,28 @@ class Expansion:
         """GitHub Actions' `strategy.matrix` shape: `{"include": [cell, ...]}`."""
         return {"include": [c.to_dict() for c in self.cells]}
 
+    def by_kernel(self) -> list[dict[str, Any]]:
+        """Per OS and kernel, in the order met: the sources that build for it (`builds`: Debian's
+        package=version or open-source:<release>, with driver and flavour) and the refused ones with
+        their reason; a kernel refused as a whole has no builds and one refusal."""
+        table: dict[tuple[str, str], dict[str, Any]] = {}
+        for c in self.cells:
+            row = table.setdefault((c.os, str(c.kernel)), {"os": c.os, "kernel": c.kernel, "builds": [],
+                                                           "refused": []})
+            row["builds"].append({"driver": c.driver, "flavour": c.flavour, "source": c.source})
+        for r in self.refused:
+            row = table.setdefault((r.os, r.kernel), {"os": r.os, "kernel": r.kernel, "builds": [],
+                                                      "refused": []})
+            row["refused"].append({"driver": r.driver, "flavour": r.flavour, "reason": r.reason})
+        return list(table.values())
 
-def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64") -> Expansion:
+
+def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
+           follow: FollowGpus | None = None) -> Expansion:
     """The cells of `matrix` that exist in the archives `archive_for` gives (kernels and drivers
-    resolved to exact releases and versions), and the refused ones with their reason."""
+    resolved to exact releases and versions), and the refused ones with their reason. With `follow`,
+    each kernel gets the one driver and flavour its line serves for those GPUs instead of the
+    matrix's drivers and flavours."""
     out = Expansion()
     catalogs: dict[tuple[str, str], dict[str, list[str]]] = {}
 
@@ -359,6 +458,19 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64") -> E
             if why:  # no kernel: one refusal for every driver and flavour of it
                 out.refuse(Refusal(os_name, spec.text(), "*", "*", why))
                 continue
+            if follow is not None:
+                for kernel, channel in kernels:
+                    cell, reason = _gpu_cell(os_name, kernel, channel, follow, catalog)
+                    if reason:
+                        out.refuse(Refusal(os_name, kernel, "*", "*", reason))
+                    elif cell is not None and cell not in out.cells:
+                        out.cells.append(cell)
+                continue
+            for (kernel, channel), rel in itertools.product(kernels, matrix.open_sources):
+                if why := facts.refusal(rel.version, "open", kernel):
+                    out.refuse(Refusal(os_name, kernel, rel.name, "open", why))
+                elif rel.cell(os_name, kernel, channel.name) not in out.cells:
+                    out.cells.append(rel.cell(os_name, kernel, channel.name))
             product = itertools.product(kernels, matrix.flavours, matrix.drivers)
             for (kernel, channel), flavour, driver in product:
                 spell = {"os": (os_name,), "kernel": (kernel, spec.text()), "flavour": (flavour,),
@@ -432,6 +544,47 @@ def _cell(os_name: str, kernel: str, channel: Any, driver: str | None, flavour: 
         return None, why
     return Cell(os=os_name, driver=src.driver_version, flavour=flavour, kernel=kernel, channel=channel.name,
                 source=f"{src.package}={src.debian_version}"), None
+
+
+def _gpu_cell(os_name: str, kernel: str, channel: Any, follow: FollowGpus,
+              catalog: Callable[[Any, Any], dict[str, list[str]]]) -> tuple[Cell | None, str | None]:
+    """The cell whose driver and flavour nodeprep.node.branch chooses for `follow.gpus` among the
+    drivers the kernel's line serves (less the known build failures), or why there is none."""
+    from ..node.branch import Candidate, choose
+
+    source_os, line, _ = driver_sources.source_line(os_name, kernel, channel)
+    cat = catalog(source_os, line)
+    if line.driver_version_tag:
+        cat = {p: [v for v in vs if line.driver_version_tag in v] for p, vs in cat.items()}
+    sources = {(s.driver_version, s.flavour): s for s in driver_sources.served(cat)
+               if not facts.refusal(s.driver_version, s.flavour, kernel)}
+    candidates = []
+    for version in dict.fromkeys(v for v, _ in sources):
+        text = follow.lists(os_name, channel.name, version)
+        if text is not None:
+            flavours = tuple(f for v, f in sources if v == version)
+            candidates.append(Candidate(version, flavours, text))
+    try:
+        choice = choose(candidates, follow.gpus, policy=follow.policy)
+    except InputError as e:
+        return None, str(e).removeprefix("--gpus: ")
+    src = sources[choice.version, choice.flavour]
+    return Cell(os=os_name, driver=choice.version, flavour=choice.flavour, kernel=kernel,
+                channel=channel.name, source=f"{src.package}={src.debian_version}"), None
+
+
+def gpu_lists(archive_for: ArchiveFor) -> GpuLists:
+    """`GpuLists` over the real archives (builder.userspace.supported_gpus, one package per version)."""
+    from .userspace import supported_gpus
+
+    made: dict[tuple[str, str, str], str | None] = {}
+
+    def lists(os_name: str, channel: str, version: str) -> str | None:
+        if (os_name, channel, version) not in made:
+            made[os_name, channel, version] = supported_gpus(archive_for(os_name, channel), version)
+        return made[os_name, channel, version]
+
+    return lists
 
 
 def archives(cache: Path, *, arch: str = "amd64") -> ArchiveFor:

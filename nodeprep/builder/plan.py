@@ -60,6 +60,8 @@ class BuildRequest:
     smoke_test: bool | None = None  # None: the target OS's default (on where qemu boots its kernel)
     builder: str = "chroot"  # "chroot" (mmdebstrap build root) or "host" (this system's headers)
     headers_dir: Path | None = None  # --builder host: the headers tree (default: discovered)
+    # a Debian suite of the target (TargetOS.driver_suites) the driver sources and user space come from
+    driver_suite: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ def open_archive(req: BuildRequest) -> Any:
     # The archive of the target OS and the kernel's line; an OS that borrows another's driver
     # sources and user space gets that OS's archive (nodeprep.targets says which).
     kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
-    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=kernel)
+    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=kernel,
+                         driver_suite=req.driver_suite)
 
 
 class LazyArchive:
@@ -139,6 +142,7 @@ def resolve_plan(
                 "sha256": req.runfile_sha256,
                 "open_source": req.open_source,
                 "open_source_sha256": req.open_source_sha256,
+                "driver_suite": req.driver_suite,
                 "lists": _lists_fingerprint(archive),
             }
         )
@@ -240,11 +244,14 @@ def _driver_source(req: BuildRequest, archive: Any, src_file: Path | None) -> tu
             raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
         return version, {"kind": "runfile", "url": req.runfile or "", "name": src_file.name}
     kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
-    chosen = drivers.resolve_for_target(archive, req.os_name, kernel, req.driver, req.flavour)
+    chosen = drivers.resolve_for_target(archive, req.os_name, kernel, req.driver, req.flavour,
+                                        req.driver_suite)
+    suite = {"suite": req.driver_suite} if req.driver_suite else {}
     return chosen.driver_version, {
         "kind": "debian",
         "package": chosen.package,
         "version": chosen.debian_version,
+        **suite,
     }
 
 
@@ -314,6 +321,16 @@ def validate_request(req: BuildRequest) -> None:
         targets.channel(target, req.kernel)
         if req.headers_dir is not None:
             raise InputError("--headers-dir is only used with --builder host")
+    if req.driver_suite is not None:
+        if req.driver_suite not in target.driver_suites:
+            raise InputError(f"--driver-suite: {req.driver_suite!r} is not a driver suite of {req.os_name} "
+                             f"(known: {', '.join(target.driver_suites) or 'none'})")
+        if req.kernel is None:
+            raise InputError("--driver-suite needs --kernel: the suite's own default kernel is not one "
+                             f"of {req.os_name}'s")
+        if req.runfile or req.open_source:
+            raise InputError("--driver-suite chooses Debian's driver sources: not with --runfile or "
+                             "--open-source")
     if req.flavour not in drivers.FLAVOURS:
         raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
     if req.driver is not None and not DRIVER_REQUEST_RE.fullmatch(req.driver):

@@ -298,3 +298,22 @@ def build_userspace(
             },
         )
         return pack(payload, manifest, dest_dir)
+
+
+def supported_gpus(archive: Archive, driver_version: str) -> str | None:
+    """NVIDIA's supported-gpus.json of `driver_version`, from the archive's package that carries it
+    for the user space (the `support` role: nvidia-driver or its tesla variant, the file
+    /usr/share/doc/<package>/supported-gpus.json.gz); None when no package set has that version or
+    its package has no list."""
+    try:
+        chosen = resolve_packages(archive, driver_version)
+    except InputError:
+        return None
+    if "support" not in chosen:
+        return None
+    (deb,) = archive.download_many([chosen["support"]])
+    with tempfile.TemporaryDirectory(prefix="nodeprep-gpus-") as tmp:
+        archive.extract(Path(deb), Path(tmp))
+        for p in sorted((Path(tmp) / "usr" / "share" / "doc").glob("*/supported-gpus.json.gz")):
+            return gzip.decompress(p.read_bytes()).decode("utf-8", "replace")
+    return None

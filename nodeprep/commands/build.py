@@ -178,6 +178,13 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
     "--open-source-sha256", default=None, metavar="HEX", help="sha256 of --open-source (required with it)."
 )
 @click.option(
+    "--driver-suite",
+    default=None,
+    metavar="SUITE",
+    help="Take the driver sources and user space from this Debian suite of the OS (experimental) "
+    "instead of the kernel line's; needs --kernel.",
+)
+@click.option(
     "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs)."
 )
 @click.option(
@@ -242,6 +249,7 @@ def build_driver_cmd(
     runfile_sha256: str | None,
     open_source: str | None,
     open_source_sha256: str | None,
+    driver_suite: str | None,
     jobs: int | None,
     rebuild: bool,
     allow_cc_mismatch: bool,
@@ -290,6 +298,7 @@ def build_driver_cmd(
         runfile_sha256=runfile_sha256,
         open_source=open_source,
         open_source_sha256=open_source_sha256,
+        driver_suite=driver_suite,
         jobs=jobs,
         rebuild=rebuild,
         allow_cc_mismatch=allow_cc_mismatch,
@@ -338,6 +347,21 @@ def build_driver_cmd(
     "exist; the impossible ones are refused on stderr with their reason (needed for channel selectors).",
 )
 @click.option(
+    "--gpus", default=None, metavar="node|10de:DEVICE,...",
+    help="With --expand: each kernel gets the driver and flavour its line serves for these GPUs ('node': "
+    "this machine's), chosen from each driver's supported-GPU list, instead of the matrix's drivers "
+    "and flavours.",
+)
+@click.option(
+    "--branch-policy", type=click.Choice(("newest", "oldest")), default="newest", show_default=True,
+    help="With --gpus: the newest or the oldest driver that supports every GPU.",
+)
+@click.option(
+    "--by-kernel", is_flag=True,
+    help="With --expand: print, per kernel the archive serves, the sources that build for it and the "
+    "refused ones with their reason (`{\"kernels\": [...]}`), instead of the cells.",
+)
+@click.option(
     "--build", "do_build", is_flag=True, help="Build every cell here (default: only print the matrix)."
 )
 @click.option(
@@ -358,6 +382,9 @@ def build_driver_cmd(
 def build_matrix_cmd(
     file: Path,
     expand: bool,
+    gpus: str | None,
+    branch_policy: str,
+    by_kernel: bool,
     do_build: bool,
     jobs: int,
     store: str,
@@ -378,16 +405,30 @@ def build_matrix_cmd(
     from ..builder.plan import BuildRequest
 
     spec = matrix.load(file)
+    archive_for = matrix.archives(cache)
+    follow = None
+    if gpus is not None:
+        from ..node.branch import gpu_ids
+
+        if not expand:
+            raise InputError("--gpus chooses the drivers the archive serves: use it with --expand")
+        ids = tuple(gpu_ids(Path("/"), gpus))
+        follow = matrix.FollowGpus(ids, matrix.gpu_lists(archive_for), branch_policy)
+    if by_kernel and (not expand or do_build):
+        raise InputError("--by-kernel lists what --expand finds: use it with --expand, without --build")
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
     if do_build:  # an index the cells would publish into is read before any cell builds (exit 2)
         artifact.read_index(store_dir)
     refused: list[matrix.Refusal] = []
     if expand:
-        expansion = matrix.expand(spec, matrix.archives(cache))
+        expansion = matrix.expand(spec, archive_for, follow=follow)
         cells, refused = expansion.cells, expansion.refused
         for r in refused:
             click.echo(r.line(), err=True)
+        if by_kernel:
+            emit_json({"kernels": expansion.by_kernel()})
+            return
     else:
         cells = spec.cells()
     if not do_build:
@@ -403,6 +444,8 @@ def build_matrix_cmd(
                 flavour=cell.flavour,
                 os_name=cell.os,
                 kernel=cell.kernel,
+                open_source=cell.open_source,
+                open_source_sha256=cell.open_source_sha256,
                 store=store_dir,
                 cache=cache,
                 jobs=per_cell,

@@ -12,6 +12,7 @@ import click
 from ..errors import InputError
 from ..join.activation import CALLBACKS
 from ..node import oplog, ops, preview
+from ..node.branch import POLICIES
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.plan import ActivatePlan, InstallPlan
 from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
@@ -122,6 +123,15 @@ def _print_notes(notes: tuple[str, ...]) -> None:
     help="The store the booted node will reach, recorded for the kernel hook instead of --store "
     "(needed with --root when --store is a directory of this machine, not of the image).",
 )
+@click.option(
+    "--gpus", default=None, metavar="node|10de:DEVICE,...",
+    help="Choose the driver version and flavour for these GPUs ('node': the PCI devices under --root) "
+    "from the store's user-space artifacts' supported-GPU lists, instead of --driver.",
+)
+@click.option(
+    "--branch-policy", type=click.Choice(POLICIES), default="newest", show_default=True,
+    help="With --gpus: the newest or the oldest version that supports every GPU.",
+)
 @modules_option
 @registry_options
 @profile_option
@@ -138,6 +148,8 @@ def install_cmd(
     check_only: bool,
     keep_boot_kernel: bool,
     node_store: str | None,
+    gpus: str | None,
+    branch_policy: str,
     modules: str | None,
     registry_auth: str | None,
     ca_file: str | None,
@@ -148,7 +160,13 @@ def install_cmd(
 ) -> None:
     """Install a driver version from a store into /opt/nvidia/VERSION (side by side). Settings not
     given come from the profile's driver section (--profile, else /etc/nodeprep/node.yaml under
-    --root when it exists)."""
+    --root when it exists); with --gpus, the version and flavour follow the GPUs."""
+    if gpus is not None:
+        if version is not None:
+            raise InputError("--gpus chooses the driver version: not with --driver")
+        version, flavour = _follow_gpus(root, profile, gpus, branch_policy, store=store, kernel=kernel,
+                                        flavour=flavour, arch=arch, registry_auth=registry_auth,
+                                        ca_file=ca_file, insecure_http=insecure_http or None)
     s = _node_settings(root, profile, store=store, version=version, kernel=kernel, flavour=flavour,
                        modules=modules, registry_auth=registry_auth, ca_file=ca_file,
                        insecure_http=insecure_http or None, keep_boot_kernel=keep_boot_kernel or None)
@@ -194,6 +212,34 @@ def install_cmd(
     _print_notes(tuple(n for n in result.notes if not n.endswith("is already installed")))
     if result.activation:
         _print_activation(result.activation)
+
+
+def _follow_gpus(root: Path, profile: Path | None, gpus: str, policy: str, *, flavour: str | None,
+                 arch: str, **given: Any) -> tuple[str, str]:
+    """(version, flavour) nodeprep.node.branch chooses for `gpus` from the store's artifacts for the
+    target kernel; a --flavour is the preferred one. A profile that pins driver.version keeps it, checked
+    against the GPUs instead (refused when its list rules one out)."""
+    from ..node import branch
+    from ..node.kmod import target_kernel
+    from ..node.layout import Layout
+    from ..stores.store import Store
+
+    s = _node_settings(root, profile, version=None, flavour=flavour, **given)
+    options = store_options(s["driver.registry_auth"], s["driver.ca_file"], bool(s["driver.insecure_http"]))
+    src = Store(required(s, "driver.store"), options)
+    ids = branch.gpu_ids(root, gpus)
+    if s["driver.version"] is not None:
+        pinned, pinned_flavour = s["driver.version"], s["driver.flavour"] or "proprietary"
+        branch.require_pinned(src, pinned, pinned_flavour, ids, arch=arch)
+        log.info("--gpus %s: driver.version %s of the profile (%s) runs them", ",".join(ids), pinned,
+                 pinned_flavour)
+        return pinned, pinned_flavour
+    kernel = target_kernel(Layout(root), s["driver.kernel"])
+    choice = branch.choose_from_store(src, ids, kernel, arch=arch, policy=policy,
+                                      preferred=flavour or "proprietary")
+    log.info("--gpus %s: %s (%s), the %s of %s", ",".join(ids), choice.version, choice.flavour, policy,
+             ", ".join(choice.tried))
+    return choice.version, choice.flavour
 
 
 def _print_plan(todo: InstallPlan) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..profile import load_profile, profile_path, render_schema
-from .options import emit_json, json_option, profile_option, root_option
+from .options import emit_json, json_option, profile_option, root_option, store_options
 
 
 @click.group("profile")
@@ -16,16 +17,39 @@ def profile_group() -> None:
 
 
 @profile_group.command("check")
+@click.option(
+    "--gpus", default=None, metavar="node|10de:DEVICE,...",
+    help="Also refuse a driver.version (and flavour) whose supported-GPU list, read from driver.store, "
+    "does not run these GPUs ('node': the PCI devices under --root).",
+)
 @profile_option
 @root_option
 @json_option
-def profile_check(profile: Path | None, root: Path, as_json: bool) -> None:
+def profile_check(gpus: str | None, profile: Path | None, root: Path, as_json: bool) -> None:
     """Validate the profile; print every problem as `field.path: message` (exit 2)."""
     prof = load_profile(profile_path(root, profile))
+    if gpus is not None:
+        _check_pinned(root, prof, gpus)
     if as_json:
         emit_json(prof.to_dict())
     else:
         click.echo(f"{prof.source}: ok")
+
+
+def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
+    """nodeprep.node.branch.require_pinned for the profile's driver section and `gpus`."""
+    from ..errors import InputError
+    from ..node import branch
+    from ..stores.store import Store
+
+    d = prof.driver
+    if not d.store:
+        raise InputError("--gpus checks driver.version against driver.store's lists: the profile sets "
+                         "no store")
+    ids = branch.gpu_ids(root, gpus)
+    store = Store(d.store, store_options(d.registry_auth, d.ca_file, d.insecure_http))
+    if not branch.require_pinned(store, d.version, d.flavour, ids):
+        click.echo(f"warning: {d.version} carries no supported-GPU list: the GPUs were not checked", err=True)
 
 
 @profile_group.command("schema")

@@ -239,3 +239,23 @@ def require(root: Path, version_dir: Path, version: str, flavour: str | None = N
         return
     if problems:
         raise InputError(problems[0], hint="\n".join(problems[1:]) or None)
+
+
+# GPUs NVIDIA supports with the open kernel modules only: "For cutting-edge platforms such as NVIDIA
+# Grace Hopper or NVIDIA Blackwell, you must use the open-source GPU kernel modules. The proprietary
+# drivers are unsupported on these platforms" (NVIDIA, "NVIDIA Transitions Fully Towards Open-Source
+# GPU Kernel Modules", July 2024; the R560+ README says the same). Blackwell's PCI device ids start at
+# 10de:2900 (B200 10de:2901, RTX PRO 6000 10de:2bb4); Grace Hopper's GH200 are 10de:2342 and 2348.
+OPEN_ONLY_FROM_DEVICE = 0x2900
+OPEN_ONLY_DEVICES = frozenset({0x2342, 0x2348})
+
+
+def needs_open(pci_id: str) -> bool:
+    """Whether NVIDIA supports the GPU `pci_id` ('10de:2901[:SUBVENDOR:SUBDEVICE]') only with the open
+    kernel modules (Blackwell and Grace Hopper); False for anything else, malformed ids included."""
+    parts = pci_id.lower().split(":")
+    try:
+        device = int(parts[1], 16) if len(parts) >= 2 and parts[0] == "10de" else None
+    except ValueError:
+        return False
+    return device is not None and (device >= OPEN_ONLY_FROM_DEVICE or device in OPEN_ONLY_DEVICES)

@@ -31,18 +31,19 @@ APT_TIMEOUT = 600
 URI_RE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) SHA256:(?P<sha>[0-9a-f]{64})", re.M)
 
 
-def release(os_name: str, kernel: str | None = None, channel: str | None = None) -> Archive:
+def release(os_name: str, kernel: str | None = None, channel: str | None = None,
+            driver_suite: str | None = None) -> Archive:
     """The archive suites of `os_name` (and of the kernel line `kernel` belongs to, or of the line
-    named `channel`): nodeprep.targets;
+    named `channel`; with the driver suite `driver_suite`): nodeprep.targets;
     `debian-sid` is archive access only (the newest packages of a kind, e.g. containerd 2.x for the
     container-runtime tests), never a build target."""
     if channel is not None and os_name not in ARCHIVE_ONLY:
         target = targets.get(os_name)
         try:
-            return target.archive(target.channel_named(channel))
+            return target.archive(target.channel_named(channel), driver_suite)
         except ValueError as e:
             raise InputError(str(e)) from None
-    return ARCHIVE_ONLY.get(os_name) or targets.archive(os_name, kernel)
+    return ARCHIVE_ONLY.get(os_name) or targets.archive(os_name, kernel, driver_suite)
 
 
 ARCHIVE_ONLY = {"debian-sid": Archive(name="debian-sid", suite="sid", suites=("sid",), security_suite=None,
@@ -78,6 +79,20 @@ def host_mirrors(sources_dir: Path = Path("/etc/apt")) -> tuple[str | None, str 
     return archive, security
 
 
+def madison_versions(out: str, package: str, suite: str | None = None) -> list[str]:
+    """The versions of `package` in `apt-cache madison` output (`pkg | version | URI suite/component
+    arch Packages`), in its order; only those of `suite` when given."""
+    seen: list[str] = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 3 or parts[0] != package or parts[1] in seen:
+            continue
+        where = parts[2].split()
+        if suite is None or (len(where) > 1 and where[1].split("/", 1)[0] == suite):
+            seen.append(parts[1])
+    return seen
+
+
 def parse_control(text: str) -> dict[str, str]:
     """First deb822 stanza as a dict (continuation lines joined with newlines)."""
     fields: dict[str, str] = {}
@@ -100,11 +115,12 @@ class DebianArchive:
 
     def __init__(self, cache_dir: Path, *, os_name: str = targets.DEFAULT, arch: str = "amd64",
                  mirror: str | None = None, security_mirror: str | None = None,
-                 kernel: str | None = None, channel: str | None = None, security: bool = True) -> None:
+                 kernel: str | None = None, channel: str | None = None, security: bool = True,
+                 driver_suite: str | None = None) -> None:
         """`security=False` leaves the release's security suite out (its own lists directory): for
         lookups where the newest security update does not matter and the security mirror's index
         for that architecture may be unusable (a mirror in mid-sync serves a mismatched index)."""
-        self.release = release(os_name, kernel, channel)
+        self.release = release(os_name, kernel, channel, driver_suite)
         self.arch = arch
         self.security = security
         suffix = "" if security else "-nosecurity"
@@ -190,16 +206,11 @@ class DebianArchive:
             stamp.touch()
 
     # -- queries ---------------------------------------------------------------------------------
-    def versions(self, package: str) -> list[str]:
-        """Every version of `package` the archive serves, newest first (empty when unknown)."""
+    def versions(self, package: str, suite: str | None = None) -> list[str]:
+        """Every version of `package` the archive serves (only from `suite` when given), newest
+        first (empty when unknown)."""
         self.update()
-        out = self._apt("apt-cache", "madison", package)
-        seen: list[str] = []
-        for line in out.splitlines():
-            parts = [p.strip() for p in line.split("|")]
-            if len(parts) >= 3 and parts[0] == package and parts[1] not in seen:
-                seen.append(parts[1])
-        return seen
+        return madison_versions(self._apt("apt-cache", "madison", package), package, suite)
 
     def packages(self, regex: str) -> list[str]:
         """Names of packages matching the POSIX regex `regex` (sorted)."""

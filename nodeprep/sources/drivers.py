@@ -147,12 +147,14 @@ def resolve_in_line(
     )
 
 
-def load_catalog(archive: Any, packages: tuple[str, ...] | None = None) -> dict[str, list[str]]:
+def load_catalog(archive: Any, packages: tuple[str, ...] | None = None,
+                 suite: str | None = None) -> dict[str, list[str]]:
     """{package: versions} for the NVIDIA kernel source packages `packages` (default: every one
-    `archive` serves); packages the archive does not serve are left out."""
+    `archive` serves; with `suite`, only the versions that suite serves); packages the archive does
+    not serve are left out."""
     if packages is None:
         packages = tuple(p for p in archive.packages(PACKAGE_SEARCH) if PACKAGE_RE.match(p))
-    found = {p: archive.versions(p) for p in packages}
+    found = {p: archive.versions(p, suite) if suite else archive.versions(p) for p in packages}
     return {p: v for p, v in found.items() if v}
 
 
@@ -177,11 +179,16 @@ def source_packages(source_os: Any) -> tuple[str, ...]:
 
 
 def resolve_for_target(
-    archive: Any, os_name: str, kernel: str | None, driver: str | None, flavour: str
+    archive: Any, os_name: str, kernel: str | None, driver: str | None, flavour: str,
+    driver_suite: str | None = None,
 ) -> DriverSource:
     """The driver source for a build for `os_name`/`kernel` from `archive` (that OS's archive, or
-    the one it borrows): the OS entry's source packages of `flavour`, within the kernel's line."""
+    the one it borrows): the OS entry's source packages of `flavour`, within the kernel's line, or
+    among those `driver_suite` serves (experimental) when given."""
     source_os, line, described = source_line(os_name, kernel)
+    if driver_suite:
+        return resolve_in_line(load_catalog(archive, source_packages(source_os), driver_suite), driver,
+                               flavour, version_tag=None, line=f"{described}, from {driver_suite}")
     return resolve_in_line(
         load_catalog(archive, source_packages(source_os)),
         driver,

@@ -54,12 +54,17 @@ def line_kernel(name: str, kernel: str | None, builder: str) -> str | None:
     return kernel
 
 
-def archive(name: str, kernel: str | None = None) -> Archive:
-    """The Debian archive suites for OS `name` (and the kernel line of `kernel`): an OS that
-    borrows another's sources gets that OS's main archive."""
+def archive(name: str, kernel: str | None = None, driver_suite: str | None = None) -> Archive:
+    """The Debian archive suites for OS `name` (and the kernel line of `kernel`, and the driver
+    suite `driver_suite`): an OS that borrows another's sources gets that OS's main archive."""
     target = get(name)
     if target.borrows_sources:
+        if driver_suite is not None:
+            raise InputError(f"--driver-suite: {name} takes its driver sources from {target.sources_from}")
         return get(target.sources_from or "").archive()
     if not target.suite:
         raise InputError(f"--os: {name} has no package archive nodeprep can reach")
-    return target.archive(channel(target, kernel))
+    try:
+        return target.archive(channel(target, kernel), driver_suite)
+    except ValueError as e:
+        raise InputError(f"--driver-suite: {e}") from None

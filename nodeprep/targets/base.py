@@ -15,6 +15,7 @@ class Archive:
     suites: tuple[str, ...]  # main archive suites, e.g. (bookworm, bookworm-updates, bookworm-backports)
     security_suite: str | None  # e.g. bookworm-security
     key: str  # apt state directory name, e.g. debian-12 or debian-12-backports
+    driver_suite: str | None = None  # the suite driver sources come from (TargetOS.driver_suites)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class TargetOS:
     # in (default: `image`). A chroot build makes its own build root, so the container only needs
     # mmdebstrap and nodeprep's runtime: Debian 13 builds in Debian 12's container.
     builder_image: str | None = None
+    # Debian suites that may supply a build's driver sources and user space instead of the kernel
+    # line's own (`build-driver --driver-suite experimental`): the kernel, its headers and the build
+    # root stay the target's; only the driver packages that suite serves are candidates.
+    driver_suites: tuple[str, ...] = ()
 
     @property
     def has_buildroot(self) -> bool:
@@ -93,10 +98,17 @@ class TargetOS:
         raise ValueError(f"{self.name} has no kernel channel {name!r} "
                          f"(channels: {', '.join(c.name for c in self.channels)})")
 
-    def archive(self, channel: Channel | None = None) -> Archive:
-        """The archive suites of `channel` (default: the main line) of this Debian target."""
+    def archive(self, channel: Channel | None = None, driver_suite: str | None = None) -> Archive:
+        """The archive suites of `channel` (default: the main line) of this Debian target, with
+        `driver_suite` (one of `driver_suites`) added when given."""
         if not self.suite:
             raise ValueError(f"{self.name} has no Debian archive of its own")
         ch = channel or self.channels[0]
         key = self.name if ch is self.channels[0] else f"{self.name}-{ch.name}"
-        return Archive(self.name, self.suite, ch.suites, self.security_suite, key)
+        if driver_suite is None:
+            return Archive(self.name, self.suite, ch.suites, self.security_suite, key)
+        if driver_suite not in self.driver_suites:
+            raise ValueError(f"{driver_suite!r} is not a driver suite of {self.name} "
+                             f"(known: {', '.join(self.driver_suites) or 'none'})")
+        return Archive(self.name, self.suite, (*ch.suites, driver_suite), self.security_suite,
+                       f"{key}-{driver_suite}", driver_suite)

@@ -48,4 +48,6 @@ TARGET = TargetOS(
     buildroot_packages=("gcc-12", "make", "libc6-dev", "binutils", "libelf1", "libssl3", "kmod"),
     sources_from="debian-12",
     smoke_boot=True,
+    # experimental carries driver branches unstable does not (555.58.02 in 2026-11)
+    driver_suites=("experimental",),
 )

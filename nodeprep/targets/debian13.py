@@ -17,9 +17,21 @@ TARGET = TargetOS(
         Channel(
             name="main",
             suites=("trixie", "trixie-updates"),
-            kernel_re=r"\d+\.\d+\.\d+\+deb13-[a-z0-9-]+",
+            kernel_re=r"6\.12\.\d+\+deb13-[a-z0-9-]+",
             compiler="gcc-14",
             kernel_series="6.12 (trixie), named 6.12.NN+deb13-amd64",
+        ),
+        # trixie-backports' kernels (7.3.4+deb13-amd64 in 2026-11) carry the same +deb13 as trixie's
+        # own: the line is told apart by the series. gcc-14 builds them (their headers depend on
+        # gcc-14-for-host); their linux-kbuild-<release> depends on pahole, as bookworm-backports'.
+        Channel(
+            name="backports",
+            suites=("trixie", "trixie-updates", "trixie-backports"),
+            kernel_re=r"(?!6\.12\.)\d+\.\d+\.\d+\+deb13-[a-z0-9-]+",
+            compiler="gcc-14",
+            kernel_series="trixie-backports' newer series (7.3 in 2026-11), named 7.3.N+deb13-amd64",
+            driver_version_tag="~bpo13",
+            buildroot_extra=("pahole",),
         ),
     ),
     driver_packages={
@@ -31,4 +43,6 @@ TARGET = TargetOS(
     buildroot_packages=("gcc-14", "make", "libc6-dev", "binutils", "libelf1t64", "libssl3t64", "kmod"),
     sources_from="debian-13",
     smoke_boot=True,
+    # experimental carries driver branches unstable does not (555.58.02 in 2026-11)
+    driver_suites=("experimental",),
 )

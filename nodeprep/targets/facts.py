@@ -28,6 +28,7 @@ class KernelLimit:
     reason: str
     source: str  # where this was seen
     abi_since: int | None = None  # for ABI-named releases of the series (6.1.0-53-amd64): first ABI
+    later_series: bool = False  # also every later series (a kernel interface that is gone for good)
 
     def refuses(self, driver: str, flavour: str, kernel_release: str) -> bool:
         if flavour not in self.flavours:
@@ -38,7 +39,7 @@ class KernelLimit:
         if upstream is None:
             abi = abi_number(kernel_release, self.series)
             return abi is not None and self.abi_since is not None and abi >= self.abi_since
-        if not upstream.startswith(self.series + "."):
+        if not upstream.startswith(self.series + ".") and not self.later_series:
             return False
         return version_key(upstream) >= version_key(self.since)
 
@@ -85,6 +86,33 @@ KERNEL_LIMITS: tuple[KernelLimit, ...] = (
         reason="535.261.03 (open) does not build against kernels 6.1.187 (Debian 6.1.0-53) and later: "
         "they changed pci_resize_resource() (too few arguments to function 'pci_resize_resource')",
         source="tests/slow/builder/test_real_build_cells.py",
+    ),
+    # Seen compiling the open-gpu-kernel-modules release 595.45.04 against trixie-backports'
+    # 7.3.4+deb13-amd64 (issue 27, the OPEN_SOURCE_CELLS of tests/support/realbuild.py):
+    # kernel-open/common/inc/nv-linux.h:1730 includes <linux/of_gpio.h> unconditionally, which the 7.x
+    # kernels no longer have ("fatal error: linux/of_gpio.h: No such file or directory"); the header is
+    # in trixie's 6.12.117 headers and in none of trixie-backports' (7.2.6 to 7.3.4, 2026-11-26).
+    KernelLimit(
+        driver="595.45.04",
+        flavours=("open",),
+        series="7.2",
+        since="7.2.0",
+        later_series=True,
+        reason="595.45.04 (open) does not build against kernels 7.2 and later: its nv-linux.h includes "
+        "<linux/of_gpio.h>, which they removed (fatal error: linux/of_gpio.h: No such file or directory)",
+        source="tests/slow/builder/test_open_source_build.py",
+    ),
+    # Not compiled: 580.142's nv-linux.h:1774 has the same unconditional #include <linux/of_gpio.h>
+    # (read in the release tarball of tests/support/realbuild.py OPEN_RELEASES), so it fails the same way.
+    KernelLimit(
+        driver="580.142",
+        flavours=("open",),
+        series="7.2",
+        since="7.2.0",
+        later_series=True,
+        reason="580.142 (open) does not build against kernels 7.2 and later: its nv-linux.h includes "
+        "<linux/of_gpio.h>, which they removed (as 595.45.04's, seen failing on 7.3.4)",
+        source="open-gpu-kernel-modules-580.142 kernel-open/common/inc/nv-linux.h:1774",
     ),
 )
 

@@ -108,6 +108,13 @@ CELLS = {
     "debian12-backports": dict(
         driver="535.216.03", flavour="proprietary", os_name="debian-12", kernel="6.12.117+deb12-amd64"
     ),
+    # Debian experimental's 555 (issue 27): its driver sources and user space, bookworm's build root
+    # and kernel. 6.1.0-50 as for debian12-open: 555.58.02 predates the pci_resize_resource() change
+    # of 6.1.0-53 and later.
+    "debian12-experimental": dict(
+        driver="555.58.02", flavour="proprietary", os_name="debian-12", kernel="6.1.0-50-amd64",
+        driver_suite="experimental",
+    ),
 }
 
 
@@ -122,6 +129,13 @@ OPEN_SOURCE_CELLS = {
     # Debian 12's current default kernel (6.1.0-56, whose headers and image the shared build and
     # the smoke tests already hold): 580.142 builds for it, pci_resize_resource() change and all.
     "debian12-open-580": dict(release="580.142", os_name="debian-12", kernel="6.1.0-56-amd64"),
+    # Debian 13's newest 6.12 kernel (its headers are the debian13-tesla cell's), 580.142 again.
+    "debian13-open-580": dict(release="580.142", os_name="debian-13", kernel="6.12.117+deb13-amd64"),
+    # The newest release of the snapshot for the newest kernel it builds for: not trixie-backports'
+    # 7.x (its nv-linux.h includes <linux/of_gpio.h>, which 7.2 and later removed: seen compiling it
+    # for 7.3.4+deb13 on 2026-11-26, make failed after 13.5 min; nodeprep.targets.facts refuses it
+    # there), so trixie's own 6.12.117, whose headers the other Debian 13 cells share.
+    "debian13-open-595": dict(release="595.45.04", os_name="debian-13", kernel="6.12.117+deb13-amd64"),
 }
 
 

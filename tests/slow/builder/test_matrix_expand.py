@@ -63,7 +63,7 @@ def test_expand_against_the_real_archive(test_cache: Path, tmp_path: Path) -> No
     assert main12 == headers.served_releases(bookworm, match=lambda r: r.startswith("6.1.0-"), limit=2)
 
     # the backports line: its default 6.12 kernel with the ~bpo12 driver builds only, no open cell
-    bpo = [c for c in cells if c["channel"] == "backports"]
+    bpo = [c for c in cells if c["channel"] == "backports" and c["os"] == "debian-12"]
     assert bpo and all(re.fullmatch(r"6\.12\.\d+\+deb12-amd64", c["kernel"]) for c in bpo)
     assert all("~bpo12" in c["source"] and c["flavour"] == "proprietary" for c in bpo)
     assert {c["driver"] for c in bpo} >= {"470.256.02"} and any(c["driver"].startswith("535.") for c in bpo)
@@ -75,8 +75,10 @@ def test_expand_against_the_real_archive(test_cache: Path, tmp_path: Path) -> No
     assert all(re.match(r"refused: \S+ \S+ \S+ \S+: .+", line) for line in refused)
     for os_name, kernel in {(c["os"], c["kernel"]) for c in cells} | {("debian-12", default12)}:
         assert f"refused: {os_name} {kernel} 470 open: branch 470 has no open kernel modules" in res.stderr
-    no_bpo = "refused: debian-13 backports:default * *: debian-13 has no kernel channel 'backports'"
-    assert no_bpo in res.stderr
+    # trixie-backports (issue 27): its newer series, with its ~bpo13 driver builds only
+    bpo13 = [c for c in cells if c["channel"] == "backports" and c["os"] == "debian-13"]
+    assert bpo13 and all(re.fullmatch(r"\d+\.\d+\.\d+\+deb13-amd64", c["kernel"]) for c in bpo13)
+    assert all(not c["kernel"].startswith("6.12.") and "~bpo13" in c["source"] for c in bpo13), bpo13
     assert "6.12.117+deb13-amd64" not in {c["kernel"] for c in cells if c["os"] == "debian-12"}  # excluded
     # 6.12.94, the kernel trixie's 550.163.01 last built against, has left the archive: one line
     # names it and the kernels served instead
@@ -112,3 +114,38 @@ def test_build_expanded_matrix_in_parallel(real_build, tmp_path: Path) -> None:
     assert only["cell"]["source"].startswith("nvidia-kernel-source=") or "tesla" in only["cell"]["source"]
     assert [(r["driver"], r["flavour"]) for r in data["refused"]] == [("470", "open")]
     assert f"refused: debian-12 {real_build.kernel_release} 470 open: branch 470 has no open" in res.stderr
+
+
+def test_expand_by_kernel_lists_which_sources_build_for_every_served_kernel(test_cache: Path,
+                                                                           tmp_path: Path) -> None:
+    """Issue 27, item 5: `build-matrix --expand --by-kernel` with NVIDIA's releases as inputs, against
+    the live archive: every kernel the lines serve (the 3 newest of trixie's and of trixie-backports',
+    7.3 among them) gets the Debian drivers and releases that build for it and today's refusals."""
+    from tests.support.realbuild import OPEN_RELEASES
+
+    releases = "".join(f"  - {{release: /r/open-gpu-kernel-modules-{v}.tar.gz, sha256: {sha}}}\n"
+                       for v, sha in OPEN_RELEASES.items())
+    f = tmp_path / "matrix.yaml"
+    f.write_text("os: debian-13\nkernels: [{channel: main, newest: 3}, {channel: backports, newest: 3}]\n"
+                 "drivers: [default, '535']\nflavours: [proprietary, open]\nopen_source:\n" + releases)
+    res = cli("build-matrix", str(f), "--expand", "--by-kernel", "--cache", str(test_cache))
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)["kernels"]
+    kernels = [r["kernel"] for r in rows]
+    assert len(kernels) == 6 and any(k.startswith("7.3.") for k in kernels), kernels
+    served = headers.served_releases(DebianArchive(test_cache, os_name="debian-13", channel="backports"),
+                                     match=lambda r: not r.startswith("6.12."), limit=3)
+    assert served == [k for k in kernels if not k.startswith("6.12.")]
+    for row in rows:
+        sources = [b["source"] for b in row["builds"]]
+        opened = [s for s in sources if s.startswith("open-source:")]
+        if row["kernel"].startswith("6.12."):
+            assert opened == [f"open-source:open-gpu-kernel-modules-{v}.tar.gz" for v in OPEN_RELEASES], row
+        else:  # their nv-linux.h includes <linux/of_gpio.h>, gone from 7.2 on (targets/facts.py)
+            assert opened == [] and sum("of_gpio.h" in r["reason"] for r in row["refused"]) == 2, row
+        assert all(r["reason"] for r in row["refused"]), row
+        if row["kernel"].startswith("6.12."):  # trixie's own: tesla-535 builds, 550.163.01 is refused
+            assert any(s.startswith("nvidia-tesla-535-kernel-source=") for s in sources), row
+            assert any("pci_resize_resource" in r["reason"] for r in row["refused"]), row
+        else:
+            assert all("~bpo13" in s for s in sources if not s.startswith("open-source:")), row

@@ -1,10 +1,12 @@
 """Real builds from NVIDIA's open-gpu-kernel-modules releases (`build-driver --open-source`, issue 27).
 
 The release tarballs are reached only through NODEPREP_NVIDIA_OPEN (`.ci/run` sets it; the tests skip
-without it). One cell compiles (tests/support/realbuild.py OPEN_SOURCE_CELLS: 580.142 for Debian 12's
-6.1.0-56, once per test cache, with the qemu smoke boot; input-digest hits afterwards); the other
-releases and kernels of the issue are resolved to their plans against the real archive (headers,
-build root, version from the tarball) without a compile."""
+without it). Each cell of tests/support/realbuild.py OPEN_SOURCE_CELLS compiles once per test cache,
+with the qemu smoke boot on its own kernel (input-digest hits afterwards): 580.142 for Debian 12's
+6.1.0-56 and for Debian 13's 6.12.117, 595.45.04 for Debian 13's 6.12.117 (the newest kernel it builds
+for: trixie-backports' 7.x kernels are refused with the compiler's reason). The Debian 13 cells and
+595.45.04 for trixie-backports' 7.3.4 are also resolved to their plans against the real archive
+(headers, build root, version from the tarball) without a compile."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from nodeprep.builder import kbuild
 from nodeprep.builder.plan import BuildRequest, resolve_plan, validate_request
 from nodeprep.sources import opensource
 from nodeprep.sources.debian import DebianArchive
+from tests.support import supporttable
 from tests.support.realbuild import (
     OPEN_RELEASES,
     OPEN_SOURCE_CELLS,
@@ -42,20 +45,28 @@ def modinfo(ko: Path, field: str) -> str:
     return runner.run(["modinfo", "-F", field, ko]).stdout.strip()
 
 
-def test_open_source_cell_builds_and_loads_up_to_the_gpu_probe(test_cache: Path, tmp_path: Path) -> None:
-    spec = OPEN_SOURCE_CELLS[CELL]
+# the compiler of each cell's kernel (its line's, nodeprep.targets): (package, what m.compiler starts with)
+COMPILERS = {"debian-12": ("gcc-12", "gcc-12 (Debian 12.2.0-14"),
+             "debian-13": ("gcc-14", "x86_64-linux-gnu-gcc-14 (Debian 14.")}
+
+
+@pytest.mark.parametrize("cell", sorted(OPEN_SOURCE_CELLS))
+def test_open_source_cell_builds_and_loads_up_to_the_gpu_probe(cell: str, test_cache: Path,
+                                                                tmp_path: Path) -> None:
+    spec = OPEN_SOURCE_CELLS[cell]
     path, sha = release_or_skip(spec["release"])
-    built = ensure_open_source_cell(test_cache, CELL)
+    built = ensure_open_source_cell(test_cache, cell)
     m = artifact.extract(built.kmod, tmp_path)
     assert (m.os, m.flavour, m.driver_version, m.kernel_release) == (
-        "debian-12", "open", spec["release"], spec["kernel"])
+        spec["os_name"], "open", spec["release"], spec["kernel"])
     # the input digest is over the tarball itself (and the kernel's header packages)
     assert m.inputs[path.name] == sha
     assert m.extra["source"] == {"kind": "open-source", "name": path.name, "sha256": sha}
-    # the release's own Makefiles run xz and a C++ compiler: the build root has them beside gcc-12
+    # the release's own Makefiles run xz and a C++ compiler: the build root has them beside the gcc
+    gcc, text = COMPILERS[spec["os_name"]]
     names = {p.split(":")[0].split("=")[0] for p in m.extra["build_root"]["packages"]}
-    assert {"xz-utils", "g++-12", "gcc-12"} <= names, names
-    assert "gcc-12 (Debian 12.2.0-14" in m.compiler and "cc_mismatch" not in m.extra["build"]
+    assert {"xz-utils", gcc.replace("gcc", "g++"), gcc} <= names, names
+    assert m.compiler.startswith(text) and "cc_mismatch" not in m.extra["build"], m.compiler
     mod_dir = tmp_path / "modules" / spec["kernel"]
     assert sorted(p.name for p in mod_dir.iterdir()) == MODULES
     for ko in MODULES:
@@ -69,6 +80,9 @@ def test_open_source_cell_builds_and_loads_up_to_the_gpu_probe(test_cache: Path,
                    if kbuild.CC_LINE_RE.match(ln) or kbuild.NV_LINE_RE.match(ln)]
         assert len(printed) == kbuild.count_objects(opensource.extract_tree(path, tmp_path / "tree"))
     smoke = m.extra["smoke_test"]
+    # the verdict of the boot during the build, kept for docs/build.md's support table
+    supporttable.record_smoke(test_cache, cell, kmod=built.kmod, input_digest=built.input_digest,
+                              verdict=smoke["verdict"])
     assert smoke["verdict"] == "PASS", smoke
     assert "loaded up to the GPU probe" in smoke["reason"], smoke
 
@@ -97,9 +111,8 @@ def test_same_release_from_the_cli_is_a_store_hit(test_cache: Path) -> None:
 
 @pytest.mark.parametrize("version, os_name, kernel", [
     ("580.142", "debian-13", "6.12.117+deb13-amd64"),
-    # the issue asks for trixie-backports' 7.3 kernel, a line nodeprep.targets does not know yet:
-    # planned for trixie's newest main kernel meanwhile (not compiled)
     ("595.45.04", "debian-13", "6.12.117+deb13-amd64"),
+    ("595.45.04", "debian-13", "7.3.4+deb13-amd64"),  # trixie-backports' line (nodeprep.targets)
 ])
 def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: str,
                                             test_cache: Path) -> None:
@@ -116,3 +129,26 @@ def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: 
     assert plan.source["kind"] == "open-source" and "source" not in plan.debs
     assert any(p == f"linux-headers-{kernel}" for p, _ in plan.header_packages)
     assert OPEN_RELEASES[version] == sha
+
+
+def test_trixie_backports_kernels_refuse_the_releases_with_the_compilers_reason(test_cache: Path,
+                                                                                tmp_path: Path) -> None:
+    """595.45.04 compiled for 7.3.4+deb13 (2026-11-26) failed: `fatal error: linux/of_gpio.h: No such
+    file or directory` (nv-linux.h includes it; 7.2 and later removed it). `build-matrix --expand
+    --by-kernel` lists every trixie-backports kernel with both releases refused for that reason, and
+    the cells the line's own driver makes."""
+    releases = "".join(f"  - {{release: /r/open-gpu-kernel-modules-{v}.tar.gz, sha256: {sha}}}\n"
+                       for v, sha in OPEN_RELEASES.items())
+    f = tmp_path / "matrix.yaml"
+    f.write_text("os: debian-13\nkernels: [{channel: backports, newest: 2}]\nopen_source:\n" + releases)
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    res = runner.run([sys.executable, "-m", "nodeprep.cli", "build-matrix", f, "--expand", "--by-kernel",
+                      "--cache", test_cache], check=False, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)["kernels"]
+    assert len(rows) == 2 and all(r["kernel"].startswith("7.") for r in rows), rows
+    for row in rows:
+        refused = {r["driver"]: r["reason"] for r in row["refused"]}
+        for version in OPEN_RELEASES:
+            assert "linux/of_gpio.h" in refused[f"open-gpu-kernel-modules-{version}.tar.gz"], row
+        assert not any(b["source"].startswith("open-source:") for b in row["builds"]), row

@@ -1,8 +1,9 @@
-"""Real builds of the Debian 12 cells of issue 13 (tests/support/realbuild.py CELLS, one compile per
-test cache, input-digest hits afterwards): the open 535.261.03 modules for a bookworm 6.1 kernel and
-the proprietary backports driver (535.216.03~bpo12) for a bookworm-backports 6.12 kernel, both in the
-bookworm build root with gcc-12, checked against the compiler that built *that* kernel. Why each cell
-pins its kernel is written in CELLS."""
+"""Real builds of the Debian 12 cells of issues 13 and 27 (tests/support/realbuild.py CELLS, one compile
+per test cache, input-digest hits afterwards): the open 535.261.03 modules for a bookworm 6.1 kernel,
+the proprietary backports driver (535.216.03~bpo12) for a bookworm-backports 6.12 kernel and Debian
+experimental's 555.58.02 for a bookworm 6.1 kernel, all in the bookworm build root with gcc-12,
+checked against the compiler that built *that* kernel. Why each cell pins its kernel is written in
+CELLS."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def modinfo(ko: Path, field: str) -> str:
 @pytest.mark.parametrize("cell,license_,package,tag", [
     ("debian12-open", "Dual MIT/GPL", "nvidia-open-kernel-source", ""),
     ("debian12-backports", "NVIDIA", "nvidia-kernel-source", "~bpo12"),
+    # Debian experimental's 555 (issue 27): its sources, bookworm's kernel, build root and gcc-12
+    ("debian12-experimental", "NVIDIA", "nvidia-kernel-source", "555.58.02-"),
 ])
 def test_cell_built_with_the_kernels_own_compiler(cell: str, license_: str, package: str, tag: str,
                                                   test_cache: Path, tmp_path: Path) -> None:
@@ -38,6 +41,7 @@ def test_cell_built_with_the_kernels_own_compiler(cell: str, license_: str, pack
     assert m.extra["build"]["build_compiler"].split()[-1] == m.compiler.split()[-1]
     assert "cc_mismatch" not in m.extra["build"]
     assert m.extra["source"]["package"] == package and tag in m.extra["source"]["version"]
+    assert m.extra["source"].get("suite") == spec.get("driver_suite")
     # (the 6.12.NN+deb12 kernels' own packages are 6.12.NN-1~deb12uN: bookworm's updates serve them now)
     assert f"linux-headers-{m.kernel_release}_" in " ".join(m.inputs), m.inputs
     ko = tmp_path / "modules" / str(m.kernel_release) / "nvidia.ko"

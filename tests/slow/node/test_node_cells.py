@@ -117,3 +117,43 @@ def test_debian12_root_gets_the_open_modules(test_cache: Path, rootfs: Path, tmp
     assert resolve(rootfs, ldcache(rootfs)["libcuda.so.1"]).startswith(f"/opt/nvidia/{version}/")
     d = cli("doctor", "--root", str(rootfs), "--check", "state", "--check", "ldcache", "--json")
     assert d.returncode == 0 and json.loads(d.stdout)["ok"] is True, d.stdout + d.stderr
+
+
+def h200_sysfs(root: Path) -> None:
+    """ROOT/sys/bus/pci/devices with one H200 SXM (10de:2335, subsystem 10de:18be) and a non-GPU."""
+    base = root / "sys" / "bus" / "pci" / "devices"
+    for name, attrs in (("0000:1b:00.0", {"vendor": "0x10de", "device": "0x2335", "class": "0x030200",
+                                          "subsystem_vendor": "0x10de", "subsystem_device": "0x18be"}),
+                        ("0000:06:00.0", {"vendor": "0x15b3", "device": "0x101d", "class": "0x020000"})):
+        (base / name).mkdir(parents=True)
+        for k, v in attrs.items():
+            (base / name / k).write_text(v + "\n")
+
+
+def test_debian12_root_with_an_h200_gets_experimentals_555(test_cache: Path, rootfs: Path,
+                                                           tmp_path: Path) -> None:
+    """Issue 27 items 3 and 4: a store with the open 535.261.03 cell and Debian experimental's 555.58.02
+    for 6.1.0-50; `install --gpus node` on a root whose PCI tree holds an H200 picks 555.58.02 (535's
+    list does not name the H200) and the proprietary flavour, installs and activates it; doctor's
+    state, ldcache and support checks pass on it."""
+    exp = ensure_cell(test_cache, "debian12-experimental", userspace=True)
+    old = ensure_cell(test_cache, "debian12-open", userspace=True)
+    assert exp.kernel_release == old.kernel_release == "6.1.0-50-amd64"
+    rel = exp.kernel_release
+    boot_kernel(rootfs, rel, test_cache, "debian-12")
+    h200_sysfs(rootfs)
+    r = cli("install", "--store", str(store_of(tmp_path, exp, old)), "--gpus", "node", "--kernel", rel,
+            "--root", str(rootfs), "--activate", "--no-load", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["version"] == "555.58.02"
+    ko = rootfs / "lib" / "modules" / rel / "updates" / "nodeprep" / "nvidia.ko"
+    assert run(["modinfo", "-F", "version", ko]).stdout.strip() == "555.58.02"
+    assert run(["modinfo", "-F", "license", ko]).stdout.strip() == "NVIDIA"
+    assert resolve(rootfs, ldcache(rootfs)["libcuda.so.1"]).startswith("/opt/nvidia/555.58.02/")
+    assert (rootfs / "opt" / "nvidia" / "555.58.02" / "share" / "supported-gpus.json").is_file()
+    d = cli("doctor", "--root", str(rootfs), "--check", "state", "--check", "ldcache", "--check", "support",
+            "--json")
+    report = json.loads(d.stdout)
+    assert d.returncode == 0 and report["ok"] is True, d.stdout + d.stderr
+    (support,) = [c for c in report["checks"] if c["name"] == "support"]
+    assert support["message"].startswith("555.58.02 supports the node's 1 NVIDIA GPU(s)"), support

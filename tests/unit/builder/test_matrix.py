@@ -54,7 +54,7 @@ def test_every_problem_is_reported_with_its_field_and_line():
             source="m.yaml",
         )
     assert e.value.problems == [
-        "kernel: unknown key (known: os, kernels, drivers, flavours, exclude) (line 4)",
+        "kernel: unknown key (known: os, kernels, drivers, flavours, exclude, open_source) (line 4)",
         "drivers[0]: 'abc' is not a driver version or branch (or 'default') (line 2)",
         "exclude[0].arch: unknown key (known: os, driver, kernel, flavour) (line 5)",
         "flavours[0]: 'closed' is not one of proprietary, open (line 3)",
@@ -97,6 +97,7 @@ RECORDED = {
     ("debian-12", "main"): "debian12-archive.json",
     ("debian-12", "backports"): "debian12-backports-archive.json",
     ("debian-13", "main"): "debian13-archive.json",
+    ("debian-13", "backports"): "debian13-backports-archive.json",
 }
 
 
@@ -173,13 +174,12 @@ def test_kernel_refusals_name_the_kernel_once():
     assert refused[("debian-12", "6.1.0-999-amd64", "*", "*")].startswith(
         "no headers for kernel 6.1.0-999-amd64 in the archive of debian-12 main (bookworm, bookworm-updates) "
         "(newest: 6.1.0-56-amd64, 6.1.0-50-amd64)")
-    assert refused[("debian-13", "backports:newest=1", "*", "*")] == (
-        "debian-13 has no kernel channel 'backports' (channels: main)")
     assert refused[("debian-13", "6.1.0-999-amd64", "*", "*")].startswith(
         "'6.1.0-999-amd64' is not a kernel release of debian-13")
     assert refused[("ubuntu-22.04", "backports:newest=1", "*", "*")].startswith(
         "ubuntu-22.04 has no kernel channel")
-    assert [k for k in refused if k[2] != "*"] == []  # nothing else: the kernel decides
+    # trixie-backports' newest kernel exists (7.3.4+deb13): only its line's drivers are asked about
+    assert [k for k in refused if k[2] != "*"] == [("debian-13", "7.3.4+deb13-amd64", "535", "proprietary")]
 
 
 def test_published_schema_is_in_step():
@@ -211,3 +211,139 @@ def test_build_refuses_a_hostile_store_index_before_any_cell(tmp_path):
     assert sorted(p.name for p in store.iterdir()) == ["index.json"]
     assert (store / "index.json").read_bytes() == before
     assert not cache.exists() or not any(cache.rglob("*.log"))
+
+
+# -- --gpus: the driver follows the GPUs (issue 27, item 4) -----------------------------------------
+
+def _lists(os_name: str, channel: str, version: str) -> str | None:
+    """The real supported-gpus.json of the versions recorded in tests/unit/data/supported-gpus/."""
+    import gzip
+
+    from tests.unit.node.test_branch import DATA as LISTS
+
+    path = LISTS / f"{version}.json.gz"
+    return gzip.decompress(path.read_bytes()).decode() if path.is_file() else None
+
+
+def _follow(text: str, *gpus: str, policy: str = "newest") -> matrix.Expansion:
+    return matrix.expand(matrix.parse(text), _archive_for, follow=matrix.FollowGpus(gpus, _lists, policy))
+
+
+def test_gpus_choose_each_kernels_driver_and_flavour_from_the_lines_lists():
+    """A100 (10de:20b2): Debian 12's 535.309.01 lists it, proprietary by default. H200 (10de:2335):
+    535.309.01's list does not name it, and trixie's 550.163.01, whose list does, does not build for
+    6.12.117 (targets/facts.py): each kernel is refused naming the GPU and the versions tried."""
+    text = "os: [debian-12, debian-13]\nkernels: [default]\ndrivers: ['470']\nflavours: [open]\n"
+    got = _follow(text, "10de:20b2")
+    assert [(c.os, c.kernel, c.driver, c.flavour, c.source) for c in got.cells][0] == (
+        "debian-12", "6.1.0-56-amd64", "535.309.01", "proprietary",
+        "nvidia-kernel-source=535.309.01-0+deb12u1")
+    refused = _follow(text, "10de:2335").refused
+    assert [(r.os, r.kernel, r.driver) for r in refused] == [
+        ("debian-12", "6.1.0-56-amd64", "*"), ("debian-13", "6.12.117+deb13-amd64", "*")]
+    assert refused[0].reason.startswith("no driver version supports every GPU of the node (10de:2335); "
+                                        "tried 535.309.01 (newest first): ")
+    assert refused[1].reason == "no driver version to choose from"  # 550.163.01 is ruled out here
+
+
+def test_gpus_on_trixie_backports_take_its_own_driver():
+    """trixie-backports' 7.3.4 kernel and its ~bpo13 550.163.01, whose list names the H200 (no known
+    build failure rules it out on 7.3); a Blackwell B200 is refused there."""
+    text = "os: debian-13\nkernels: [{channel: backports}]\n"
+    (cell,) = _follow(text, "10de:2335").cells
+    assert (cell.kernel, cell.driver, cell.flavour, cell.source) == (
+        "7.3.4+deb13-amd64", "550.163.01", "proprietary", "nvidia-kernel-source=550.163.01-4~bpo13+1")
+    (refused,) = _follow(text, "10de:2901").refused
+    assert "(PCI 10de:2901) is newer than 550.163.01" in refused.reason
+
+
+def test_build_matrix_gpus_needs_expand(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text("os: debian-12\n")
+    res = CliRunner().invoke(main, ["build-matrix", str(f), "--gpus", "10de:2335"])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[0] == (
+        "error: --gpus chooses the drivers the archive serves: use it with --expand")
+    res = CliRunner().invoke(main, ["build-matrix", str(f), "--expand", "--gpus", "10de:zz"])
+    assert res.exit_code == 2 and res.stderr.splitlines()[0].startswith("error: --gpus: '10de:zz'")
+
+
+# -- open-source releases per kernel (issue 27, item 5) ---------------------------------------------
+
+SHA_580 = "644c8cea8ed92414c7bd4567f200d6f5ed10868728d7f7fb0f06b01319330343"
+SHA_595 = "dcec5996ed6f01eddbfd1c316383774e2f504501060218b1d898d04be6af0aa0"
+OPEN = f"""
+os: [debian-12, debian-13]
+kernels: [default, {{channel: backports}}]
+drivers: [default]
+flavours: [proprietary, open]
+open_source:
+  - {{release: /releases/open-gpu-kernel-modules-580.142.tar.gz, sha256: {SHA_580}}}
+  - {{release: "https://example.invalid/r/open-gpu-kernel-modules-595.45.04.tar.gz", sha256: {SHA_595}}}
+"""
+
+
+def test_expand_lists_per_kernel_which_sources_build_and_the_refusals():
+    """Every kernel the recorded archives serve as a line's default, trixie-backports' 7.3.4 included:
+    the Debian driver that builds, both releases, and today's refusals with their reasons."""
+    expansion = matrix.expand(matrix.parse(OPEN), _archive_for)
+    rows = {(r["os"], r["kernel"]): r for r in expansion.by_kernel()}
+    assert list(rows) == [("debian-12", "6.1.0-56-amd64"), ("debian-12", "6.12.95+deb12-amd64"),
+                          ("debian-13", "6.12.117+deb13-amd64"), ("debian-13", "7.3.4+deb13-amd64")]
+    releases = ["open-source:open-gpu-kernel-modules-580.142.tar.gz",
+                "open-source:open-gpu-kernel-modules-595.45.04.tar.gz"]
+    for (_, kernel), row in rows.items():
+        built = [b["source"] for b in row["builds"] if b["source"].startswith("open-source:")]
+        # both releases include <linux/of_gpio.h>, which trixie-backports' 7.x kernels no longer have
+        assert built == ([] if kernel.startswith("7.") else releases), row
+    trixie = rows["debian-13", "6.12.117+deb13-amd64"]
+    assert [b["source"] for b in trixie["builds"]] == releases  # 550.163.01 does not build for 6.12.117
+    assert {r["flavour"] for r in trixie["refused"]} == {"proprietary", "open"}
+    assert all("pci_resize_resource" in r["reason"] for r in trixie["refused"])
+    bpo = rows["debian-13", "7.3.4+deb13-amd64"]
+    assert {"driver": "550.163.01", "flavour": "proprietary",
+            "source": "nvidia-kernel-source=550.163.01-4~bpo13+1"} in bpo["builds"]
+    assert {r["driver"]: r["reason"] for r in bpo["refused"]}["open-gpu-kernel-modules-595.45.04.tar.gz"] == (
+        "595.45.04 (open) does not build against kernels 7.2 and later: its nv-linux.h includes "
+        "<linux/of_gpio.h>, which they removed (fatal error: linux/of_gpio.h: No such file or directory)")
+    cell = next(c for c in expansion.cells if c.kernel == "6.12.117+deb13-amd64" and c.driver == "595.45.04")
+    assert cell.args() == ["--os", "debian-13", "--flavour", "open", "--open-source",
+                           "https://example.invalid/r/open-gpu-kernel-modules-595.45.04.tar.gz",
+                           "--open-source-sha256", SHA_595, "--kernel", "6.12.117+deb13-amd64"]
+
+
+def test_kernel_limits_of_the_releases():
+    """595.45.04 seen failing on 7.3.4 (of_gpio.h), 580.142 by the same include: every 7.x kernel, not
+    the 6.x ones (ABI-named 6.1.0-NN included)."""
+    for version in ("595.45.04", "580.142"):
+        assert facts.refusal(version, "open", "7.2.6+deb13-amd64")
+        assert facts.refusal(version, "open", "7.3.4+deb13-amd64")
+        assert facts.refusal(version, "open", "8.0.1+deb13-amd64")
+        assert facts.refusal(version, "open", "6.12.117+deb13-amd64") is None
+        assert facts.refusal(version, "open", "6.1.0-56-amd64") is None
+    assert facts.refusal("595.45.04", "proprietary", "7.3.4+deb13-amd64") is None
+
+
+def test_open_source_entries_are_checked_and_written_cells_carry_them(tmp_path):
+    with pytest.raises(matrix.MatrixError) as e:
+        matrix.parse("open_source:\n  - {release: nvidia.tar.gz, sha256: abc}\n  - {sha256: x}\n")
+    assert e.value.problems == [
+        "open_source[0].sha256: 'abc' is not a sha256 hex digest (64 hex digits) (line 2)",
+        "open_source[1]: must be a list of mappings like {release: URL or path, sha256: HEX} (line 3)",
+        "open_source[1].sha256: 'x' is not a sha256 hex digest (64 hex digits) (line 3)",
+    ]
+    with pytest.raises(matrix.MatrixError) as e:
+        matrix.parse("open_source:\n  - {release: nvidia.tar.gz, sha256: '" + "a" * 64 + "'}\n")
+    assert e.value.problems == ["open_source[0].release: 'nvidia.tar.gz' is not named "
+                                "open-gpu-kernel-modules-<version>.tar.gz (an NVIDIA release)"]
+    f = tmp_path / "m.yaml"
+    f.write_text(OPEN)
+    res = CliRunner().invoke(main, ["build-matrix", str(f)])
+    assert res.exit_code == 2 and "is resolved against the archive" in res.stderr
+    f.write_text(OPEN.replace("kernels: [default, {channel: backports}]", "kernels: [6.1.0-56-amd64]"))
+    res = CliRunner().invoke(main, ["build-matrix", str(f)])
+    cells = json.loads(res.stdout)["include"]
+    assert [c["driver"] for c in cells if c["flavour"] == "open" and "--open-source" in c["args"]] == [
+        "580.142", "595.45.04", "580.142", "595.45.04"]
+    res = CliRunner().invoke(main, ["build-matrix", str(f), "--by-kernel"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: --by-kernel lists what --expand finds")

@@ -5,12 +5,13 @@ are checked against real builds and smoke boots by tests/slow/smoke/test_smoke_c
 from __future__ import annotations
 
 from tests.support import supporttable
-from tests.support.realbuild import CELLS
+from tests.support.realbuild import CELLS, OPEN_SOURCE_CELLS
 
 
 def test_doc_table_has_one_smoke_tested_row_per_cell() -> None:
     rows = supporttable.parse(supporttable.doc_table(supporttable.DOC.read_text()))
-    assert len(rows) == len(supporttable.CELL_ORDER) == len(CELLS) + 1
+    tabled = [c for c in supporttable.CELL_ORDER if c in OPEN_SOURCE_CELLS]
+    assert len(rows) == len(supporttable.CELL_ORDER) == len(CELLS) + 1 + len(tabled)
     assert all(r["smoke test"] == "PASS" for r in rows), rows
     by_cell = dict(zip(supporttable.CELL_ORDER, rows, strict=True))
     for name, cell in CELLS.items():
@@ -18,6 +19,11 @@ def test_doc_table_has_one_smoke_tested_row_per_cell() -> None:
         assert row["OS"].split()[0] == cell["os_name"], row
         assert row["kernel"] == cell["kernel"] and row["flavour"] == cell["flavour"], row
         assert row["driver"].split()[0] == cell["driver"], row
+    for name in tabled:
+        row, cell = by_cell[name], OPEN_SOURCE_CELLS[name]
+        assert (row["OS"].split()[0], row["kernel"], row["flavour"]) == (
+            cell["os_name"], cell["kernel"], "open")
+        assert row["driver"] == f"{cell['release']} (NVIDIA release)", row
     assert by_cell["debian12-backports"]["OS"] == "debian-12 (backports)"
     assert "~bpo12" in by_cell["debian12-backports"]["driver"]
 

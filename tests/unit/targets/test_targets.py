@@ -138,3 +138,62 @@ def test_backports_line_gets_its_own_build_root_with_pahole() -> None:
     bpo = buildroot.spec_for("debian-12", "6.12.117+deb12-amd64")
     assert "pahole" not in main.packages and buildroot.spec_for("debian-12", "6.1.0-50-amd64") == main
     assert bpo.packages == (*main.packages, "pahole") and bpo.key != main.key
+
+
+def test_trixie_backports_kernels_are_their_own_line():
+    """trixie-backports' kernels carry +deb13 like trixie's own (7.3.4+deb13-amd64, recorded in
+    data/debian13-backports-archive.json): the series tells the lines apart."""
+    d13 = targets.get("debian-13")
+    assert d13.channel_for("6.12.117+deb13-amd64").name == "main"
+    bpo = d13.channel_for("7.3.4+deb13-amd64")
+    assert (bpo.name, bpo.driver_version_tag, bpo.compiler) == ("backports", "~bpo13", "gcc-14")
+    assert targets.archive("debian-13", "7.3.4+deb13-amd64").suites[-1] == "trixie-backports"
+    assert "pahole" in buildroot.spec_for("debian-13", "7.3.4+deb13-amd64").packages
+    archive = recorded("debian13-backports-archive.json")
+    assert headers.resolve(archive, None).release == "7.3.4+deb13-amd64"
+    src = drivers.resolve_for_target(archive, "debian-13", "7.3.4+deb13-amd64", None, "open")
+    assert (src.package, src.debian_version) == ("nvidia-open-kernel-source", "550.163.01-4~bpo13+1")
+
+
+def test_driver_suite_adds_its_suite_and_is_refused_where_unknown(tmp_path):
+    """`--driver-suite experimental`: the target's suites plus experimental, in apt lists of their
+    own; anything else, a missing --kernel or another source is refused before any download."""
+    a = targets.archive("debian-12", "6.1.0-50-amd64", "experimental")
+    assert (a.suites, a.key, a.driver_suite) == (
+        ("bookworm", "bookworm-updates", "experimental"), "debian-12-experimental", "experimental")
+    base = dict(store=tmp_path / "s", cache=tmp_path / "c", smoke_test=False, driver="555")
+    validate_request(BuildRequest(kernel="6.1.0-50-amd64", driver_suite="experimental", **base))
+    with pytest.raises(InputError, match=r"^--driver-suite: 'sid' is not a driver suite of debian-12 "
+                                         r"\(known: experimental\)"):
+        validate_request(BuildRequest(kernel="6.1.0-50-amd64", driver_suite="sid", **base))
+    with pytest.raises(InputError, match="^--driver-suite needs --kernel"):
+        validate_request(BuildRequest(driver_suite="experimental", **base))
+    with pytest.raises(InputError, match="takes its driver sources from debian-12"):
+        targets.archive("ubuntu-22.04", None, "experimental")
+    assert not (tmp_path / "c").exists()
+
+
+def test_driver_suite_picks_only_what_that_suite_serves():
+    """`apt-cache madison` lines as apt prints them (Debian 12 with experimental, 2026-11-26): the
+    suite's own versions only; the line's own are untouched without a suite."""
+    from nodeprep.sources.debian import madison_versions
+
+    out = ("nvidia-kernel-source | 555.58.02-4 | http://deb.debian.org/debian experimental/non-free amd64 "
+           "Packages\nnvidia-kernel-source | 535.309.01-0+deb12u1 | http://deb.debian.org/debian "
+           "bookworm/non-free amd64 Packages\n")
+    assert madison_versions(out, "nvidia-kernel-source", "experimental") == ["555.58.02-4"]
+    assert madison_versions(out, "nvidia-kernel-source") == ["555.58.02-4", "535.309.01-0+deb12u1"]
+    assert madison_versions(out, "nvidia-kernel-source", "bookworm-backports") == []
+
+
+def test_cli_refuses_an_unknown_driver_suite_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from nodeprep.cli import main
+
+    res = CliRunner().invoke(main, ["build-driver", "--kernel", "6.1.0-50-amd64", "--driver-suite", "sid",
+                                    "--cache", str(tmp_path / "c"), "--store", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.splitlines()[0].startswith(
+        "error: --driver-suite: 'sid' is not a driver suite of debian-12")
+    assert not (tmp_path / "c").exists()

@@ -1,0 +1,170 @@
+"""Which driver follows the node's GPUs: version and flavour from each candidate's supported-GPU list.
+
+Pure: `choose` takes the candidates (driver version, the flavours it comes in, its
+`supported-gpus.json` text) and the GPUs' PCI ids, and picks the oldest or newest version whose
+list names and supports every GPU (a GPU a list does not name counts against that candidate
+here, though install only notes it: NVIDIA's lists are incomplete), with the flavour the GPUs need:
+
+- open where a GPU needs it (NVIDIA supports Grace Hopper and Blackwell with the open kernel
+  modules only: `support.needs_open`),
+- proprietary where a GPU's entry has no `kernelopen` (before Turing),
+- otherwise the preferred flavour (the caller's; proprietary unless told).
+
+None supporting them all is an InputError naming the GPUs, every version tried and why the first
+of them failed (the others' reasons in its hint). The rules per GPU and list are
+nodeprep.node.support's (`check_support`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..vocab import version_key
+from . import support
+
+POLICIES = ("newest", "oldest")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    version: str  # exact driver version
+    flavours: tuple[str, ...]  # the flavours it can be had in (built, or in the store)
+    supported: str  # its supported-gpus.json
+
+
+@dataclass(frozen=True)
+class Choice:
+    version: str
+    flavour: str
+    tried: tuple[str, ...]  # the versions looked at, in the order of the policy
+
+
+def flavour_for(candidate: Candidate, gpus: Sequence[str], preferred: str = "proprietary") -> tuple[
+        str | None, list[str]]:
+    """(the flavour of `candidate` that runs every GPU, or None; the problems that ruled the others out)."""
+    if any(support.needs_open(gpu) for gpu in gpus):
+        order = ["open"]
+    else:
+        order = [preferred, *(f for f in ("proprietary", "open") if f != preferred)]
+    problems: list[str] = []
+    missing: list[str] = []  # after the GPUs' problems: those say more
+    for flavour in order:
+        if flavour not in candidate.flavours:
+            missing.append(f"{candidate.version} has no {flavour} flavour here")
+            continue
+        unlisted: list[str] = []
+        found = support.check_support(candidate.supported, flavour, list(gpus),
+                                      driver_version=candidate.version, notes=unlisted)
+        if not found and not unlisted:
+            return flavour, problems
+        problems += found + [n.replace("(NVIDIA's list is incomplete; not refused)",
+                                       "(chosen only where listed)") for n in unlisted]
+    return None, problems + missing
+
+
+def choose(candidates: Iterable[Candidate], gpus: Sequence[str], *, policy: str = "newest",
+           preferred: str = "proprietary", what: str = "--gpus", presorted: bool = False) -> Choice:
+    """The candidate (by `policy`) supporting every GPU in `gpus`, and its flavour; InputError naming
+    the GPUs and the versions tried when none does. `presorted`: `candidates` come in the policy's
+    order already and are taken one at a time (a store's lists are read only as far as needed)."""
+    if policy not in POLICIES:
+        raise InputError(f"{what}: policy {policy!r} is not one of {', '.join(POLICIES)}")
+    for gpu in gpus:
+        support.PciId.parse(gpu)  # a bad id is refused before anything is chosen
+    ordered = candidates if presorted else sorted(
+        candidates, key=lambda c: version_key(c.version), reverse=policy == "newest")
+    tried: list[str] = []
+    reasons: list[str] = []
+    for cand in ordered:
+        tried.append(cand.version)
+        flavour, problems = flavour_for(cand, gpus, preferred)
+        if flavour is not None:
+            return Choice(cand.version, flavour, tuple(dict.fromkeys(tried)))
+        reasons.append(problems[0] if problems else f"{cand.version}: no flavour")
+    if not tried:
+        raise InputError(f"{what}: no driver version to choose from")
+    tried = list(dict.fromkeys(tried))
+    shown = ", ".join(gpus)
+    raise InputError(
+        f"{what}: no driver version supports every GPU of the node ({shown}); tried {', '.join(tried)} "
+        f"({policy} first): {reasons[0]}",
+        hint="\n".join(dict.fromkeys(reasons[1:])) or None,
+    )
+
+
+# -- the edges: which GPUs, which candidates ----------------------------------------------------
+
+
+def gpu_ids(root: Path, value: str, *, what: str = "--gpus") -> list[str]:
+    """The PCI ids `value` names: 'node' (the NVIDIA GPUs under ROOT/sys/bus/pci/devices) or a comma
+    list of '10de:DEVICE[:SUBVENDOR:SUBDEVICE]'."""
+    if value == "node":
+        ids = support.node_pci_ids(root)
+        if not ids:
+            raise InputError(f"{what}: no NVIDIA GPU under {Path(root) / 'sys/bus/pci/devices'}")
+        return ids
+    ids = [v.strip() for v in value.split(",") if v.strip()]
+    if not ids:
+        raise InputError(f"{what}: {value!r} names no GPU ('node' or 10de:DEVICE,...)")
+    for gpu in ids:
+        try:
+            support.PciId.parse(gpu)
+        except InputError as e:
+            raise InputError(f"{what}: {e}") from None
+    return ids
+
+
+def store_candidates(store: Any, kernel: str, arch: str, download_dir: Path, *,
+                     policy: str = "newest") -> Iterator[Candidate]:
+    """The store's driver versions in the order of `policy` that have a user-space artifact for `arch`
+    carrying a supported-GPU list and kmod artifacts for `kernel` (their flavours); each user space is
+    read (a remote one downloaded into `download_dir`) only when the candidate is reached."""
+    from ..artifact import read_member
+
+    entries = store.entries()
+    spaces = sorted((e for e in entries if e.kind == "userspace" and e.arch == arch),
+                    key=lambda e: version_key(e.driver_version), reverse=policy == "newest")
+    for us in spaces:
+        flavours = tuple(sorted({str(e.flavour) for e in entries if e.kind == "kmod" and e.flavour and
+                                 (e.driver_version, e.kernel_release) == (us.driver_version, kernel)}))
+        if not flavours:
+            continue
+        data = read_member(store.fetch(us, download_dir), support.SUPPORT_FILE)
+        if data is not None:
+            yield Candidate(us.driver_version, flavours, data.decode("utf-8", "replace"))
+
+
+def choose_from_store(store: Any, gpus: Sequence[str], kernel: str, *, arch: str = "amd64",
+                      policy: str = "newest", preferred: str = "proprietary") -> Choice:
+    """`choose` over the store's candidates for `kernel`, read as far as needed; a remote store's user
+    spaces go to a temporary directory, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="nodeprep-branch-") as tmp:
+        return choose(store_candidates(store, kernel, arch, Path(tmp), policy=policy), gpus, policy=policy,
+                      preferred=preferred, presorted=True)
+
+
+def require_pinned(store: Any, version: str, flavour: str, gpus: Sequence[str], *, arch: str = "amd64",
+                   what: str = "driver.version") -> bool:
+    """Refuse (InputError naming `what`) a pinned `version` and `flavour` that does not run a GPU in
+    `gpus` by the version's list in the store, as install would (nodeprep.node.support's rules: a GPU
+    the list does not name is not refused); False when its user space carries no list (not checked)."""
+    from ..artifact import read_member
+
+    entry = next((e for e in store.entries() if e.kind == "userspace" and e.driver_version == version
+                  and e.arch == arch), None)
+    if entry is None:
+        raise InputError(f"{what}: {version} has no user-space artifact ({arch}) in the store")
+    with tempfile.TemporaryDirectory(prefix="nodeprep-branch-") as tmp:
+        data = read_member(store.fetch(entry, Path(tmp)), support.SUPPORT_FILE)
+    if data is None:
+        return False
+    problems = support.check_support(data.decode("utf-8", "replace"), flavour, list(gpus),
+                                     driver_version=version)
+    if problems:
+        raise InputError(f"{what}: {problems[0]}", hint="\n".join(problems[1:]) or None)
+    return True
