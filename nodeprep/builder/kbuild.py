@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 BUILD_DIR = "/build/kernel"
 MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
 MAKE_TIMEOUT = 3 * 3600
-CC_LINE_RE = re.compile(r"^\s*CC \[M\]\s+(\S+)")
+# not kbuild's own .module-common.o (Linux 6.11+ compiles it once per external module build)
+CC_LINE_RE = re.compile(r"^\s*CC \[M\]\s+(?!\S*/\.module-common\.o$)(\S+)")
 # Fixed identity and time for anything kbuild stamps into its output.
 REPRODUCIBLE_ENV = {
     "KBUILD_BUILD_TIMESTAMP": "1970-01-01",

@@ -197,3 +197,11 @@ def test_release_tree_counts_nvidias_own_objects_too(tmp_path: Path) -> None:
                  "  CC [M]  /build/kernel/kernel-open/nvidia/nv.o"):
         progress(line)
     assert progress.done == 3
+
+
+def test_kbuilds_own_module_common_object_is_not_counted() -> None:
+    """Linux 6.11+ compiles .module-common.o once per external module build (seen building the open
+    releases for Debian 13's 6.12.117): it is not one of the release's objects."""
+    assert not kbuild.CC_LINE_RE.match("  CC [M]  /build/kernel/kernel-open/.module-common.o")
+    assert kbuild.CC_LINE_RE.match("  CC [M]  /build/kernel/kernel-open/nvidia.mod.o")
+    assert kbuild.CC_LINE_RE.match("  CC [M]  /build/kernel/kernel-open/nvidia/nv.o")
