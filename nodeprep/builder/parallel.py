@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NodeprepError
 
 if TYPE_CHECKING:
-    from .plan import BuildRequest
+    from .resolve import BuildRequest
 
 _TERMINATED = False
 

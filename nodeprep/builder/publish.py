@@ -23,14 +23,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, runner, targets
+from .. import __version__, runner
 from ..artifact import LocalStore, Manifest, artifact_name, pack, read_manifest, sha256_listed
 from ..errors import ArtifactError, BuildError, InputError, NodeprepError
 from ..log import step, timed
 from ..modfacts import read_module
 from ..progress import Phases
 from . import buildroot, hostbuild, kbuild, signing, smoke, userspace
-from .plan import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def publish_userspace(
     # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
     soft: tuple[type[Exception], ...] = (
         (NodeprepError,)
-        if req.builder == "host" and targets.get(req.os_name).borrows_sources
+        if req.builder == "host" and req.target.borrows_sources
         else (InputError,)
     )
     phases = phases or Phases()
@@ -170,7 +170,7 @@ def pack_and_publish(
                 else {p: v for p, v in plan.header_packages}
             ),
             "build_root": {
-                "os": req.os_name,
+                "os": req.target.name,
                 "key": root.spec.key,
                 "packages_sha256": root.packages_sha256,
                 "packages": list(root.packages),
@@ -212,7 +212,7 @@ def pack_and_publish(
             kind="kmod",
             driver_version=plan.driver_version,
             arch=req.arch,
-            os=req.os_name,
+            os=req.target.name,
             input_digest=digest,
             inputs=inputs,
             flavour=plan.flavour,

@@ -272,7 +272,7 @@ def build_driver_cmd(
     """
     from ..builder import container, publish
     from ..builder.driver import build_driver
-    from ..builder.plan import BuildRequest, validate_request
+    from ..builder.resolve import BuildRequest, validate_request
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
@@ -284,12 +284,11 @@ def build_driver_cmd(
         raise InputError("--headers-dir is only used with --builder host")
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
-    in_container = builder in container.ENGINES
-    inner = container.inner_builder(os_name) if in_container else builder
+    target = targets.get(os_name)
     req = BuildRequest(
         driver=driver,
         flavour=flavour,
-        os_name=os_name,
+        target=target,
         kernel=kernel,
         arch=arch,
         store=store_dir,
@@ -307,11 +306,11 @@ def build_driver_cmd(
         sign_cert=sign_cert,
         sign_hash=sign_hash,
         smoke_test=smoke_test,
-        builder="host" if inner in container.ENGINES else inner,
+        builder=container.request_builder(builder, target),
         headers_dir=headers_dir,
     )
     validate_request(req)
-    if in_container:
+    if builder in container.ENGINES:
         if registry:
             code = _container_to_registry(builder, req, registry, options, as_json)
         else:
@@ -402,7 +401,7 @@ def build_matrix_cmd(
     Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
     invocation per cell): as written, or with --expand the cells that exist in the archive."""
     from ..builder import matrix, publish
-    from ..builder.plan import BuildRequest
+    from ..builder.resolve import BuildRequest
 
     spec = matrix.load(file)
     archive_for = matrix.archives(cache)
@@ -442,7 +441,7 @@ def build_matrix_cmd(
             BuildRequest(
                 driver=cell.driver,
                 flavour=cell.flavour,
-                os_name=cell.os,
+                target=targets.get(cell.os),
                 kernel=cell.kernel,
                 open_source=cell.open_source,
                 open_source_sha256=cell.open_source_sha256,
