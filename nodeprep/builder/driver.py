@@ -58,6 +58,10 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step (not in the manifest)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per progress.PHASES phase
 
+    def published(self) -> list[str]:
+        """The artifact file names this build published or found (kmod, then user space)."""
+        return [self.artifact.name] + ([self.userspace.name] if self.userspace else [])
+
     def to_dict(self) -> dict[str, Any]:
         m = self.manifest
         return {

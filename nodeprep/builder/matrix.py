@@ -260,6 +260,22 @@ class Cell:
         data = {k: v for k, v in asdict(self).items() if v is not None or k in ("driver", "kernel")}
         return data | {"name": self.name(), "args": self.args()}
 
+    def request(self, **common: Any) -> Any:
+        """The resolve.BuildRequest of this cell (its OS resolved here), with the options `common`
+        every cell of the build shares (store, cache, jobs, rebuild, userspace, smoke_test)."""
+        from .resolve import BuildRequest
+
+        return BuildRequest(driver=self.driver, flavour=self.flavour, target=targets.get(self.os),
+                            kernel=self.kernel, open_source=self.open_source,
+                            open_source_sha256=self.open_source_sha256, **common)
+
+
+def build_work(cells: list[Cell], jobs: int, cpus: int, **common: Any) -> list[tuple[dict[str, Any], Any]]:
+    """`build-matrix --build`: the (cell description, BuildRequest) of every cell for
+    parallel.build_cells, `jobs` cells at a time sharing `cpus` compile jobs."""
+    per_cell = max(1, cpus // jobs)
+    return [(cell.to_dict(), cell.request(jobs=per_cell, **common)) for cell in cells]
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -405,6 +421,14 @@ class FollowGpus:
     gpus: tuple[str, ...]
     lists: GpuLists
     policy: str = "newest"
+
+
+def follow_gpus(gpus: str, archive_for: ArchiveFor, policy: str) -> FollowGpus:
+    """`--gpus node|10de:DEVICE,...` (node: this machine's NVIDIA GPUs) over the real archives'
+    supported-GPU lists."""
+    from ..node.branch import gpu_ids
+
+    return FollowGpus(tuple(gpu_ids(Path("/"), gpus)), gpu_lists(archive_for), policy)
 
 
 @dataclass

@@ -273,6 +273,29 @@ def staging_target(store: str, cache: Path, options: Any) -> tuple[Path, str | N
     return cache / "oci-publish" / safe, store
 
 
+def check_push_source(source: Path, registry: str) -> None:
+    """`artifacts push`: REGISTRY is an oci:// reference and SOURCE a store directory that passes
+    verification (InputError otherwise, before the registry is contacted)."""
+    from ..stores import is_oci
+    from ..stores.verify import verify_store
+
+    if not is_oci(registry):
+        raise InputError(f"REGISTRY: {registry!r} is not an oci:// reference")
+    if not source.is_dir():
+        raise InputError(f"{source}: store directory does not exist")
+    problems = verify_store(source)
+    if problems:
+        raise InputError(f"{source}: refusing to push a store that fails verification: {problems[0]}")
+
+
+def push_selection(source: Path, names: tuple[str, ...]) -> tuple[list[Any], list[str]]:
+    """(the index entries of the directory store `source` that `push` sends for `names`, default
+    all; the names it does not hold)."""
+    entries = LocalStore(source).entries()
+    chosen = [e for e in entries if not names or e.name in names]
+    return chosen, sorted(set(names) - {e.name for e in entries})
+
+
 def push(location: str, staging: Path, names: list[str] | None, options: Any) -> tuple[str, int]:
     """Push `names` (default: everything) of the directory store `staging` to the registry
     `location`; returns (the new index digest, how many artifacts)."""
