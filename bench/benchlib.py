@@ -91,19 +91,19 @@ def children_cpu() -> float:
 
 
 def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]]]:
-    """The baseline of the build benches for builder.plan.BuildRequest `req`: (its build plan, a function
+    """The baseline of the build benches for builder.resolve.BuildRequest `req`: (its build plan, a function
     that clones the cached build root, puts the kernel headers and driver sources in (not timed) and
     runs ONLY `make modules`, returning (wall s, CPU s of make and its children)). The plan and the
     build root are resolved once, here."""
     from nodeprep import runner
     from nodeprep.builder import buildroot, headers, kbuild
     from nodeprep.builder.compile import place_sources
-    from nodeprep.builder.plan import open_archive, resolve_plan
+    from nodeprep.builder.resolve import open_archive, resolve_plan
 
     archive = open_archive(req)
     plan, run_path = resolve_plan(req, archive)
     root = buildroot.ensure(
-        buildroot.spec_for(req.os_name, req.kernel),
+        buildroot.spec_for(req.target, req.kernel),
         req.cache,
         mirror=archive.mirror,
         security_mirror=archive.security_mirror,

@@ -43,9 +43,9 @@ from benchlib import Goals, children_cpu, raw_make, run, use_venv  # noqa: E402 
 
 use_venv()
 
-from nodeprep import artifact, progress, runner  # noqa: E402
+from nodeprep import artifact, progress, runner, targets  # noqa: E402
 from nodeprep.builder import buildroot, driver  # noqa: E402
-from nodeprep.builder.plan import BuildRequest  # noqa: E402
+from nodeprep.builder.resolve import BuildRequest  # noqa: E402
 
 COLD_GOAL_S = 60.0
 
@@ -116,8 +116,10 @@ def main() -> int:
         if args.cell not in (*CELLS, SHARED):
             ap.error(f"--cell: {args.cell!r} is not one of {', '.join(sorted((*CELLS, SHARED)))}")
         what = cell_spec(args.cell)
+    target = targets.get(str(what.pop("os_name")))
     req = BuildRequest(
         **what,  # type: ignore[arg-type]
+        target=target,
         store=store,
         cache=args.cache,
         jobs=args.jobs,
@@ -186,7 +188,7 @@ def main() -> int:
             "--kernel",
             plan.kernel_release,
             "--os",
-            req.os_name,
+            req.target.name,
             "--flavour",
             req.flavour,
         ]
@@ -200,7 +202,7 @@ def main() -> int:
 
         print()
         print(
-            f"{args.cell + ': ' if args.cell else ''}{req.os_name} driver {plan.driver_version} "
+            f"{args.cell + ': ' if args.cell else ''}{req.target.name} driver {plan.driver_version} "
             f"{plan.flavour} for {plan.kernel_release}, -j{args.jobs}, {os.cpu_count()} CPUs"
         )
         print(f"raw make          {raw:8.1f} s   (median of {runs(raws)})")

@@ -54,7 +54,7 @@ def cli(*args: str) -> float:
 
 def raw_compile(cache: Path, driver_version: str, kernel: str, jobs: int) -> float:
     """Only `make modules` of the driver in a clone of the build engineer's cached build root."""
-    from nodeprep.builder.plan import BuildRequest
+    from nodeprep.builder.resolve import BuildRequest
 
     req = BuildRequest(
         driver=driver_version,

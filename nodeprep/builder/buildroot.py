@@ -28,6 +28,7 @@ from pathlib import Path
 from .. import runner, targets
 from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import CommandError, InputError, NetworkError
+from ..targets import TargetOS
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +60,14 @@ class BuildRootSpec:
         )[:16]
 
 
-def spec_for(os_name: str, kernel: str | None = None, extra: tuple[str, ...] = ()) -> BuildRootSpec:
-    """The chroot build root recipe of target OS `os_name` for the kernel line of `kernel`
+def spec_for(target: TargetOS, kernel: str | None = None, extra: tuple[str, ...] = ()) -> BuildRootSpec:
+    """The chroot build root recipe of `target` for the kernel line of `kernel`
     (nodeprep.targets holds the packages: the OS's, plus the line's `buildroot_extra`), plus the
     packages `extra` the driver sources need (an open-source release: its BUILD_PACKAGES)."""
-    target = targets.get(os_name)
     if not target.has_buildroot or target.suite is None:
-        have = [n for n in targets.names() if targets.get(n).has_buildroot]
+        have = [t.name for t in targets.all_targets() if t.has_buildroot]
         raise InputError(
-            f"--os: {os_name} has no chroot build root (its builder is {target.builder}; chroot "
+            f"--os: {target.name} has no chroot build root (its builder is {target.builder}; chroot "
             f"build roots: {', '.join(have)}); use --builder host or podman/docker"
         )
     line_extra = targets.channel(target, kernel).buildroot_extra

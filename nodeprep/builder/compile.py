@@ -31,7 +31,7 @@ from ..log import timed
 from ..progress import Phases
 from ..sources import opensource, runfile
 from . import buildroot, cc, hostbuild, kbuild
-from .plan import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import runner, targets
+from .. import runner
 from ..errors import InputError
+from ..targets import TargetOS
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,21 @@ ENGINE_ENV = (
 )
 
 
-def inner_builder(os_name: str) -> str:
+def inner_builder(target: TargetOS) -> str:
     """The builder the OS's image runs inside: its target's (chroot for Debian, host otherwise)."""
-    return targets.get(os_name).builder
+    return target.builder
+
+
+def request_builder(builder: str, target: TargetOS) -> str:
+    """The builder a BuildRequest for `--builder builder` records: for podman/docker the one the
+    image runs inside (`inner_builder`), else `builder` itself."""
+    return inner_builder(target) if builder in ENGINES else builder
 
 
 @dataclass(frozen=True)
 class ContainerBuild:
     engine: str
-    os_name: str
+    target: TargetOS
     store: Path
     cache: Path
     args: tuple[str, ...]  # build-driver arguments other than --store/--cache/--builder
@@ -64,13 +71,12 @@ class ContainerBuild:
 
     @property
     def inner_builder(self) -> str:
-        return inner_builder(self.os_name)
+        return inner_builder(self.target)
 
     @property
     def image_name(self) -> str:
         """images/<this>/ is the image's recipe and build context (the target's builder image)."""
-        target = targets.get(self.os_name)
-        return target.builder_image or target.image
+        return self.target.builder_image or self.target.image
 
     @property
     def image(self) -> str:
@@ -134,12 +140,12 @@ def run_argv(cb: ContainerBuild) -> list[str]:
 def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBuild:
     """The container run of BuildRequest `req`: the same options, paths mapped into the container
     (store -> /store, cache -> /cache, runfile/release/keys mounted read-only under /inputs)."""
-    if inner_builder(req.os_name) == "host" and not req.kernel:
+    if inner_builder(req.target) == "host" and not req.kernel:
         raise InputError(
-            f"--builder {engine} --os {req.os_name}: --kernel RELEASE is required "
+            f"--builder {engine} --os {req.target.name}: --kernel RELEASE is required "
             "(the image installs that kernel's headers)"
         )
-    args: list[str] = ["--os", req.os_name, "--flavour", req.flavour, "--arch", req.arch]
+    args: list[str] = ["--os", req.target.name, "--flavour", req.flavour, "--arch", req.arch]
     mounts: list[tuple[Path, str]] = []
 
     def mount(path: Path | str, name: str) -> str:
@@ -186,7 +192,7 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
         args.append("--smoke-test" if req.smoke_test else "--no-smoke-test")
     return ContainerBuild(
         engine=engine,
-        os_name=req.os_name,
+        target=req.target,
         store=Path(req.store),
         cache=Path(req.cache),
         args=tuple(args),
@@ -231,7 +237,7 @@ def run_in_container(cb: ContainerBuild, *, capture: bool = False) -> runner.Res
     stderr captured only with `capture`, else on this process's)."""
     check_engine(cb.engine)
     if not cb.containerfile.is_file():
-        raise InputError(f"--builder {cb.engine}: no {cb.containerfile} for OS {cb.os_name}")
+        raise InputError(f"--builder {cb.engine}: no {cb.containerfile} for OS {cb.target.name}")
     cb.store.mkdir(parents=True, exist_ok=True)
     cb.cache.mkdir(parents=True, exist_ok=True)
     env = engine_env()

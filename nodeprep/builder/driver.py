@@ -2,7 +2,7 @@
 
 The short orchestration of the pipeline; each step lives in its own module:
 
-    plan.py     validate the request, resolve and download the inputs -> Plan, build_params
+    resolve.py  validate the request, resolve and download the inputs -> Plan, build_params
     (here)      build root (or the host's headers) -> input digest -> publish.store_hit? done.
     compile.py  sources into a build root clone -> kbuild -> strip (cached by compile key)
     publish.py  [sign] -> [smoke test] -> pack -> publish; then the user-space artifact
@@ -19,14 +19,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import targets
 from ..artifact import LocalStore, Manifest, artifact_name, input_digest, read_manifest
 from ..digests import sha256_file
 from ..log import timed
 from ..progress import Phases, Sink
 from . import buildroot, hostbuild
 from .compile import compile_in_root
-from .plan import (
+from .publish import pack_and_publish, prebuild_userspace, publish_userspace, store_hit
+from .resolve import (
     AnyRoot,
     BuildRequest,
     LazyArchive,
@@ -38,7 +38,6 @@ from .plan import (
     resolve_plan,
     validate_request,
 )
-from .publish import pack_and_publish, prebuild_userspace, publish_userspace, store_hit
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +57,10 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step (not in the manifest)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per progress.PHASES phase
+
+    def published(self) -> list[str]:
+        """The artifact file names this build published or found (kmod, then user space)."""
+        return [self.artifact.name] + ([self.userspace.name] if self.userspace else [])
 
     def to_dict(self) -> dict[str, Any]:
         m = self.manifest
@@ -108,17 +111,17 @@ def _resolve(
     """The plan, the source file (runfile or open-source release, if any) and the root to compile
     in (the host's, or the build root)."""
     if req.builder == "host":
-        root, release = hostbuild.host_root(req.os_name, req.kernel, req.headers_dir)
+        root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
         with phases.phase("resolve", "Resolving and downloading the inputs"):
             plan, src_file = resolve_host_plan(req, archive, release, phases)
         return plan, src_file, root
     with phases.phase("resolve", "Resolving and downloading the inputs"):
         plan, src_file = resolve_plan(req, archive, phases)
-    spec = buildroot.spec_for(req.os_name, req.kernel, buildroot_extra(req))
+    spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
     if not buildroot.cached(spec, req.cache):
         # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.
         prebuild_userspace(req, archive, store, plan.driver_version, phases, background)
-    with phases.phase("buildroot", f"Build root for {req.os_name}"):
+    with phases.phase("buildroot", f"Build root for {req.target.name}"):
         build_root = buildroot.ensure(
             spec,
             req.cache,
@@ -152,8 +155,7 @@ def _build_driver(
     validate_request(req)
     archive = archive or (LazyArchive(req) if req.builder == "host" else open_archive(req))
     # The smoke test boots Debian's kernel: off by default for host builds for other OSes.
-    smoke_default = targets.get(req.os_name).smoke_boot
-    smoke_on = req.smoke_test if req.smoke_test is not None else smoke_default
+    smoke_on = req.smoke_test if req.smoke_test is not None else req.target.smoke_boot
     req = replace(req, smoke_test=smoke_on)
 
     buildroot.sweep_stale(req.cache / "tmp")

@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runner, targets
+from .. import runner
 from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
+from ..targets import TargetOS
 from . import cc, kbuild
 
 log = logging.getLogger(__name__)
@@ -131,9 +132,8 @@ class HostRoot:
         return sha256_bytes("\n".join(self.packages).encode())
 
 
-def host_root(os_name: str, kernel: str | None, headers_dir: Path | None) -> tuple[HostRoot, str]:
+def host_root(target: TargetOS, kernel: str | None, headers_dir: Path | None) -> tuple[HostRoot, str]:
     """Find the headers and the compiler; returns the host root and the kernel release."""
-    targets.get(os_name)
     hdir = find_headers_dir(kernel, headers_dir)
     release = headers_release(hdir)
     if kernel and release and kernel != release:
@@ -146,7 +146,7 @@ def host_root(os_name: str, kernel: str | None, headers_dir: Path | None) -> tup
     text = compiler_version(program) or f"{program} (missing)"
     root = HostRoot(
         headers_dir=hdir,
-        spec=HostSpec(os_name=os_name),
+        spec=HostSpec(os_name=target.name),
         program=program,
         compiler=text,
         headers_sha256=headers_digest(hdir, text),

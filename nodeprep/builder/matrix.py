@@ -54,7 +54,7 @@ class MatrixError(InputFileError):
 
 
 def _channels() -> list[str]:
-    return sorted({c.name for t in map(targets.get, targets.names()) for c in t.channels})
+    return sorted({c.name for t in targets.all_targets() for c in t.channels})
 
 
 def json_schema() -> dict[str, Any]:
@@ -260,6 +260,22 @@ class Cell:
         data = {k: v for k, v in asdict(self).items() if v is not None or k in ("driver", "kernel")}
         return data | {"name": self.name(), "args": self.args()}
 
+    def request(self, **common: Any) -> Any:
+        """The resolve.BuildRequest of this cell (its OS resolved here), with the options `common`
+        every cell of the build shares (store, cache, jobs, rebuild, userspace, smoke_test)."""
+        from .resolve import BuildRequest
+
+        return BuildRequest(driver=self.driver, flavour=self.flavour, target=targets.get(self.os),
+                            kernel=self.kernel, open_source=self.open_source,
+                            open_source_sha256=self.open_source_sha256, **common)
+
+
+def build_work(cells: list[Cell], jobs: int, cpus: int, **common: Any) -> list[tuple[dict[str, Any], Any]]:
+    """`build-matrix --build`: the (cell description, BuildRequest) of every cell for
+    parallel.build_cells, `jobs` cells at a time sharing `cpus` compile jobs."""
+    per_cell = max(1, cpus // jobs)
+    return [(cell.to_dict(), cell.request(jobs=per_cell, **common)) for cell in cells]
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -407,6 +423,14 @@ class FollowGpus:
     policy: str = "newest"
 
 
+def follow_gpus(gpus: str, archive_for: ArchiveFor, policy: str) -> FollowGpus:
+    """`--gpus node|10de:DEVICE,...` (node: this machine's NVIDIA GPUs) over the real archives'
+    supported-GPU lists."""
+    from ..node.branch import gpu_ids
+
+    return FollowGpus(tuple(gpu_ids(Path("/"), gpus)), gpu_lists(archive_for), policy)
+
+
 @dataclass
 class Expansion:
     cells: list[Cell] = field(default_factory=list)
@@ -453,14 +477,15 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
         return catalogs[key]
 
     for os_name in matrix.oses:
+        target = targets.get(os_name)  # the file's OS names are checked by its schema
         for spec in matrix.kernels:
-            kernels, why = _kernels(os_name, spec, archive_for, arch)
+            kernels, why = _kernels(target, spec, archive_for, arch)
             if why:  # no kernel: one refusal for every driver and flavour of it
                 out.refuse(Refusal(os_name, spec.text(), "*", "*", why))
                 continue
             if follow is not None:
                 for kernel, channel in kernels:
-                    cell, reason = _gpu_cell(os_name, kernel, channel, follow, catalog)
+                    cell, reason = _gpu_cell(target, kernel, channel, follow, catalog)
                     if reason:
                         out.refuse(Refusal(os_name, kernel, "*", "*", reason))
                     elif cell is not None and cell not in out.cells:
@@ -477,7 +502,7 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
                          "driver": (driver or "default", driver or "latest")}
                 if matrix.excluded(**spell):
                     continue
-                cell, reason = _cell(os_name, kernel, channel, driver, flavour, catalog)
+                cell, reason = _cell(target, kernel, channel, driver, flavour, catalog)
                 if reason:
                     out.refuse(Refusal(os_name, kernel, driver or "default", flavour, reason))
                 elif cell is not None and not matrix.excluded(**spell | {"driver": (str(cell.driver),)}) \
@@ -486,10 +511,10 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
     return out
 
 
-def _kernels(os_name: str, spec: KernelSpec, archive_for: ArchiveFor,
+def _kernels(target: targets.TargetOS, spec: KernelSpec, archive_for: ArchiveFor,
              arch: str) -> tuple[list[tuple[str, Any]], str | None]:
     """([(kernel release, its channel)], None) for one kernels entry of one OS, or ([], why not)."""
-    target = targets.get(os_name)
+    os_name = target.name
     if spec.release is not None:
         try:
             channel = target.channel_for(spec.release)
@@ -528,13 +553,13 @@ def _kernels(os_name: str, spec: KernelSpec, archive_for: ArchiveFor,
     return [(default, channel)], None
 
 
-def _cell(os_name: str, kernel: str, channel: Any, driver: str | None, flavour: str,
+def _cell(target: targets.TargetOS, kernel: str, channel: Any, driver: str | None, flavour: str,
           catalog: Callable[[Any, Any], dict[str, list[str]]]) -> tuple[Cell | None, str | None]:
     """The cell for an existing kernel, or why it is refused (the driver is not served for that
     kernel's line, the branch has no open modules, a known build failure)."""
     if driver is not None and (why := facts.refusal(driver, flavour, kernel)):
         return None, why
-    source_os, line, described = driver_sources.source_line(os_name, kernel, channel)
+    source_os, line, described = driver_sources.source_line(target, kernel, channel)
     try:
         src = driver_sources.resolve_in_line(catalog(source_os, line), driver, flavour,
                                              version_tag=line.driver_version_tag, line=described)
@@ -542,17 +567,17 @@ def _cell(os_name: str, kernel: str, channel: Any, driver: str | None, flavour: 
         return None, str(e).split(": ", 1)[1] if str(e).startswith("--") else str(e)
     if why := facts.refusal(src.driver_version, flavour, kernel):
         return None, why
-    return Cell(os=os_name, driver=src.driver_version, flavour=flavour, kernel=kernel, channel=channel.name,
-                source=f"{src.package}={src.debian_version}"), None
+    return Cell(os=target.name, driver=src.driver_version, flavour=flavour, kernel=kernel,
+                channel=channel.name, source=f"{src.package}={src.debian_version}"), None
 
 
-def _gpu_cell(os_name: str, kernel: str, channel: Any, follow: FollowGpus,
+def _gpu_cell(target: targets.TargetOS, kernel: str, channel: Any, follow: FollowGpus,
               catalog: Callable[[Any, Any], dict[str, list[str]]]) -> tuple[Cell | None, str | None]:
     """The cell whose driver and flavour nodeprep.node.branch chooses for `follow.gpus` among the
     drivers the kernel's line serves (less the known build failures), or why there is none."""
     from ..node.branch import Candidate, choose
 
-    source_os, line, _ = driver_sources.source_line(os_name, kernel, channel)
+    source_os, line, _ = driver_sources.source_line(target, kernel, channel)
     cat = catalog(source_os, line)
     if line.driver_version_tag:
         cat = {p: [v for v in vs if line.driver_version_tag in v] for p, vs in cat.items()}
@@ -560,7 +585,7 @@ def _gpu_cell(os_name: str, kernel: str, channel: Any, follow: FollowGpus,
                if not facts.refusal(s.driver_version, s.flavour, kernel)}
     candidates = []
     for version in dict.fromkeys(v for v, _ in sources):
-        text = follow.lists(os_name, channel.name, version)
+        text = follow.lists(target.name, channel.name, version)
         if text is not None:
             flavours = tuple(f for v, f in sources if v == version)
             candidates.append(Candidate(version, flavours, text))
@@ -569,7 +594,7 @@ def _gpu_cell(os_name: str, kernel: str, channel: Any, follow: FollowGpus,
     except InputError as e:
         return None, str(e).removeprefix("--gpus: ")
     src = sources[choice.version, choice.flavour]
-    return Cell(os=os_name, driver=choice.version, flavour=choice.flavour, kernel=kernel,
+    return Cell(os=target.name, driver=choice.version, flavour=choice.flavour, kernel=kernel,
                 channel=channel.name, source=f"{src.package}={src.debian_version}"), None
 
 

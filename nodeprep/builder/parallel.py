@@ -16,12 +16,13 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NodeprepError
 
 if TYPE_CHECKING:
-    from .plan import BuildRequest
+    from .resolve import BuildRequest
 
 _TERMINATED = False
 
@@ -57,6 +58,11 @@ def build_cells(work: Sequence[tuple[dict[str, Any], BuildRequest]], jobs: int) 
         raise KeyboardInterrupt from None
     pool.shutdown(wait=True)
     return results
+
+
+def published(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The artifact file names the successful cells of `results` published (kmod and user space)."""
+    return [Path(n).name for r in results if r["ok"] for n in (r["name"], r.get("userspace")) if n]
 
 
 def _cell(item: tuple[dict[str, Any], BuildRequest]) -> dict[str, Any]:

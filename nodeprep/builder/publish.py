@@ -23,14 +23,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, runner, targets
+from .. import __version__, runner
 from ..artifact import LocalStore, Manifest, artifact_name, pack, read_manifest, sha256_listed
 from ..errors import ArtifactError, BuildError, InputError, NodeprepError
 from ..log import step, timed
 from ..modfacts import read_module
 from ..progress import Phases
 from . import buildroot, hostbuild, kbuild, signing, smoke, userspace
-from .plan import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def publish_userspace(
     # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
     soft: tuple[type[Exception], ...] = (
         (NodeprepError,)
-        if req.builder == "host" and targets.get(req.os_name).borrows_sources
+        if req.builder == "host" and req.target.borrows_sources
         else (InputError,)
     )
     phases = phases or Phases()
@@ -170,7 +170,7 @@ def pack_and_publish(
                 else {p: v for p, v in plan.header_packages}
             ),
             "build_root": {
-                "os": req.os_name,
+                "os": req.target.name,
                 "key": root.spec.key,
                 "packages_sha256": root.packages_sha256,
                 "packages": list(root.packages),
@@ -212,7 +212,7 @@ def pack_and_publish(
             kind="kmod",
             driver_version=plan.driver_version,
             arch=req.arch,
-            os=req.os_name,
+            os=req.target.name,
             input_digest=digest,
             inputs=inputs,
             flavour=plan.flavour,
@@ -271,6 +271,29 @@ def staging_target(store: str, cache: Path, options: Any) -> tuple[Path, str | N
         raise InputError(f"--store: {store!r}: a digest pins what nodes read; publish to the repository")
     safe = f"{ref.host}/{ref.repository}".replace(":", "_")
     return cache / "oci-publish" / safe, store
+
+
+def check_push_source(source: Path, registry: str) -> None:
+    """`artifacts push`: REGISTRY is an oci:// reference and SOURCE a store directory that passes
+    verification (InputError otherwise, before the registry is contacted)."""
+    from ..stores import is_oci
+    from ..stores.verify import verify_store
+
+    if not is_oci(registry):
+        raise InputError(f"REGISTRY: {registry!r} is not an oci:// reference")
+    if not source.is_dir():
+        raise InputError(f"{source}: store directory does not exist")
+    problems = verify_store(source)
+    if problems:
+        raise InputError(f"{source}: refusing to push a store that fails verification: {problems[0]}")
+
+
+def push_selection(source: Path, names: tuple[str, ...]) -> tuple[list[Any], list[str]]:
+    """(the index entries of the directory store `source` that `push` sends for `names`, default
+    all; the names it does not hold)."""
+    entries = LocalStore(source).entries()
+    chosen = [e for e in entries if not names or e.name in names]
+    return chosen, sorted(set(names) - {e.name for e in entries})
 
 
 def push(location: str, staging: Path, names: list[str] | None, options: Any) -> tuple[str, int]:

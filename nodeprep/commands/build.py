@@ -1,6 +1,6 @@
 """Build-side commands (see nodeprep/cli.py): build-driver, build-matrix, artifacts list|verify.
 
-Thin: parse options, call nodeprep.builder.driver / plan / matrix / the store, render."""
+Thin: parse options, call nodeprep.builder.driver / resolve / matrix / publish / the store, render."""
 
 from __future__ import annotations
 
@@ -272,7 +272,7 @@ def build_driver_cmd(
     """
     from ..builder import container, publish
     from ..builder.driver import build_driver
-    from ..builder.plan import BuildRequest, validate_request
+    from ..builder.resolve import BuildRequest, validate_request
 
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
@@ -284,12 +284,11 @@ def build_driver_cmd(
         raise InputError("--headers-dir is only used with --builder host")
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
-    in_container = builder in container.ENGINES
-    inner = container.inner_builder(os_name) if in_container else builder
+    target = targets.get(os_name)
     req = BuildRequest(
         driver=driver,
         flavour=flavour,
-        os_name=os_name,
+        target=target,
         kernel=kernel,
         arch=arch,
         store=store_dir,
@@ -307,11 +306,11 @@ def build_driver_cmd(
         sign_cert=sign_cert,
         sign_hash=sign_hash,
         smoke_test=smoke_test,
-        builder="host" if inner in container.ENGINES else inner,
+        builder=container.request_builder(builder, target),
         headers_dir=headers_dir,
     )
     validate_request(req)
-    if in_container:
+    if builder in container.ENGINES:
         if registry:
             code = _container_to_registry(builder, req, registry, options, as_json)
         else:
@@ -321,10 +320,7 @@ def build_driver_cmd(
     parallel.sigterm_as_interrupt()
     with _progress_renderer() as progress:
         result = build_driver(req, progress=progress)
-    pushed = None
-    if registry:
-        names = [result.artifact.name] + ([result.userspace.name] if result.userspace else [])
-        pushed = _push(registry, store_dir, names, options, as_json)
+    pushed = _push(registry, store_dir, result.published(), options, as_json) if registry else None
     if as_json:
         emit_json({**result.to_dict(), **({"pushed_index": pushed} if pushed else {})})
         return
@@ -402,18 +398,14 @@ def build_matrix_cmd(
     Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
     invocation per cell): as written, or with --expand the cells that exist in the archive."""
     from ..builder import matrix, publish
-    from ..builder.plan import BuildRequest
 
     spec = matrix.load(file)
     archive_for = matrix.archives(cache)
     follow = None
     if gpus is not None:
-        from ..node.branch import gpu_ids
-
         if not expand:
             raise InputError("--gpus chooses the drivers the archive serves: use it with --expand")
-        ids = tuple(gpu_ids(Path("/"), gpus))
-        follow = matrix.FollowGpus(ids, matrix.gpu_lists(archive_for), branch_policy)
+        follow = matrix.follow_gpus(gpus, archive_for, branch_policy)
     if by_kernel and (not expand or do_build):
         raise InputError("--by-kernel lists what --expand finds: use it with --expand, without --build")
     options = store_options(registry_auth, ca_file, insecure_http)
@@ -435,35 +427,14 @@ def build_matrix_cmd(
         emit_json({"include": [c.to_dict() for c in cells]})
         return
     parallel.sigterm_as_interrupt()
-    per_cell = max(1, (os.cpu_count() or 1) // jobs)
-    work = [
-        (
-            cell.to_dict(),
-            BuildRequest(
-                driver=cell.driver,
-                flavour=cell.flavour,
-                os_name=cell.os,
-                kernel=cell.kernel,
-                open_source=cell.open_source,
-                open_source_sha256=cell.open_source_sha256,
-                store=store_dir,
-                cache=cache,
-                jobs=per_cell,
-                rebuild=rebuild,
-                userspace=userspace,
-                smoke_test=smoke_test,
-            ),
-        )
-        for cell in cells
-    ]
+    work = matrix.build_work(cells, jobs, os.cpu_count() or 1, store=store_dir, cache=cache, rebuild=rebuild,
+                             userspace=userspace, smoke_test=smoke_test)
     results = parallel.build_cells(work, jobs)
     failed = [r for r in results if not r["ok"]]
     pushed = None
-    if registry:  # one push for the whole matrix: one index update, no racing publishers
-        names = [n for r in results if r["ok"] for n in (r["name"], r.get("userspace")) if n]
-        names = [Path(n).name for n in names]
-        if names:
-            pushed = _push(registry, store_dir, names, options, as_json)
+    names = parallel.published(results)
+    if registry and names:  # one push for the whole matrix: one index update, no racing publishers
+        pushed = _push(registry, store_dir, names, options, as_json)
     if as_json:
         emit_json({"results": results, "failed": len(failed),
                    **({"refused": [asdict(r) for r in refused]} if expand else {}),
@@ -520,15 +491,8 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
     """Publish the artifacts of the store directory SOURCE to REGISTRY (oci://HOST[:PORT]/REPO):
     blobs, one tagged manifest per artifact, and the index merged with what the registry has."""
     from ..builder import publish
-    from ..stores import is_oci
 
-    if not is_oci(registry):
-        raise InputError(f"REGISTRY: {registry!r} is not an oci:// reference")
-    if not source.is_dir():
-        raise InputError(f"{source}: store directory does not exist")
-    problems = verify_store(source)
-    if problems:
-        raise InputError(f"{source}: refusing to push a store that fails verification: {problems[0]}")
+    publish.check_push_source(source, registry)
     options = store_options(registry_auth, ca_file, insecure_http)
     publish.staging_target(registry, Path("."), options)  # refuses a digest-pinned target
     if check:
@@ -543,9 +507,9 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
 
 def _print_push_plan(source: Path, registry: str, names: tuple[str, ...], as_json: bool) -> None:
     """artifacts push --check: the artifacts publish.push would send (the same selection)."""
-    entries = artifact.LocalStore(source).entries()
-    chosen = [e for e in entries if not names or e.name in names]
-    missing = sorted(set(names) - {e.name for e in entries})
+    from ..builder import publish
+
+    chosen, missing = publish.push_selection(source, names)
     if as_json:
         emit_json({"check": True, "registry": registry, "would_push": [e.name for e in chosen],
                    "not_in_source": missing})

@@ -37,13 +37,15 @@ def release(os_name: str, kernel: str | None = None, channel: str | None = None,
     named `channel`; with the driver suite `driver_suite`): nodeprep.targets;
     `debian-sid` is archive access only (the newest packages of a kind, e.g. containerd 2.x for the
     container-runtime tests), never a build target."""
-    if channel is not None and os_name not in ARCHIVE_ONLY:
-        target = targets.get(os_name)
-        try:
-            return target.archive(target.channel_named(channel), driver_suite)
-        except ValueError as e:
-            raise InputError(str(e)) from None
-    return ARCHIVE_ONLY.get(os_name) or targets.archive(os_name, kernel, driver_suite)
+    if os_name in ARCHIVE_ONLY:
+        return ARCHIVE_ONLY[os_name]
+    target = targets.get(os_name)
+    if channel is None:
+        return targets.archive(target, kernel, driver_suite)
+    try:
+        return target.archive(target.channel_named(channel), driver_suite)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 ARCHIVE_ONLY = {"debian-sid": Archive(name="debian-sid", suite="sid", suites=("sid",), security_suite=None,

@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..vocab import DRIVER_REQUEST_RE, FLAVOURS, Flavour, version_key
+
+if TYPE_CHECKING:
+    from ..targets import TargetOS
 
 PACKAGE_RE = re.compile(r"^nvidia(?:-tesla(?:-(?P<branch>\d+))?)?(?P<open>-open)?-kernel-source$")
 # apt-cache search takes a POSIX ERE.
@@ -158,14 +161,13 @@ def load_catalog(archive: Any, packages: tuple[str, ...] | None = None,
     return {p: v for p, v in found.items() if v}
 
 
-def source_line(os_name: str, kernel: str | None, channel: Any = None) -> tuple[Any, Any, str]:
-    """(the OS whose driver sources a build for `os_name`/`kernel` takes, the kernel line those
+def source_line(target: TargetOS, kernel: str | None, channel: Any = None) -> tuple[Any, Any, str]:
+    """(the OS whose driver sources a build for `target`/`kernel` takes, the kernel line those
     sources are chosen in, that line described for messages). `channel` (a targets.Channel of
-    `os_name`) names the line when the kernel is not known yet."""
+    `target`) names the line when the kernel is not known yet."""
     from .. import targets
 
-    target = targets.get(os_name)
-    source_os = targets.get(target.sources_from or target.name) if target.borrows_sources else target
+    source_os = targets.sources_of(target)
     if target.borrows_sources:
         line = source_os.channels[0]
     else:
@@ -179,13 +181,13 @@ def source_packages(source_os: Any) -> tuple[str, ...]:
 
 
 def resolve_for_target(
-    archive: Any, os_name: str, kernel: str | None, driver: str | None, flavour: str,
+    archive: Any, target: TargetOS, kernel: str | None, driver: str | None, flavour: str,
     driver_suite: str | None = None,
 ) -> DriverSource:
-    """The driver source for a build for `os_name`/`kernel` from `archive` (that OS's archive, or
+    """The driver source for a build for `target`/`kernel` from `archive` (that OS's archive, or
     the one it borrows): the OS entry's source packages of `flavour`, within the kernel's line, or
     among those `driver_suite` serves (experimental) when given."""
-    source_os, line, described = source_line(os_name, kernel)
+    source_os, line, described = source_line(target, kernel)
     if driver_suite:
         return resolve_in_line(load_catalog(archive, source_packages(source_os), driver_suite), driver,
                                flavour, version_tag=None, line=f"{described}, from {driver_suite}")

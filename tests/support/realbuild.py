@@ -37,7 +37,8 @@ class RealBuild:
 
 def real_build_request(cache: Path):  # type: ignore[no-untyped-def]
     """The BuildRequest of the shared build (its driver resolved from the archive now)."""
-    from nodeprep.builder.plan import BuildRequest
+    from nodeprep import targets
+    from nodeprep.builder.resolve import BuildRequest
     from nodeprep.sources.debian import DebianArchive
 
     archive = DebianArchive(cache, os_name="debian-12")
@@ -49,7 +50,7 @@ def real_build_request(cache: Path):  # type: ignore[no-untyped-def]
     return BuildRequest(
         driver=debian_version_to_driver(versions[0]),
         flavour="proprietary",
-        os_name="debian-12",
+        target=targets.get("debian-12"),
         kernel=None,
         store=cache / "real-build" / "store",
         cache=cache,
@@ -153,16 +154,18 @@ def open_release(version: str) -> tuple[Path, str] | str:
 
 def open_source_request(cache: Path, cell: str):  # type: ignore[no-untyped-def]
     """The BuildRequest of open-source `cell`: with the smoke boot, into `<cache>/real-build-<cell>/store`."""
-    from nodeprep.builder.plan import BuildRequest
+    from nodeprep import targets
+    from nodeprep.builder.resolve import BuildRequest
 
     spec = OPEN_SOURCE_CELLS[cell]
     found = open_release(spec["release"])
     if isinstance(found, str):
         raise RuntimeError(found)
     path, sha = found
-    return BuildRequest(flavour="open", os_name=spec["os_name"], kernel=spec["kernel"], open_source=str(path),
-                        open_source_sha256=sha, store=Path(cache) / f"real-build-{cell}" / "store",
-                        cache=Path(cache), userspace=False, smoke_test=True)
+    return BuildRequest(flavour="open", target=targets.get(spec["os_name"]), kernel=spec["kernel"],
+                        open_source=str(path), open_source_sha256=sha,
+                        store=Path(cache) / f"real-build-{cell}" / "store", cache=Path(cache),
+                        userspace=False, smoke_test=True)
 
 
 def ensure_open_source_cell(cache: Path, cell: str) -> RealBuild:
@@ -179,10 +182,14 @@ def cell_spec(cell: str) -> dict[str, str | None]:
 
 def cell_request(cache: Path, cell: str, *, userspace: bool = False):  # type: ignore[no-untyped-def]
     """The BuildRequest of `cell` (see CELLS): no smoke test, into `<cache>/real-build-<cell>/store`."""
-    from nodeprep.builder.plan import BuildRequest
+    from nodeprep import targets
+    from nodeprep.builder.resolve import BuildRequest
 
-    return BuildRequest(**CELLS[cell], store=Path(cache) / f"real-build-{cell}" / "store", cache=Path(cache),
-                        userspace=userspace, smoke_test=False)  # type: ignore[arg-type]
+    spec = dict(CELLS[cell])
+    target = targets.get(str(spec.pop("os_name")))
+    store = Path(cache) / f"real-build-{cell}" / "store"
+    return BuildRequest(**spec, target=target, store=store, cache=Path(cache),  # type: ignore[arg-type]
+                        userspace=userspace, smoke_test=False)
 
 
 def ensure_cell(cache: Path, cell: str, *, userspace: bool = False) -> RealBuild:

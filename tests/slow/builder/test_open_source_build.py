@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import artifact, runner
+from nodeprep import artifact, runner, targets
 from nodeprep.builder import kbuild
-from nodeprep.builder.plan import BuildRequest, resolve_plan, validate_request
+from nodeprep.builder.resolve import BuildRequest, resolve_plan, validate_request
 from nodeprep.sources import opensource
 from nodeprep.sources.debian import DebianArchive
 from tests.support import supporttable
@@ -119,7 +119,7 @@ def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: 
     """The issue's other cells, planned against the real archive without a compile: the version comes
     from the tarball, the headers from the target's archive."""
     path, sha = release_or_skip(version)
-    req = BuildRequest(flavour="open", os_name=os_name, kernel=kernel, open_source=str(path),
+    req = BuildRequest(flavour="open", target=targets.get(os_name), kernel=kernel, open_source=str(path),
                        open_source_sha256=sha, cache=test_cache, store=test_cache / "unused-store",
                        userspace=False, smoke_test=False)
     validate_request(req)

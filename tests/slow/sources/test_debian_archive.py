@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeprep import targets
 from nodeprep.digests import sha256_file
 from nodeprep.errors import InputError
 from nodeprep.sources.debian import DebianArchive
@@ -62,17 +63,17 @@ def test_real_archive_resolves_trixie_and_the_backports_line(test_cache: Path) -
         f"linux-headers-{hdrs.release.removesuffix('-amd64')}-common",
         f"linux-kbuild-{hdrs.release.removesuffix('-amd64')}",
     ]
-    src = resolve_for_target(trixie, "debian-13", hdrs.release, None, "open")
+    src = resolve_for_target(trixie, targets.get("debian-13"), hdrs.release, None, "open")
     assert src.package == "nvidia-open-kernel-source" and src.driver_version.startswith("550.")
 
     bpo = DebianArchive(test_cache, os_name="debian-12", kernel="6.12.1+deb12-amd64")
     assert bpo.dir.name == "debian-12-backports-amd64"
     kernel = headers.resolve(bpo, None).release  # the backports line's default kernel
     assert re.fullmatch(r"6\.12\.\d+\+deb12-amd64", kernel)
-    src = resolve_for_target(bpo, "debian-12", kernel, None, "proprietary")
+    src = resolve_for_target(bpo, targets.get("debian-12"), kernel, None, "proprietary")
     assert "~bpo12" in src.debian_version and src.package == "nvidia-kernel-source"
     with pytest.raises(InputError, match=r"is not built for debian-12 backports kernel"):
-        resolve_for_target(bpo, "debian-12", kernel, "535.309.01", "proprietary")
+        resolve_for_target(bpo, targets.get("debian-12"), kernel, "535.309.01", "proprietary")
     # the main line keeps bookworm's own 6.1 kernels as its default
     assert headers.resolve(DebianArchive(test_cache), None).release.startswith("6.1.0-")
 
@@ -83,7 +84,6 @@ def test_the_example_inventory_names_drivers_the_archive_serves(test_cache: Path
     for that kernel's line, or the example's first build fails. Skipped without the archive."""
     import yaml
 
-    from nodeprep import targets
     from nodeprep.errors import NetworkError
     from nodeprep.sources.drivers import resolve_for_target
     from tests.support.fixtures import REPO
@@ -99,5 +99,6 @@ def test_the_example_inventory_names_drivers_the_archive_serves(test_cache: Path
     except (NetworkError, InputError) as e:
         pytest.skip(f"no Debian archive here: {e}")
     for version in sorted(wanted):
-        source = resolve_for_target(archive, targets.DEFAULT, None, version, build["driver_build_flavour"])
+        source = resolve_for_target(archive, targets.get(targets.DEFAULT), None, version,
+                                    build["driver_build_flavour"])
         assert source.driver_version == version

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeprep import targets
 from nodeprep.builder import buildroot
 from tests.slow.node.helpers import cli
 from tests.support.realbuild import real_build_request
@@ -53,7 +54,8 @@ def podman_env(real_build, tmp_path: Path) -> Iterator[dict[str, str]]:  # type:
     full = {**os.environ, **env}
     try:
         _req, archive = real_build_request(real_build.cache)
-        root = buildroot.ensure(buildroot.spec_for("debian-12"), real_build.cache, mirror=archive.mirror,
+        spec = buildroot.spec_for(targets.get("debian-12"))
+        root = buildroot.ensure(spec, real_build.cache, mirror=archive.mirror,
                                 security_mirror=getattr(archive, "security_mirror", None))
         tar = subprocess.Popen(["tar", "-C", str(root.path), "-c", "."], stdout=subprocess.PIPE)
         subprocess.run(["podman", "import", "-", "docker.io/library/debian:12"], stdin=tar.stdout,

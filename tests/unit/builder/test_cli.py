@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from nodeprep import runner
 from nodeprep.artifact import LocalStore
 from nodeprep.builder import container
-from nodeprep.builder.plan import BuildRequest
+from nodeprep.builder.resolve import BuildRequest
 from nodeprep.cli import main
 from tests.support.httpdir import serve_directory
 from tests.support.standin import standin_store, tree

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import artifact
+from nodeprep import artifact, targets
 from nodeprep.builder import buildroot, kbuild
 from nodeprep.builder.compile import tree_digest
-from nodeprep.builder.plan import BuildRequest, Plan, build_params
+from nodeprep.builder.resolve import BuildRequest, Plan, build_params
 
 PLAN = Plan(
     driver_version="535.309.01",
@@ -25,7 +25,7 @@ PLAN = Plan(
 )
 ROOT = buildroot.BuildRoot(
     path=Path("/nonexistent"),
-    spec=buildroot.spec_for("debian-12"),
+    spec=buildroot.spec_for(targets.get("debian-12")),
     packages=("gcc-12:amd64=12.2.0-14+deb12u1", "make:amd64=4.3-4.1"),
 )
 INPUTS = {"nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb": "a" * 64}
@@ -62,7 +62,7 @@ def test_runfile_url_is_not_an_input_but_its_bytes_are():
 
 
 def test_buildroot_key_follows_the_package_list():
-    spec = buildroot.spec_for("debian-12")
+    spec = buildroot.spec_for(targets.get("debian-12"))
     assert replace(spec, packages=spec.packages + ("bc",)).key != spec.key
     assert replace(spec, packages=tuple(reversed(spec.packages))).key == spec.key
 
@@ -71,12 +71,12 @@ def test_buildroot_key_follows_the_package_list():
 def test_images_package_list_matches_the_recipe(os_name):
     listed = Path(__file__).resolve().parents[3] / "images" / os_name / "packages.list"
     names = [ln.split("#")[0].strip() for ln in listed.read_text().splitlines()]
-    assert tuple(n for n in names if n) == buildroot.spec_for(os_name).packages
+    assert tuple(n for n in names if n) == buildroot.spec_for(targets.get(os_name)).packages
 
 
 def test_mmdebstrap_argv():
     argv = buildroot.mmdebstrap_argv(
-        buildroot.spec_for("debian-12"), Path("/x/root"), "http://m/debian", "http://m/debian-security"
+        buildroot.spec_for(targets.get("debian-12")), Path("/x/root"), "http://m/debian", "http://m/debian-security"
     )
     assert argv[:4] == ["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory"]
     assert "--include=gcc-12,make,libc6-dev,binutils,libelf1,libssl3,kmod" in argv
@@ -197,3 +197,19 @@ def test_published_user_space_is_reused_only_when_made_the_current_way() -> None
 
     assert userspace.is_current(made_with(params))
     assert not userspace.is_current(made_with({**params, "layout": userspace.LAYOUT - 1}))
+
+
+@pytest.mark.parametrize(("os_name", "root_key", "pinned"), [
+    ("debian-12", "e7874b025d303056", "7ac003297d2ac2be5e991c4c5fbe17a92cb6c8b1fa9dfe0b59f3d5a5036e9eea"),
+    ("debian-13", "450d5320976e00c2", "b8a27454ba049cc6d64bc899030587d515f7ba7865b6a599224f8e9fd2ee0dbb"),
+])
+def test_a_request_carries_its_resolved_os_and_the_digest_stays_the_same(os_name, root_key, pinned):
+    """The request holds the TargetOS itself (resolved once, from --os); the parameters still record
+    its name, so build roots and input digests are what they were when the request held the name
+    (digests computed by the code before issue 29 moved the TargetOS into the request)."""
+    target = targets.get(os_name)
+    root = replace(ROOT, spec=buildroot.spec_for(target))
+    req = BuildRequest(target=target)
+    assert req.target is target and build_params(req, PLAN, root)["os"] == os_name
+    assert root.spec.key == root_key
+    assert digest(req=req, root=root) == pinned

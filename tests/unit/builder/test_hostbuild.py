@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nodeprep import targets
 from nodeprep.builder import cc, container, hostbuild
-from nodeprep.builder.plan import BuildRequest
+from nodeprep.builder.resolve import BuildRequest
 from nodeprep.cli import main
 from nodeprep.errors import InputError
 
@@ -70,12 +71,10 @@ def test_discovery_errors_name_what_was_tried(tmp_path):
 def test_release_comes_from_utsrelease_and_must_match_kernel(tmp_path):
     d = headers_tree(tmp_path / "h", "6.1.0-56-amd64")
     assert hostbuild.headers_release(d) == "6.1.0-56-amd64"
-    root, release = hostbuild.host_root("debian-12", None, d)
+    root, release = hostbuild.host_root(targets.get("debian-12"), None, d)
     assert release == "6.1.0-56-amd64" and root.spec.key == "host"
     with pytest.raises(InputError, match="holds the headers of 6.1.0-56-amd64, not --kernel 6.1.0-47-amd64"):
-        hostbuild.host_root("debian-12", "6.1.0-47-amd64", d)
-    with pytest.raises(InputError, match=r"--os: unknown OS 'debian-99' \(known: debian-12, debian-13"):
-        hostbuild.host_root("debian-99", None, d)
+        hostbuild.host_root(targets.get("debian-12"), "6.1.0-47-amd64", d)
 
 
 def test_source_dir_follows_debians_split_headers(tmp_path):
@@ -139,13 +138,13 @@ def test_select_compiler(kernel_cc, installed, env, expected):
 def test_this_systems_gcc_passes_the_chroot_builders_check(tmp_path):
     """On this Debian 12 machine the kernel's gcc-12 is installed: host_root picks and checks it."""
     d = headers_tree(tmp_path / "h", "6.1.0-56-amd64")
-    root, _ = hostbuild.host_root("debian-12", "6.1.0-56-amd64", d)
+    root, _ = hostbuild.host_root(targets.get("debian-12"), "6.1.0-56-amd64", d)
     assert root.program == "gcc-12"
     assert cc.mismatch(cc.read_kernel_compiler(d), cc.Compiler(root.compiler)) is None
     other = headers_tree(tmp_path / "o", "6.1.0-56-amd64", cc_text="gcc-11 (Debian 11.3.0-12) 11.3.0")
     if shutil.which("gcc-11") or os.environ.get("CC"):
         pytest.skip("gcc-11 or $CC is available here")
-    root11, _ = hostbuild.host_root("debian-12", None, other)
+    root11, _ = hostbuild.host_root(targets.get("debian-12"), None, other)
     assert root11.program == "gcc" and root11.compiler.startswith("gcc (Debian 12.")
     problem = cc.mismatch(cc.read_kernel_compiler(other), cc.Compiler(root11.compiler))
     assert problem and "gcc-11 (Debian 11.3.0-12) 11.3.0" in problem  # refused unless --allow-cc-mismatch
@@ -153,7 +152,7 @@ def test_this_systems_gcc_passes_the_chroot_builders_check(tmp_path):
 
 def test_make_vars(tmp_path):
     d = headers_tree(tmp_path / "h", "6.1.0-56-amd64")
-    root, _ = hostbuild.host_root("debian-12", None, d)
+    root, _ = hostbuild.host_root(targets.get("debian-12"), None, d)
     assert hostbuild.make_vars(root, tmp_path / "w" / "build" / "kernel") == [
         f"SYSSRC={d}",
         f"SYSOUT={d}",
@@ -169,7 +168,7 @@ def test_make_vars(tmp_path):
 @pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04", "rhel-9"])
 def test_container_of_other_os_builds_per_kernel_and_runs_host(tmp_path, os_name):
     req = BuildRequest(
-        os_name=os_name,
+        target=targets.get(os_name),
         kernel="6.8.0-45-generic",
         store=tmp_path / "store",
         cache=tmp_path / "cache",
@@ -228,6 +227,11 @@ def invoke(*args: str):
             "(known: debian-12, debian-13, rhel-9, ubuntu-22.04, ubuntu-24.04)",
         ),
         (
+            ["--builder", "podman", "--os", "debian-99"],
+            "error: --os: unknown OS 'debian-99' "
+            "(known: debian-12, debian-13, rhel-9, ubuntu-22.04, ubuntu-24.04)",
+        ),
+        (
             ["--builder", "host", "--os", "rhel-9", "--smoke-test"],
             "error: --smoke-test: boots Debian kernels only, not rhel-9 (use --no-smoke-test)",
         ),
@@ -253,7 +257,7 @@ def test_bad_host_and_container_input(tmp_path, args, message):
 def test_debian13_builds_in_debian12s_container(tmp_path):
     """Debian 13 has no image of its own: Debian 12's container makes the trixie build root, and the
     build inside still targets debian-13."""
-    req = BuildRequest(store=tmp_path / "s", cache=tmp_path / "c", os_name="debian-13")
+    req = BuildRequest(store=tmp_path / "s", cache=tmp_path / "c", target=targets.get("debian-13"))
     cb = container.for_request("podman", req)
     assert cb.containerfile == container.REPO / "images" / "debian-12" / "Containerfile"
     assert cb.containerfile.is_file()

@@ -14,7 +14,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from nodeprep.builder import matrix
+from nodeprep import targets
+from nodeprep.builder import matrix, parallel
 from nodeprep.cli import main
 from nodeprep.targets import facts
 from tests.support.recordedarchive import RecordedArchive, recorded
@@ -40,6 +41,23 @@ def test_cells_as_written_with_excludes():
         "--os", "debian-12", "--flavour", "proprietary", "--driver", "535.309.01",
         "--kernel", "6.1.0-56-amd64",
     ]
+
+
+def test_build_work_is_one_request_per_cell_with_its_os_resolved(tmp_path):
+    """`build-matrix --build`: every cell becomes the BuildRequest build-driver would make for its
+    args (the OS resolved to its TargetOS), the CPUs shared among the cells built at once."""
+    cells = matrix.parse("os: [debian-12, debian-13]\ndrivers: [\"535\"]\n").cells()
+    work = matrix.build_work(cells, 2, 9, store=tmp_path / "s", cache=tmp_path / "c", rebuild=False,
+                             userspace=True, smoke_test=None)
+    assert [d for d, _ in work] == [c.to_dict() for c in cells]
+    reqs = [r for _, r in work]
+    assert [r.target for r in reqs] == [targets.get("debian-12"), targets.get("debian-13")]
+    assert {(r.driver, r.flavour, r.kernel, r.jobs, r.store, r.smoke_test) for r in reqs} == {
+        ("535", "proprietary", None, 4, tmp_path / "s", None)}
+    assert matrix.build_work(cells, 4, 2, store=tmp_path / "s", cache=tmp_path / "c")[0][1].jobs == 1
+    results = [{"ok": True, "name": str(tmp_path / "a.tar.zst"), "userspace": None},
+               {"ok": False, "name": None}, {"ok": True, "name": "b.tar.zst", "userspace": "u.tar.zst"}]
+    assert parallel.published(results) == ["a.tar.zst", "b.tar.zst", "u.tar.zst"]
 
 
 def test_defaults():

@@ -28,8 +28,8 @@ def argument_spec():
 def run(module):
     """The nodeprep_build task on a validated AnsibleModule (see modules/nodeprep_build.py)."""
     p = module.params
-    driver_mod, plan_mod, artifact = host.import_nodeprep(
-        module, "nodeprep.builder.driver", "nodeprep.builder.plan", "nodeprep.artifact"
+    driver_mod, resolve_mod, artifact, targets = host.import_nodeprep(
+        module, "nodeprep.builder.driver", "nodeprep.builder.resolve", "nodeprep.artifact", "nodeprep.targets"
     )
     from pathlib import Path
 
@@ -45,10 +45,10 @@ def run(module):
                 host.fail_from(module, e)
         module.exit_json(changed=not listed or p["rebuild"], cached=listed)
     try:
-        req = plan_mod.BuildRequest(
+        req = resolve_mod.BuildRequest(
             driver=p["driver"] or None,
             flavour=p["flavour"],
-            os_name=p["os_name"],
+            target=targets.get(p["os_name"]),
             kernel=p["kernel"] or None,
             arch=p["arch"],
             store=Path(p["store"]),

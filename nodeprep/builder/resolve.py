@@ -1,13 +1,14 @@
-"""The inputs of one kmod build: the request, its validation, and the resolved plan.
+"""The inputs of one kmod build: the request, its validation, and resolving (and downloading) them.
 
     validate_request -> resolve_plan (Debian archive, a .run installer or an open-gpu-kernel-modules
     release; headers from the archive)
     or resolve_host_plan (--builder host: the system's headers) -> build_params.
 
-Owns BuildRequest and Plan, the archive of a request (`open_archive`, lazily for host builds), the
-fetch of a runfile or open-source release (the source file), and `build_params`: everything
-besides the input files that decides the artifact's bytes (with the input files it makes the input
-digest, the store key of a build).
+Owns BuildRequest (with its TargetOS, resolved from `--os` where the request is made) and Plan,
+the archive of a request (`open_archive`, lazily for host builds), the fetch of a runfile or
+open-source release (the source file), and `build_params`: everything besides the input files that
+decides the artifact's bytes (with the input files it makes the input digest, the store key of a
+build).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..log import step
 from ..node.fsutil import atomic_write
 from ..progress import Phases
 from ..sources import drivers, opensource, runfile
+from ..targets import TargetOS
 from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION
 from . import buildroot, headers, hostbuild
 
@@ -39,7 +41,7 @@ class BuildRequest:
 
     driver: str | None = None  # exact version, branch ("535") or None for the newest
     flavour: str = "proprietary"
-    os_name: str = targets.DEFAULT
+    target: TargetOS = targets.get(targets.DEFAULT)  # resolved once, where the request is made
     kernel: str | None = None  # None: the OS's current default kernel
     arch: str = "amd64"
     store: Path = paths.DEFAULT_STORE
@@ -83,8 +85,8 @@ def open_archive(req: BuildRequest) -> Any:
 
     # The archive of the target OS and the kernel's line; an OS that borrows another's driver
     # sources and user space gets that OS's archive (nodeprep.targets says which).
-    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
-    return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=kernel,
+    kernel = targets.line_kernel(req.target, req.kernel, req.builder)
+    return DebianArchive(req.cache, os_name=req.target.name, arch=req.arch, kernel=kernel,
                          driver_suite=req.driver_suite)
 
 
@@ -135,7 +137,7 @@ def resolve_plan(
             {
                 "driver": req.driver,
                 "flavour": req.flavour,
-                "os": req.os_name,
+                "os": req.target.name,
                 "kernel": req.kernel,
                 "arch": req.arch,
                 "runfile": req.runfile,
@@ -243,8 +245,8 @@ def _driver_source(req: BuildRequest, archive: Any, src_file: Path | None) -> tu
         if req.driver and req.driver != version:
             raise InputError(f"--driver {req.driver} does not match the installer's version {version}")
         return version, {"kind": "runfile", "url": req.runfile or "", "name": src_file.name}
-    kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
-    chosen = drivers.resolve_for_target(archive, req.os_name, kernel, req.driver, req.flavour,
+    kernel = targets.line_kernel(req.target, req.kernel, req.builder)
+    chosen = drivers.resolve_for_target(archive, req.target, kernel, req.driver, req.flavour,
                                         req.driver_suite)
     suite = {"suite": req.driver_suite} if req.driver_suite else {}
     return chosen.driver_version, {
@@ -288,7 +290,7 @@ def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]
         "driver_version": plan.driver_version,
         "flavour": plan.flavour,
         "kernel_release": plan.kernel_release,
-        "os": req.os_name,
+        "os": req.target.name,
         "arch": req.arch,
         "build_root": {"key": root.spec.key, "packages": list(root.packages)},
         "source": {k: v for k, v in plan.source.items() if k != "url"},
@@ -304,30 +306,30 @@ def buildroot_extra(req: BuildRequest) -> tuple[str, ...]:
     """Packages the request's driver sources need in the build root beyond the target's recipe."""
     if not req.open_source:
         return ()
-    target = targets.get(req.os_name)
+    target = req.target
     return opensource.build_packages(targets.channel(target, req.kernel).compiler or target.compiler)
 
 
 def validate_request(req: BuildRequest) -> None:
     """Refuse bad input before anything is downloaded or written (InputError, exit 2)."""
-    target = targets.get(req.os_name)
+    target = req.target
     if req.builder == "host":
         if req.smoke_test and not target.smoke_boot:
             raise InputError(
-                f"--smoke-test: boots Debian kernels only, not {req.os_name} (use --no-smoke-test)"
+                f"--smoke-test: boots Debian kernels only, not {target.name} (use --no-smoke-test)"
             )
     else:
-        buildroot.spec_for(req.os_name, req.kernel, buildroot_extra(req))
+        buildroot.spec_for(target, req.kernel, buildroot_extra(req))
         targets.channel(target, req.kernel)
         if req.headers_dir is not None:
             raise InputError("--headers-dir is only used with --builder host")
     if req.driver_suite is not None:
         if req.driver_suite not in target.driver_suites:
-            raise InputError(f"--driver-suite: {req.driver_suite!r} is not a driver suite of {req.os_name} "
+            raise InputError(f"--driver-suite: {req.driver_suite!r} is not a driver suite of {target.name} "
                              f"(known: {', '.join(target.driver_suites) or 'none'})")
         if req.kernel is None:
             raise InputError("--driver-suite needs --kernel: the suite's own default kernel is not one "
-                             f"of {req.os_name}'s")
+                             f"of {target.name}'s")
         if req.runfile or req.open_source:
             raise InputError("--driver-suite chooses Debian's driver sources: not with --runfile or "
                              "--open-source")
