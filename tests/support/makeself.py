@@ -102,10 +102,11 @@ def nvidia_tree(payload: Path, dest: Path, version: str, *, manifest_version: st
     for fw in sorted((payload / "firmware" / "nvidia" / version).iterdir()):
         shutil.copyfile(fw, dest / "firmware" / fw.name)
         lines.append(f"firmware/{fw.name} 0444 FIRMWARE INHERIT_PATH_DEPTH:1")
-    (dest / "supported-gpus").mkdir()
-    gpus = "supported-gpus/supported-gpus.json"
-    shutil.copyfile(payload / "share" / "supported-gpus.json", dest / gpus)
-    lines.append(f"{gpus} 0644 DOCUMENTATION share/doc/NVIDIA_GLX-1.0/supported-gpus")
+    if (payload / "share" / "supported-gpus.json").is_file():
+        (dest / "supported-gpus").mkdir()
+        gpus = "supported-gpus/supported-gpus.json"
+        shutil.copyfile(payload / "share" / "supported-gpus.json", dest / gpus)
+        lines.append(f"{gpus} 0644 DOCUMENTATION share/doc/NVIDIA_GLX-1.0/supported-gpus")
     (dest / "README.txt").write_text("NVIDIA driver README\n")
     lines.append("README.txt 0644 DOCUMENTATION share/doc/NVIDIA_GLX-1.0")
     (dest / ".manifest").write_text("\n".join(lines) + "\n")

@@ -182,3 +182,56 @@ def test_a_link_the_manifest_declares_against_the_library_soname_is_refused(
     with pytest.raises(ArtifactError, match=f"x.run: .manifest links libcuda.so.1 -> libnvidia-nvvm.so.{V}, "
                                             "whose SONAME is libnvidia-nvvm.so.4"):
         rus.layout_payload(tree, tmp_path / "payload", placements, source="x.run")
+
+
+# ---------------------------------------------------------------------------------------------
+# build-driver: an open-source release's kmod with the user space of the runfile of its version
+
+
+def fake_headers(top: Path) -> Path:
+    """A headers tree as --builder host reads it (.config, Makefile, utsrelease.h): enough to plan a
+    build, not to compile one (the compile fails at once: nothing is published)."""
+    (top / "include/generated").mkdir(parents=True)
+    (top / ".config").write_text('CONFIG_CC_VERSION_TEXT="gcc (Debian 12.2.0-14) 12.2.0"\n')
+    (top / "Makefile").write_text("all:\n")
+    (top / "include/generated/utsrelease.h").write_text(f'#define UTS_RELEASE "{KERNEL}"\n')
+    return top
+
+
+@pytest.mark.parametrize("manifest_version", ["580.142", "595.45.04"])
+def test_open_source_kmod_takes_the_runfile_user_space_of_its_version_only(
+    tmp_path: Path, manifest_version: str
+) -> None:
+    """--open-source + --runfile of the same version (the installer's name and label say 580.142):
+    the user space is made from the runfile before the compile; an installer whose own .manifest is
+    another version is refused (exit 2) before anything is compiled or published."""
+    import hashlib
+
+    from tests.unit.join.conftest import build_payload
+    from tests.unit.sources.test_opensource import release_members, write_tgz
+
+    release = write_tgz(tmp_path / "open-gpu-kernel-modules-580.142.tar.gz", release_members())
+    payload = build_payload(tmp_path / "us", "580.142")  # real shared objects with NVIDIA's sonames
+    tree = nvidia_tree(payload, tmp_path / "NVIDIA-Linux-x86_64-580.142", "580.142",
+                       manifest_version=manifest_version)
+    run = make_runfile(tree, tmp_path / "NVIDIA-Linux-x86_64-580.142.run", compression="gzip",
+                       label="NVIDIA Accelerated Graphics Driver for Linux-x86_64 580.142")
+    store, cache = tmp_path / "store", tmp_path / "cache"
+    res = invoke("build-driver", "--builder", "host", "--headers-dir", str(fake_headers(tmp_path / "h")),
+                 "--flavour", "open", "--store", str(store), "--cache", str(cache), "--no-smoke-test",
+                 "--open-source", str(release), "--open-source-sha256",
+                 hashlib.sha256(release.read_bytes()).hexdigest(),
+                 "--runfile", str(run), "--sha256", hashlib.sha256(run.read_bytes()).hexdigest())
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+    assert "Traceback" not in res.output and not store.exists()
+    made = cache / "userspace" / "nvidia-userspace-580.142-amd64.tar.zst"
+    if manifest_version == "580.142":
+        assert res.exit_code == 1 and errors[0].startswith("error: compiling the modules failed"), res.output
+        m = artifact.read_manifest(made)
+        assert m.inputs == {run.name: hashlib.sha256(run.read_bytes()).hexdigest()}
+        assert m.files["lib64/libcuda.so.1"].target == "libcuda.so.580.142"
+    else:
+        assert res.exit_code == 2, res.output
+        assert errors == [f"error: {run.name}: .manifest is driver 595.45.04, not 580.142: the kernel "
+                          "modules and the user space must be the same version"]
+        assert not made.exists() and not (cache / "kmod-builds").exists()  # nothing compiled
