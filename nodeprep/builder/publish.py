@@ -77,14 +77,13 @@ def publish_userspace(
             return store.path / name
     # User space is distribution-independent: host builds for any OS take it from Debian's archive
     # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
-    # A runfile's own user space is never skipped: what is wrong with it is refused.
     soft: tuple[type[Exception], ...] = (
-        ()
-        if req.runfile
-        else (NodeprepError,)
+        (NodeprepError,)
         if req.builder == "host" and targets.get(req.os_name).borrows_sources
         else (InputError,)
     )
+    if req.runfile:
+        soft = ()  # a runfile's own user space is never skipped: what is wrong with it is refused
     phases = phases or Phases()
     text = f"Building the user-space artifact for {driver_version}"
     with step(text), phases.phase("userspace", text):
