@@ -25,7 +25,7 @@ from ..log import timed
 from ..progress import Phases, Sink
 from . import buildroot, hostbuild
 from .compile import compile_in_root
-from .publish import pack_and_publish, prebuild_userspace, publish_userspace, store_hit
+from .publish import pack_and_publish, prebuild_userspace, publish_userspace, runfile_userspace, store_hit
 from .resolve import (
     AnyRoot,
     BuildRequest,
@@ -114,9 +114,11 @@ def _resolve(
         root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
         with phases.phase("resolve", "Resolving and downloading the inputs"):
             plan, src_file = resolve_host_plan(req, archive, release, phases)
+        runfile_userspace(req, plan.driver_version, phases)
         return plan, src_file, root
     with phases.phase("resolve", "Resolving and downloading the inputs"):
         plan, src_file = resolve_plan(req, archive, phases)
+    runfile_userspace(req, plan.driver_version, phases)
     spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
     if not buildroot.cached(spec, req.cache):
         # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.

@@ -29,7 +29,8 @@ from ..errors import ArtifactError, BuildError, InputError, NodeprepError
 from ..log import step, timed
 from ..modfacts import read_module
 from ..progress import Phases
-from . import buildroot, hostbuild, kbuild, signing, smoke, userspace
+from ..sources import runfile
+from . import buildroot, hostbuild, kbuild, runfileuserspace, signing, smoke, userspace
 from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
 log = logging.getLogger(__name__)
@@ -81,23 +82,50 @@ def publish_userspace(
         if req.builder == "host" and req.target.borrows_sources
         else (InputError,)
     )
+    if req.runfile:
+        soft = ()  # a runfile's own user space is never skipped: what is wrong with it is refused
     phases = phases or Phases()
     text = f"Building the user-space artifact for {driver_version}"
     with step(text), phases.phase("userspace", text):
         try:
-            path, manifest = userspace.build_userspace(
-                archive,
-                driver_version,
-                req.cache / "userspace",
-                arch=req.arch,
-                progress=phases.reporter("userspace", "bytes"),
-            )
+            path, manifest = _make_userspace(req, archive, driver_version, phases)
         except soft as e:
             notes.append(f"user-space artifact skipped: {e}")
             log.warning("warning: user-space artifact skipped: %s", e)
             return None
         store.publish(Path(path), manifest)
     return store.path / name
+
+
+def _make_userspace(
+    req: BuildRequest, archive: Any, driver_version: str, phases: Phases
+) -> tuple[Path, Manifest]:
+    """The user-space artifact of `driver_version` in the cache: from the runfile's own files when
+    the request has one, else from Debian's packages."""
+    if req.runfile:
+        assert req.runfile_sha256
+        run = runfile.fetch(req.runfile, req.runfile_sha256, req.cache)  # a cache hit: fetched by the plan
+        return runfileuserspace.build_userspace(
+            run, driver_version, req.cache / "userspace", arch=req.arch, os_name=req.target.name
+        )
+    return userspace.build_userspace(
+        archive,
+        driver_version,
+        req.cache / "userspace",
+        arch=req.arch,
+        progress=phases.reporter("userspace", "bytes"),
+    )
+
+
+def runfile_userspace(req: BuildRequest, driver_version: str, phases: Phases) -> None:
+    """With --runfile: make its user-space artifact in the cache now, before the build root or a
+    compile, so an installer whose `.manifest` is of another version (or lacks the libraries) is
+    refused before anything is built; `publish_userspace` publishes it at the end."""
+    if not (req.runfile and req.userspace):
+        return
+    text = f"User-space artifact from {runfile.runfile_name(req.runfile)}"
+    with step(text), phases.phase("userspace", text):
+        _make_userspace(req, None, driver_version, phases)
 
 
 def prebuild_userspace(
@@ -111,8 +139,8 @@ def prebuild_userspace(
     """Make the user-space artifact in the cache in a thread (not published: `publish_userspace`
     does that at the end, then finding it ready by its input digest). Errors are left to that call."""
     published = store.path / artifact_name("userspace", driver_version, arch=req.arch)
-    if not req.userspace or (published.exists() and current_userspace(published)):
-        return
+    if not req.userspace or req.runfile or (published.exists() and current_userspace(published)):
+        return  # a runfile's user space is made before the build root (runfile_userspace)
 
     def run() -> None:
         text = "User-space artifact (while the build root is made)"

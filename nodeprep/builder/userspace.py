@@ -173,7 +173,7 @@ def pick_helper(versions: list[str], driver_version: str) -> str | None:
     return by_up[0]
 
 
-def _place(src: Path, dest: Path, mode: int) -> None:
+def place(src: Path, dest: Path, mode: int) -> None:
     """`src` at `dest` with `mode`: a hard link when both are on one filesystem (the extracted
     tree is temporary), else a copy."""
     try:
@@ -183,7 +183,7 @@ def _place(src: Path, dest: Path, mode: int) -> None:
     os.chmod(dest, mode)
 
 
-def _is_elf(path: Path) -> bool:
+def is_elf(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == ELF_MAGIC
 
@@ -203,10 +203,10 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
     real: set[str] = set()
     suffix = f".so.{driver_version}"
     for p in sorted(libroot.rglob(f"lib*{suffix}")):
-        if p.is_file() and not p.is_symlink() and _is_elf(p):
+        if p.is_file() and not p.is_symlink() and is_elf(p):
             if p.name in real:
                 raise ArtifactError(f"{p.name}: shipped twice by the selected packages")
-            _place(p, lib64 / p.name, 0o755)
+            place(p, lib64 / p.name, 0o755)
             real.add(p.name)
             out["lib64"].append(p.name)
     for p in sorted(libroot.rglob("lib*.so.*")):
@@ -215,9 +215,9 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
                 (lib64 / p.name).symlink_to(os.readlink(p))
                 out["lib64"].append(p.name)
     for name in BINARIES:
-        found = [p for p in sorted(tree.rglob(name)) if p.is_file() and not p.is_symlink() and _is_elf(p)]
+        found = [p for p in sorted(tree.rglob(name)) if p.is_file() and not p.is_symlink() and is_elf(p)]
         if found:
-            _place(found[0], bindir / name, 0o755)  # nvidia-modprobe is setuid in Debian: not in ours
+            place(found[0], bindir / name, 0o755)  # nvidia-modprobe is setuid in Debian: not in ours
             out["bin"].append(name)
     for p in sorted((tree / "usr" / "share" / "doc").glob("*/supported-gpus.json.gz"))[:1]:
         (payload / "share").mkdir(exist_ok=True)
@@ -226,16 +226,20 @@ def layout_payload(tree: Path, payload: Path, driver_version: str, arch: str) ->
     fwsrc = tree / "lib" / "firmware" / "nvidia" / driver_version
     for p in sorted(fwsrc.glob("gsp*.bin")) if fwsrc.is_dir() else []:
         fwdir.mkdir(parents=True, exist_ok=True)
-        _place(p, fwdir / p.name, 0o644)
+        place(p, fwdir / p.name, 0o644)
         out["firmware"].append(f"nvidia/{driver_version}/{p.name}")
-    for base in REQUIRED_LIBRARIES:
-        if f"{base}.{driver_version}" not in real:
-            raise ArtifactError(f"driver {driver_version}: {base}.{driver_version} not found in the selected "
-                                "packages")
-    for name in REQUIRED_BINARIES:
-        if name not in out["bin"]:
-            raise ArtifactError(f"driver {driver_version}: no {name} ELF binary in the selected packages")
+    check_required(real, out["bin"], driver_version, "the selected packages")
     return out
+
+
+def check_required(libraries: set[str], binaries: list[str], driver_version: str, where: str) -> None:
+    """ArtifactError unless the payload's `libraries` and `binaries` hold what every user space must."""
+    for base in REQUIRED_LIBRARIES:
+        if f"{base}.{driver_version}" not in libraries:
+            raise ArtifactError(f"driver {driver_version}: {base}.{driver_version} not found in {where}")
+    for name in REQUIRED_BINARIES:
+        if name not in binaries:
+            raise ArtifactError(f"driver {driver_version}: no {name} ELF binary in {where}")
 
 
 def digest_params(driver_version: str, arch: str) -> dict[str, object]:

@@ -10,7 +10,9 @@ compressed tar streams. The header is data to us; we read from it
     SHA="..." / MD5="..."        -> optional payload digests, checked when present
 
 and decompress + untar in Python with member checks (no absolute paths, no '..', no devices,
-links kept inside the tree). Only the kernel module tree (kernel/ or kernel-open/) is extracted.
+links kept inside the tree). The kernel module tree (kernel/ or kernel-open/) is extracted for a
+kmod build; the files the installer's `.manifest` lists, for the user space
+(nodeprep.builder.runfileuserspace).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import lzma
 import os
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -34,6 +36,7 @@ import zstandard
 
 from .. import download as dl
 from ..errors import ArtifactError, ChecksumError, InputError
+from ..vocab import DRIVER_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -214,19 +217,67 @@ def extract_tree(path: Path, subdir: str, dest: Path) -> Path:
     """Extract `subdir` (e.g. 'kernel') of the runfile into `dest`; returns `dest`.
 
     Refuses absolute paths, '..', device nodes, hard links and symlinks leaving `dest`."""
+    prefix = PurePosixPath(subdir)
+
+    def below(name: PurePosixPath) -> PurePosixPath | None:
+        if name.parts[: len(prefix.parts)] != prefix.parts:
+            return None
+        return PurePosixPath(*name.parts[len(prefix.parts) :])
+
+    if not _extract(path, dest, below):
+        raise InputError(f"{path}: the installer has no {subdir}/ tree")
+    return dest
+
+
+def extract_files(path: Path, names: Iterable[str], dest: Path) -> Path:
+    """Extract the members `names` (paths relative to the installer's top, as its `.manifest`
+    names them) into `dest` at the same relative paths; InputError naming the first one missing."""
+    wanted = {_norm(n) for n in names}
+    found: set[PurePosixPath] = set()
+
+    def chosen(name: PurePosixPath) -> PurePosixPath | None:
+        if name in wanted:
+            found.add(name)
+            return name
+        return None
+
+    _extract(path, dest, chosen)
+    missing = sorted(str(n) for n in wanted - found)
+    if missing:
+        raise InputError(f"{path.name}: .manifest lists {missing[0]}, which the installer does not hold")
+    return dest
+
+
+def read_manifest(path: Path) -> RunManifest:
+    """The installer's own `.manifest` (nvidia-installer's list of its files), parsed."""
+    header = read_header(path)
+    verify_payload(path, header)
+    for member, tar in _members(path, header):
+        if _norm(member.name) == PurePosixPath(".manifest"):
+            if not member.isreg() or member.size > MAX_MANIFEST:
+                raise InputError(f"{path.name}: .manifest is not a regular file of at most {MAX_MANIFEST} "
+                                 "bytes")
+            src = tar.extractfile(member)
+            assert src is not None
+            return parse_manifest(src.read().decode("utf-8", "replace"), source=f"{path.name}: .manifest")
+    raise InputError(f"{path.name}: the installer has no .manifest (not an NVIDIA driver installer?)")
+
+
+def _extract(path: Path, dest: Path, select: Callable[[PurePosixPath], PurePosixPath | None]) -> int:
+    """Extract the members `select` maps to a relative path (None: skipped) into `dest`; returns
+    how many. Refuses absolute paths, '..', device nodes, hard links and symlinks leaving `dest`."""
     header = read_header(path)
     verify_payload(path, header)
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
-    prefix = PurePosixPath(subdir)
     found = 0
     for member, tar in _members(path, header):
         name = _norm(member.name)
         if name.is_absolute() or ".." in name.parts or member.name.startswith("/"):
             raise ArtifactError(f"{path}: unsafe member {member.name!r}")
-        if name.parts[: len(prefix.parts)] != prefix.parts:
+        rel = select(name)
+        if rel is None:
             continue
-        rel = PurePosixPath(*name.parts[len(prefix.parts) :])
         target = root / rel if rel.parts else root
         if member.isdir():
             target.mkdir(parents=True, exist_ok=True)
@@ -249,9 +300,96 @@ def extract_tree(path: Path, subdir: str, dest: Path) -> Path:
                     out.write(chunk)
             os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
         found += 1
-    if not found:
-        raise InputError(f"{path}: the installer has no {subdir}/ tree")
-    return dest
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The installer's `.manifest`, read as NVIDIA/nvidia-installer's parse_manifest() reads it: eight
+# header lines (description, version, then six the installer ignores or derives), then one line
+# per file, `FILE MODE TYPE [fields]`, the fields each type has in its manifest.c table
+# (has_arch: NATIVE|COMPAT32; has_path: a path; inherit_path: INHERIT_PATH_DEPTH:N; is_symlink:
+# the link's target, last). Only the types the user space takes are interpreted here; the other
+# lines need their first three words.
+
+MAX_MANIFEST = 1 << 20
+HEADER_LINES = 8
+FIELDS: dict[str, tuple[str, ...]] = {
+    "CUDA_LIB": ("arch", "path"),
+    "CUDA_SYMLINK": ("arch", "path", "target"),
+    "UTILITY_LIB": ("arch",),
+    "UTILITY_LIB_SYMLINK": ("arch", "target"),
+    "UTILITY_BINARY": (),
+    "NVIDIA_MODPROBE": ("path",),
+    "FIRMWARE": ("depth",),
+    "DOCUMENTATION": ("path",),
+}
+ARCHES = ("NATIVE", "COMPAT32")
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One file line of a `.manifest`."""
+
+    file: str  # relative to the installer's top
+    mode: int
+    type: str
+    arch: str = ""  # NATIVE | COMPAT32 for the types that have one
+    path: str = ""  # the install path field, or the path left after INHERIT_PATH_DEPTH
+    target: str = ""  # symlinks: what the link points to
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.file).name
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    description: str
+    version: str
+    entries: tuple[ManifestEntry, ...]
+
+
+def parse_manifest(text: str, *, source: str = ".manifest") -> RunManifest:
+    """A `.manifest` (pure). InputError naming `source` and the line when it is malformed."""
+    lines = text.split("\n")
+    if len(lines) <= HEADER_LINES:
+        raise InputError(f"{source}: fewer than {HEADER_LINES} header lines")
+    description, version = lines[0].strip(), lines[1].strip()
+    if not re.fullmatch(DRIVER_VERSION, version):
+        raise InputError(f"{source}: line 2: {version[:80]!r} is not a driver version")
+    entries = []
+    for number, line in enumerate(lines[HEADER_LINES:], HEADER_LINES + 1):
+        if not line.strip():
+            break  # nvidia-installer stops at the first empty line
+        entries.append(_entry(line.split(), f"{source}: line {number}"))
+    return RunManifest(description, version, tuple(entries))
+
+
+def _entry(words: list[str], where: str) -> ManifestEntry:
+    if len(words) < 3:
+        raise InputError(f"{where}: a file line is FILE MODE TYPE [fields]")
+    file, mode_s, kind, rest = words[0], words[1], words[2], words[3:]
+    name = PurePosixPath(file)
+    if file.startswith("/") or ".." in name.parts or not name.name:
+        raise InputError(f"{where}: {file[:80]!r} is not a path inside the installer")
+    if not re.fullmatch(r"[0-7]{3,4}", mode_s):
+        raise InputError(f"{where}: mode {mode_s[:20]!r} is not octal")
+    fields = FIELDS.get(kind)
+    if fields is None:
+        return ManifestEntry(file, int(mode_s, 8), kind)
+    if len(rest) < len(fields):
+        raise InputError(f"{where}: {kind} needs {' '.join(fields)}")
+    got = dict(zip(fields, rest, strict=False))
+    if "arch" in got and got["arch"] not in ARCHES:
+        raise InputError(f"{where}: architecture {got['arch'][:20]!r} is not NATIVE or COMPAT32")
+    path = got.get("path", "")
+    if "depth" in got:
+        m = re.fullmatch(r"INHERIT_PATH_DEPTH:(\d+)", got["depth"])
+        parents = name.parent.parts
+        if m is None or int(m[1]) > len(parents):
+            raise InputError(f"{where}: {got['depth'][:40]!r} is not INHERIT_PATH_DEPTH:N within {file}")
+        path = "/".join(parents[int(m[1]) :])
+    return ManifestEntry(file, int(mode_s, 8), kind, got.get("arch", ""), path, got.get("target", ""))
 
 
 def runfile_name(url: str) -> str:

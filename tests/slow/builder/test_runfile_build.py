@@ -137,6 +137,59 @@ def test_real_driver_tree_as_runfile_reuses_the_compiled_modules(real_build, htt
     assert leftovers(real_build.cache) == []
 
 
+def test_real_runfile_publishes_its_own_user_space_which_installs_and_passes_doctor(
+    real_build, http_dir, tmp_path
+):
+    """An installer made of REAL files (Debian's driver tree as kernel/, the real user space of the
+    shared build laid out as NVIDIA's installers are, with its .manifest; tests/support/makeself.py),
+    served by the loopback stand-in of NVIDIA's download server: build-driver publishes the kmod
+    (the shared build's compile reused, nothing compiled) and the user space made from the
+    installer's own files, which has the Debian-built one's layout and installs with the kmod into
+    a test root where doctor's user-space checks pass."""
+    from click.testing import CliRunner
+
+    from nodeprep.cli import main
+    from tests.support.makeself import nvidia_tree
+
+    www, base = http_dir
+    before = leftovers(real_build.cache)  # the shared cache: another session's build may be running
+    version = real_build.driver_version
+    debian_us = tmp_path / "debian-us"
+    debian_us.mkdir()
+    artifact.extract(real_build.userspace, debian_us)
+    pkg = nvidia_tree(debian_us, tmp_path / f"NVIDIA-Linux-x86_64-{version}", version)
+    src = tmp_path / "deb"
+    debs = json.loads(artifact.read_manifest(real_build.kmod).to_json())["inputs"]
+    source_deb = next(real_build.cache / "debs" / n for n in debs if n.startswith("nvidia-kernel-source_"))
+    runner.run(["dpkg-deb", "-x", source_deb, src])
+    runner.run(["tar", "-xJf", next((src / "usr" / "src").glob("nvidia-kernel*.tar.xz")), "-C", src])
+    os.rename(src / "modules" / "nvidia-kernel", pkg / "kernel")
+    run = make_runfile(pkg, www / f"NVIDIA-Linux-x86_64-{version}.run", compression="gzip", level=1,
+                       label=f"NVIDIA Accelerated Graphics Driver for Linux-x86_64 {version}")
+    sha = artifact.sha256_file(run)
+    store = tmp_path / "store"
+    res = cli(*[a for a in build_args(real_build, store, f"{base}/{run.name}", sha, "--json")
+                if a != "--no-userspace"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout)
+    assert summary["compiled"] is False and summary["userspace"]
+    us = artifact.read_manifest(Path(summary["userspace"]))
+    assert us.inputs == {run.name: sha} and us.extra["source"]["kind"] == "runfile"
+    assert us.files == artifact.read_manifest(real_build.userspace).files
+    root = tmp_path / "root"
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    done = CliRunner().invoke(main, ["install", "--store", str(store), "--driver", version, "--kernel",
+                                     real_build.kernel_release, "--root", str(root), "--activate"])
+    assert done.exit_code == 0, done.output
+    doctor = CliRunner().invoke(main, ["doctor", "--root", str(root), "--json", "--check", "state", "--check",
+                                       "ldcache", "--check", "support"])
+    checks = json.loads(doctor.stdout)["checks"]
+    assert all(c["ok"] and not c.get("skipped") for c in checks), checks
+    assert [n for n in leftovers(real_build.cache) if n not in before] == []
+
+
 def test_tiny_runfile_compiles_strips_and_publishes(real_build, http_dir, tmp_path):
     www, base = http_dir
     run = tiny_runfile(www, "999.01.01")
