@@ -170,15 +170,22 @@ def test_sweep_keeps_a_dir_whose_owner_holds_its_lock_in_another_pid_namespace(t
     lock.touch()
     holder = subprocess.Popen(  # noqa: S603 - holds the lock like the owning build
         ["flock", "-o", lock, "sleep", "30"], start_new_session=True)
-    try:
-        for _ in range(100):
-            if subprocess.run(["flock", "-n", lock, "true"]).returncode != 0:  # noqa: S603,S607
-                break
+    def held() -> bool:
+        return subprocess.run(["flock", "-n", lock, "true"]).returncode != 0  # noqa: S603,S607
+
+    def until(want: bool) -> None:  # a loaded machine can take seconds to start or reap a process
+        deadline = time.monotonic() + 60
+        while held() != want:
+            assert time.monotonic() < deadline, f"the lock is {'not ' if want else ''}held after 60 s"
             time.sleep(0.05)
+
+    try:
+        until(True)
         assert buildroot.sweep_stale(tmp_path) == [] and unseen.is_dir()
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
+    until(False)
     assert buildroot.sweep_stale(tmp_path) == [unseen] and not unseen.exists()
 
 
