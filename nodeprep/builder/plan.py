@@ -280,6 +280,48 @@ def resolve_host_plan(
     return plan, src_file
 
 
+def preview(req: BuildRequest, archive: Any, host_release: str | None = None) -> dict[str, Any]:
+    """`build-driver --check`: the inputs a build would resolve and the artifact it would publish,
+    from the archive's package index alone: no input is downloaded (a runfile's or release's version
+    is read from its name), no build root made, no plan memo or store written. `host_release`: the
+    kernel of the host's headers (--builder host)."""
+    from ..artifact import artifact_name
+
+    named = None
+    if req.open_source:
+        named = opensource.name_version(opensource.release_name(req.open_source))
+    elif req.runfile:
+        named = _runfile_version(runfile.runfile_name(req.runfile), None)
+    if req.open_source or req.runfile:
+        kind, url = ("open-source", req.open_source) if req.open_source else ("runfile", req.runfile)
+        version: str | None = named or req.driver
+        if named and req.driver and req.driver != named:
+            raise InputError(f"--driver {req.driver} does not match the {kind}'s version {named}")
+        source = {"kind": kind, "url": url or ""}
+        fetch = [f"{url} (sha256 {req.open_source_sha256 if req.open_source else req.runfile_sha256})"]
+    else:
+        version, source = _driver_source(req, archive, None)
+        fetch = [f"{source['package']}={source['version']}"]
+    if host_release is not None:
+        release, header_packages = host_release, []
+    else:
+        hdrs = headers.resolve(archive, req.kernel, arch=req.arch)
+        release, header_packages = hdrs.release, [f"{p}={v}" for p, v in hdrs.packages]
+    name = (artifact_name("kmod", version, flavour=req.flavour, kernel_release=release) if version
+            else f"nvidia-kmod-<the {source['kind']}'s version>-{req.flavour}-{release}.tar.zst")
+    out: dict[str, Any] = {
+        "check": True, "driver_version": version, "flavour": req.flavour, "kernel_release": release,
+        "os": req.os_name, "arch": req.arch, "builder": req.builder, "source": source,
+        "would_fetch": fetch + header_packages, "artifact": name, "store": str(req.store),
+        "in_store": (Path(req.store) / name).is_file(), "userspace": (
+            artifact_name("userspace", version, arch=req.arch) if req.userspace and version else None),
+    }
+    if req.builder != "host":
+        spec = buildroot.spec_for(req.os_name, req.kernel, buildroot_extra(req))
+        out["build_root"] = {"key": spec.key, "cached": buildroot.cached(spec, req.cache)}
+    return out
+
+
 def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]:
     """Everything besides the input files that decides the artifact's bytes."""
     return {
