@@ -78,26 +78,28 @@ class Plan:
     header_packages: list[list[str]]
 
 
-def open_archive(req: BuildRequest) -> Any:
+def open_archive(req: BuildRequest, *, read_only: bool = False) -> Any:
+    """`read_only`: answers from the cached package lists, writes nothing (build-driver --check)."""
     from ..sources.debian import DebianArchive
 
     # The archive of the target OS and the kernel's line; an OS that borrows another's driver
     # sources and user space gets that OS's archive (nodeprep.targets says which).
     kernel = targets.line_kernel(req.os_name, req.kernel, req.builder)
     return DebianArchive(req.cache, os_name=req.os_name, arch=req.arch, kernel=kernel,
-                         driver_suite=req.driver_suite)
+                         driver_suite=req.driver_suite, read_only=read_only)
 
 
 class LazyArchive:
     """The Debian archive, created on first use: a host build from a runfile never needs apt."""
 
-    def __init__(self, req: BuildRequest) -> None:
+    def __init__(self, req: BuildRequest, *, read_only: bool = False) -> None:
         self._req = req
+        self._read_only = read_only
         self._real: Any = None
 
     def __getattr__(self, name: str) -> Any:
         if self._real is None:
-            self._real = open_archive(self._req)
+            self._real = open_archive(self._req, read_only=self._read_only)
         return getattr(self._real, name)
 
 

@@ -149,7 +149,7 @@ def _preview(req: Any, in_container: bool, as_json: bool) -> None:
                              "headers are not the container's)")
         release = req.kernel if in_container else hostbuild.host_root(req.os_name, req.kernel,
                                                                       req.headers_dir)[1]
-    archive = LazyArchive(req) if req.builder == "host" else open_archive(req)
+    archive = LazyArchive(req, read_only=True) if req.builder == "host" else open_archive(req, read_only=True)
     result = preview(req, archive, release)
     if as_json:
         emit_json(result)

@@ -410,6 +410,20 @@ def test_build_driver_check_prints_the_plan_and_changes_nothing(tmp_path: Path,
     assert tree(tmp_path) == before
 
 
+def test_build_driver_check_never_fetches_the_package_lists(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real archive and no package lists in the cache, --check fetches none (the mirror is
+    a closed loopback port): one error line saying so, and the cache is as it was (no apt folder,
+    no sources list, no lock)."""
+    monkeypatch.setenv("NODEPREP_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    res = invoke("build-driver", "--check", "--cache", str(cache), "--store", str(tmp_path / "store"))
+    assert res.exit_code == 1, res.output
+    assert one_error_line(res).startswith("error: the Debian bookworm package lists are not in the cache")
+    assert tree(tmp_path) == {"cache": "dir"}
+
+
 def test_smoke_test_check_names_the_kernel_and_boots_nothing(tmp_path: Path) -> None:
     """smoke-test --check: the kernel it would boot (the artifact's, or --kernel with --force) and
     the packages it would fetch for it, from the manifest; the cache stays as it was (nothing
