@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..node.callbacks import Undo
 from ..node.layout import Layout
+from ..sysfs import read_bytes
 from .files import FileChange, under
 
 UNIT = "kubelet.service"
@@ -63,11 +64,9 @@ def record_change(root: Path) -> FileChange | None:
 
 def _recorded(path: Path) -> dict[str, str] | None:
     """The links the record names; None when it is not a record join wrote (then nothing is undone)."""
-    if path.is_symlink() or not path.is_file():
-        return None
     try:
-        data = json.loads(path.read_bytes())
-    except ValueError:
+        data = json.loads(read_bytes(path))
+    except (OSError, ValueError):  # a link, not a regular file, over 64 KiB, not JSON
         return None
     links = data.get("links_before") if isinstance(data, dict) else None
     if (data.get("format") != 1 or data.get("unit") != UNIT or not isinstance(links, dict)

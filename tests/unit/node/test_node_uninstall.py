@@ -258,6 +258,27 @@ def test_uninstall_keeps_kubelet_enabled_when_it_was_before_the_join(store: Path
     assert snapshot(root) == before and (root / WANTS).is_symlink()
 
 
+@pytest.mark.parametrize("record", ["garbage", "link"])
+def test_a_kubelet_enable_record_that_is_not_joins_undoes_nothing(store: Path, tmp_path: Path,
+                                                                  record: str) -> None:
+    """The record under the root is input: one that is not JSON join wrote, or a link, is left and
+    named, and the kubelet links stay (nothing is removed on its word)."""
+    root = joinable_root(tmp_path / "root", "kubelet")
+    install_everything(store, root)
+    join_root(root)
+    path = root / "var/lib/nodeprep/kubelet-enable.json"
+    path.unlink()
+    if record == "link":
+        path.symlink_to("/etc/passwd")
+    else:
+        path.write_text('{"format": 1, "unit": "kubelet.service", "links_before": []}\n')
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    kept = "/var/lib/nodeprep/kubelet-enable.json: not a record nodeprep join wrote; left in place"
+    assert kept in r.output
+    assert (root / WANTS).is_symlink() and path.is_symlink() == (record == "link")
+
+
 def join_root(root: Path) -> None:
     r = invoke("join", "--root", str(root), "--skip-discovery", "--skip-preflight", "--nvidia-smi-xml",
                str(NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"))
