@@ -80,26 +80,28 @@ class Plan:
     header_packages: list[list[str]]
 
 
-def open_archive(req: BuildRequest) -> Any:
+def open_archive(req: BuildRequest, *, read_only: bool = False) -> Any:
+    """`read_only`: answers from the cached package lists, writes nothing (build-driver --check)."""
     from ..sources.debian import DebianArchive
 
     # The archive of the target OS and the kernel's line; an OS that borrows another's driver
     # sources and user space gets that OS's archive (nodeprep.targets says which).
     kernel = targets.line_kernel(req.target, req.kernel, req.builder)
     return DebianArchive(req.cache, os_name=req.target.name, arch=req.arch, kernel=kernel,
-                         driver_suite=req.driver_suite)
+                         driver_suite=req.driver_suite, read_only=read_only)
 
 
 class LazyArchive:
     """The Debian archive, created on first use: a host build from a runfile never needs apt."""
 
-    def __init__(self, req: BuildRequest) -> None:
+    def __init__(self, req: BuildRequest, *, read_only: bool = False) -> None:
         self._req = req
+        self._read_only = read_only
         self._real: Any = None
 
     def __getattr__(self, name: str) -> Any:
         if self._real is None:
-            self._real = open_archive(self._req)
+            self._real = open_archive(self._req, read_only=self._read_only)
         return getattr(self._real, name)
 
 
@@ -280,6 +282,48 @@ def resolve_host_plan(
         header_packages=[],
     )
     return plan, src_file
+
+
+def preview(req: BuildRequest, archive: Any, host_release: str | None = None) -> dict[str, Any]:
+    """`build-driver --check`: the inputs a build would resolve and the artifact it would publish,
+    from the archive's package index alone: no input is downloaded (a runfile's or release's version
+    is read from its name), no build root made, no plan memo or store written. `host_release`: the
+    kernel of the host's headers (--builder host)."""
+    from ..artifact import artifact_name
+
+    named = None
+    if req.open_source:
+        named = opensource.name_version(opensource.release_name(req.open_source))
+    elif req.runfile:
+        named = _runfile_version(runfile.runfile_name(req.runfile), None)
+    if req.open_source or req.runfile:
+        kind, url = ("open-source", req.open_source) if req.open_source else ("runfile", req.runfile)
+        version: str | None = named or req.driver
+        if named and req.driver and req.driver != named:
+            raise InputError(f"--driver {req.driver} does not match the {kind}'s version {named}")
+        source = {"kind": kind, "url": url or ""}
+        fetch = [f"{url} (sha256 {req.open_source_sha256 if req.open_source else req.runfile_sha256})"]
+    else:
+        version, source = _driver_source(req, archive, None)
+        fetch = [f"{source['package']}={source['version']}"]
+    if host_release is not None:
+        release, header_packages = host_release, []
+    else:
+        hdrs = headers.resolve(archive, req.kernel, arch=req.arch)
+        release, header_packages = hdrs.release, [f"{p}={v}" for p, v in hdrs.packages]
+    name = (artifact_name("kmod", version, flavour=req.flavour, kernel_release=release) if version
+            else f"nvidia-kmod-<the {source['kind']}'s version>-{req.flavour}-{release}.tar.zst")
+    out: dict[str, Any] = {
+        "check": True, "driver_version": version, "flavour": req.flavour, "kernel_release": release,
+        "os": req.target.name, "arch": req.arch, "builder": req.builder, "source": source,
+        "would_fetch": fetch + header_packages, "artifact": name, "store": str(req.store),
+        "in_store": (Path(req.store) / name).is_file(), "userspace": (
+            artifact_name("userspace", version, arch=req.arch) if req.userspace and version else None),
+    }
+    if req.builder != "host":
+        spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
+        out["build_root"] = {"key": spec.key, "cached": buildroot.cached(spec, req.cache)}
+    return out
 
 
 def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]:

@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..artifact import Manifest, read_manifest
 from ..artifact import extract as extract_artifact
 from ..errors import ArtifactError, CommandError, InputError, NodeprepError
 from ..log import step
 from ..modfacts import ModuleFacts, module_name, read_module
 from . import initramfs
 from .console import PROBE_MODULE, classify
-from .kernelfetch import Archive, Kernel, fetch_kernel
+from .kernelfetch import Archive, Kernel, fetch_kernel, fetched_kernel
 from .secureboot import OVMF_CODE, secure_boot_vars
 from .symvers import check_symbols, parse_symvers
 
@@ -280,14 +281,38 @@ def smoke_test_artifact(path: Path, *, archive: Archive, cache: Path, kernel_rel
         raise InputError(f"{path}: no such artifact")
     with tempfile.TemporaryDirectory(prefix="nodeprep-smoke-art-") as tmp:
         manifest = extract_artifact(path, Path(tmp))
-        if manifest.kind != "kmod" or not manifest.kernel_release:
-            raise InputError(f"{path}: not a kmod artifact (kind {manifest.kind})")
-        release = kernel_release or manifest.kernel_release
-        if release != manifest.kernel_release and not force:
-            raise InputError(f"{path}: built for kernel {manifest.kernel_release}, not {release} "
-                             "(add --force to boot it there anyway)")
+        release = boot_release(path, manifest, kernel_release, force)
         module_dir = Path(tmp) / "modules" / manifest.kernel_release
         if not module_dir.is_dir():
             raise ArtifactError(f"{path}: no modules/{manifest.kernel_release}/ in the artifact")
         return smoke_test_modules(module_dir, release, archive=archive, cache=cache, sig_enforce=sig_enforce,
                                   timeout=timeout, console_log=console_log, trusted_cert=trusted_cert)
+
+
+def boot_release(path: Path, manifest: Manifest, kernel_release: str | None, force: bool) -> str:
+    """The kernel a smoke test of kmod artifact `path` boots: its own, or `kernel_release` with
+    `force`; InputError for another kind of artifact or another kernel without `force`."""
+    if manifest.kind != "kmod" or not manifest.kernel_release:
+        raise InputError(f"{path}: not a kmod artifact (kind {manifest.kind})")
+    release = kernel_release or manifest.kernel_release
+    if release != manifest.kernel_release and not force:
+        raise InputError(f"{path}: built for kernel {manifest.kernel_release}, not {release} "
+                         "(add --force to boot it there anyway)")
+    return release
+
+
+def smoke_preview(path: Path, *, cache: Path, kernel_release: str | None = None, force: bool = False,
+                  sig_enforce: bool = False, trusted_cert: Path | None = None) -> dict[str, Any]:
+    """`smoke-test --check`: the kernel the test would boot and what it would fetch for it, from
+    the artifact's manifest alone (nothing extracted, downloaded or booted)."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such artifact")
+    manifest = read_manifest(path)
+    release = boot_release(path, manifest, kernel_release, force)
+    cached = fetched_kernel(release, cache)
+    return {"check": True, "artifact": str(path), "driver_version": manifest.driver_version,
+            "flavour": manifest.flavour, "built_for": manifest.kernel_release, "kernel_release": release,
+            "os": manifest.os, "kernel_cached": cached,
+            "would_fetch": [] if cached else [f"linux-image-{release}", f"linux-headers-{release}"],
+            "modules": sorted(p.rsplit("/", 1)[-1] for p in manifest.files),
+            "sig_enforce": sig_enforce or trusted_cert is not None, "secure_boot": trusted_cert is not None}

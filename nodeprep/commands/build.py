@@ -136,6 +136,39 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
     return lines
 
 
+def _preview(req: Any, in_container: bool, as_json: bool) -> None:
+    """build-driver --check: builder.resolve.preview, rendered (the host's headers only for a host build
+    here; a container's host build names its kernel)."""
+    from ..builder import hostbuild
+    from ..builder.resolve import LazyArchive, open_archive, preview
+
+    release = None
+    if req.builder == "host":
+        if in_container and req.kernel is None:
+            raise InputError("--check: a host build in a container needs --kernel (this machine's "
+                             "headers are not the container's)")
+        release = req.kernel if in_container else hostbuild.host_root(req.target, req.kernel,
+                                                                      req.headers_dir)[1]
+    archive = LazyArchive(req, read_only=True) if req.builder == "host" else open_archive(req, read_only=True)
+    result = preview(req, archive, release)
+    if as_json:
+        emit_json(result)
+        return
+    driver = result["driver_version"] or "from the source file"
+    click.echo(f"would build {result['artifact']} (driver {driver}, kernel {result['kernel_release']}, "
+               f"{result['os']}, builder {result['builder']})")
+    click.echo(f"  source: {' '.join(f'{k}={v}' for k, v in result['source'].items())}")
+    click.echo(f"  would fetch: {', '.join(result['would_fetch'])}")
+    if "build_root" in result:
+        root = result["build_root"]
+        click.echo(f"  build root {root['key'][:16]}…: {'cached' if root['cached'] else 'would be made'}")
+    there = "there (a build reuses it when its input digest matches)" if result["in_store"] else "not there"
+    click.echo(f"  store {result['store']}: {there}")
+    if result["userspace"]:
+        click.echo(f"  user space: {result['userspace']}")
+    click.echo("nothing changed (--check)", err=True)
+
+
 @click.command("build-driver")
 @click.option(
     "--driver",
@@ -235,6 +268,8 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
     default=None,
     help="Boot the kernel in qemu and load the modules before publishing (default: on when available).",
 )
+@check_option("Print what would be fetched and built (the resolved inputs, the artifact's name) from "
+              "the archive's package index; nothing is downloaded, built or written.")
 @registry_options
 @json_option
 def build_driver_cmd(
@@ -263,6 +298,7 @@ def build_driver_cmd(
     registry_auth: str | None,
     ca_file: str | None,
     insecure_http: bool,
+    check: bool,
     as_json: bool,
 ) -> None:
     """Build the NVIDIA kernel modules for one kernel release into the store.
@@ -310,7 +346,11 @@ def build_driver_cmd(
         headers_dir=headers_dir,
     )
     validate_request(req)
-    if builder in container.ENGINES:
+    in_container = builder in container.ENGINES
+    if check:
+        _preview(req, in_container, as_json)
+        return
+    if in_container:
         if registry:
             code = _container_to_registry(builder, req, registry, options, as_json)
         else:

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .. import targets
 from ..paths import default_cache
-from .options import emit_json, json_option
+from .options import check_option, emit_json, json_option
+
+
+def _preview(result: dict[str, Any], os_name: str | None, as_json: bool) -> None:
+    """smoke-test --check, rendered (builder.smoke.smoke_preview)."""
+    result["os"] = os_name or result["os"]
+    if as_json:
+        emit_json(result)
+        return
+    how = (", UEFI Secure Boot" if result["secure_boot"]
+           else ", module.sig_enforce=1" if result["sig_enforce"] else "")
+    click.echo(f"would boot kernel {result['kernel_release']} ({result['os']}{how}) in qemu with "
+               f"{', '.join(result['modules'])} of {Path(result['artifact']).name}")
+    fetch = ", ".join(result["would_fetch"]) or f"nothing (kernel {result['kernel_release']} is in the cache)"
+    click.echo(f"  would fetch: {fetch}")
+    click.echo("nothing changed (--check)", err=True)
 
 
 @click.command("smoke-test")
@@ -30,10 +46,12 @@ from .options import emit_json, json_option
               help="Also write the whole serial console output of the boot to FILE.")
 @click.option("--os", "os_name", default=None,
               help="Target OS whose archive serves the kernel (default: the artifact's own OS).")
+@check_option("Print the kernel the test would boot and the packages it would fetch for it, from the "
+              "artifact's manifest; nothing is downloaded, extracted or booted.")
 @json_option
 def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: bool, sig_enforce: bool,
                trust_cert: Path | None, timeout: float, console_log: Path | None, os_name: str | None,
-               as_json: bool) -> None:
+               check: bool, as_json: bool) -> None:
     """Boot the artifact's kernel in qemu and load its modules (no GPU needed).
 
     ARTIFACT is a kmod artifact (nvidia-kmod-<driver>-<flavour>-<kernel>.tar.zst). PASS when
@@ -41,10 +59,14 @@ def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: b
     modules resolves; FAIL quotes the kernel's reason. Exit status 0 on PASS, 1 on FAIL.
     """
     from ..artifact import read_manifest
-    from ..builder.smoke import smoke_test_artifact
+    from ..builder.smoke import smoke_preview, smoke_test_artifact
     from ..errors import NodeprepError
     from ..sources.debian import DebianArchive
 
+    if check:
+        _preview(smoke_preview(artifact, cache=cache, kernel_release=kernel_release, force=force,
+                               sig_enforce=sig_enforce, trusted_cert=trust_cert), os_name, as_json)
+        return
     try:  # the archive of the kernel's own line (a backports kernel comes from bookworm-backports)
         manifest = read_manifest(artifact)
         os_name = os_name or manifest.os

@@ -24,7 +24,7 @@ from ..profile import Cluster, Profile
 from ..profile.load import CA_PIN_REQUIRED
 from . import cdi as cdimod
 from . import containerd as ctd
-from . import ctkconfig, kube, ocihooks, probe
+from . import ctkconfig, enablement, kube, ocihooks, probe
 from . import gpus as gpumod
 from .discovery import Discovery
 from .files import FileChange, under
@@ -366,6 +366,8 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
         files, join_warnings = kubelet_files(root, cluster, token, mine, args, insecure=insecure), []
         changed = any(f.changed for f in files)
         actions = kubelet_actions(root, changed=changed, joined=joined, live=options.live)
+        record = enablement.record_change(root) if any("enable" in a.argv for a in actions) else None
+        files += [record] if record else []  # written before the enable runs
     preflight = list(runtime.preflight) + ([] if options.skip_preflight else probe.doctor_problems(root))
     discovery = None
     if options.discovery and not joined:

@@ -6,7 +6,8 @@ The paths are the ones `nodeprep runtime` plans (plan_runtime over the node's pr
 profile has a cluster, the ones `nodeprep join` plans in either cluster mode (kubeadm's
 JoinConfiguration and kubelet patch; kubelet's bootstrap kubeconfig, KubeletConfiguration and systemd
 drop-in, which carry the node's labels and taints), so a file runtime or join learns to write is
-undone without a list kept here, plus the CDI specs nodeprep wrote in the other spec directories.
+undone without a list kept here, plus the CDI specs nodeprep wrote in the other spec directories,
+and the kubelet enablement links join's `systemctl enable` made (nodeprep.join.enablement).
 What kubeadm or the kubelet made after a join (kubelet.conf, certificates) is theirs: `kubeadm reset`.
 A file is removed only when nodeprep wrote it, recognised by the header every file
 it writes starts with, or (a JSON file, which has no comments) by being the bytes runtime writes now;
@@ -31,7 +32,7 @@ from ..node.fsutil import atomic_write, fsync_dir
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd
-from . import ctkconfig, hookprogram, ocihooks
+from . import ctkconfig, enablement, hookprogram, ocihooks
 from .files import under
 from .plan import JoinOptions, plan_join, plan_runtime
 
@@ -160,6 +161,10 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
             undo.append(Undo(target, path))
         else:
             kept.append(f"{target}: not written by nodeprep; left in place")
+    if join:
+        enabled, not_ours = enablement.plan_undo(root)
+        undo += enabled
+        kept += not_ours
     restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
     return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import runner, targets
 from ..digests import sha256_file
-from ..errors import ChecksumError, CommandError, InputError, NetworkError
+from ..errors import ChecksumError, CommandError, InputError, NetworkError, StateError
 from ..targets import Archive
 
 log = logging.getLogger(__name__)
@@ -118,10 +118,13 @@ class DebianArchive:
     def __init__(self, cache_dir: Path, *, os_name: str = targets.DEFAULT, arch: str = "amd64",
                  mirror: str | None = None, security_mirror: str | None = None,
                  kernel: str | None = None, channel: str | None = None, security: bool = True,
-                 driver_suite: str | None = None) -> None:
+                 driver_suite: str | None = None, read_only: bool = False) -> None:
         """`security=False` leaves the release's security suite out (its own lists directory): for
         lookups where the newest security update does not matter and the security mirror's index
-        for that architecture may be unusable (a mirror in mid-sync serves a mismatched index)."""
+        for that architecture may be unusable (a mirror in mid-sync serves a mismatched index).
+        `read_only` (a --check): queries answer from the lists in the cache as they are, and nothing
+        is written there (no refresh, no apt binary caches); without lists a query is StateError."""
+        self.read_only = read_only
         self.release = release(os_name, kernel, channel, driver_suite)
         self.arch = arch
         self.security = security
@@ -173,6 +176,8 @@ class DebianArchive:
             "Acquire::Languages": "none",
             "APT::Sandbox::User": "root",
         }
+        if self.read_only:
+            opts |= {"Dir::Cache::pkgcache": "", "Dir::Cache::srcpkgcache": ""}
         out: list[str] = []
         for k, v in opts.items():
             out += ["-o", f"{k}={os.fspath(v)}"]
@@ -190,7 +195,14 @@ class DebianArchive:
                           inherit_env=True, env={"LC_ALL": "C"}).stdout
 
     def update(self, max_age_s: float = 3600) -> None:
-        """Refresh the package lists when they are older than `max_age_s` seconds."""
+        """Refresh the package lists when they are older than `max_age_s` seconds (read_only: only
+        check that there are lists to answer from)."""
+        if self.read_only:
+            if not (self.dir / "updated").is_file():
+                raise StateError(f"the Debian {self.release.suite} package lists are not in the cache "
+                                 f"({self.dir}): nothing to resolve from without fetching them",
+                                 hint="run it once without --check, or `build-matrix --expand`")
+            return
         with self._locked():
             self._setup()
             stamp = self.dir / "updated"

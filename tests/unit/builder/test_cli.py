@@ -364,3 +364,85 @@ def test_artifacts_push_check_lists_what_it_would_push_and_contacts_nothing(tmp_
                  "--name", names[0], "--name", "nodeprep-missing.tar.zst")
     assert json.loads(res.stdout) == {"check": True, "registry": "oci://127.0.0.1:9/drivers",
                                       "would_push": [names[0]], "not_in_source": ["nodeprep-missing.tar.zst"]}
+
+
+@pytest.fixture
+def recorded_debian12(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Debian archive answers from tests/fixtures/debian-archive (no apt, no network): the
+    stand-in replaces nodeprep.sources.debian.DebianArchive, the archive boundary, nothing above it."""
+    from nodeprep.sources import debian
+    from tests.support.recordedarchive import recorded
+
+    monkeypatch.setattr(debian, "DebianArchive", lambda *a, **k: recorded("debian12-archive.json"))
+
+
+def test_build_driver_check_prints_the_plan_and_changes_nothing(tmp_path: Path,
+                                                                recorded_debian12: None) -> None:
+    """build-driver --check: the resolved inputs (driver source and headers packages with their
+    versions) and the artifact's name; the cache and the store are byte for byte as they were
+    (no download, no build root, no plan memo, nothing published)."""
+    cache, store = tmp_path / "cache", tmp_path / "store"
+    (cache / "debs").mkdir(parents=True)
+    publish_kmod(store, tmp_path / "work")
+    before = tree(tmp_path)
+    res = invoke("build-driver", "--check", "--json", "--cache", str(cache), "--store", str(store),
+                 "--kernel", "6.1.0-50-amd64", "--driver", "535")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert plan["artifact"] == "nvidia-kmod-535.309.01-proprietary-6.1.0-50-amd64.tar.zst"
+    assert plan["would_fetch"] == ["nvidia-kernel-source=535.309.01-0+deb12u1",
+                                   "linux-headers-6.1.0-50-amd64=6.1.176-1",
+                                   "linux-headers-6.1.0-50-common=6.1.176-1", "linux-kbuild-6.1=6.1.176-1"]
+    assert plan["in_store"] is False and plan["build_root"]["cached"] is False
+    res = invoke("build-driver", "--check", "--cache", str(cache), "--store", str(store))
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("would build nvidia-kmod-535.309.01-proprietary-6.1.0-56-amd64.tar.zst "
+                                 "(driver 535.309.01, kernel 6.1.0-56-amd64, debian-12, builder chroot)\n")
+    assert f"  store {store}: there" in res.stdout  # the kmod publish_kmod put there
+    # a runfile is named, not fetched (port 9 answers nothing): its version comes from its name
+    run = "http://127.0.0.1:9/NVIDIA-Linux-x86_64-550.163.01.run"
+    res = invoke("build-driver", "--check", "--json", "--cache", str(cache), "--store", str(store),
+                 "--runfile", run, "--sha256", "ab" * 32)
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert plan["artifact"] == "nvidia-kmod-550.163.01-proprietary-6.1.0-56-amd64.tar.zst"
+    assert plan["would_fetch"][0] == f"{run} (sha256 {'ab' * 32})"
+    assert tree(tmp_path) == before
+
+
+def test_build_driver_check_never_fetches_the_package_lists(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real archive and no package lists in the cache, --check fetches none (the mirror is
+    a closed loopback port): one error line saying so, and the cache is as it was (no apt folder,
+    no sources list, no lock)."""
+    monkeypatch.setenv("NODEPREP_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    res = invoke("build-driver", "--check", "--cache", str(cache), "--store", str(tmp_path / "store"))
+    assert res.exit_code == 1, res.output
+    assert one_error_line(res).startswith("error: the Debian bookworm package lists are not in the cache")
+    assert tree(tmp_path) == {"cache": "dir"}
+
+
+def test_smoke_test_check_names_the_kernel_and_boots_nothing(tmp_path: Path) -> None:
+    """smoke-test --check: the kernel it would boot (the artifact's, or --kernel with --force) and
+    the packages it would fetch for it, from the manifest; the cache stays as it was (nothing
+    fetched, extracted or booted); another kernel without --force is refused as a real run is."""
+    kmod = publish_kmod(tmp_path / "store", tmp_path / "work")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    before = tree(tmp_path)
+    res = invoke("smoke-test", str(kmod), "--check", "--cache", str(cache))
+    assert res.exit_code == 0, res.output
+    assert res.stdout == ("would boot kernel 6.1.0-56-amd64 (debian-12) in qemu with nvidia.ko of "
+                          f"{kmod.name}\n"
+                          "  would fetch: linux-image-6.1.0-56-amd64, linux-headers-6.1.0-56-amd64\n")
+    res = invoke("smoke-test", str(kmod), "--check", "--json", "--cache", str(cache), "--kernel",
+                 "6.1.0-50-amd64", "--force", "--sig-enforce")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert (plan["kernel_release"], plan["built_for"], plan["sig_enforce"]) == ("6.1.0-50-amd64",
+                                                                              "6.1.0-56-amd64", True)
+    res = invoke("smoke-test", str(kmod), "--check", "--cache", str(cache), "--kernel", "6.1.0-50-amd64")
+    assert res.exit_code == 2 and one_error_line(res).endswith("(add --force to boot it there anyway)")
+    assert tree(tmp_path) == before

@@ -257,6 +257,59 @@ def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
     assert module("nodeprep_runtime", {"root": str(root), "state": "absent"})[0] == "SUCCESS"
 
 
+@pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
+def test_join_module_state_absent_undoes_the_join(tmp_path: Path, mode: str) -> None:
+    """nodeprep_join state=absent undoes the join as `nodeprep uninstall` does (the same
+    nodeprep.join.removal plan): check mode lists what would go and changes nothing; the run leaves
+    every file as it was before the join (the containerd main file written back, the kubelet
+    enablement join's `systemctl enable` made taken back; profile, token and CA certificate kept);
+    a re-run is unchanged."""
+    from tests.unit.join.conftest import install_driver
+
+    root = tmp_path / "root"
+    root.mkdir()
+    install_driver(root, tmp_path / "work")
+    main = root / "etc/containerd/config.toml"
+    main.parent.mkdir(parents=True)
+    original = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.9"\n'
+    main.write_text(original)
+    (root / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True)
+    (root / "lib/systemd/system").mkdir(parents=True)  # the kubelet package's unit
+    (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
+                                                            "[Install]\nWantedBy=multi-user.target\n")
+    (root / "etc/kubernetes/pki").mkdir(parents=True)
+    (root / "etc/kubernetes/pki/ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    cluster = {"api_server": "10.231.0.1:6443", "ca_cert_hashes": ["sha256:" + "5f" * 32],
+               "kubernetes_version": "1.31", "node_name": "node1", "mode": mode}
+    profile = {"root": str(root), "content": {**PROFILE, "cluster": cluster}}
+    assert module("nodeprep_profile", profile)[0] == "CHANGED"
+    (root / "etc/nodeprep/bootstrap-token").write_text("abcdef.0123456789abcdef\n")
+    (root / "etc/nodeprep/bootstrap-token").chmod(0o600)
+
+    def files() -> dict[str, str]:  # the module removes files; folders are uninstall's
+        return {k: v for k, v in tree(root).items() if v != "dir"}
+
+    before = files()
+    join = {"root": str(root), "nvidia_smi_xml": str(CAPTURE), "skip_discovery": True, "skip_preflight": True}
+    status, result = module("nodeprep_join", join)
+    assert status == "CHANGED", result
+    joined = files()
+    wants = "etc/systemd/system/multi-user.target.wants/kubelet.service"
+    ours = ({"etc/nodeprep/kubeadm-join.yaml"} if mode == "kubeadm"
+            else {"etc/kubernetes/bootstrap-kubelet.conf", "var/lib/kubelet/config.yaml", wants})
+    assert ours <= set(joined) and main.read_text() != original
+
+    absent = {"root": str(root), "state": "absent"}
+    status, result = module("nodeprep_join", absent, check=True)
+    assert status == "CHANGED" and result["restored"] == ["/etc/containerd/config.toml"], result
+    assert {"/" + p for p in ours} | {"/etc/cdi/nvidia.yaml"} <= set(result["removed"]), result
+    assert files() == joined
+    status, result = module("nodeprep_join", absent)
+    assert status == "CHANGED" and result["kept"] == [], result
+    assert files() == before and main.read_text() == original
+    assert module("nodeprep_join", absent)[0] == "SUCCESS"
+
+
 def test_doctor_module_fails_with_the_problems(tmp_path: Path) -> None:
     """The gate fails on its problems; in check mode it reports them (ok false, `preflight`) and the
     play goes on, like the driver module's check with `doctor`."""

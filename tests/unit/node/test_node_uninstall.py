@@ -216,14 +216,79 @@ def test_a_root_without_nodeprep_is_left_as_it_is(tmp_path: Path) -> None:
 
 JOIN_TOKEN = "abcdef.0123456789abcdef"
 CA_PIN = "sha256:" + "0f3bda1bf4b1b4a7c3e0b9a1c5d5e3f8f1a2b3c4d5e6f708192a3b4c5d6e7f80"
+WANTS = "etc/systemd/system/multi-user.target.wants/kubelet.service"
 
 
 @pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
 def test_uninstall_also_undoes_the_join(store: Path, tmp_path: Path, mode: str) -> None:
     """install + join (kubeadm's JoinConfiguration and kubelet patch, or the kubelet's bootstrap
-    kubeconfig, KubeletConfiguration and drop-in, with the node's labels and taints) + uninstall:
-    the root is as it was, the operator's profile, token and CA certificate included."""
-    root = debian_root(tmp_path / "root")
+    kubeconfig, KubeletConfiguration and drop-in, with the node's labels and taints, and kubelet
+    enabled by join's `systemctl enable`) + uninstall: the root is byte for byte as it was, the
+    operator's profile, token and CA certificate included."""
+    root = joinable_root(tmp_path / "root", mode)
+    before = snapshot(root)
+    install_everything(store, root)
+    join_root(root)
+    kubeadm = {"etc/nodeprep/kubeadm-join.yaml",
+               "etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml"}
+    kubelet = {"etc/kubernetes/bootstrap-kubelet.conf", "var/lib/kubelet/config.yaml",
+               "etc/systemd/system/kubelet.service.d/10-nodeprep.conf", WANTS}
+    written = kubeadm if mode == "kubeadm" else kubelet
+    assert written <= set(snapshot(root))
+
+    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
+    assert {"/" + p for p in written} <= set(plan["remove"])
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert snapshot(root) == before
+
+
+def test_uninstall_keeps_kubelet_enabled_when_it_was_before_the_join(store: Path, tmp_path: Path) -> None:
+    """kubelet enabled before a kubelet-mode join (its link there): uninstall leaves it enabled, and a
+    second join (whose `systemctl enable` finds join's own state) does not change that."""
+    root = joinable_root(tmp_path / "root", "kubelet")
+    runner.run(["systemctl", f"--root={root}", "enable", "kubelet.service"], timeout=60)
+    assert (root / WANTS).is_symlink()
+    before = snapshot(root)
+    install_everything(store, root)
+    join_root(root)
+    join_root(root)
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert snapshot(root) == before and (root / WANTS).is_symlink()
+
+
+@pytest.mark.parametrize("record", ["garbage", "link"])
+def test_a_kubelet_enable_record_that_is_not_joins_undoes_nothing(store: Path, tmp_path: Path,
+                                                                  record: str) -> None:
+    """The record under the root is input: one that is not JSON join wrote, or a link, is left and
+    named, and the kubelet links stay (nothing is removed on its word)."""
+    root = joinable_root(tmp_path / "root", "kubelet")
+    install_everything(store, root)
+    join_root(root)
+    path = root / "var/lib/nodeprep/kubelet-enable.json"
+    path.unlink()
+    if record == "link":
+        path.symlink_to("/etc/passwd")
+    else:
+        path.write_text('{"format": 1, "unit": "kubelet.service", "links_before": []}\n')
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    kept = "/var/lib/nodeprep/kubelet-enable.json: not a record nodeprep join wrote; left in place"
+    assert kept in r.output
+    assert (root / WANTS).is_symlink() and path.is_symlink() == (record == "link")
+
+
+def join_root(root: Path) -> None:
+    r = invoke("join", "--root", str(root), "--skip-discovery", "--skip-preflight", "--nvidia-smi-xml",
+               str(NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"))
+    assert r.exit_code == 0, r.output
+
+
+def joinable_root(root: Path, mode: str) -> Path:
+    """debian_root with a cluster in the profile, its token and CA certificate, and the kubelet
+    package's unit (kubelet mode enables it)."""
+    root = debian_root(root)
     cluster = {"api_server": "10.0.0.10:6443", "mode": mode, "kubernetes_version": "1.30",
                "ca_cert_hashes": [CA_PIN], "taints": ["example.com/gpu=true:NoSchedule"]}
     (root / "etc/nodeprep/node.yaml").write_text(yaml.safe_dump(
@@ -233,26 +298,7 @@ def test_uninstall_also_undoes_the_join(store: Path, tmp_path: Path, mode: str) 
     (root / "etc/nodeprep/bootstrap-token").chmod(0o600)
     (root / "etc/kubernetes/pki").mkdir(parents=True)
     (root / "etc/kubernetes/pki/ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
-    (root / "lib/systemd/system").mkdir(parents=True)  # the kubelet package's unit (kubelet mode enables it)
+    (root / "lib/systemd/system").mkdir(parents=True)
     (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
                                                             "[Install]\nWantedBy=multi-user.target\n")
-    before = snapshot(root)
-    install_everything(store, root)
-    r = invoke("join", "--root", str(root), "--skip-discovery", "--skip-preflight", "--nvidia-smi-xml",
-               str(NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"))
-    assert r.exit_code == 0, r.output
-    kubeadm = {"etc/nodeprep/kubeadm-join.yaml",
-               "etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml"}
-    kubelet = {"etc/kubernetes/bootstrap-kubelet.conf", "var/lib/kubelet/config.yaml",
-               "etc/systemd/system/kubelet.service.d/10-nodeprep.conf"}
-    written = kubeadm if mode == "kubeadm" else kubelet
-    assert written <= set(snapshot(root))
-
-    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
-    assert {"/" + p for p in written} <= set(plan["remove"])
-    r = invoke("uninstall", "--root", str(root))
-    assert r.exit_code == 0, r.output
-    after = snapshot(root)
-    if mode == "kubelet":  # `systemctl enable kubelet` is the kubelet package's state, not a file of ours
-        assert after.pop("etc/systemd/system/multi-user.target.wants/kubelet.service")[0] == "link"
-    assert after == before
+    return root

@@ -9,6 +9,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
+from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_op_runtime as runtime_op
 
 
 def argument_spec():
@@ -21,6 +22,7 @@ def argument_spec():
         nvidia_smi_xml={"type": "path"},
         token={"type": "str", "default": "", "no_log": True},
         token_file={"type": "str", "default": "/etc/nodeprep/bootstrap-token"},
+        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
     )
 
 
@@ -41,6 +43,10 @@ def write_token(module, p):
 def run(module):
     """The nodeprep_join task on a validated AnsibleModule (see modules/nodeprep_join.py)."""
     p = module.params
+    if p["state"] == "absent":  # what `nodeprep uninstall` undoes of the join; the token file stays
+        removal_mod, profile_mod = host.import_nodeprep(module, "nodeprep.join.removal", "nodeprep.profile")
+        runtime_op.remove(module, removal_mod, profile_mod, join=True)
+        return
     plan_mod, apply_mod, profile_mod, token_mod = host.import_nodeprep(
         module, "nodeprep.join.plan", "nodeprep.join.apply", "nodeprep.profile", "nodeprep.join.token"
     )

@@ -18,8 +18,9 @@ def argument_spec():
     )
 
 
-def remove(module, removal_mod, profile_mod):
-    """state=absent: undo what nodeprep runtime wrote (nodeprep.join.removal); check mode: the plan."""
+def remove(module, removal_mod, profile_mod, join=False):
+    """state=absent: undo what nodeprep runtime wrote (nodeprep.join.removal), with `join` what
+    nodeprep join wrote too (the nodeprep_join module's); check mode: the plan."""
     from pathlib import Path
 
     p = module.params
@@ -29,7 +30,7 @@ def remove(module, removal_mod, profile_mod):
         if Path(host.under_root(module, p["root"], p["profile"])).is_file():
             profile = host.load_profile(module, profile_mod, p["root"], p["profile"],
                                         insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
-        removal = removal_mod.plan_removal(root, profile)
+        removal = removal_mod.plan_removal(root, profile, join=join)
         if module.check_mode:
             result = {"changed": bool(removal.undo), "kept": list(removal.kept),
                       "removed": [u.target for u in removal.undo if u.content is None],
@@ -40,8 +41,9 @@ def remove(module, removal_mod, profile_mod):
         host.fail_from(module, e)
     for line in result["kept"]:
         module.warn(line)
-    module.exit_json(changed=result["changed"], files=[], commands=result["ran"], warnings_seen=[],
-                     removed=result["removed"], restored=result["restored"], kept=result["kept"])
+    present_keys = {} if join else {"files": [], "warnings_seen": []}  # the runtime module's RETURN
+    module.exit_json(changed=result["changed"], commands=result["ran"], removed=result["removed"],
+                     restored=result["restored"], kept=result["kept"], **present_keys)
 
 
 def run(module):

@@ -18,6 +18,11 @@ description:
     and masked in every result and diff.
   - With O(dry_run) the files are written but no command runs. Check mode only plans.
   - A node whose kubelet.conf exists is not joined again.
+  - O(state=absent) undoes what C(nodeprep join) wrote, as C(nodeprep uninstall) does for the join
+    (C(nodeprep.join.removal.plan_removal) with the join's files) - the runtime part, the kubeadm or
+    kubelet files nodeprep wrote, and the kubelet enablement links the join's C(systemctl enable)
+    made. The operator's profile, token file and CA certificate stay, and so does what kubeadm or
+    the kubelet made (C(kubeadm reset)). Check mode lists what would go and changes nothing.
 version_added: "0.1.0"
 options:
   root:
@@ -57,6 +62,11 @@ options:
     description: Where O(token) goes (as the node sees it, under O(root)); the profile's C(token_file).
     type: str
     default: /etc/nodeprep/bootstrap-token
+  state:
+    description: V(present) joins; V(absent) removes what nodeprep join wrote.
+    type: str
+    choices: [present, absent]
+    default: present
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
@@ -78,17 +88,32 @@ preflight:
   elements: str
 plan:
   description: The join plan without secrets (mode, kubeadm API, files, commands, labels, taints, warnings).
-  returned: always
+  returned: when O(state=present)
   type: dict
 already_joined:
   description: The node had joined before (kubelet.conf exists).
-  returned: always
+  returned: when O(state=present)
   type: bool
 commands:
   description: Commands that ran.
   returned: always
   type: list
   elements: list
+removed:
+  description: Node paths removed (check mode, that would be removed), with O(state=absent).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+restored:
+  description: Node paths written back (the containerd main file), with O(state=absent).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+kept:
+  description: Files at those paths nodeprep did not write, left in place (also warnings).
+  returned: when O(state=absent)
+  type: list
+  elements: str
 """
 
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_join import main
