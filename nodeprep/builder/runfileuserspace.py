@@ -19,11 +19,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .. import __version__, sonames
-from ..artifact import Manifest, artifact_name, input_digest, pack, read_manifest
+from .. import sonames
+from ..artifact import Manifest, input_digest
 from ..digests import sha256_file
 from ..errors import ArtifactError, InputError
 from ..sources import runfile
+from . import userspace
 from .userspace import BINARIES, SONAME_LINK_RE, TRIPLETS, check_required, digest_params, is_elf, place
 
 log = logging.getLogger(__name__)
@@ -136,31 +137,12 @@ def build_userspace(run: Path, driver_version: str, dest_dir: Path, *, arch: str
     `run`. Same installer -> same input digest -> no rebuild."""
     inputs = {run.name: sha256_file(run)}
     digest = input_digest(inputs, digest_params(driver_version, arch))
-    existing = Path(dest_dir) / artifact_name("userspace", driver_version, arch=arch)
-    if existing.exists():
-        try:
-            old = read_manifest(existing)
-            if old.input_digest == digest:
-                log.info("%s: up to date (input digest %s…)", existing.name, digest[:12])
-                return existing, old
-        except ArtifactError:
-            pass
+    if (done := userspace.up_to_date(dest_dir, driver_version, arch, digest)) is not None:
+        return done
     placements = plan_layout(runfile.read_manifest(run), driver_version, arch, source=run.name)
     with tempfile.TemporaryDirectory(prefix="nodeprep-userspace-") as tmp:
         tree, payload = Path(tmp) / "tree", Path(tmp) / "payload"
         runfile.extract_files(run, sorted({p.src for p in placements if p.src}), tree)
         contents = layout_payload(tree, payload, placements, source=run.name)
-        manifest = Manifest(
-            kind="userspace",
-            driver_version=driver_version,
-            arch=arch,
-            os=os_name,
-            input_digest=digest,
-            inputs=inputs,
-            nodeprep_version=__version__,
-            extra={
-                "source": {"kind": "runfile", "name": run.name},
-                "contents": {k: len(v) for k, v in contents.items()},
-            },
-        )
-        return pack(payload, manifest, Path(dest_dir))
+        return userspace.pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs,
+                                        contents, {"source": {"kind": "runfile", "name": run.name}})

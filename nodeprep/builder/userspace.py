@@ -273,7 +273,21 @@ def build_userspace(
     os_name = archive.release.name
     digest = input_digest(inputs, digest_params(driver_version, arch))
     dest_dir = Path(dest_dir)
-    existing = dest_dir / artifact_name("userspace", driver_version, arch=arch)
+    if (done := up_to_date(dest_dir, driver_version, arch, digest)) is not None:
+        return done
+    with tempfile.TemporaryDirectory(prefix="nodeprep-userspace-") as tmp:
+        tree, payload = Path(tmp) / "tree", Path(tmp) / "payload"
+        # dpkg-deb -x is xz-bound: unpack the packages side by side (one tree, disjoint files).
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(lambda deb: archive.extract(Path(deb), tree), debs.values()))
+        contents = layout_payload(tree, payload, driver_version, arch)
+        return pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs, contents,
+                              {"packages": {pkg: version for pkg, version in chosen.values()}})
+
+
+def up_to_date(dest_dir: Path, driver_version: str, arch: str, digest: str) -> tuple[Path, Manifest] | None:
+    """The user-space artifact in `dest_dir` when it was made from these inputs (`digest`), else None."""
+    existing = Path(dest_dir) / artifact_name("userspace", driver_version, arch=arch)
     if existing.exists():
         try:
             old = read_manifest(existing)
@@ -282,26 +296,17 @@ def build_userspace(
                 return existing, old
         except ArtifactError:
             pass
-    with tempfile.TemporaryDirectory(prefix="nodeprep-userspace-") as tmp:
-        tree, payload = Path(tmp) / "tree", Path(tmp) / "payload"
-        # dpkg-deb -x is xz-bound: unpack the packages side by side (one tree, disjoint files).
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            list(pool.map(lambda deb: archive.extract(Path(deb), tree), debs.values()))
-        contents = layout_payload(tree, payload, driver_version, arch)
-        manifest = Manifest(
-            kind="userspace",
-            driver_version=driver_version,
-            arch=arch,
-            os=os_name,
-            input_digest=digest,
-            inputs=inputs,
-            nodeprep_version=__version__,
-            extra={
-                "packages": {pkg: version for pkg, version in chosen.values()},
-                "contents": {k: len(v) for k, v in contents.items()},
-            },
-        )
-        return pack(payload, manifest, dest_dir)
+    return None
+
+
+def pack_userspace(payload: Path, dest_dir: Path, driver_version: str, arch: str, os_name: str, digest: str,
+                   inputs: dict[str, str], contents: dict[str, list[str]],
+                   source: dict[str, object]) -> tuple[Path, Manifest]:
+    """The laid-out `payload` packed as the user-space artifact (whatever it was made from: `source`)."""
+    manifest = Manifest(kind="userspace", driver_version=driver_version, arch=arch, os=os_name,
+                        input_digest=digest, inputs=inputs, nodeprep_version=__version__,
+                        extra={**source, "contents": {k: len(v) for k, v in contents.items()}})
+    return pack(payload, manifest, Path(dest_dir))
 
 
 def supported_gpus(archive: Archive, driver_version: str) -> str | None:
