@@ -35,7 +35,7 @@ UNCHECKED = ("build time",)  # varies with the machine and its load; see the mod
 # The cells in table order: the shared debian-12 build, then tests/support/realbuild.py CELLS, then
 # the OPEN_SOURCE_CELLS built so far (a cell gets its row once it has compiled and booted in CI).
 CELL_ORDER = (SHARED, "debian12-open", "debian12-backports", "debian13-tesla", "debian12-experimental",
-              "debian12-open-580")
+              "debian12-open-580", "debian13-open-580", "debian13-open-595")
 
 
 def cell_dir(cache: Path, cell: str) -> Path:
