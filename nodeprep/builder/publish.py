@@ -105,8 +105,10 @@ def _make_userspace(
     if req.runfile:
         assert req.runfile_sha256
         run = runfile.fetch(req.runfile, req.runfile_sha256, req.cache)  # a cache hit: fetched by the plan
+        # its own folder: the Debian-built artifact of the same version has the same name, and each
+        # would replace the other in one folder (and be remade on every other build)
         return runfileuserspace.build_userspace(
-            run, driver_version, req.cache / "userspace", arch=req.arch, os_name=req.target.name
+            run, driver_version, req.cache / "userspace" / "runfile", arch=req.arch, os_name=req.target.name
         )
     return userspace.build_userspace(
         archive,

@@ -224,7 +224,9 @@ def test_open_source_kmod_takes_the_runfile_user_space_of_its_version_only(
                  "--runfile", str(run), "--sha256", hashlib.sha256(run.read_bytes()).hexdigest())
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
     assert "Traceback" not in res.output and not store.exists()
-    made = cache / "userspace" / "nvidia-userspace-580.142-amd64.tar.zst"
+    made = cache / "userspace" / "runfile" / "nvidia-userspace-580.142-amd64.tar.zst"
+    # not where the Debian-built user space of that version is cached: neither replaces the other
+    assert not (cache / "userspace" / made.name).exists()
     if manifest_version == "580.142":
         assert res.exit_code == 1 and errors[0].startswith("error: compiling the modules failed"), res.output
         m = artifact.read_manifest(made)
