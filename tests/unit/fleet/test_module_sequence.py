@@ -220,9 +220,8 @@ def test_driver_module_state_absent_uninstalls(tmp_path: Path) -> None:
     assert status == "FAILED!" and "version, store" in result["msg"], result
 
 
-def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
-    """nodeprep_runtime state=absent: the drop-in and CDI spec nodeprep wrote go and the containerd
-    main file is byte for byte what it was; check mode first changes nothing; a re-run is unchanged."""
+def containerd_root(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A root with an installed driver and containerd's own main file: (root, that file, its text)."""
     from tests.unit.join.conftest import install_driver
 
     root = tmp_path / "root"
@@ -232,6 +231,13 @@ def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
     main.parent.mkdir(parents=True)
     original = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.9"\n'
     main.write_text(original)
+    return root, main, original
+
+
+def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
+    """nodeprep_runtime state=absent: the drop-in and CDI spec nodeprep wrote go and the containerd
+    main file is byte for byte what it was; check mode first changes nothing; a re-run is unchanged."""
+    root, main, original = containerd_root(tmp_path)
     profile = root / "etc/nodeprep/node.yaml"
     profile.parent.mkdir(parents=True)
     profile.write_text(yaml.safe_dump(PROFILE))
@@ -264,15 +270,7 @@ def test_join_module_state_absent_undoes_the_join(tmp_path: Path, mode: str) -> 
     every file as it was before the join (the containerd main file written back, the kubelet
     enablement join's `systemctl enable` made taken back; profile, token and CA certificate kept);
     a re-run is unchanged."""
-    from tests.unit.join.conftest import install_driver
-
-    root = tmp_path / "root"
-    root.mkdir()
-    install_driver(root, tmp_path / "work")
-    main = root / "etc/containerd/config.toml"
-    main.parent.mkdir(parents=True)
-    original = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.9"\n'
-    main.write_text(original)
+    root, main, original = containerd_root(tmp_path)
     (root / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True)
     (root / "lib/systemd/system").mkdir(parents=True)  # the kubelet package's unit
     (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
