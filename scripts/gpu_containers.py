@@ -33,9 +33,13 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from gpu_check import copy_into  # scripts/gpu_check.py: a binary and the libraries ldd names
+
+from nodeprep import runner
 from nodeprep.join import cdi, ocihooks
 from nodeprep.join import gpus as gpumod
 from nodeprep.join.files import apply_changes
@@ -115,21 +119,9 @@ class Check:
         print(f"gpu-check: containers {word:<4} {message}", flush=True)
 
 
-def sh(argv: list[object], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)  # type: ignore
-
-
-def copy_with_libs(rootfs: Path, binary: Path, dest: str) -> None:
-    """`binary` at ROOTFS/dest and every shared object ldd names, at its own path."""
-    out = sh(["ldd", binary]).stdout
-    for w in {w for line in out.splitlines() for w in line.split() if w.startswith("/")}:
-        target = rootfs / w.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists():
-            shutil.copy2(os.path.realpath(w), target)
-    target = rootfs / dest.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(os.path.realpath(binary), target)
+def sh(argv: list[object], timeout: float = 120) -> runner.Result:
+    """argv's result (stdout, stderr, exit status), never raising for a non-zero exit."""
+    return runner.run(argv, check=False, timeout=timeout, inherit_env=True)  # type: ignore[arg-type]
 
 
 def make_rootfs(work: Path) -> Path:
@@ -140,10 +132,10 @@ def make_rootfs(work: Path) -> Path:
     r = sh(["nvcc", "-O2", "-arch=sm_90", "-cudart", "static", "-o", work / "cudacheck", src], timeout=300)
     if r.returncode != 0:
         raise SystemExit(f"gpu-check: containers: nvcc failed: {r.stderr.strip()[-500:]}")
-    copy_with_libs(rootfs, work / "cudacheck", "/usr/bin/cudacheck")
-    copy_with_libs(rootfs, Path(shutil.which("sh") or "/bin/sh"), "/bin/sh")
+    copy_into(rootfs, work / "cudacheck", "/usr/bin/cudacheck")
+    copy_into(rootfs, Path(shutil.which("sh") or "/bin/sh"), "/bin/sh")
     ldconfig = Path("/sbin/ldconfig.real") if Path("/sbin/ldconfig.real").exists() else Path("/sbin/ldconfig")
-    copy_with_libs(rootfs, ldconfig, "/sbin/ldconfig")
+    copy_into(rootfs, ldconfig, "/sbin/ldconfig")
     for d in ("proc", "sys", "dev", "tmp", "etc", "usr/lib/x86_64-linux-gnu", "usr/lib64"):
         (rootfs / d).mkdir(parents=True, exist_ok=True)
     for name in GLIBC:  # what the driver's libraries link besides the program's own (libpthread, ...)
@@ -170,11 +162,12 @@ class Namespace:
             if self.holder.poll() is not None:
                 raise SystemExit(f"gpu-check: containers: namespace: {(work / 'ns/log').read_text()[-500:]}")
             time.sleep(0.05)
-        self.runroot = Path(sh(["mktemp", "-d", "/tmp/np-podman.XXXXXX"]).stdout.strip())
+        # podman refuses a --runroot longer than 50 characters
+        self.runroot = Path(tempfile.mkdtemp(prefix="np-podman.", dir="/tmp"))
 
-    def podman(self, *args: object, hooks: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def podman(self, *args: object, hooks: Path, timeout: float = 120) -> runner.Result:
         p = self.work / "podman"
-        base = ["nsenter", "-t", self.holder.pid, "-m", "podman", "--root", p / "root", "--runroot",
+        base = ["nsenter", "-t", str(self.holder.pid), "-m", "podman", "--root", p / "root", "--runroot",
                 self.runroot, "--tmpdir", p / "tmp", "--storage-driver", "vfs", "--cgroup-manager",
                 "cgroupfs", "--events-backend", "none", "--hooks-dir", hooks]
         return sh([*base, *args], timeout=timeout)
@@ -251,7 +244,7 @@ def main() -> int:
             shutil.copytree(base, rootfs[name], symlinks=True)
 
         def start(device: str | None, hooks: Path, fs: Path, *cmd: str, env: dict[str, str] | None = None
-                  ) -> subprocess.CompletedProcess[str]:
+                  ) -> runner.Result:
             argv: list[object] = ["run", "--rm", *SANDBOX, *(["--device", device] if device else [])]
             for k, v in (env or {}).items():
                 argv += ["--env", f"{k}={v}"]

@@ -157,24 +157,17 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
         args += ["--driver", req.driver]
     if req.kernel:
         args += ["--kernel", req.kernel]
+    def source(flag: str, value: str, sha_flag: str, sha: str | None, name: str) -> list[str]:
+        """A source file or URL and its digest: a local file mounted read-only, a URL as it is."""
+        return [flag, value if "://" in value else mount(value, name), sha_flag, sha or ""]
+
     if req.runfile:
-        local = req.runfile if "://" not in req.runfile else None
-        args += [
-            "--runfile",
-            mount(local, "runfile") if local else req.runfile,
-            "--sha256",
-            req.runfile_sha256 or "",
-        ]
+        args += source("--runfile", req.runfile, "--sha256", req.runfile_sha256, "runfile")
     if req.driver_suite:
         args += ["--driver-suite", req.driver_suite]
     if req.open_source:
-        local = req.open_source if "://" not in req.open_source else None
-        args += [
-            "--open-source",
-            mount(local, "open-source") if local else req.open_source,
-            "--open-source-sha256",
-            req.open_source_sha256 or "",
-        ]
+        args += source("--open-source", req.open_source, "--open-source-sha256", req.open_source_sha256,
+                       "open-source")
     if req.jobs:
         args += ["--jobs", str(req.jobs)]
     for flag, on in (
