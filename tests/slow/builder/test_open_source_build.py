@@ -152,3 +152,57 @@ def test_trixie_backports_kernels_refuse_the_releases_with_the_compilers_reason(
         for version in OPEN_RELEASES:
             assert "linux/of_gpio.h" in refused[f"open-gpu-kernel-modules-{version}.tar.gz"], row
         assert not any(b["source"].startswith("open-source:") for b in row["builds"]), row
+
+
+def test_release_kmod_and_runfile_user_space_install_together(test_cache: Path, tmp_path: Path) -> None:
+    """The open flavour from NVIDIA's real 580.142 release (the cell's compile reused through the
+    compile cache) plus the user space of an installer of the same version make one installable
+    driver: `build-driver --open-source … --runfile …` publishes both into one store, `install
+    --activate` puts them into a test root and doctor's state, module and ld-cache checks pass.
+    No 580.142 user space is reachable from these machines (NVIDIA's installers are not), so the
+    installer is packed like NVIDIA's (makeself, its .manifest: tests/support/makeself.py) around
+    real shared objects built here under NVIDIA's 580.142 file names and sonames; the installer
+    stands in for NVIDIA's download server's, nothing else does."""
+    from tests.support.makeself import make_runfile, nvidia_tree
+    from tests.unit.join.conftest import build_payload
+
+    spec = OPEN_SOURCE_CELLS[CELL]
+    path, sha = release_or_skip(spec["release"])
+    version, kernel = spec["release"], spec["kernel"]
+    ensure_open_source_cell(test_cache, CELL)  # the compile the build below reuses
+    tree = nvidia_tree(build_payload(tmp_path / "us", version), tmp_path / f"NVIDIA-Linux-x86_64-{version}",
+                       version)
+    run = make_runfile(tree, tmp_path / f"NVIDIA-Linux-x86_64-{version}.run", compression="gzip", level=1,
+                       label=f"NVIDIA Accelerated Graphics Driver for Linux-x86_64 {version}")
+    run_sha = artifact.sha256_file(run)
+    store = tmp_path / "store"
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    cli = [sys.executable, "-m", "nodeprep.cli"]
+    res = runner.run([*cli, "build-driver", "--os", spec["os_name"], "--kernel", kernel, "--store", store,
+                      "--cache", test_cache, "--no-smoke-test", "--json", "--open-source", path,
+                      "--open-source-sha256", sha, "--runfile", run, "--sha256", run_sha],
+                     check=False, timeout=1800, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout)
+    assert summary["compiled"] is False and summary["flavour"] == "open", summary
+    kmod = artifact.read_manifest(store / summary["name"])
+    assert kmod.extra["source"] == {"kind": "open-source", "name": path.name, "sha256": sha}
+    us = artifact.read_manifest(Path(summary["userspace"]))
+    assert us.driver_version == version and us.inputs == {run.name: run_sha}
+    assert us.extra["source"]["kind"] == "runfile"
+    root = tmp_path / "root"
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    done = runner.run([*cli, "install", "--store", store, "--driver", version, "--kernel", kernel,
+                       "--root", root, "--activate"], check=False, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (root / "opt/nvidia" / version / "lib64" / f"libcuda.so.{version}").is_file()
+    links = root / "lib/modules" / kernel / "updates/nodeprep"  # nodeprep.node.layout
+    assert sorted(p.name for p in links.iterdir()) == MODULES
+    assert modinfo(links / "nvidia.ko", "version") == version
+    doctor = runner.run([*cli, "doctor", "--root", root, "--json", "--check", "state",
+                         "--check", "ldcache"],
+                        check=False, timeout=600, env=env)
+    checks = json.loads(doctor.stdout)["checks"]
+    assert checks and all(c["ok"] and not c.get("skipped") for c in checks), checks
