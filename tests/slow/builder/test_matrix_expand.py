@@ -149,3 +149,37 @@ def test_expand_by_kernel_lists_which_sources_build_for_every_served_kernel(test
             assert any("pci_resize_resource" in r["reason"] for r in row["refused"]), row
         else:
             assert all("~bpo13" in s for s in sources if not s.startswith("open-source:")), row
+
+
+def test_expand_follows_the_gpus_against_the_real_archive(test_cache: Path, tmp_path: Path) -> None:
+    """`--expand --gpus` over the live archive, each candidate judged by its own supported-gpus.json
+    (fetched from its user-space package): an A100 gets Debian 12's newest 535 where every version
+    lists it; an H200 is refused on every line whose drivers do not list it, naming the GPU and
+    every version tried, and gets the newest line's driver that does (trixie-backports' 550); a
+    Blackwell B200 gets nothing, each kernel refused naming it."""
+    f = tmp_path / "matrix.yaml"
+    f.write_text("os: [debian-12, debian-13]\nkernels: [default, {channel: backports}]\n")
+
+    def expand(gpu: str) -> tuple[list[dict], list[str]]:
+        res = cli("build-matrix", str(f), "--expand", "--json", "--gpus", gpu, "--cache", str(test_cache))
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)["include"], [ln for ln in res.stderr.splitlines()
+                                                    if ln.startswith("refused: ")]
+
+    a100, refused = expand("10de:20b2")
+    main12 = [c for c in a100 if c["os"] == "debian-12" and c["channel"] == "main"]
+    assert len(main12) == 1 and main12[0]["driver"].startswith("535."), a100
+    assert main12[0]["flavour"] == "proprietary"
+    assert not [r for r in refused if r.startswith("refused: debian-12 6.1.0-")], refused
+
+    h200, refused = expand("10de:2335")
+    assert all(c["os"] == "debian-13" and c["channel"] == "backports" for c in h200), h200
+    assert [c["driver"].split(".")[0] for c in h200] == ["550"] * len(h200) and h200
+    refused12 = [r for r in refused if r.startswith("refused: debian-12 ")]
+    assert len(refused12) == 2, refused
+    for line in refused12:
+        assert "no driver version supports every GPU of the node (10de:2335); tried 535." in line, line
+        assert "is not in the supported-GPU list of 535." in line, line
+
+    b200, refused = expand("10de:2901")
+    assert b200 == [] and refused and all("10de:2901" in r for r in refused), refused
