@@ -181,3 +181,37 @@ def test_gfd_and_device_plugin_load_nvml_of_the_active_version(store: Path, ctr:
         assert "Detected platform: nvml" in plugin and "nvml init failed: Driver Not Loaded" in plugin
         assert os.readlink(root / "usr/bin/nvidia-smi") == "../../opt/nvidia/current/bin/nvidia-smi"
         assert os.path.realpath(root / "usr/bin/nvidia-smi") == f"{root}/opt/nvidia/{version}/bin/nvidia-smi"
+
+
+def test_dra_kubelet_plugin_loads_nvml_of_the_active_version(store: Path, ctr: Path,
+                                                             test_cache: Path) -> None:
+    """NVIDIA's DRA driver's kubelet plugin (k8s-dra-driver-gpu v25.12.0) with the chart's settings for
+    a host driver (`nvidiaDriverRoot: /`; its container sees that root at --container-driver-root,
+    here the chroot's /) finds libnvidia-ml of the active version in a nodeprep root and follows
+    activate and rollback: as far as a machine without a GPU gets (NVML answers Driver Not Loaded)."""
+    plugin = nvidia.optional_binary(test_cache, "gpu-kubelet-plugin")
+    if isinstance(plugin, str):
+        pytest.skip(plugin)
+    root = ctr / "host"
+    nvidia.copy_into_root(root, plugin, "/consumers/gpu-kubelet-plugin")
+    (root / "var/lib/kubelet/plugins_registry").mkdir(parents=True)
+    # a client configuration is required before anything else; the plugin stops before it calls out
+    (root / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "current-context: c\n")
+    for v in (V2, V1):
+        nodeprep("install", "--store", str(store), "--driver", v, "--kernel", KERNEL, "--root", str(root))
+    nodeprep("activate", V1, "--root", str(root))
+    args = ("--node-name", "node-1", "--kubeconfig", "/kubeconfig", "--nvidia-driver-root", "/",
+            "--container-driver-root", "/", "--cdi-root", "/var/run/cdi", "--nvidia-cdi-hook-path",
+            "/usr/bin/nvidia-cdi-hook", "--image-name", "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0")
+    for version, step in ((V1, None), (V2, ("activate", V2)), (V1, ("rollback",))):
+        if step:
+            nodeprep(*step, "--root", str(root))
+        out = _consumer(root, "gpu-kubelet-plugin", *args)
+        assert f"stand-in libnvidia-ml {version}: nvmlInit_v2" in out, out
+        assert "Failed to initialize NVML: Driver Not Loaded" in out, out
+    nodeprep("uninstall", "--root", str(root))
+    out = _consumer(root, "gpu-kubelet-plugin", *args)
+    assert 'failed to locate driver libraries: error locating "libnvidia-ml.so.1"' in out, out
