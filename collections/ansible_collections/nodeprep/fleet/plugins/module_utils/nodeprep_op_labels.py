@@ -26,9 +26,9 @@ def argument_spec():
 def run(module):
     """The nodeprep_labels task on a validated AnsibleModule (see modules/nodeprep_labels.py)."""
     p = module.params
-    labels_mod, options_mod, settings_mod, output = host.import_nodeprep(
+    labels_mod, options_mod, settings_mod, output, gpufacts = host.import_nodeprep(
         module, "nodeprep.labels.core", "nodeprep.labels.options", "nodeprep.labels.profilelabels",
-        "nodeprep.labels.output",
+        "nodeprep.labels.output", "nodeprep.node.gpufacts",
     )
     from pathlib import Path
 
@@ -59,6 +59,19 @@ def run(module):
         changed |= file_changed
         if file_changed:
             diffs.append(diff)
+    try:  # the CUDA gate's facts, on a root with an active driver: the library's one writer
+        facts = gpufacts.record(Path(root or "/"), result.facts.gpu, check=True)  # the plan, for the diff
+        if facts is not None and facts.changed:
+            changed = True
+            diffs.append({"before_header": str(facts.file), "after_header": str(facts.file),
+                          "before": host.read_text(str(facts.file)) or "", "after": facts.content})
+            if not module.check_mode:
+                gpufacts.record(Path(root or "/"), result.facts.gpu)
+    except host.nodeprep_errors(module) as e:
+        host.fail_from(module, e)
+    except OSError as e:  # advisory, as for `nodeprep labels`: without them the gate keeps compat off
+        facts = None
+        module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
     out = {
         "changed": changed,
         "labels": result.labels,
@@ -66,6 +79,7 @@ def run(module):
         "api_labels": api,
         "sources": result.sources,
         "warnings_seen": result.warnings,
+        "gpu_facts": None if facts is None else str(facts.file),
     }
     if module._diff:
         out["diff"] = diffs
