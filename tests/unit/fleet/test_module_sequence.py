@@ -194,6 +194,13 @@ def test_labels_module_records_the_gpu_facts(tmp_path: Path) -> None:
     assert module("nodeprep_labels", args, check=True)[0] == "CHANGED"
     assert tree(root) == before and facts.stat().st_mode & 0o7777 == 0o600
     assert module("nodeprep_labels", args)[0] == "CHANGED" and facts.stat().st_mode & 0o7777 == 0o644
+    outside = tmp_path / "outside.json"
+    outside.write_text("host file\n")
+    facts.unlink()
+    facts.symlink_to(outside)  # an image's link at the facts path: replaced, never written through
+    assert module("nodeprep_labels", args)[0] == "CHANGED"
+    assert outside.read_text() == "host file\n" and not facts.is_symlink()
+    assert json.loads(facts.read_text()) == H200_FACTS
 
     written = facts.read_bytes()
     facts.unlink()

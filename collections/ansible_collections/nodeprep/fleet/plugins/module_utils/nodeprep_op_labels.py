@@ -51,6 +51,11 @@ def run(module):
             doc = {"labels": result.labels, "kubelet": mine, "api": api}
             text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
             files.append((host.under_root(module, root, p["json_file"]), text))
+        try:  # the CUDA gate's facts on a root with an active driver (else None), planned before any write
+            facts = gpufacts.record(Path(root or "/"), result.facts.gpu, check=True)
+        except OSError as e:  # advisory, as for `nodeprep labels`: without them the gate keeps compat off
+            facts = None
+            module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     changed, diffs = False, []
@@ -59,19 +64,16 @@ def run(module):
         changed |= file_changed
         if file_changed:
             diffs.append(diff)
-    try:  # the CUDA gate's facts, on a root with an active driver: the library's one writer
-        facts = gpufacts.record(Path(root or "/"), result.facts.gpu, check=True)  # the plan, for the diff
-        if facts is not None and facts.changed:
-            changed = True
-            diffs.append({"before_header": str(facts.file), "after_header": str(facts.file),
-                          "before": host.read_text(str(facts.file)) or "", "after": facts.content})
+    if facts is not None and facts.changed:
+        diff = {"before_header": str(facts.file), "after_header": str(facts.file),
+                "before": host.read_text(str(facts.file)) or "", "after": facts.content}
+        try:  # the library's one writer, the call `nodeprep labels` makes
             if not module.check_mode:
                 gpufacts.record(Path(root or "/"), result.facts.gpu)
-    except host.nodeprep_errors(module) as e:
-        host.fail_from(module, e)
-    except OSError as e:  # advisory, as for `nodeprep labels`: without them the gate keeps compat off
-        facts = None
-        module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
+            changed = True
+            diffs.append(diff)
+        except OSError as e:
+            module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
     out = {
         "changed": changed,
         "labels": result.labels,
