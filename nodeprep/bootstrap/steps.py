@@ -156,21 +156,33 @@ def step_labels(ctx: Context) -> dict[str, Any]:
     from ..labels.output import render_nfd
     from ..labels.profilelabels import ProfileLabels
     from ..node.fsutil import atomic_write
+    from ..node.gpufacts import FACTS as GPU_FACTS
+    from ..node.gpufacts import record as record_gpu_facts
 
     opts = label_options(ctx.root, ProfileLabels.of(ctx.profile), sysfs_root=ctx.options.sysfs_root,
                          nvidia_smi_xml=ctx.options.nvidia_smi_xml,
                          kernel=ctx.results.get("driver", {}).get("kernel"))  # None: the profile's
     result = node_labels(opts)  # its warnings are in this step's result; the front-end prints them
     labels = dict(sorted(result.labels.items()))
+    warnings = list(result.warnings)
+    files = [NFD_FEATURES, LABELS_JSON]
+    try:  # the CUDA gate's facts (nodeprep labels' call); in --check the driver step would activate
+        facts = record_gpu_facts(ctx.root, result.facts.gpu, check=ctx.check, activating=ctx.check)
+    except OSError as e:  # advisory: without them the gate keeps CUDA forward compatibility off
+        facts = None
+        warnings.append(f"{GPU_FACTS}: GPU facts not written ({e})")
+    if facts is not None:
+        files.append(GPU_FACTS)
+    gpu = f"gpu facts: {result.sources.get('gpu', 'none')}"
+    if facts is not None and facts.changed:
+        gpu += f"; {'would write' if ctx.check else 'wrote'} {GPU_FACTS}"
     if ctx.check:
-        return {"labels": labels, "sources": result.sources, "warnings": list(result.warnings),
-                "files": [NFD_FEATURES, LABELS_JSON], "summary": f"would write {len(labels)} labels "
-                f"(gpu facts: {result.sources.get('gpu', 'none')})"}
+        return {"labels": labels, "sources": result.sources, "warnings": warnings, "files": files,
+                "summary": f"would write {len(labels)} labels ({gpu})"}
     atomic_write(_under(ctx.root, NFD_FEATURES), render_nfd(labels))
     atomic_write(_under(ctx.root, LABELS_JSON), json.dumps(labels, indent=2, sort_keys=True) + "\n")
-    return {"labels": labels, "sources": result.sources, "warnings": list(result.warnings),
-            "files": [NFD_FEATURES, LABELS_JSON],
-            "summary": f"{len(labels)} labels (gpu facts: {result.sources.get('gpu', 'none')})"}
+    return {"labels": labels, "sources": result.sources, "warnings": warnings, "files": files,
+            "summary": f"{len(labels)} labels ({gpu})"}
 
 
 def _join_options(ctx: Context) -> Any:

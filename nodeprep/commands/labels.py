@@ -17,6 +17,7 @@ from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..node.fsutil import atomic_write
 from ..node.gpufacts import FACTS as GPU_FACTS
+from ..node.gpufacts import Recording
 from ..node.gpufacts import record as record_gpu_facts
 from ..profile import profile_path
 from .options import check_option, profile_option, root_option, sysfs_root_option
@@ -101,13 +102,14 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
     for w in result.warnings:
         log.warning("warning: %s", w)
     name = node or prof.node_name or None
-    if check:
-        _print_plan(result.labels, _render(result, fmt), out, kubeconfig if do_apply else None, name)
-        return
     try:  # the CUDA gate's facts, on a root with an active driver (nodeprep.node.gpufacts)
-        record_gpu_facts(root, result.facts.gpu)
+        facts = record_gpu_facts(root, result.facts.gpu, check=check)
     except OSError as e:
+        facts = None
         log.warning("warning: %s: GPU facts not written (%s)", GPU_FACTS, e)
+    if check:
+        _print_plan(result.labels, _render(result, fmt), out, kubeconfig if do_apply else None, name, facts)
+        return
     applied = None
     if do_apply:
         from ..kubeapi import default_node_name, load_kubeconfig
@@ -140,8 +142,11 @@ def _render(result: Any, fmt: str, applied: Any = None) -> str:
 
 
 def _print_plan(labels: dict[str, str], text: str | None, out: Path | None, kubeconfig: Path | None,
-                name: str | None) -> None:
-    """--check: what --out and --apply would do, read from the file and the Node as they are."""
+                name: str | None, facts: Recording | None = None) -> None:
+    """--check: what --out, --apply and the GPU facts (`facts`) would do, read
+    from the files and the Node as they are."""
+    if facts is not None:
+        click.echo(f"would write {facts.file} (GPU facts)" if facts.changed else f"{facts.file}: unchanged")
     if out is not None:
         try:
             same = out.read_text() == text
@@ -162,7 +167,7 @@ def _print_plan(labels: dict[str, str], text: str | None, out: Path | None, kube
                        else f"node {name}: would set {key}={value}")
         if patch is not None and not changes:
             click.echo(f"node {name}: would record nodeprep's label keys (annotation)")
-    if out is None and kubeconfig is None:
+    if out is None and kubeconfig is None and facts is None:
         click.echo("nothing to write (no --out, no --apply)")
 
 

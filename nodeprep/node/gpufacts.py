@@ -3,8 +3,9 @@ each GPU's NVML brand and compute capability, from the same sources as the label
 nvidia-smi, then PCI sysfs, nodeprep.labels.core). PCI ids say no brand: it comes from the product
 name, the active driver's share/supported-gpus.json first, pci.ids second.
 
-Written beneath the root by every activation and by `nodeprep labels` on a root with an active
-driver; removed by `nodeprep uninstall`, which knows it by its first bytes (MARK). No GPU source at
+Written beneath the root by every activation and by the labels' three front-ends (`nodeprep labels`,
+bootstrap's labels step, the collection's nodeprep_labels: all through `record`) on a root with an
+active driver; removed by `nodeprep uninstall`, which knows it by its first bytes (MARK). No GPU source at
 all (an image root without /sys): nothing is written, a recorded file is left as it is.
 """
 
@@ -13,17 +14,19 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..containerhooks.gate import FACTS
 from ..errors import InputError
 from ..labels.gpu import GpuFacts, brand_from_name
-from .fsutil import atomic_write
+from .fsutil import atomic_write, holds
 from .layout import Layout, check_version
 from .support import SUPPORT_FILE, parse_supported
 
 MARK = '{"nodeprep": "gpu-facts"'  # the first bytes of every facts file nodeprep writes
 MAX_SUPPORTED = 8 << 20  # supported-gpus.json of 590: ~1 MiB
+MODE = 0o644  # the gate reads it as whichever user the runtime runs hooks as
 
 
 def path(layout: Layout) -> Path:
@@ -66,15 +69,33 @@ def render(gpu: GpuFacts, names: Mapping[str, str]) -> str:
 
 def write(layout: Layout, gpu: GpuFacts) -> bool:
     """Write the facts file for `gpu` (names from the active root's list); True when it changed."""
-    return atomic_write(path(layout), render(gpu, supported_names(layout)))
+    return atomic_write(path(layout), render(gpu, supported_names(layout)), mode=MODE)
 
 
-def record(root: Path, gpu: GpuFacts | None) -> bool:
-    """`nodeprep labels`: record `gpu` when `root` has an active driver (else nothing); True when changed."""
+@dataclass(frozen=True)
+class Recording:
+    """What recording the facts does on a root: the file (beneath the root), its content, and
+    whether that differs from what is there (content or mode)."""
+
+    file: Path
+    content: str
+    changed: bool
+
+
+def record(root: Path, gpu: GpuFacts | None, *, check: bool = False,
+           activating: bool = False) -> Recording | None:
+    """The labels' front-ends (`nodeprep labels`, bootstrap, the collection's nodeprep_labels): record
+    `gpu` beneath `root` when it has an active driver, `activating` when an earlier step makes one
+    active (bootstrap's driver step). None: nothing to record (no GPU facts, no driver). With
+    `check`, nothing is written: the answer says what would be."""
     layout = Layout(Path(root))
-    if gpu is None or not layout.current.is_symlink():
-        return False
-    return write(layout, gpu)
+    if gpu is None or not (activating or layout.current.is_symlink()):
+        return None
+    file, content = path(layout), render(gpu, supported_names(layout))
+    planned = Recording(file, content, not holds(file, content.encode(), MODE))
+    if planned.changed and not check:
+        atomic_write(file, content, mode=MODE)
+    return planned
 
 
 def gather(layout: Layout, warnings: list[str], *, timeout: float = 5.0) -> GpuFacts | None:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from nodeprep.cli import main
+from nodeprep.containerhooks import gate
 from tests.support.clirunner import separate_stderr
-from tests.support.fixtures import NVIDIA_SMI
-from tests.support.standin import KERNEL, standin_store
+from tests.support.fixtures import GPU_MACHINE, NVIDIA_SMI
+from tests.support.standin import KERNEL, standin_store, tree
 from tests.unit.join.conftest import node_python
 
 CAPTURE = NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"
@@ -136,6 +138,46 @@ def test_dry_run_join_prints_its_warnings_and_a_rerun_joins(tmp_path: Path) -> N
     assert "bootstrap: join: already done" not in err
     assert "bootstrap: driver: already done" in err
     assert "bootstrap: join: failed in " in err and "cluster.api_server: " in err and code == 1
+
+
+def test_labels_step_records_the_gpu_facts(tmp_path: Path) -> None:
+    """The labels step records the CUDA gate's GPU facts as `nodeprep labels` does (one library call,
+    nodeprep.node.gpufacts.record), beneath --root, from the real H200 capture (the image has no
+    /sys: the activation alone records nothing); --check says it would and changes nothing, before
+    the driver is there and after."""
+    root, p = image_root(tmp_path)
+    data = yaml.safe_load(p.read_text())
+    del data["cluster"]  # the bring-up up to the runtime; joining is not what this is about
+    p.write_text(yaml.safe_dump(data))
+    h200 = GPU_MACHINE / "h200_580.159.04.xml"
+    args = ("--root", str(root), "--profile", str(p), "--nvidia-smi-xml", str(h200))
+    facts = root / "opt/nvidia/gpu-facts.json"
+
+    def labels_step(*extra: str) -> dict[str, Any]:
+        code, out, err = invoke(*args, "--json", *extra)
+        assert code == 0, err
+        return next(s for s in json.loads(out)["steps"] if s["name"] == "labels")["result"]
+
+    before = tree(root)
+    planned = labels_step("--check")  # no driver yet: the driver step would activate one
+    assert "/opt/nvidia/gpu-facts.json" in planned["files"]
+    assert planned["summary"].endswith("; would write /opt/nvidia/gpu-facts.json)"), planned
+    assert tree(root) == before and not (root / "opt").exists()
+
+    done = labels_step()
+    assert done["summary"] == (f"{len(done['labels'])} labels (gpu facts: nvidia-smi; wrote "
+                               "/opt/nvidia/gpu-facts.json)")
+    assert json.loads(facts.read_text()) == {"nodeprep": "gpu-facts", "source": "nvidia-smi", "gpus": [
+        {"brand": "nvidia", "arch": "9.0", "name": "NVIDIA H200", "pci_device": "10de:2335"}]}
+    assert facts.stat().st_mode & 0o7777 == 0o644 and not facts.is_symlink()
+    assert gate.read_facts(str(facts)) == [{"brand": "nvidia", "arch": "9.0"}]  # what the gate sees
+
+    assert labels_step("--check")["summary"].endswith("(gpu facts: nvidia-smi)")  # recorded: nothing to do
+    facts.write_text('{"nodeprep": "gpu-facts", "source": "pci", "gpus": []}\n')  # stale facts
+    before = tree(root)
+    planned = labels_step("--check")
+    assert planned["summary"].endswith("; would write /opt/nvidia/gpu-facts.json)"), planned
+    assert tree(root) == before
 
 
 def test_check_shows_the_whole_plan_and_changes_nothing(tmp_path: Path) -> None:

@@ -153,6 +153,69 @@ def test_labels_module_sequence(tmp_path: Path) -> None:
     assert status == "FAILED!" and "bad key!" in str(result["msg"]) and result["exit_code"] == 2
 
 
+H200_FACTS = {"nodeprep": "gpu-facts", "source": "nvidia-smi", "gpus": [  # the capture's one GPU
+    {"brand": "nvidia", "arch": "9.0", "name": "NVIDIA H200", "pci_device": "10de:2335"}]}
+
+
+def test_labels_module_records_the_gpu_facts(tmp_path: Path) -> None:
+    """nodeprep_labels records the CUDA gate's GPU facts as `nodeprep labels` does (one library call,
+    nodeprep.node.gpufacts.record): beneath the root, on a root with the driver nodeprep_driver
+    activated, from the real H200 capture; check mode reports the file and leaves the root as it
+    was; a root without an active driver gets none; the CLI writes the same bytes."""
+    from nodeprep.cli import main
+    from nodeprep.containerhooks.gate import read_facts
+    from tests.support.clirunner import separate_stderr
+    from tests.support.fixtures import GPU_MACHINE
+
+    version = "535.309.01"
+    store = standin_store(tmp_path / "work", tmp_path / "store", version)
+    root = tmp_path / "root"
+    root.mkdir()
+    driver = {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
+    assert module("nodeprep_driver", driver)[0] == "CHANGED"
+    facts = root / "opt/nvidia/gpu-facts.json"
+    assert not facts.exists()  # no /sys in this root: the activation had no GPU to record
+    capture = GPU_MACHINE / "h200_580.159.04.xml"
+    args = {"root": str(root), "cloud": "none", "nvidia_smi_xml": str(capture), "kernel": KERNEL,
+            "nfd_file": "", "json_file": ""}
+    before = tree(root)
+    status, result = module("nodeprep_labels", args, check=True)
+    assert status == "CHANGED" and result["gpu_facts"] == str(facts), result
+    assert tree(root) == before
+    status, result = module("nodeprep_labels", args)
+    assert status == "CHANGED" and result["gpu_facts"] == str(facts), result
+    assert json.loads(facts.read_text()) == H200_FACTS
+    assert oct(facts.stat().st_mode & 0o7777) == oct(0o644) and not facts.is_symlink()
+    assert read_facts(str(facts)) == [{"brand": "nvidia", "arch": "9.0"}]  # what the gate sees
+    assert module("nodeprep_labels", args)[0] == "SUCCESS"
+    assert module("nodeprep_labels", args, check=True)[0] == "SUCCESS"
+    facts.chmod(0o600)  # the right bytes, a mode the gate's user may not read: check says so, run fixes it
+    before = tree(root)
+    assert module("nodeprep_labels", args, check=True)[0] == "CHANGED"
+    assert tree(root) == before and facts.stat().st_mode & 0o7777 == 0o600
+    assert module("nodeprep_labels", args)[0] == "CHANGED" and facts.stat().st_mode & 0o7777 == 0o644
+    outside = tmp_path / "outside.json"
+    outside.write_text("host file\n")
+    facts.unlink()
+    facts.symlink_to(outside)  # an image's link at the facts path: replaced, never written through
+    assert module("nodeprep_labels", args)[0] == "CHANGED"
+    assert outside.read_text() == "host file\n" and not facts.is_symlink()
+    assert json.loads(facts.read_text()) == H200_FACTS
+
+    written = facts.read_bytes()
+    facts.unlink()
+    r = separate_stderr().invoke(main, ["labels", "--root", str(root), "--nvidia-smi-xml", str(capture),
+                                        "--cloud", "none"])
+    assert r.exit_code == 0, r.stderr
+    assert facts.read_bytes() == written  # the CLI's call and the module's are one
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    status, result = module("nodeprep_labels", {**args, "root": str(bare)})
+    assert status == "SUCCESS" and result["gpu_facts"] is None, result
+    assert tree(bare) == {}
+
+
 def test_driver_module_names_the_field_not_a_flag(tmp_path: Path) -> None:
     """Ansible users have no `--store`: a library input error reaches them as its profile field."""
     root = tmp_path / "root"

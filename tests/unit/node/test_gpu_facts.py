@@ -94,6 +94,17 @@ def test_labels_record_the_facts_with_brands_from_the_drivers_list(store: Path, 
     assert (gpu["brand"], gpu["name"], gpu["pci_device"]) == ("nvidia", "NVIDIA Device 20b2", "10de:20b2")
 
 
+def test_labels_check_says_it_would_record_and_writes_nothing(store: Path, tmp_path: Path) -> None:
+    root = installed(store, tmp_path / "root", T4)
+    (root / FACTS).unlink()
+    args = ("labels", "--root", str(root), "--source", "pci", "--cloud", "none")
+    r = invoke(*args, "--check")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == f"would write {root / FACTS} (GPU facts)\n" and not (root / FACTS).exists()
+    assert invoke(*args).exit_code == 0 and [g["brand"] for g in recorded(root)] == ["tesla"]
+    assert invoke(*args, "--check").stdout == f"{root / FACTS}: unchanged\n"
+
+
 def test_hostile_facts_paths(store: Path, tmp_path: Path) -> None:
     """A link at the facts path is replaced, never written through; a folder there costs the
     activation nothing but a note (the facts are advisory: without them compat stays off)."""

@@ -26,9 +26,9 @@ def argument_spec():
 def run(module):
     """The nodeprep_labels task on a validated AnsibleModule (see modules/nodeprep_labels.py)."""
     p = module.params
-    labels_mod, options_mod, settings_mod, output = host.import_nodeprep(
+    labels_mod, options_mod, settings_mod, output, gpufacts = host.import_nodeprep(
         module, "nodeprep.labels.core", "nodeprep.labels.options", "nodeprep.labels.profilelabels",
-        "nodeprep.labels.output",
+        "nodeprep.labels.output", "nodeprep.node.gpufacts",
     )
     from pathlib import Path
 
@@ -51,6 +51,11 @@ def run(module):
             doc = {"labels": result.labels, "kubelet": mine, "api": api}
             text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
             files.append((host.under_root(module, root, p["json_file"]), text))
+        try:  # the CUDA gate's facts on a root with an active driver (else None), planned before any write
+            facts = gpufacts.record(Path(root or "/"), result.facts.gpu, check=True)
+        except OSError as e:  # advisory, as for `nodeprep labels`: without them the gate keeps compat off
+            facts = None
+            module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     changed, diffs = False, []
@@ -59,6 +64,16 @@ def run(module):
         changed |= file_changed
         if file_changed:
             diffs.append(diff)
+    if facts is not None and facts.changed:
+        diff = {"before_header": str(facts.file), "after_header": str(facts.file),
+                "before": host.read_text(str(facts.file)) or "", "after": facts.content}
+        try:  # the library's one writer, the call `nodeprep labels` makes
+            if not module.check_mode:
+                gpufacts.record(Path(root or "/"), result.facts.gpu)
+            changed = True
+            diffs.append(diff)
+        except OSError as e:
+            module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
     out = {
         "changed": changed,
         "labels": result.labels,
@@ -66,6 +81,7 @@ def run(module):
         "api_labels": api,
         "sources": result.sources,
         "warnings_seen": result.warnings,
+        "gpu_facts": None if facts is None else str(facts.file),
     }
     if module._diff:
         out["diff"] = diffs

@@ -11,6 +11,9 @@ description:
   - Calls C(nodeprep.labels.core.node_labels) (facts from NVML, C(nvidia-smi -q -x), PCI sysfs, DMI and
     optionally the cloud metadata service) and writes the labels as an NFD local feature file and
     as a JSON file with every label split into kubelet-settable and API-only ones.
+  - On a root with an active driver (C(/opt/nvidia/current)) it also records the GPU facts the CUDA
+    gate reads, C(/opt/nvidia/gpu-facts.json) (each GPU's brand and compute capability), through the
+    library call C(nodeprep labels) uses (C(nodeprep.node.gpufacts.record)); check mode only reports it.
   - C(changed) is true only when a file's content (or mode) differs.
 version_added: "0.1.0"
 options:
@@ -77,6 +80,12 @@ sources:
   description: Which source gave each kind of fact.
   returned: always
   type: dict
+gpu_facts:
+  description: The GPU facts file beneath O(root) (written, or in check mode planned); null when there
+    is none to record (no active driver at O(root), or no GPU facts).
+  returned: always
+  type: str
+  sample: /opt/nvidia/gpu-facts.json
 warnings_seen:
   description: Fact sources that were unavailable and labels that were dropped.
   returned: always
