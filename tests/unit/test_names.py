@@ -33,6 +33,9 @@ FLAG_COMMANDS: dict[str, tuple[str, ...]] = {
     "driver.kernel": ("install", "activate"),
     "driver.modules": ("install", "activate", "rollback"),
     "driver.keep_boot_kernel": ("install",),
+    "driver.branch": ("install",),
+    "driver.gpus": ("install", "build-matrix"),  # and `profile check --gpus`
+    "driver.branch_policy": ("install", "build-matrix"),
     "labels.cloud": ("labels",),
     "cluster.api_server": ("join",),
     "cluster.token_file": ("join", "cloud-init"),
