@@ -46,6 +46,7 @@ def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
     from ..errors import InputError
     from ..node import branch
     from ..stores.store import Store
+    from ..urls import redact_url
 
     d = prof.driver
     if not d.store:
@@ -54,7 +55,8 @@ def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
     store = Store(d.store, store_options(d.registry_auth, d.ca_file, d.insecure_http))
     if d.version is None:
         if d.branch and not branch.branch_versions(store, d.branch, d.kernel):
-            raise InputError(f"driver.branch: {d.branch} has no version in the store {store.location}")
+            raise InputError(f"driver.branch: {d.branch} has no version in the store "
+                             f"{redact_url(store.location)}")
         field = "driver.branch" if d.branch else "driver.gpus"
         choice = branch.choose_from_store(store, ids, d.kernel, policy=d.branch_policy, preferred=d.flavour,
                                           branch=d.branch, what=field)

@@ -202,6 +202,7 @@ def pick(store: Any, root: Path, *, version: str | None, branch: str | None, gpu
     store, running those GPUs when given (`choose_from_store`). `kernel`: the one whose modules count
     (None: the running kernel). InputErrors name the field (the CLI its flag)."""
     from ..profile.fields import field_error
+    from ..urls import redact_url
     from .kmod import target_kernel
     from .layout import Layout
 
@@ -223,8 +224,9 @@ def pick(store: Any, root: Path, *, version: str | None, branch: str | None, gpu
     if branch is not None:
         have = branch_versions(store, branch, target, arch=arch, flavour=None if ids else flavour)
         if not have:
-            raise field_error("driver.branch", f"{branch} has no version in the store {store.location} "
-                                               f"(a user space for {arch} and kernel modules for {target})")
+            where = redact_url(store.location)
+            raise field_error("driver.branch", f"{branch} has no version in the store {where} (a user space "
+                                               f"for {arch} and kernel modules for {target})")
         if not ids:
             chosen = have[-1] if policy == "newest" else have[0]
             log.info("driver.branch %s: %s, the %s of %s", branch, chosen, policy, ", ".join(have))
