@@ -17,6 +17,18 @@ DRIVER_VERSION = r"\d{3}\.\d{2,3}(\.\d{2})?"  # a full driver version, 535.309.0
 DRIVER_VERSION_RE = re.compile(rf"^{DRIVER_VERSION}$")
 DRIVER_REQUEST_RE = re.compile(r"^\d{3}(\.\d{2,3}(\.\d{2})?)?$")  # what a build asks for: 535, 535.309.01
 KERNEL_RELEASE_RE = re.compile(r"^\d{1,4}\.\d{1,4}[A-Za-z0-9.+_~-]{0,120}$")  # 6.1.0-28-amd64
+DRIVER_BRANCH_RE = re.compile(r"^\d{3}$")  # a driver branch: the major number of its versions, 580
+# The GPUs a driver is chosen for: 'node' (the node's NVIDIA PCI devices) or a comma list of PCI ids
+# (10de:DEVICE[:SUBVENDOR:SUBDEVICE], nodeprep.node.support.PciId)
+_PCI_ID = r"10de:[0-9a-fA-F]{4}(:[0-9a-fA-F]{4}:[0-9a-fA-F]{4})?"
+GPUS_RE = re.compile(rf"^(node|{_PCI_ID}(,{_PCI_ID})*)$")
+# Which version of those that run the GPUs (or of a branch) is taken
+BRANCH_POLICIES = ("newest", "oldest")
+
+
+def driver_branch(version: str) -> str:
+    """The branch of a driver version: its major number (580.95.05 -> 580)."""
+    return version.split(".", 1)[0]
 
 
 def version_key(version: str) -> tuple[int, ...]:

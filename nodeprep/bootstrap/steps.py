@@ -88,7 +88,8 @@ def _load(ctx: Context) -> bool:
 
 
 def step_driver(ctx: Context) -> dict[str, Any]:
-    """Install user space + kmod of driver.version from driver.store and make it the active root."""
+    """Install user space + kmod of driver.version (or of the version driver.branch / driver.gpus
+    choose: nodeprep.node.branch.pick) from driver.store and make it the active root."""
     from ..node.ops import install
 
     drv = ctx.profile.driver
@@ -101,19 +102,27 @@ def step_driver(ctx: Context) -> dict[str, Any]:
 
     options = StoreOptions(registry_auth=on_node(drv.registry_auth), ca_file=on_node(drv.ca_file),
                            insecure_http=drv.insecure_http)
+    version, flavour = drv.version, drv.flavour
+    if drv.gpus is not None or drv.branch is not None:
+        from ..node.branch import pick
+        from ..stores.store import Store
+
+        version, flavour = pick(Store(drv.store, options), ctx.root, version=drv.version, branch=drv.branch,
+                                gpus=drv.gpus, kernel=_kernel(ctx), flavour=drv.flavour,
+                                policy=drv.branch_policy)
     if ctx.check:
         from ..node.ops import plan
 
-        _, todo = plan(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
+        _, todo = plan(ctx.root, drv.store, version, kernel=_kernel(ctx), flavour=flavour,
                        activate=True, modules=tuple(drv.modules), store_options=options,
                        keep_boot_kernel=drv.keep_boot_kernel)
         data = todo.to_dict()
-        data["summary"] = (f"would install {drv.version} for kernel {todo.request.kernel} and activate it"
-                           if todo.changes else f"{drv.version} for kernel {todo.request.kernel}: unchanged")
+        data["summary"] = (f"would install {version} for kernel {todo.request.kernel} and activate it"
+                           if todo.changes else f"{version} for kernel {todo.request.kernel}: unchanged")
         return data
     from ..join.activation import CALLBACKS
 
-    result = install(ctx.root, drv.store, drv.version, kernel=_kernel(ctx), flavour=drv.flavour,
+    result = install(ctx.root, drv.store, version, kernel=_kernel(ctx), flavour=flavour,
                      activate=True, load=False, modules=tuple(drv.modules), store_options=options,
                      callbacks=CALLBACKS, keep_boot_kernel=drv.keep_boot_kernel)
     data = result.to_dict()

@@ -126,11 +126,18 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 @click.option(
     "--gpus", default=None, metavar="node|10de:DEVICE,...",
     help="Choose the driver version and flavour for these GPUs ('node': the PCI devices under --root) "
-    "from the store's user-space artifacts' supported-GPU lists, instead of --driver.",
+    "from the store's user-space artifacts' supported-GPU lists, instead of --driver (default: "
+    "driver.gpus of the profile).",
 )
 @click.option(
-    "--branch-policy", type=click.Choice(POLICIES), default="newest", show_default=True,
-    help="With --gpus: the newest or the oldest version that supports every GPU.",
+    "--branch", default=None, metavar="BRANCH",
+    help="Install a version of this driver branch (e.g. 580): the --branch-policy's one in the store "
+    "(that runs --gpus) (default: driver.branch of the profile).",
+)
+@click.option(
+    "--branch-policy", type=click.Choice(POLICIES), default=None,
+    help="With --gpus or --branch: the newest or the oldest version that fits [default: "
+    "driver.branch_policy of the profile, else newest].",
 )
 @modules_option
 @registry_options
@@ -149,7 +156,8 @@ def install_cmd(
     keep_boot_kernel: bool,
     node_store: str | None,
     gpus: str | None,
-    branch_policy: str,
+    branch: str | None,
+    branch_policy: str | None,
     modules: str | None,
     registry_auth: str | None,
     ca_file: str | None,
@@ -160,16 +168,16 @@ def install_cmd(
 ) -> None:
     """Install a driver version from a store into /opt/nvidia/VERSION (side by side). Settings not
     given come from the profile's driver section (--profile, else /etc/nodeprep/node.yaml under
-    --root when it exists); with --gpus, the version and flavour follow the GPUs."""
-    if gpus is not None:
-        if version is not None:
-            raise InputError("--gpus chooses the driver version: not with --driver")
-        version, flavour = _follow_gpus(root, profile, gpus, branch_policy, store=store, kernel=kernel,
-                                        flavour=flavour, arch=arch, registry_auth=registry_auth,
-                                        ca_file=ca_file, insecure_http=insecure_http or None)
+    --root when it exists); with --gpus, the version and flavour follow the GPUs, with --branch the
+    version is one of that branch."""
+    if gpus is not None and version is not None:
+        raise InputError("--gpus chooses the driver version: not with --driver")
     s = _node_settings(root, profile, store=store, version=version, kernel=kernel, flavour=flavour,
                        modules=modules, registry_auth=registry_auth, ca_file=ca_file,
-                       insecure_http=insecure_http or None, keep_boot_kernel=keep_boot_kernel or None)
+                       insecure_http=insecure_http or None, keep_boot_kernel=keep_boot_kernel or None,
+                       branch=branch, gpus=gpus, branch_policy=branch_policy)
+    if s["driver.gpus"] is not None or s["driver.branch"] is not None:
+        s["driver.version"], s["driver.flavour"] = _choose(root, s, arch)
     store, version = required(s, "driver.store"), required(s, "driver.version")
     kernel, flavour, modules = s["driver.kernel"], s["driver.flavour"], s["driver.modules"]
     registry_auth, ca_file = s["driver.registry_auth"], s["driver.ca_file"]
@@ -214,32 +222,17 @@ def install_cmd(
         _print_activation(result.activation)
 
 
-def _follow_gpus(root: Path, profile: Path | None, gpus: str, policy: str, *, flavour: str | None,
-                 arch: str, **given: Any) -> tuple[str, str]:
-    """(version, flavour) nodeprep.node.branch chooses for `gpus` from the store's artifacts for the
-    target kernel; a --flavour is the preferred one. A profile that pins driver.version keeps it, checked
-    against the GPUs instead (refused when its list rules one out)."""
+def _choose(root: Path, s: dict[str, Any], arch: str) -> tuple[str, str | None]:
+    """(version, flavour) nodeprep.node.branch.pick chooses from the store for the settings' GPUs and
+    branch (a pinned driver.version is kept, checked against the GPUs)."""
     from ..node import branch
-    from ..node.kmod import target_kernel
-    from ..node.layout import Layout
     from ..stores.store import Store
 
-    s = _node_settings(root, profile, version=None, flavour=flavour, **given)
     options = store_options(s["driver.registry_auth"], s["driver.ca_file"], bool(s["driver.insecure_http"]))
     src = Store(required(s, "driver.store"), options)
-    ids = branch.gpu_ids(root, gpus)
-    if s["driver.version"] is not None:
-        pinned, pinned_flavour = s["driver.version"], s["driver.flavour"] or "proprietary"
-        branch.require_pinned(src, pinned, pinned_flavour, ids, arch=arch)
-        log.info("--gpus %s: driver.version %s of the profile (%s) runs them", ",".join(ids), pinned,
-                 pinned_flavour)
-        return pinned, pinned_flavour
-    kernel = target_kernel(Layout(root), s["driver.kernel"])
-    choice = branch.choose_from_store(src, ids, kernel, arch=arch, policy=policy,
-                                      preferred=flavour or "proprietary")
-    log.info("--gpus %s: %s (%s), the %s of %s", ",".join(ids), choice.version, choice.flavour, policy,
-             ", ".join(choice.tried))
-    return choice.version, choice.flavour
+    return branch.pick(src, root, version=s["driver.version"], branch=s["driver.branch"],
+                       gpus=s["driver.gpus"], kernel=s["driver.kernel"], flavour=s["driver.flavour"],
+                       policy=s["driver.branch_policy"] or "newest", arch=arch)
 
 
 def _print_plan(todo: InstallPlan) -> None:

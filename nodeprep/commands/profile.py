@@ -19,8 +19,9 @@ def profile_group() -> None:
 @profile_group.command("check")
 @click.option(
     "--gpus", default=None, metavar="node|10de:DEVICE,...",
-    help="Also refuse a driver.version (and flavour) whose supported-GPU list, read from driver.store, "
-    "does not run these GPUs ('node': the PCI devices under --root).",
+    help="Also refuse a driver.version (and flavour), or a driver.branch none of whose versions, whose "
+    "supported-GPU list, read from driver.store, does not run these GPUs ('node': the PCI devices under "
+    "--root).",
 )
 @profile_option
 @root_option
@@ -28,6 +29,8 @@ def profile_group() -> None:
 def profile_check(gpus: str | None, profile: Path | None, root: Path, as_json: bool) -> None:
     """Validate the profile; print every problem as `field.path: message` (exit 2)."""
     prof = load_profile(profile_path(root, profile))
+    if gpus is None and prof.driver.gpus not in (None, "node"):  # the profile's own list: GPUs known
+        gpus = prof.driver.gpus
     if gpus is not None:
         _check_pinned(root, prof, gpus)
     if as_json:
@@ -37,18 +40,28 @@ def profile_check(gpus: str | None, profile: Path | None, root: Path, as_json: b
 
 
 def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
-    """nodeprep.node.branch.require_pinned for the profile's driver section and `gpus`."""
+    """nodeprep.node.branch.require_pinned for the profile's driver.version and `gpus`; without one,
+    a version of driver.branch (any when unset) that runs them must be in the store (for
+    driver.kernel when set, else for any kernel)."""
     from ..errors import InputError
     from ..node import branch
     from ..stores.store import Store
+    from ..urls import redact_url
 
     d = prof.driver
     if not d.store:
-        raise InputError("--gpus checks driver.version against driver.store's lists: the profile sets "
-                         "no store")
+        raise InputError("--gpus checks the driver against driver.store's lists: the profile sets no store")
     ids = branch.gpu_ids(root, gpus)
     store = Store(d.store, store_options(d.registry_auth, d.ca_file, d.insecure_http))
-    if not branch.require_pinned(store, d.version, d.flavour, ids):
+    if d.version is None:
+        if d.branch and not branch.branch_versions(store, d.branch, d.kernel):
+            raise InputError(f"driver.branch: {d.branch} has no version in the store "
+                             f"{redact_url(store.location)}")
+        field = "driver.branch" if d.branch else "driver.gpus"
+        choice = branch.choose_from_store(store, ids, d.kernel, policy=d.branch_policy, preferred=d.flavour,
+                                          branch=d.branch, what=field)
+        click.echo(f"{field}: {choice.version} ({choice.flavour}) runs {', '.join(ids)}", err=True)
+    elif not branch.require_pinned(store, d.version, d.flavour, ids):
         click.echo(f"warning: {d.version} carries no supported-GPU list: the GPUs were not checked", err=True)
 
 

@@ -17,6 +17,7 @@ nodeprep.node.support's (`check_support`).
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..vocab import version_key
+from ..vocab import BRANCH_POLICIES, DRIVER_BRANCH_RE, driver_branch, version_key
 from . import support
 
-POLICIES = ("newest", "oldest")
+POLICIES = BRANCH_POLICIES
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,12 @@ def flavour_for(candidate: Candidate, gpus: Sequence[str], preferred: str = "pro
 
 
 def choose(candidates: Iterable[Candidate], gpus: Sequence[str], *, policy: str = "newest",
-           preferred: str = "proprietary", what: str = "--gpus", presorted: bool = False) -> Choice:
+           preferred: str = "proprietary", what: str = "--gpus", presorted: bool = False,
+           branch: str | None = None, field: str | None = None) -> Choice:
     """The candidate (by `policy`) supporting every GPU in `gpus`, and its flavour; InputError naming
-    the GPUs and the versions tried when none does. `presorted`: `candidates` come in the policy's
-    order already and are taken one at a time (a store's lists are read only as far as needed)."""
+    the GPUs and the versions tried (and `branch`, the candidates' branch, when given) when none does,
+    as `what` (its flag) or `field` (the profile's field). `presorted`: `candidates` come in the
+    policy's order already and are taken one at a time (a store's lists are read only as far as needed)."""
     if policy not in POLICIES:
         raise InputError(f"{what}: policy {policy!r} is not one of {', '.join(POLICIES)}")
     for gpu in gpus:
@@ -87,51 +91,56 @@ def choose(candidates: Iterable[Candidate], gpus: Sequence[str], *, policy: str 
             return Choice(cand.version, flavour, tuple(dict.fromkeys(tried)))
         reasons.append(problems[0] if problems else f"{cand.version}: no flavour")
     if not tried:
-        raise InputError(f"{what}: no driver version to choose from")
+        raise InputError("no driver version to choose from", flag=what, field=field)
     tried = list(dict.fromkeys(tried))
     shown = ", ".join(gpus)
+    of = f" of branch {branch}" if branch else ""
     raise InputError(
-        f"{what}: no driver version supports every GPU of the node ({shown}); tried {', '.join(tried)} "
+        f"no driver version{of} supports every GPU of the node ({shown}); tried {', '.join(tried)} "
         f"({policy} first): {reasons[0]}",
-        hint="\n".join(dict.fromkeys(reasons[1:])) or None,
+        hint="\n".join(dict.fromkeys(reasons[1:])) or None, flag=what, field=field,
     )
 
 
 # -- the edges: which GPUs, which candidates ----------------------------------------------------
 
 
-def gpu_ids(root: Path, value: str, *, what: str = "--gpus") -> list[str]:
+def gpu_ids(root: Path, value: str, *, what: str = "--gpus", field: str | None = None) -> list[str]:
     """The PCI ids `value` names: 'node' (the NVIDIA GPUs under ROOT/sys/bus/pci/devices) or a comma
-    list of '10de:DEVICE[:SUBVENDOR:SUBDEVICE]'."""
+    list of '10de:DEVICE[:SUBVENDOR:SUBDEVICE]'; InputError as `what` (a flag) or `field`."""
     if value == "node":
         ids = support.node_pci_ids(root)
         if not ids:
-            raise InputError(f"{what}: no NVIDIA GPU under {Path(root) / 'sys/bus/pci/devices'}")
+            raise InputError(f"no NVIDIA GPU under {Path(root) / 'sys/bus/pci/devices'}", flag=what,
+                             field=field)
         return ids
     ids = [v.strip() for v in value.split(",") if v.strip()]
     if not ids:
-        raise InputError(f"{what}: {value!r} names no GPU ('node' or 10de:DEVICE,...)")
+        raise InputError(f"{value!r} names no GPU ('node' or 10de:DEVICE,...)", flag=what, field=field)
     for gpu in ids:
         try:
             support.PciId.parse(gpu)
         except InputError as e:
-            raise InputError(f"{what}: {e}") from None
+            raise InputError(str(e), flag=what, field=field) from None
     return ids
 
 
-def store_candidates(store: Any, kernel: str, arch: str, download_dir: Path, *,
-                     policy: str = "newest") -> Iterator[Candidate]:
-    """The store's driver versions in the order of `policy` that have a user-space artifact for `arch`
-    carrying a supported-GPU list and kmod artifacts for `kernel` (their flavours); each user space is
-    read (a remote one downloaded into `download_dir`) only when the candidate is reached."""
+def store_candidates(store: Any, kernel: str | None, arch: str, download_dir: Path, *,
+                     policy: str = "newest", branch: str | None = None) -> Iterator[Candidate]:
+    """The store's driver versions (of `branch` when given) in the order of `policy` that have a
+    user-space artifact for `arch` carrying a supported-GPU list and kmod artifacts (their flavours)
+    for `kernel` (None: any); each user space is read (a remote one downloaded into `download_dir`)
+    only when the candidate is reached."""
     from ..artifact import read_member
 
     entries = store.entries()
-    spaces = sorted((e for e in entries if e.kind == "userspace" and e.arch == arch),
+    spaces = sorted((e for e in entries if e.kind == "userspace" and e.arch == arch
+                     and branch in (None, driver_branch(e.driver_version))),
                     key=lambda e: version_key(e.driver_version), reverse=policy == "newest")
     for us in spaces:
-        flavours = tuple(sorted({str(e.flavour) for e in entries if e.kind == "kmod" and e.flavour and
-                                 (e.driver_version, e.kernel_release) == (us.driver_version, kernel)}))
+        flavours = tuple(sorted({str(e.flavour) for e in entries if e.kind == "kmod" and e.flavour
+                                 and e.driver_version == us.driver_version
+                                 and kernel in (None, e.kernel_release)}))
         if not flavours:
             continue
         data = read_member(store.fetch(us, download_dir), support.SUPPORT_FILE)
@@ -139,13 +148,15 @@ def store_candidates(store: Any, kernel: str, arch: str, download_dir: Path, *,
             yield Candidate(us.driver_version, flavours, data.decode("utf-8", "replace"))
 
 
-def choose_from_store(store: Any, gpus: Sequence[str], kernel: str, *, arch: str = "amd64",
-                      policy: str = "newest", preferred: str = "proprietary") -> Choice:
-    """`choose` over the store's candidates for `kernel`, read as far as needed; a remote store's user
-    spaces go to a temporary directory, removed afterwards."""
+def choose_from_store(store: Any, gpus: Sequence[str], kernel: str | None, *, arch: str = "amd64",
+                      policy: str = "newest", preferred: str = "proprietary", branch: str | None = None,
+                      what: str = "--gpus", field: str | None = None) -> Choice:
+    """`choose` over the store's candidates for `kernel` (of `branch` when given), read as far as
+    needed; a remote store's user spaces go to a temporary directory, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="nodeprep-branch-") as tmp:
-        return choose(store_candidates(store, kernel, arch, Path(tmp), policy=policy), gpus, policy=policy,
-                      preferred=preferred, presorted=True)
+        return choose(store_candidates(store, kernel, arch, Path(tmp), policy=policy, branch=branch), gpus,
+                      policy=policy, preferred=preferred, presorted=True, branch=branch, what=what,
+                      field=field)
 
 
 def require_pinned(store: Any, version: str, flavour: str, gpus: Sequence[str], *, arch: str = "amd64",
@@ -168,3 +179,61 @@ def require_pinned(store: Any, version: str, flavour: str, gpus: Sequence[str], 
     if problems:
         raise InputError(f"{what}: {problems[0]}", hint="\n".join(problems[1:]) or None)
     return True
+
+
+def branch_versions(store: Any, branch: str, kernel: str | None, *, arch: str = "amd64",
+                    flavour: str | None = None) -> list[str]:
+    """The versions of `branch` in the store with a user space for `arch` and kernel modules (of
+    `flavour` when given) for `kernel` (None: any kernel), oldest first."""
+    entries = store.entries()
+    spaces = {e.driver_version for e in entries if e.kind == "userspace" and e.arch == arch
+              and driver_branch(e.driver_version) == branch}
+    kmods = {e.driver_version for e in entries if e.kind == "kmod" and kernel in (None, e.kernel_release)
+             and flavour in (None, e.flavour)}
+    return sorted(spaces & kmods, key=version_key)
+
+
+def pick(store: Any, root: Path, *, version: str | None, branch: str | None, gpus: str | None,
+         kernel: str | None, flavour: str | None, policy: str = "newest", arch: str = "amd64"
+         ) -> tuple[str, str | None]:
+    """(version, flavour) the driver settings name (the profile's driver section, install's flags, the
+    role's variables: one vocabulary): `version` itself, refused when not of `branch`, checked against
+    the GPUs `gpus` names when given (`require_pinned`); else the `policy`'s version of `branch` in the
+    store, running those GPUs when given (`choose_from_store`). `kernel`: the one whose modules count
+    (None: the running kernel). InputErrors name the field (the CLI its flag)."""
+    from ..profile.fields import field_error
+    from ..urls import redact_url
+    from .kmod import target_kernel
+    from .layout import Layout
+
+    if branch is not None and not DRIVER_BRANCH_RE.fullmatch(branch):
+        raise field_error("driver.branch", f"{branch!r} is not a driver branch (its major number, e.g. 580)")
+    if version is not None and branch is not None and driver_branch(version) != branch:
+        raise field_error("driver.branch", f"{branch} contradicts driver.version {version} (of branch "
+                                           f"{driver_branch(version)})")
+    ids = gpu_ids(root, gpus, field="driver.gpus") if gpus else []
+    if version is not None:
+        if ids:
+            flavour = flavour or "proprietary"
+            require_pinned(store, version, flavour, ids, arch=arch)
+            log.info("%s: driver.version %s (%s) runs them", ",".join(ids), version, flavour)
+        return version, flavour
+    if branch is None and not ids:
+        raise field_error("driver.version", "missing (give it, or driver.branch or driver.gpus to choose it)")
+    target = target_kernel(Layout(root), kernel)
+    if branch is not None:
+        have = branch_versions(store, branch, target, arch=arch, flavour=None if ids else flavour)
+        if not have:
+            where = redact_url(store.location)
+            raise field_error("driver.branch", f"{branch} has no version in the store {where} (a user space "
+                                               f"for {arch} and kernel modules for {target})")
+        if not ids:
+            chosen = have[-1] if policy == "newest" else have[0]
+            log.info("driver.branch %s: %s, the %s of %s", branch, chosen, policy, ", ".join(have))
+            return chosen, flavour
+    what, field = ("--branch", "driver.branch") if branch else ("--gpus", "driver.gpus")
+    choice = choose_from_store(store, ids, target, arch=arch, policy=policy,
+                               preferred=flavour or "proprietary", branch=branch, what=what, field=field)
+    log.info("%s: %s (%s), the %s of %s", ",".join(ids), choice.version, choice.flavour, policy,
+             ", ".join(choice.tried))
+    return choice.version, choice.flavour

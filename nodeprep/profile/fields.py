@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..vocab import DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
+from ..vocab import BRANCH_POLICIES, DRIVER_BRANCH_RE, DRIVER_VERSION_RE, FLAVOURS, GPUS_RE, KERNEL_RELEASE_RE
 from .checks import (
     abs_path,
     api_server,
@@ -56,10 +56,34 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "driver",
         "version",
-        string(DRIVER_VERSION_RE, "is not a full driver version (expected e.g. 550.90.07)"),
-        "NVIDIA driver version to install, e.g. 535.309.01",
-        required=True,
+        string(DRIVER_VERSION_RE, "is not a full driver version (expected e.g. 550.90.07)", nullable=True),
+        "NVIDIA driver version to install, e.g. 535.309.01 (required unless driver.branch or "
+        "driver.gpus chooses it; with driver.branch, a version of that branch)",
         flag="--driver",
+    ),
+    Field(
+        "driver",
+        "branch",
+        string(DRIVER_BRANCH_RE, "is not a driver branch (its major number, e.g. 580)", nullable=True),
+        "Driver branch to install the newest (driver.branch_policy) version of that the store has "
+        "(and that runs driver.gpus), e.g. 580",
+        flag="--branch",
+    ),
+    Field(
+        "driver",
+        "gpus",
+        string(GPUS_RE, "is not 'node' or a comma list of NVIDIA PCI ids (10de:DEVICE[:SUBVENDOR:SUBDEVICE])",
+               nullable=True),
+        "GPUs the driver version and flavour follow, by each version's supported-GPU list in the store: "
+        "node (the node's NVIDIA PCI devices) or 10de:DEVICE,...",
+        flag="--gpus",
+    ),
+    Field(
+        "driver",
+        "branch_policy",
+        enum(*BRANCH_POLICIES),
+        "Which version driver.gpus or driver.branch takes: the newest or the oldest that fits",
+        flag="--branch-policy",
     ),
     Field(
         "driver",

@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import kubeletflags
 from ..errors import ProfileError
+from ..vocab import DRIVER_BRANCH_RE, DRIVER_VERSION_RE, driver_branch
 from ..yamlinput import Document, load_yaml
 from . import checks
 from .fields import FIELDS, REQUIRED_SECTIONS
@@ -58,6 +59,8 @@ def _check_invariants(sections: Mapping[str, Mapping[str, Any]], insecure_skip_c
                 "cluster.taints: conflicts with gpu_taint (nvidia.com/gpu taint with another value)"
             )
     driver = sections.get("driver")
+    if driver is not None:
+        problems += _driver_choice(driver)
     if driver:
         problem = checks.store_transport(driver.get("store"), driver.get("insecure_http", False))
         if problem:
@@ -66,6 +69,18 @@ def _check_invariants(sections: Mapping[str, Mapping[str, Any]], insecure_skip_c
     if runtime and runtime.get("default_runtime") and not runtime.get("nvidia_runtime", True):
         problems.append("runtime.default_runtime: needs nvidia_runtime: true")
     return problems
+
+
+def _driver_choice(driver: Mapping[str, Any]) -> list[str]:
+    """driver.version, or driver.branch / driver.gpus to choose it; a version and a branch agree."""
+    version, branch = driver.get("version"), driver.get("branch")
+    if version is None and branch is None and driver.get("gpus") is None:
+        return ["driver.version: required (or driver.branch or driver.gpus to choose it from the store)"]
+    if (isinstance(version, str) and isinstance(branch, str) and DRIVER_VERSION_RE.fullmatch(version)
+            and DRIVER_BRANCH_RE.fullmatch(branch) and driver_branch(version) != branch):
+        return [f"driver.branch: {branch} contradicts driver.version {version} (of branch "
+                f"{driver_branch(version)}): give the version alone, or a version of the branch"]
+    return []
 
 
 def parse_profile(data: Any, source: str = "profile", document: Document | None = None, *,

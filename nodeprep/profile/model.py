@@ -40,7 +40,7 @@ UNVERIFIED_TAINT = Taint("nodeprep.dev/unverified", "NoSchedule")
 
 @dataclass(frozen=True)
 class Driver:
-    version: str
+    version: str | None = None  # None: driver.branch or driver.gpus chooses it from the store
     flavour: str = DEFAULT_FLAVOUR
     store: str | None = None
     kernel: str | None = None
@@ -50,6 +50,9 @@ class Driver:
     insecure_http: bool = False
     persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
     keep_boot_kernel: bool = False  # kernel hook: keep booting a kernel that has the driver
+    branch: str | None = None  # "580": a version of this branch (the policy's, running the GPUs)
+    gpus: str | None = None  # "node" or "10de:2335,...": the version and flavour follow these GPUs
+    branch_policy: str = "newest"
 
 
 @dataclass(frozen=True)

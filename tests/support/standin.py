@@ -30,8 +30,13 @@ def tree(top: Path) -> dict[str, str]:
     return out
 
 
-def userspace_artifact(work: Path, version: str, store: Path, *, drop: tuple[str, ...] = ()) -> Path:
+def userspace_artifact(work: Path, version: str, store: Path, *, drop: tuple[str, ...] = (),
+                       supported: bytes | None = None) -> Path:
+    """The user space of `version` (with `supported` as its share/supported-gpus.json when given)."""
     payload = build_payload(work, version)
+    if supported is not None:
+        (payload / "share").mkdir(exist_ok=True)
+        (payload / "share" / "supported-gpus.json").write_bytes(supported)
     for pattern in drop:
         for p in (payload / "lib64").glob(pattern):
             p.unlink()
@@ -68,4 +73,16 @@ def standin_store(work: Path, store: Path, version: str, kernels: tuple[str, ...
     found = [(us, artifact.read_manifest(us))]
     for kernel in kernels:
         found.append(standin_kmod(work / f"ko-{kernel}", version, store, kernel))
+    return ra.store_with(store, found)
+
+
+def gpu_list_store(work: Path, store: Path, lists: dict[str, bytes], kernel: str = KERNEL) -> Path:
+    """A directory store with, for each version in `lists`, its user space carrying that
+    supported-gpus.json and a stand-in kmod for `kernel`: what nodeprep.node.branch chooses among."""
+    store.mkdir(parents=True, exist_ok=True)
+    found = []
+    for version, supported in lists.items():
+        us = userspace_artifact(work / f"us-{version}", version, store, supported=supported)
+        found += [(us, artifact.read_manifest(us)),
+                  standin_kmod(work / f"ko-{version}", version, store, kernel)]
     return ra.store_with(store, found)

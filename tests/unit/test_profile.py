@@ -293,6 +293,16 @@ def test_minimal_profile_gets_defaults() -> None:
             id="extra-args-bool",
         ),
         pytest.param("cluster", "feature_gates", {"featureX": "on"}, None, id="feature-gates"),
+        pytest.param("driver", "branch", 580, "driver.branch: 580 must be a quoted string (YAML read it as a "
+                     "number)", id="branch-number"),
+        pytest.param("driver", "branch", "580.95",
+                     "driver.branch: '580.95' is not a driver branch (its major number, e.g. 580)",
+                     id="branch"),
+        pytest.param("driver", "gpus", "10de:2335 10de:2901",
+                     "driver.gpus: '10de:2335 10de:2901' is not 'node' or a comma list of NVIDIA PCI ids "
+                     "(10de:DEVICE[:SUBVENDOR:SUBDEVICE])", id="gpus"),
+        pytest.param("driver", "branch_policy", "latest", "driver.branch_policy: 'latest' is not one of "
+                     "newest, oldest (did you mean 'oldest'?)", id="branch-policy"),
         pytest.param(
             "runtime",
             "containerd_config",
@@ -378,7 +388,8 @@ def test_every_problem_is_collected_with_did_you_mean() -> None:
 
 def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
-    assert problems == ["driver.zzz: unknown key (allowed: version, flavour, store, registry_auth, ca_file, "
+    assert problems == ["driver.zzz: unknown key (allowed: version, branch, gpus, branch_policy, flavour, "
+                        "store, registry_auth, ca_file, "
                         "insecure_http, kernel, modules, persistence_mode, keep_boot_kernel)"]
 
 

@@ -209,3 +209,43 @@ def test_check_shows_the_whole_plan_and_changes_nothing(tmp_path: Path) -> None:
     data = json.loads(out)
     assert code == 0 and data["check"] is True and data["steps"][4]["result"]["written"] == []
     assert sorted((str(x.relative_to(root)), x.is_dir()) for x in root.rglob("*")) == before
+
+
+def test_the_driver_follows_the_gpus_of_the_profile(tmp_path: Path) -> None:
+    """driver.gpus: node (the H200 10de:2335 under the image's sys/) with driver.branch_policy: oldest
+    installs and activates 550.163.01, the oldest version in the store whose list names the H200 (535's
+    does not); a profile that pins branch 535 fails the driver step naming the GPU and the branch, and
+    installs nothing. The same fields `install` takes (nodeprep.node.branch.pick)."""
+    import gzip
+
+    from tests.support.standin import gpu_list_store
+    from tests.unit.node.test_branch import DATA
+    from tests.unit.node.test_node_support import sysfs
+
+    lists = {v: gzip.decompress((DATA / f"{v}.json.gz").read_bytes()) for v in ("535.309.01", "550.163.01")}
+    store = gpu_list_store(tmp_path / "work", tmp_path / "store", lists)
+    root = sysfs(tmp_path / "root", "2335:10de:16c3")
+    (root / "lib/modules" / KERNEL).mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    node_python(root)
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(yaml.safe_dump({"driver": {"store": str(store), "gpus": "node", "branch": "535"},
+                                      "labels": {"cloud": "none"}}))
+    code, out, err = invoke("--root", str(root), "--profile", str(pinned), "--json")
+    assert code == 2, err
+    step = json.loads(out)["steps"][0]
+    assert (step["name"], step["status"]) == ("driver", "failed")
+    assert step["error"].startswith("driver.branch: no driver version of branch 535 supports every GPU of "
+                                    "the node (10de:2335:10de:16c3); tried 535.309.01 (newest first): ")
+    assert not (root / "opt").exists()
+    follow = tmp_path / "node.yaml"
+    driver = {"store": str(store), "gpus": "node", "branch_policy": "oldest"}
+    follow.write_text(yaml.safe_dump({"driver": driver, "labels": {"cloud": "none"}}))
+    code, out, err = invoke("--root", str(root), "--profile", str(follow), "--nvidia-smi-xml", str(CAPTURE),
+                            "--json")
+    step = json.loads(out)["steps"][0]
+    assert (step["name"], step["status"]) == ("driver", "done"), err
+    assert step["result"]["summary"] == f"550.163.01 active for kernel {KERNEL}"
+    assert (root / "opt/nvidia/current").readlink() == Path("550.163.01")
+    assert not (root / "opt/nvidia/535.309.01").exists()

@@ -258,6 +258,38 @@ def test_driver_module_sequence(tmp_path: Path) -> None:
     assert status == "SUCCESS"
 
 
+def test_driver_module_follows_the_gpus(tmp_path: Path) -> None:
+    """nodeprep_driver with gpus (the profile's driver.gpus, `install --gpus`): `node` reads the H200
+    (10de:2335) under the root, branch_policy oldest takes 550.163.01, the oldest version in the store
+    whose supported-GPU list names it (535.309.01's does not), in check mode and for real; a branch
+    none of whose versions runs the GPU fails naming the GPU and the branch, and writes nothing."""
+    import gzip
+
+    from tests.support.standin import gpu_list_store
+    from tests.unit.node.test_branch import DATA
+    from tests.unit.node.test_node_support import sysfs
+
+    lists = {v: gzip.decompress((DATA / f"{v}.json.gz").read_bytes()) for v in ("535.309.01", "550.163.01")}
+    store = gpu_list_store(tmp_path / "work", tmp_path / "store", lists)
+    root = sysfs(tmp_path / "root", "2335:10de:16c3")
+    before = tree(root)
+    args = {"root": str(root), "store": str(store), "kernel": KERNEL, "gpus": "node",
+            "branch_policy": "oldest"}
+    status, result = module("nodeprep_driver", args, check=True)
+    assert status == "CHANGED" and result["version"] == "550.163.01", result
+    assert tree(root) == before
+    status, result = module("nodeprep_driver", {**args, "branch": "535"})
+    assert status == "FAILED!" and result["exit_code"] == 2, result
+    assert str(result["msg"]).startswith(
+        "driver.branch: no driver version of branch 535 supports every GPU of the node "
+        "(10de:2335:10de:16c3); tried 535.309.01 (oldest first): "), result
+    assert tree(root) == before
+    status, result = module("nodeprep_driver", args)
+    assert status == "CHANGED" and result["version"] == "550.163.01" and result["installed"] == ["550.163.01"]
+    assert (root / "opt/nvidia/current").readlink() == Path("550.163.01")
+    assert module("nodeprep_driver", {**args, "branch": "550"})[0] == "SUCCESS"
+
+
 def test_driver_module_state_absent_uninstalls(tmp_path: Path) -> None:
     """state=absent is `nodeprep uninstall`: check mode lists what goes and removes nothing, the run
     removes it, a re-run changes nothing; version and store are not needed."""
@@ -280,7 +312,9 @@ def test_driver_module_state_absent_uninstalls(tmp_path: Path) -> None:
         assert not (root / gone).exists(), gone
     assert module("nodeprep_driver", absent)[0] == "SUCCESS"
     status, result = module("nodeprep_driver", {"root": str(root), "state": "active"})
-    assert status == "FAILED!" and "version, store" in result["msg"], result
+    assert status == "FAILED!" and "any of the following are missing: version, branch, gpus" in result["msg"]
+    status, result = module("nodeprep_driver", {"root": str(root), "state": "active", "branch": "550"})
+    assert status == "FAILED!" and result["msg"].endswith("missing: store"), result
 
 
 def containerd_root(tmp_path: Path) -> tuple[Path, Path, str]:

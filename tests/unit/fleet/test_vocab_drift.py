@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from nodeprep.vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
+from nodeprep.profile.fields import FIELDS
+from nodeprep.vocab import BRANCH_POLICIES, DEFAULT_FLAVOUR, DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
 
 from .conftest import ROLES
 
@@ -27,6 +28,9 @@ def test_nvidia_driver_role_follows_the_vocabulary() -> None:
     assert set(defaults["nvidia_driver_modules"]) <= set(KERNEL_MODULES)
     # "" = whichever flavour the store has
     assert options["nvidia_driver_flavour"]["choices"] == ["", *FLAVOURS]
+    assert options["nvidia_driver_branch_policy"]["choices"] == list(BRANCH_POLICIES)
+    assert defaults["nvidia_driver_branch_policy"] == options["nvidia_driver_branch_policy"]["default"] \
+        == BRANCH_POLICIES[0]
 
 
 def test_driver_build_role_follows_the_vocabulary() -> None:
@@ -48,6 +52,8 @@ def test_driver_and_build_modules_follow_the_vocabulary(collection_on_path: Path
     for options in _module("nodeprep_driver"):
         assert options["modules"]["default"] == list(DEFAULT_MODULES)
         assert options["flavour"]["choices"] == list(FLAVOURS)
+        assert options["branch_policy"]["choices"] == list(BRANCH_POLICIES)
+        assert options["branch_policy"]["default"] == BRANCH_POLICIES[0]
     for options in _module("nodeprep_build"):
         assert options["flavour"]["choices"] == list(FLAVOURS)
         assert options["flavour"]["default"] == DEFAULT_FLAVOUR
@@ -85,3 +91,24 @@ def test_every_profile_front_end_takes_the_ca_pin_opt_out(collection_on_path: Pa
 def _fragment(name: str) -> dict[str, Any]:
     frag = importlib.import_module("ansible_collections.nodeprep.fleet.plugins.doc_fragments.nodeprep")
     return yaml.safe_load(getattr(frag.ModuleDocFragment, name))["options"]
+
+
+# driver fields the node's GPU self-test reads, not install
+NOT_INSTALLED = {"driver.persistence_mode"}
+
+
+def test_every_driver_field_is_an_option_of_the_driver_module_and_role(collection_on_path: Path) -> None:
+    """The profile's driver fields (version, branch, gpus, branch_policy, ...) are the nodeprep_driver
+    module's options of the same key, and the nvidia_driver role's variables of that key, which its
+    install task passes to the module (issue 27: the GPUs and the branch pin in every front-end)."""
+    documented, spec = _module("nodeprep_driver")
+    defaults, options = _role("nvidia_driver")
+    tasks = yaml.safe_load((ROLES / "nvidia_driver/tasks/install.yml").read_text())
+    task = tasks[0]["nodeprep.fleet.nodeprep_driver"]
+    for f in FIELDS:
+        if f.section != "driver" or f.path in NOT_INSTALLED:
+            continue
+        variable = f"nvidia_driver_{f.key}"
+        assert f.key in documented and f.key in spec, f.path
+        assert variable in defaults and variable in options, f.path
+        assert variable in str(task.get(f.key)), (f.path, task.get(f.key))

@@ -219,3 +219,91 @@ def test_install_gpus_keeps_a_profiles_pinned_version_and_checks_it(gpu_store: P
     assert res.exit_code == 2
     assert error_line(res).startswith("error: driver.version: Tesla V100-PCIE-32GB (PCI 10de:1db6) is not "
                                       "supported by the open kernel modules of 555.58.02")
+
+
+# -- a pinned branch (driver.branch, `--branch`): the profile's field and the flag of the one vocabulary --
+
+
+def _branch_profile(tmp_path: Path, store: Path | str, **driver: str) -> Path:
+    import yaml
+
+    path = tmp_path / "branch.yaml"
+    path.write_text(yaml.safe_dump({"driver": {"store": str(store), **driver}}))
+    return path
+
+
+def test_install_takes_a_version_of_the_pinned_branch(gpu_store: Path, tmp_path: Path) -> None:
+    """driver.branch without a version: the policy's version of that branch in the store (the flag
+    `--branch` the same); with the GPUs, the newest of the branch that runs them; `--branch` and a
+    version of another branch contradict each other."""
+    import json
+
+    from tests.support.clirunner import error_line
+
+    root = tmp_path / "root"
+    root.mkdir()
+    prof = _branch_profile(tmp_path, gpu_store, branch="550", flavour="open")
+    res = _install_check(root, gpu_store, "--profile", str(prof))
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{"):])["version"] == "550.163.01"
+    res = _install_check(root, gpu_store, "--branch", "555", "--gpus", "10de:2335", "--flavour", "open")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output[res.output.index("{"):])
+    assert plan["version"] == "555.58.02" and "-open-" in plan["install_kmod"], plan
+    prof = _branch_profile(tmp_path, gpu_store, branch="535", gpus="10de:1db6", branch_policy="oldest")
+    res = _install_check(root, gpu_store, "--profile", str(prof))
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{"):])["version"] == "535.309.01"
+    res = _install_check(root, gpu_store, "--driver", "550.163.01", "--branch", "555")
+    assert error_line(res) == "error: --branch: 555 contradicts driver.version 550.163.01 (of branch 550)"
+    res = _install_check(root, gpu_store, "--branch", "55")
+    assert error_line(res) == "error: --branch: '55' is not a driver branch (its major number, e.g. 580)"
+    assert _tree(root) == []
+
+
+def test_install_refuses_a_branch_without_a_version_for_the_gpus(gpu_store: Path, tmp_path: Path) -> None:
+    """The H200 (10de:2335) is not in 535.309.01's list: branch 535 is refused naming the GPU and the
+    branch; a branch the store has no version of is refused naming the branch and the store."""
+    from tests.support.clirunner import error_line
+    from tests.unit.node.test_node_support import sysfs
+
+    root = sysfs(tmp_path / "root", "2335:10de:16c3")
+    before = _tree(root)
+    prof = _branch_profile(tmp_path, gpu_store, branch="535", gpus="node")
+    res = _install_check(root, gpu_store, "--profile", str(prof))
+    assert res.exit_code == 2
+    assert error_line(res).startswith(
+        "error: --branch: no driver version of branch 535 supports every GPU of the node "
+        "(10de:2335:10de:16c3); tried 535.309.01 (newest first): ")
+    res = _install_check(root, gpu_store, "--branch", "580")
+    assert error_line(res) == (f"error: --branch: 580 has no version in the store {gpu_store} (a user space "
+                               f"for amd64 and kernel modules for {KERNEL})")
+    assert _tree(root) == before
+
+
+def test_profile_check_refuses_a_pinned_branch_that_does_not_run_the_gpus(gpu_store: Path, tmp_path: Path):
+    """`profile check --gpus` (or a profile whose driver.gpus lists the GPUs): a driver.branch none of
+    whose versions in the store runs a GPU is refused naming the GPU and the branch, exit 2."""
+    from tests.support.clirunner import error_line, invoke
+
+    root = tmp_path / "root"
+    root.mkdir()
+    old = _branch_profile(tmp_path, gpu_store, branch="535")
+    res = invoke("profile", "check", "--profile", str(old), "--root", str(root), "--gpus", "10de:2335")
+    assert res.exit_code == 2
+    assert error_line(res).startswith(
+        "error: driver.branch: no driver version of branch 535 supports every GPU of the node (10de:2335); "
+        "tried 535.309.01 (newest first): ")
+    res = invoke("profile", "check", "--profile", str(old), "--root", str(root), "--gpus", "10de:1db6")
+    assert res.exit_code == 0, res.output
+    assert "driver.branch: 535.309.01 (proprietary) runs 10de:1db6" in res.output
+    listed = _branch_profile(tmp_path, gpu_store, branch="535", gpus="10de:2335")
+    res = invoke("profile", "check", "--profile", str(listed), "--root", str(root))
+    assert res.exit_code == 2 and "no driver version of branch 535 supports" in error_line(res)
+    res = invoke("profile", "check", "--profile", str(_branch_profile(tmp_path, gpu_store, branch="550")),
+                 "--root", str(root), "--gpus", "10de:2335")
+    assert res.exit_code == 0, res.output
+    res = invoke("profile", "check", "--profile", str(_branch_profile(tmp_path, gpu_store, branch="580")),
+                 "--root", str(root), "--gpus", "10de:2335")
+    assert error_line(res) == f"error: driver.branch: 580 has no version in the store {gpu_store}"
+    assert list(root.iterdir()) == []

@@ -8,15 +8,19 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_host as host
 
-# nodeprep.vocab.DEFAULT_MODULES and FLAVOURS (module_utils cannot import nodeprep before the
-# module runs; tests/unit/fleet/test_vocab_drift.py keeps them equal)
+# nodeprep.vocab.DEFAULT_MODULES, FLAVOURS and BRANCH_POLICIES (module_utils cannot import nodeprep
+# before the module runs; tests/unit/fleet/test_vocab_drift.py keeps them equal)
 DEFAULT_MODULES = ["nvidia", "nvidia-uvm", "nvidia-modeset"]
 FLAVOURS = ["proprietary", "open"]
+BRANCH_POLICIES = ["newest", "oldest"]
 
 
 def argument_spec():
     return host.node_argument_spec(
         version={"type": "str"},
+        branch={"type": "str"},
+        gpus={"type": "str"},
+        branch_policy={"type": "str", "choices": list(BRANCH_POLICIES), "default": BRANCH_POLICIES[0]},
         store={"type": "str"},
         registry_auth={"type": "path"},
         ca_file={"type": "path"},
@@ -34,8 +38,12 @@ def argument_spec():
     )
 
 
-# version and store name what to install; state=absent installs nothing
-REQUIRED_IF = [("state", "present", ["version", "store"]), ("state", "active", ["version", "store"])]
+# version (or branch or gpus, which choose it) and store name what to install; state=absent installs nothing
+REQUIRED_IF = [
+    ("state", "present", ["version", "branch", "gpus"], True),
+    ("state", "active", ["version", "branch", "gpus"], True),
+    ("state", "present", ["store"]), ("state", "active", ["store"]),
+]
 
 
 def snapshot(state):
@@ -70,8 +78,11 @@ def run(module):
         "keep_boot_kernel": p["keep_boot_kernel"],
     }
     try:
+        version = p["version"]
+        if p["gpus"] or p["branch"]:  # nodeprep install --gpus/--branch: the same chooser, the same fields
+            version, request["flavour"] = choose(module, root, p, request["store_options"])
         if module.check_mode:  # the library's own plan: what install would change
-            before, plan = ops.plan(root, p["store"], p["version"], **request)
+            before, plan = ops.plan(root, p["store"], version, **request)
             after = plan.after(before)
             findings = []
             if p["doctor"]:  # the gate the real run ends with, on the node as it is now
@@ -82,7 +93,7 @@ def run(module):
             module.exit_json(
                 preflight=host.report_findings(module, findings),
                 changed=plan.changes,
-                version=p["version"],
+                version=version,
                 kernel=plan.request.kernel,
                 active=after.active,
                 previous=before.active,
@@ -95,7 +106,7 @@ def run(module):
             )
         before = state_mod.load_state(root)
         result = ops.install(
-            root, p["store"], p["version"], load=p["load"], callbacks=join_activation.CALLBACKS, **request
+            root, p["store"], version, load=p["load"], callbacks=join_activation.CALLBACKS, **request
         )
         after = state_mod.load_state(root)
     except host.nodeprep_errors(module) as e:
@@ -120,14 +131,23 @@ def run(module):
         (doctor_mod,) = host.import_nodeprep(module, "nodeprep.node.doctor")
         try:
             problems, checks, _ = host.doctor_problems(
-                doctor_mod, root, p["doctor_checks"], p["require_cuda"], p["version"] if activate else None
+                doctor_mod, root, p["doctor_checks"], p["require_cuda"], version if activate else None
             )
         except host.nodeprep_errors(module) as e:
-            host.fail_from(module, e, version=p["version"])
+            host.fail_from(module, e, version=version)
         out["doctor"] = {"ok": not problems, "checks": checks}
         if problems:
             module.fail_json(msg="doctor: " + "; ".join(problems), **out)
     module.exit_json(**out)
+
+
+def choose(module, root, p, store_options):
+    """(version, flavour) nodeprep.node.branch.pick chooses from the store for `gpus` and `branch`, as
+    `nodeprep install --gpus/--branch` and bootstrap do (a pinned version is checked against the GPUs)."""
+    branch, store_mod = host.import_nodeprep(module, "nodeprep.node.branch", "nodeprep.stores.store")
+    return branch.pick(store_mod.Store(p["store"], store_options), root, version=p["version"],
+                       branch=p["branch"], gpus=p["gpus"], kernel=p["kernel"], flavour=p["flavour"],
+                       policy=p["branch_policy"], arch=p["arch"])
 
 
 def uninstall(module, ops, callbacks, root):

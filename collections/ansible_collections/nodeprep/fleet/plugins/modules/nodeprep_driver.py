@@ -35,9 +35,30 @@ options:
     default: /
   version:
     description:
-      - Full driver version, for example V(535.309.01).
-      - Required unless O(state=absent).
+      - Full driver version, for example V(535.309.01) (the profile's C(driver.version)).
+      - Required unless O(state=absent), O(branch) or O(gpus) is given. With O(branch), a version of it.
+      - With O(gpus), checked against the GPUs by its supported-GPU list in the store.
     type: str
+  branch:
+    description:
+      - Driver branch (its major number, for example V(580); the profile's C(driver.branch)). Without
+        O(version), the O(branch_policy)'s version of the branch in the store with kernel modules for
+        O(kernel) is installed (of those that run O(gpus) when given); a branch the store has no
+        version of fails naming the branch and the store.
+    type: str
+  gpus:
+    description:
+      - GPUs the version (unless O(version) pins it) and flavour follow, by each version's
+        C(supported-gpus.json) in the store (the profile's C(driver.gpus), C(nodeprep install --gpus)).
+      - V(node) reads the NVIDIA PCI devices under O(root); else a comma list of PCI ids
+        C(10de:DEVICE[:SUBVENDOR:SUBDEVICE]), for example V(10de:2335).
+      - None of the versions running every GPU fails naming the GPUs and the versions tried.
+    type: str
+  branch_policy:
+    description: Which version O(gpus) or O(branch) takes, the newest or the oldest that fits.
+    type: str
+    choices: [newest, oldest]
+    default: newest
   store:
     description:
       - Artifact store holding C(index.json) (directory, C(file://) or C(http(s\)://) base URL), or an OCI
@@ -69,7 +90,9 @@ options:
       - Required when O(root) is not V(/).
     type: str
   flavour:
-    description: Kernel module flavour; default whichever the store has for the version and kernel.
+    description:
+      - Kernel module flavour; default whichever the store has for the version and kernel.
+      - With O(gpus), the preferred one (a GPU that needs the other decides).
     type: str
     choices: [proprietary, open]
   arch:
@@ -119,6 +142,12 @@ EXAMPLES = r"""
   nodeprep.fleet.nodeprep_driver:
     version: "535.309.01"
     store: https://artifacts.example.com/nvidia
+
+- name: NVIDIA driver | The newest 580 driver that runs this node's GPUs
+  nodeprep.fleet.nodeprep_driver:
+    branch: "580"
+    gpus: node
+    store: https://artifacts.example.com/nvidia
 """
 
 RETURN = r"""
@@ -130,7 +159,7 @@ preflight:
   type: list
   elements: str
 version:
-  description: The requested version.
+  description: The requested version (with O(gpus) or O(branch), the one chosen).
   returned: always
   type: str
 kernel:
