@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..node import ops
 from ..node.callbacks import Removal, Undo
 from ..node.fsutil import atomic_write, fsync_dir
+from ..node.layout import Layout
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd
@@ -169,18 +171,28 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
     return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart)
 
 
-def apply_removal(removal: Removal, *, live: bool) -> dict[str, Any]:
-    """Undo `removal` (the Ansible runtime module's state=absent; `nodeprep uninstall` does it with
-    the rest): files removed or written back, then on a live root the units restarted."""
-    for u in removal.undo:
-        if u.content is None:
-            u.path.unlink(missing_ok=True)
-            fsync_dir(u.path.parent)
-        else:
-            atomic_write(u.path, u.content, mode=u.mode)
+def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = False) -> dict[str, Any]:
+    """Undo `removal` on `root` (the Ansible runtime and join modules' state=absent; `nodeprep
+    uninstall` does it with the rest): files removed or written back, then the folders left empty
+    (uninstall's rule, nodeprep.node.ops.empty_folders), then on a live root the units restarted.
+    `check`: what it would do, nothing done."""
+    layout = Layout(Path(root))
+    deleted = [u.target for u in removal.undo if u.content is None]
+    folders = ops.empty_folders(layout, deleted)
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
-    for argv in ran:
-        runner.run(argv, timeout=300, check=False)
-    return {"changed": bool(removal.undo), "removed": [u.target for u in removal.undo if u.content is None],
-            "restored": [u.target for u in removal.undo if u.content is not None], "ran": ran,
-            "kept": list(removal.kept)}
+    if not check:
+        for u in removal.undo:
+            if u.content is None:
+                u.path.unlink(missing_ok=True)
+                fsync_dir(u.path.parent)
+            else:
+                atomic_write(u.path, u.content, mode=u.mode)
+        for folder in folders:
+            path = layout.host_path(folder)
+            path.rmdir()
+            fsync_dir(path.parent)
+        for argv in ran:
+            runner.run(argv, timeout=300, check=False)
+    return {"changed": bool(removal.undo), "removed": [*deleted, *folders],
+            "restored": [u.target for u in removal.undo if u.content is not None],
+            "ran": [] if check else ran, "kept": list(removal.kept)}

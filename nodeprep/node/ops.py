@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -712,11 +712,11 @@ def _journalled(layout: Layout) -> list[str]:
             and "\0" not in f] if isinstance(folders, list) else []
 
 
-def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) -> list[str]:
-    """Folders above `removed` (and the journalled `candidates`) that hold nothing else, deepest
-    first and nodeprep's state folder last; never the distribution's, nor one a dpkg package lists."""
-    journal = layout.node_path(_journal(layout))
-    gone = {*removed, journal}
+def empty_folders(layout: Layout, removed: Sequence[str], candidates: Sequence[str] = ()) -> list[str]:
+    """Folders above `removed` (node paths; and the `candidates`) that hold nothing else once those
+    are gone, deepest first; never the distribution's, nor one a dpkg package lists. Uninstall's rule,
+    and the Ansible runtime and join modules' state=absent (nodeprep.join.removal)."""
+    gone = set(removed)
     out: list[str] = []
     grown = True
     while grown:
@@ -736,6 +736,12 @@ def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) ->
                 gone.add(folder)
                 out.append(folder)
                 grown = True
+    return out
+
+
+def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) -> list[str]:
+    """empty_folders with uninstall's journal gone too, nodeprep's state folder last."""
+    out = empty_folders(layout, [*removed, layout.node_path(_journal(layout))], candidates)
     state_dir = layout.node_path(layout.state_dir)
     return sorted(out, key=lambda f: f == state_dir)  # stable: deepest first, the journal's folder last
 
