@@ -65,9 +65,11 @@ def _join_targets(root: Path, profile: Profile | None) -> dict[str, bytes | None
     return out
 
 
-def _targets(root: Path, profile: Profile | None, *, join: bool) -> tuple[Runtime, dict[str, bytes | None]]:
+def _targets(root: Path, profile: Profile | None, *,
+             join: bool) -> tuple[Runtime, dict[str, bytes | None], set[str]]:
     """The runtime settings and every node path `nodeprep runtime` writes on this root, each with
-    the bytes it would write now when that can be known without the profile's plan (None: unknown)."""
+    the bytes it would write now when that can be known without the profile's plan (None: unknown),
+    and with `join` join's paths too; the paths of join's alone (the kubelet's setup) apart."""
     runtime = profile.runtime if profile else Runtime()
     planned: dict[str, bytes | None] = {}
     if profile is not None:
@@ -80,7 +82,8 @@ def _targets(root: Path, profile: Profile | None, *, join: bool) -> tuple[Runtim
         ctkconfig.CONFIG: None,
         **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
     }
-    return runtime, {**defaults, **(_join_targets(root, profile) if join else {}), **planned}
+    joins = _join_targets(root, profile) if join else {}
+    return runtime, {**defaults, **joins, **planned}, set(joins) - set(defaults) - set(planned)
 
 
 def _ours(raw: bytes) -> bool:
@@ -129,7 +132,7 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
     """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here), and with `join`
     of `nodeprep join` too (`nodeprep uninstall`; the runtime module's state=absent is runtime's part
     alone); `profile`: the node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
-    runtime, targets = _targets(root, profile or _profile(root), join=join)
+    runtime, targets, kubelet = _targets(root, profile or _profile(root), join=join)
     from_nothing = ctkconfig.render_config({}, runtime)  # a config.toml runtime made, not a package's
     undo: list[Undo] = []
     kept: list[str] = []
@@ -167,20 +170,26 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
         enabled, not_ours = enablement.plan_undo(root)
         undo += enabled
         kept += not_ours
+        kubelet |= {u.target for u in enabled}
     restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
-    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart)
+    stop = (enablement.UNIT,) if any(u.target in kubelet for u in undo) else ()
+    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart, stop=stop)
 
 
 def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = False) -> dict[str, Any]:
     """Undo `removal` on `root` (the Ansible runtime and join modules' state=absent; `nodeprep
-    uninstall` does it with the rest): files removed or written back, then the folders left empty
+    uninstall` does it with the rest): on a live root the units join set up stopped when active
+    (nodeprep.node.ops.stop_active), files removed or written back, then the folders left empty
     (uninstall's rule, nodeprep.node.ops.empty_folders), then on a live root the units restarted.
     `check`: what it would do, nothing done."""
     layout = Layout(Path(root))
     deleted = [u.target for u in removal.undo if u.content is None]
     folders = ops.empty_folders(layout, deleted)
+    stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
+    notes: list[str] = []
     if not check:
+        notes = ops.stop_active(removal.stop) if live else []
         for u in removal.undo:
             if u.content is None:
                 u.path.unlink(missing_ok=True)
@@ -195,4 +204,4 @@ def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = Fal
             runner.run(argv, timeout=300, check=False)
     return {"changed": bool(removal.undo), "removed": [*deleted, *folders],
             "restored": [u.target for u in removal.undo if u.content is not None],
-            "ran": [] if check else ran, "kept": list(removal.kept)}
+            "ran": stop + ran, "kept": list(removal.kept), "notes": notes}

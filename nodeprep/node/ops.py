@@ -802,7 +802,7 @@ def _survey(
     todo = plan_uninstall(
         remove, sorted(restore), s.kept, loaded=_loaded_modules() if layout.live else (),
         kernels=tuple(sorted(set(kernels) | set(_stale_module_index(layout)))), restart=above.restart,
-        ldconfig=ldconfig, unit=s.node(layout.unit))
+        ldconfig=ldconfig, unit=s.node(layout.unit), stop=above.stop)
     return todo, restore, folders
 
 
@@ -815,7 +815,9 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
     """Return the node to what it was before nodeprep: every file, link and folder nodeprep made
     (recognised by content or by its record; any other file at such a path is left and named),
     files nodeprep edited written back, modules unloaded when nothing uses them (a live root), then
-    ldconfig and depmod again (and a daemon-reload on a live root). Refuses while another nodeprep
+    ldconfig and depmod again (and a daemon-reload on a live root). On a live root the units join
+    set up (kubelet) are stopped first, when active; under another root the running system is not
+    touched. Refuses while another nodeprep
     run holds the lock. Each step is idempotent and recognised from the filesystem, so a run killed
     anywhere is finished by the next one. `callbacks`: join's part (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
@@ -829,7 +831,7 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
         todo, restore, folders = _survey(layout, callbacks)
         if folders:
             atomic_write(_journal(layout), json.dumps({"folders": folders}) + "\n")
-        notes: list[str] = []
+        notes = stop_active(todo.stop) if layout.live else []
         if todo.unload and runner.run(["modprobe", "-r", *todo.unload], check=False,
                                       timeout=120).returncode != 0:
             notes.append(f"{', '.join(todo.unload)}: in use, not unloaded; a reboot unloads them")
@@ -847,10 +849,10 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
             if layout.resolved(f"/lib/modules/{rel}").is_dir():
                 system.depmod(layout, rel)
         if layout.live:
-            for argv in todo.commands(live=True):
-                if argv[0] == "systemctl" and runner.which("systemctl") is None:  # a root without systemd
+            for argv in todo.units_after():
+                if runner.which("systemctl") is None:  # a root without systemd
                     notes.append(f"systemctl not found: `{' '.join(argv)}` skipped")
-                elif argv[0] == "systemctl":
+                else:
                     runner.run(argv, timeout=300, check=False)
     for folder in made[1:]:  # /var/lib, /var of an empty root (the state folder is planned)
         try:
@@ -860,6 +862,18 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
     removed = tuple(p for p in todo.remove if p not in own)
     return UninstallResult(changed=bool(removed or todo.restore or todo.unload), removed=removed,
                            restored=todo.restore, kept=todo.kept, notes=tuple(notes))
+
+
+def stop_active(units: Sequence[str]) -> list[str]:
+    """Stop each of `units` that systemd says is active (the running system; uninstall's first step
+    where join set up the kubelet); a note for each not stopped because there is no systemctl."""
+    notes = []
+    for unit in units:
+        if runner.which("systemctl") is None:  # a root without systemd
+            notes.append(f"systemctl not found: `systemctl stop {unit}` skipped")
+        elif runner.run(["systemctl", "is-active", "--quiet", unit], timeout=60, check=False).returncode == 0:
+            runner.run(["systemctl", "stop", unit], timeout=300, check=False)
+    return notes
 
 
 def _remove(layout: Layout, path: Path) -> None:

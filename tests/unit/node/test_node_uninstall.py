@@ -24,6 +24,7 @@ from nodeprep import runner
 from nodeprep.cli import main
 from nodeprep.node.layout import Layout
 from nodeprep.node.lock import locked
+from nodeprep.node.plan import plan_uninstall
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
 from tests.unit.join.conftest import node_python
@@ -302,3 +303,38 @@ def joinable_root(root: Path, mode: str) -> Path:
     (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
                                                             "[Install]\nWantedBy=multi-user.target\n")
     return root
+
+
+STOP_UNDER_ROOT = "kubelet.service: not stopped: with --root, uninstall never touches the running system"
+
+
+@pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
+def test_uninstall_under_a_root_says_it_leaves_the_running_kubelet(store: Path, tmp_path: Path,
+                                                                   mode: str) -> None:
+    """Join set the kubelet up: under --root the plan says the running kubelet is not stopped, and
+    runs no systemctl; without join's files there is nothing to say."""
+    root = joinable_root(tmp_path / "root", mode)
+    install_everything(store, root)
+    check = invoke("uninstall", "--check", "--root", str(root))
+    assert check.exit_code == 0 and STOP_UNDER_ROOT not in check.stdout, check.output
+    join_root(root)
+    check = invoke("uninstall", "--check", "--root", str(root))
+    assert check.exit_code == 0, check.output
+    assert STOP_UNDER_ROOT in check.stdout.splitlines() and "systemctl" not in check.stdout
+    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
+    assert plan["notes"] == [STOP_UNDER_ROOT] and not [c for c in plan["commands"] if c[0] == "systemctl"]
+
+
+def test_the_live_plan_stops_kubelet_before_anything_else() -> None:
+    """On the running system the plan's first command stops the kubelet (only when active, it says);
+    under another root it has no such command."""
+    plan = plan_uninstall(["/var/lib/kubelet/config.yaml"], ["/etc/containerd/config.toml"], [],
+                          loaded=("nvidia",), kernels=(KERNEL,), restart=("containerd.service",),
+                          ldconfig=True, unit="/etc/systemd/system/nodeprep-nvidia.service",
+                          stop=("kubelet.service",))
+    assert plan.commands(live=True)[0] == ["systemctl", "stop", "kubelet.service"]
+    assert plan.commands(live=True)[-1] == ["systemctl", "try-restart", "containerd.service"]
+    assert plan.notes(live=True) == ["kubelet.service: stopped before its files go, only when systemd "
+                                     "says it is active"]
+    assert ["systemctl", "stop", "kubelet.service"] not in plan.commands(live=False)
+    assert plan.notes(live=False) == [STOP_UNDER_ROOT]

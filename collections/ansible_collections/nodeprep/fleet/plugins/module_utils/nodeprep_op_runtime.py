@@ -35,7 +35,7 @@ def remove(module, removal_mod, profile_mod, join=False):
                                            check=module.check_mode)
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
-    for line in result["kept"]:
+    for line in result["kept"] + result["notes"]:
         module.warn(line)
     present_keys = {} if join else {"files": [], "warnings_seen": []}  # the runtime module's RETURN
     module.exit_json(changed=result["changed"], commands=result["ran"], removed=result["removed"],
