@@ -46,9 +46,9 @@ def _profile(root: Path) -> Profile | None:
     return load_profile(path) if path.is_file() else None
 
 
-def _join_targets(root: Path, profile: Profile | None) -> dict[str, bytes | None]:
-    """The node paths `nodeprep join` writes besides runtime's, in each cluster mode (the profile's
-    mode may have changed since the join); their bytes unknown (labels, token): None."""
+def _join_targets(root: Path, profile: Profile | None) -> dict[str, bool]:
+    """The node paths `nodeprep join` writes, in each cluster mode (the profile's mode may have
+    changed since the join), each with whether the profile's own mode writes it."""
     if profile is None or profile.cluster is None:
         return {}
     from dataclasses import replace
@@ -56,20 +56,21 @@ def _join_targets(root: Path, profile: Profile | None) -> dict[str, bytes | None
     from ..profile.fields import field_by_path
     from .token import BootstrapToken
 
-    out: dict[str, bytes | None] = {}
+    out: dict[str, bool] = {}
     options = JoinOptions(root=Path(root), check=True, discovery=False, skip_preflight=True, labels={},
                           insecure_skip_ca_verification=True, token=BootstrapToken("abcdef", "0" * 16))
     for mode in field_by_path("cluster.mode").rule.schema["enum"]:
         plan = plan_join(replace(profile, cluster=replace(profile.cluster, mode=mode)), options)
-        out.update({f.target: None for f in plan.files})
+        out.update({f.target: out.get(f.target, False) or mode == profile.cluster.mode for f in plan.files})
     return out
 
 
 def _targets(root: Path, profile: Profile | None, *,
-             join: bool) -> tuple[Runtime, dict[str, bytes | None], set[str]]:
+             join: bool) -> tuple[Runtime, dict[str, bytes | None], dict[str, bool]]:
     """The runtime settings and every node path `nodeprep runtime` writes on this root, each with
     the bytes it would write now when that can be known without the profile's plan (None: unknown),
-    and with `join` join's paths too; the paths of join's alone (the kubelet's setup) apart."""
+    and with `join` join's paths too (their bytes unknown: labels, token); join's alone (the
+    kubelet's setup) apart, each with whether the profile's cluster mode writes it."""
     runtime = profile.runtime if profile else Runtime()
     planned: dict[str, bytes | None] = {}
     if profile is not None:
@@ -83,7 +84,8 @@ def _targets(root: Path, profile: Profile | None, *,
         **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
     }
     joins = _join_targets(root, profile) if join else {}
-    return runtime, {**defaults, **joins, **planned}, set(joins) - set(defaults) - set(planned)
+    kube = {t: here for t, here in joins.items() if t not in defaults and t not in planned}
+    return runtime, {**defaults, **dict.fromkeys(joins), **planned}, kube
 
 
 def _ours(raw: bytes) -> bool:
@@ -132,7 +134,8 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
     """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here), and with `join`
     of `nodeprep join` too (`nodeprep uninstall`; the runtime module's state=absent is runtime's part
     alone); `profile`: the node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
-    runtime, targets, kubelet = _targets(root, profile or _profile(root), join=join)
+    runtime, targets, kube = _targets(root, profile or _profile(root), join=join)
+    kubelet = set(kube)  # the paths with which join set the kubelet up
     from_nothing = ctkconfig.render_config({}, runtime)  # a config.toml runtime made, not a package's
     undo: list[Undo] = []
     kept: list[str] = []
@@ -164,6 +167,9 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
                 kept.append(f"{target}: nodeprep set its CDI mode in a file it did not create; left in place")
         elif _ours(raw) or raw == targets[target]:  # a JSON file has no header
             undo.append(Undo(target, path))
+        elif kube.get(target):  # join's files had no header before 2026-11-26: the operator decides
+            kept.append(f"{target}: no '{HEADER.decode()}' header, so not known as nodeprep's and left in "
+                        f"place; if an older nodeprep join wrote it, remove it by hand: rm {target}")
         else:
             kept.append(f"{target}: not written by nodeprep; left in place")
     if join:
