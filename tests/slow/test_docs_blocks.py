@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.docs import DOCS, MATERIALS, Block, blocks, console_commands, expected_output, materials
 from tests.support.fixtures import REPO
-from tests.support.realbuild import ensure_real_build
+from tests.support.realbuild import RealBuild, ensure_cell, ensure_real_build
 from tests.support.standin import standin_store
 
 pytestmark = pytest.mark.slow
@@ -36,16 +36,20 @@ def _image_root(cwd: Path, cache: Path) -> dict[str, str]:
     return {"ROOT": str(cwd / "img")}
 
 
-def _real_build(cwd: Path, cache: Path) -> dict[str, str]:
-    build = ensure_real_build(cache)
+def _real_build(cwd: Path, cache: Path, build: RealBuild | None = None) -> dict[str, str]:
+    build = build or ensure_real_build(cache)
     for artifact in (build.kmod, build.userspace):  # copies: a block cannot change the shared build
         if artifact is not None:
             shutil.copyfile(artifact, cwd / artifact.name)
     return {"NODEPREP_CACHE": str(build.cache or cache)}
 
 
+def _open_build(cwd: Path, cache: Path) -> dict[str, str]:
+    return _real_build(cwd, cache, ensure_cell(cache, "debian12-open", userspace=True))
+
+
 MAKERS: dict[str, Callable[[Path, Path], dict[str, str]]] = {
-    "store": _store, "image-root": _image_root, "real-build": _real_build}
+    "store": _store, "image-root": _image_root, "real-build": _real_build, "open-build": _open_build}
 
 
 def test_every_material_has_a_maker() -> None:

@@ -33,6 +33,9 @@ MATERIALS = {
     "real-build": "./nvidia-kmod-…, ./nvidia-userspace-…: the slow tier's shared real build "
                   "(tests/support/realbuild.py, a cache hit: no compile), with $NODEPREP_CACHE its cache "
                   "(kernels, build roots: nothing downloaded again)",
+    "open-build": "./nvidia-kmod-…, ./nvidia-userspace-…: the debian12-open cell's build (Debian 12's "
+                  "open modules, tests/support/realbuild.py CELLS, a cache hit), with $NODEPREP_CACHE "
+                  "its cache",
 }
 
 
