@@ -191,11 +191,11 @@ def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = Fal
     layout = Layout(Path(root))
     deleted = [u.target for u in removal.undo if u.content is None]
     folders = ops.empty_folders(layout, deleted)
-    stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []
+    stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []  # when active
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
     notes: list[str] = []
     if not check:
-        notes = ops.stop_active(removal.stop) if live else []
+        stop, notes = ops.stop_active(removal.stop) if live else ([], [])
         for u in removal.undo:
             if u.content is None:
                 u.path.unlink(missing_ok=True)

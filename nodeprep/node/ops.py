@@ -831,7 +831,7 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
         todo, restore, folders = _survey(layout, callbacks)
         if folders:
             atomic_write(_journal(layout), json.dumps({"folders": folders}) + "\n")
-        notes = stop_active(todo.stop) if layout.live else []
+        notes = stop_active(todo.stop)[1] if layout.live else []
         if todo.unload and runner.run(["modprobe", "-r", *todo.unload], check=False,
                                       timeout=120).returncode != 0:
             notes.append(f"{', '.join(todo.unload)}: in use, not unloaded; a reboot unloads them")
@@ -864,16 +864,19 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
                            restored=todo.restore, kept=todo.kept, notes=tuple(notes))
 
 
-def stop_active(units: Sequence[str]) -> list[str]:
+def stop_active(units: Sequence[str]) -> tuple[list[list[str]], list[str]]:
     """Stop each of `units` that systemd says is active (the running system; uninstall's first step
-    where join set up the kubelet); a note for each not stopped because there is no systemctl."""
-    notes = []
+    where join set up the kubelet): the stop commands run, and a note for each unit not stopped
+    because there is no systemctl."""
+    ran: list[list[str]] = []
+    notes: list[str] = []
     for unit in units:
         if runner.which("systemctl") is None:  # a root without systemd
             notes.append(f"systemctl not found: `systemctl stop {unit}` skipped")
         elif runner.run(["systemctl", "is-active", "--quiet", unit], timeout=60, check=False).returncode == 0:
-            runner.run(["systemctl", "stop", unit], timeout=300, check=False)
-    return notes
+            ran.append(["systemctl", "stop", unit])
+            runner.run(ran[-1], timeout=300, check=False)
+    return ran, notes
 
 
 def _remove(layout: Layout, path: Path) -> None:
