@@ -29,6 +29,7 @@ from typing import Any
 from .. import runner
 from ..node import ops
 from ..node.callbacks import Removal, Undo
+from ..node.crash import crash_point
 from ..node.fsutil import atomic_write, fsync_dir
 from ..node.layout import Layout
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
@@ -186,15 +187,17 @@ def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = Fal
     """Undo `removal` on `root` (the Ansible runtime and join modules' state=absent; `nodeprep
     uninstall` does it with the rest): on a live root the units join set up stopped when active
     (nodeprep.node.ops.stop_active), files removed or written back, then the folders left empty
-    (uninstall's rule, nodeprep.node.ops.empty_folders), then on a live root the units restarted.
+    (uninstall's rule and journal, nodeprep.node.ops.removal_folders), then on a live root the units
+    restarted.
     `check`: what it would do, nothing done."""
     layout = Layout(Path(root))
     deleted = [u.target for u in removal.undo if u.content is None]
-    folders = ops.empty_folders(layout, deleted)
+    folders = ops.removal_folders(layout, deleted)  # noted first: a killed run's are finished next time
     stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []  # when active
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
     notes: list[str] = []
     if not check:
+        ops.journal_folders(layout, folders)
         stop, notes = ops.stop_active(removal.stop) if live else ([], [])
         for u in removal.undo:
             if u.content is None:
@@ -202,12 +205,12 @@ def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = Fal
                 fsync_dir(u.path.parent)
             else:
                 atomic_write(u.path, u.content, mode=u.mode)
+        crash_point("removal:files")
         for folder in folders:
-            path = layout.host_path(folder)
-            path.rmdir()
-            fsync_dir(path.parent)
+            ops.remove_empty_folder(layout, folder)
+        ops.journal_folders(layout, [])
         for argv in ran:
             runner.run(argv, timeout=300, check=False)
-    return {"changed": bool(removal.undo), "removed": [*deleted, *folders],
+    return {"changed": bool(removal.undo or folders), "removed": [*deleted, *folders],
             "restored": [u.target for u in removal.undo if u.content is not None],
             "ran": stop + ran, "kept": list(removal.kept), "notes": notes}

@@ -714,8 +714,8 @@ def _journalled(layout: Layout) -> list[str]:
 
 def empty_folders(layout: Layout, removed: Sequence[str], candidates: Sequence[str] = ()) -> list[str]:
     """Folders above `removed` (node paths; and the `candidates`) that hold nothing else once those
-    are gone, deepest first; never the distribution's, nor one a dpkg package lists. Uninstall's rule,
-    and the Ansible runtime and join modules' state=absent (nodeprep.join.removal)."""
+    are gone, deepest first; never the distribution's, nor one a dpkg package lists. Uninstall's rule
+    (removal_folders: for the Ansible runtime and join modules' state=absent)."""
     gone = set(removed)
     out: list[str] = []
     grown = True
@@ -744,6 +744,31 @@ def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) ->
     out = empty_folders(layout, [*removed, layout.node_path(_journal(layout))], candidates)
     state_dir = layout.node_path(layout.state_dir)
     return sorted(out, key=lambda f: f == state_dir)  # stable: deepest first, the journal's folder last
+
+
+def removal_folders(layout: Layout, removed: Sequence[str]) -> list[str]:
+    """The folders an undo of `removed` (node paths) leaves empty, with those a killed run noted:
+    uninstall's (its journal gone too, the state folder last), for the Ansible runtime and join
+    modules' state=absent (nodeprep.join.removal)."""
+    return _empty_folders(layout, list(removed), _journalled(layout))
+
+
+def journal_folders(layout: Layout, folders: Sequence[str]) -> None:
+    """Note `folders` before anything goes, where nodeprep's state folder is (none is made for it);
+    no folders: the note is dropped."""
+    if folders and layout.state_dir.is_dir():
+        atomic_write(_journal(layout), json.dumps({"folders": list(folders)}) + "\n")
+    elif not folders:
+        _journal(layout).unlink(missing_ok=True)
+
+
+def remove_empty_folder(layout: Layout, folder: str) -> None:
+    """Remove one of removal_folders' folders (node path); the state folder after its journal."""
+    path = layout.host_path(folder)
+    if path == layout.state_dir:
+        _journal(layout).unlink(missing_ok=True)
+    path.rmdir()
+    fsync_dir(path.parent)
 
 
 def _survey(

@@ -311,6 +311,35 @@ def test_join_module_state_absent_undoes_the_join(tmp_path: Path, mode: str) -> 
     assert module("nodeprep_join", absent)[0] == "SUCCESS"
 
 
+def test_join_module_state_absent_killed_after_the_files_is_finished_by_the_next_run(tmp_path: Path) -> None:
+    """A state=absent run killed once join's files are gone, before their folders: the next run
+    removes the folders it had noted (uninstall's journal), and the root is as before the join."""
+    root, main, original = containerd_root(tmp_path)
+    (root / "var/lib").mkdir(parents=True)
+    (root / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True)
+    (root / "lib/systemd/system").mkdir(parents=True)
+    (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
+                                                            "[Install]\nWantedBy=multi-user.target\n")
+    (root / "etc/kubernetes/pki").mkdir(parents=True)
+    (root / "etc/kubernetes/pki/ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    cluster = {"api_server": "10.231.0.1:6443", "ca_cert_hashes": ["sha256:" + "5f" * 32],
+               "kubernetes_version": "1.31", "node_name": "node1", "mode": "kubelet"}
+    profile = {"root": str(root), "content": {**PROFILE, "cluster": cluster}}
+    assert module("nodeprep_profile", profile)[0] == "CHANGED"
+    (root / "etc/nodeprep/bootstrap-token").write_text("abcdef.0123456789abcdef\n")
+    (root / "etc/nodeprep/bootstrap-token").chmod(0o600)
+    before = snapshot(root)
+    join = {"root": str(root), "nvidia_smi_xml": str(CAPTURE), "skip_discovery": True, "skip_preflight": True}
+    assert module("nodeprep_join", join)[0] == "CHANGED"
+    absent = {"root": str(root), "state": "absent"}
+    status, result = module("nodeprep_join", absent, env={"NODEPREP_CRASH_AT": "removal:files"})
+    assert status == "FAILED!", result
+    assert not (root / "var/lib/kubelet/config.yaml").exists() and (root / "var/lib/kubelet").is_dir()
+    status, result = module("nodeprep_join", absent)
+    assert status == "CHANGED" and "/var/lib/kubelet" in result["removed"], result
+    assert snapshot(root) == before and main.read_text() == original
+
+
 def test_doctor_module_fails_with_the_problems(tmp_path: Path) -> None:
     """The gate fails on its problems; in check mode it reports them (ok false, `preflight`) and the
     play goes on, like the driver module's check with `doctor`."""
