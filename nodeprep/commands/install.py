@@ -407,6 +407,8 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
             click.echo(f"would leave {line}")
         for argv in todo.commands(live):
             click.echo(f"would run {' '.join(argv)}")
+        for line in todo.notes(live):
+            click.echo(line)
         if not todo.changes:
             click.echo("nothing to do")
         return

@@ -6,7 +6,8 @@ Before a kubelet-mode join enables the unit, it records the unit's enablement li
 by the first join that enables the unit, so a later join does not take join's own links for the
 node's. Uninstall removes the links there now that the record does not name (the ones the enable
 made; none when kubelet was enabled before) and the record; a node where kubelet was enabled
-before keeps it enabled. A live node's kubelet keeps running: it is the kubelet package's service.
+before keeps it enabled. A live node's kubelet is stopped first when active (its join files go:
+nodeprep.join.removal's `stop`), and not disabled unless the join enabled it.
 """
 
 from __future__ import annotations

@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..node import ops
 from ..node.callbacks import Removal, Undo
+from ..node.crash import crash_point
 from ..node.fsutil import atomic_write, fsync_dir
+from ..node.layout import Layout
 from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
 from . import cdi as cdimod
 from . import containerd as ctd
@@ -44,9 +47,9 @@ def _profile(root: Path) -> Profile | None:
     return load_profile(path) if path.is_file() else None
 
 
-def _join_targets(root: Path, profile: Profile | None) -> dict[str, bytes | None]:
-    """The node paths `nodeprep join` writes besides runtime's, in each cluster mode (the profile's
-    mode may have changed since the join); their bytes unknown (labels, token): None."""
+def _join_targets(root: Path, profile: Profile | None) -> dict[str, bool]:
+    """The node paths `nodeprep join` writes, in each cluster mode (the profile's mode may have
+    changed since the join), each with whether the profile's own mode writes it."""
     if profile is None or profile.cluster is None:
         return {}
     from dataclasses import replace
@@ -54,18 +57,21 @@ def _join_targets(root: Path, profile: Profile | None) -> dict[str, bytes | None
     from ..profile.fields import field_by_path
     from .token import BootstrapToken
 
-    out: dict[str, bytes | None] = {}
+    out: dict[str, bool] = {}
     options = JoinOptions(root=Path(root), check=True, discovery=False, skip_preflight=True, labels={},
                           insecure_skip_ca_verification=True, token=BootstrapToken("abcdef", "0" * 16))
     for mode in field_by_path("cluster.mode").rule.schema["enum"]:
         plan = plan_join(replace(profile, cluster=replace(profile.cluster, mode=mode)), options)
-        out.update({f.target: None for f in plan.files})
+        out.update({f.target: out.get(f.target, False) or mode == profile.cluster.mode for f in plan.files})
     return out
 
 
-def _targets(root: Path, profile: Profile | None, *, join: bool) -> tuple[Runtime, dict[str, bytes | None]]:
+def _targets(root: Path, profile: Profile | None, *,
+             join: bool) -> tuple[Runtime, dict[str, bytes | None], dict[str, bool]]:
     """The runtime settings and every node path `nodeprep runtime` writes on this root, each with
-    the bytes it would write now when that can be known without the profile's plan (None: unknown)."""
+    the bytes it would write now when that can be known without the profile's plan (None: unknown),
+    and with `join` join's paths too (their bytes unknown: labels, token); join's alone (the
+    kubelet's setup) apart, each with whether the profile's cluster mode writes it."""
     runtime = profile.runtime if profile else Runtime()
     planned: dict[str, bytes | None] = {}
     if profile is not None:
@@ -78,7 +84,9 @@ def _targets(root: Path, profile: Profile | None, *, join: bool) -> tuple[Runtim
         ctkconfig.CONFIG: None,
         **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
     }
-    return runtime, {**defaults, **(_join_targets(root, profile) if join else {}), **planned}
+    joins = _join_targets(root, profile) if join else {}
+    kube = {t: here for t, here in joins.items() if t not in defaults and t not in planned}
+    return runtime, {**defaults, **dict.fromkeys(joins), **planned}, kube
 
 
 def _ours(raw: bytes) -> bool:
@@ -127,7 +135,8 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
     """What uninstall undoes of `nodeprep runtime` on `root` (nothing written here), and with `join`
     of `nodeprep join` too (`nodeprep uninstall`; the runtime module's state=absent is runtime's part
     alone); `profile`: the node's (default: /etc/nodeprep/node.yaml under `root` when there is one)."""
-    runtime, targets = _targets(root, profile or _profile(root), join=join)
+    runtime, targets, kube = _targets(root, profile or _profile(root), join=join)
+    kubelet = set(kube)  # the paths with which join set the kubelet up
     from_nothing = ctkconfig.render_config({}, runtime)  # a config.toml runtime made, not a package's
     undo: list[Undo] = []
     kept: list[str] = []
@@ -159,28 +168,49 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
                 kept.append(f"{target}: nodeprep set its CDI mode in a file it did not create; left in place")
         elif _ours(raw) or raw == targets[target]:  # a JSON file has no header
             undo.append(Undo(target, path))
+        elif kube.get(target):  # join's files had no header before 2026-11-26: the operator decides
+            kept.append(f"{target}: no '{HEADER.decode()}' header, so not known as nodeprep's and left in "
+                        f"place; if an older nodeprep join wrote it, remove it by hand: rm {target}")
         else:
             kept.append(f"{target}: not written by nodeprep; left in place")
     if join:
         enabled, not_ours = enablement.plan_undo(root)
         undo += enabled
         kept += not_ours
+        kubelet |= {u.target for u in enabled}
     restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
-    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart)
+    stop = (enablement.UNIT,) if any(u.target in kubelet for u in undo) else ()
+    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart, stop=stop)
 
 
-def apply_removal(removal: Removal, *, live: bool) -> dict[str, Any]:
-    """Undo `removal` (the Ansible runtime module's state=absent; `nodeprep uninstall` does it with
-    the rest): files removed or written back, then on a live root the units restarted."""
-    for u in removal.undo:
-        if u.content is None:
-            u.path.unlink(missing_ok=True)
-            fsync_dir(u.path.parent)
-        else:
-            atomic_write(u.path, u.content, mode=u.mode)
+def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = False) -> dict[str, Any]:
+    """Undo `removal` on `root` (the Ansible runtime and join modules' state=absent; `nodeprep
+    uninstall` does it with the rest): on a live root the units join set up stopped when active
+    (nodeprep.node.ops.stop_active), files removed or written back, then the folders left empty
+    (uninstall's rule and journal, nodeprep.node.ops.removal_folders), then on a live root the units
+    restarted.
+    `check`: what it would do, nothing done."""
+    layout = Layout(Path(root))
+    deleted = [u.target for u in removal.undo if u.content is None]
+    folders = ops.removal_folders(layout, deleted)  # noted first: a killed run's are finished next time
+    stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []  # when active
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
-    for argv in ran:
-        runner.run(argv, timeout=300, check=False)
-    return {"changed": bool(removal.undo), "removed": [u.target for u in removal.undo if u.content is None],
-            "restored": [u.target for u in removal.undo if u.content is not None], "ran": ran,
-            "kept": list(removal.kept)}
+    notes: list[str] = []
+    if not check:
+        ops.journal_folders(layout, folders)
+        stop, notes = ops.stop_active(removal.stop) if live else ([], [])
+        for u in removal.undo:
+            if u.content is None:
+                u.path.unlink(missing_ok=True)
+                fsync_dir(u.path.parent)
+            else:
+                atomic_write(u.path, u.content, mode=u.mode)
+        crash_point("removal:files")
+        for folder in folders:
+            ops.remove_empty_folder(layout, folder)
+        ops.journal_folders(layout, [])
+        for argv in ran:
+            runner.run(argv, timeout=300, check=False)
+    return {"changed": bool(removal.undo or folders), "removed": [*deleted, *folders],
+            "restored": [u.target for u in removal.undo if u.content is not None],
+            "ran": stop + ran, "kept": list(removal.kept), "notes": notes}

@@ -38,11 +38,12 @@ class Undo:
 class Removal:
     """What `uninstall` undoes above the node: `undo` in order, `kept` one warning line per file at a
     path nodeprep writes that nodeprep did not write (left as it is), `restart` the units to restart
-    on a live root once the files are gone."""
+    on a live root once the files are gone, `stop` those to stop there (when active) before they go."""
 
     undo: tuple[Undo, ...] = ()
     kept: tuple[str, ...] = ()
     restart: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
 
 
 def _no_removal(root: Path) -> Removal:

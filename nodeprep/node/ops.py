@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -712,11 +712,11 @@ def _journalled(layout: Layout) -> list[str]:
             and "\0" not in f] if isinstance(folders, list) else []
 
 
-def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) -> list[str]:
-    """Folders above `removed` (and the journalled `candidates`) that hold nothing else, deepest
-    first and nodeprep's state folder last; never the distribution's, nor one a dpkg package lists."""
-    journal = layout.node_path(_journal(layout))
-    gone = {*removed, journal}
+def empty_folders(layout: Layout, removed: Sequence[str], candidates: Sequence[str] = ()) -> list[str]:
+    """Folders above `removed` (node paths; and the `candidates`) that hold nothing else once those
+    are gone, deepest first; never the distribution's, nor one a dpkg package lists. Uninstall's rule
+    (removal_folders: for the Ansible runtime and join modules' state=absent)."""
+    gone = set(removed)
     out: list[str] = []
     grown = True
     while grown:
@@ -736,8 +736,39 @@ def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) ->
                 gone.add(folder)
                 out.append(folder)
                 grown = True
+    return out
+
+
+def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) -> list[str]:
+    """empty_folders with uninstall's journal gone too, nodeprep's state folder last."""
+    out = empty_folders(layout, [*removed, layout.node_path(_journal(layout))], candidates)
     state_dir = layout.node_path(layout.state_dir)
     return sorted(out, key=lambda f: f == state_dir)  # stable: deepest first, the journal's folder last
+
+
+def removal_folders(layout: Layout, removed: Sequence[str]) -> list[str]:
+    """The folders an undo of `removed` (node paths) leaves empty, with those a killed run noted:
+    uninstall's (its journal gone too, the state folder last), for the Ansible runtime and join
+    modules' state=absent (nodeprep.join.removal)."""
+    return _empty_folders(layout, list(removed), _journalled(layout))
+
+
+def journal_folders(layout: Layout, folders: Sequence[str]) -> None:
+    """Note `folders` before anything goes, where nodeprep's state folder is (none is made for it);
+    no folders: the note is dropped."""
+    if folders and layout.state_dir.is_dir():
+        atomic_write(_journal(layout), json.dumps({"folders": list(folders)}) + "\n")
+    elif not folders:
+        _journal(layout).unlink(missing_ok=True)
+
+
+def remove_empty_folder(layout: Layout, folder: str) -> None:
+    """Remove one of removal_folders' folders (node path); the state folder after its journal."""
+    path = layout.host_path(folder)
+    if path == layout.state_dir:
+        _journal(layout).unlink(missing_ok=True)
+    path.rmdir()
+    fsync_dir(path.parent)
 
 
 def _survey(
@@ -796,7 +827,7 @@ def _survey(
     todo = plan_uninstall(
         remove, sorted(restore), s.kept, loaded=_loaded_modules() if layout.live else (),
         kernels=tuple(sorted(set(kernels) | set(_stale_module_index(layout)))), restart=above.restart,
-        ldconfig=ldconfig, unit=s.node(layout.unit))
+        ldconfig=ldconfig, unit=s.node(layout.unit), stop=above.stop)
     return todo, restore, folders
 
 
@@ -809,7 +840,9 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
     """Return the node to what it was before nodeprep: every file, link and folder nodeprep made
     (recognised by content or by its record; any other file at such a path is left and named),
     files nodeprep edited written back, modules unloaded when nothing uses them (a live root), then
-    ldconfig and depmod again (and a daemon-reload on a live root). Refuses while another nodeprep
+    ldconfig and depmod again (and a daemon-reload on a live root). On a live root the units join
+    set up (kubelet) are stopped first, when active; under another root the running system is not
+    touched. Refuses while another nodeprep
     run holds the lock. Each step is idempotent and recognised from the filesystem, so a run killed
     anywhere is finished by the next one. `callbacks`: join's part (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
@@ -823,7 +856,7 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
         todo, restore, folders = _survey(layout, callbacks)
         if folders:
             atomic_write(_journal(layout), json.dumps({"folders": folders}) + "\n")
-        notes: list[str] = []
+        notes = stop_active(todo.stop)[1] if layout.live else []
         if todo.unload and runner.run(["modprobe", "-r", *todo.unload], check=False,
                                       timeout=120).returncode != 0:
             notes.append(f"{', '.join(todo.unload)}: in use, not unloaded; a reboot unloads them")
@@ -841,10 +874,10 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
             if layout.resolved(f"/lib/modules/{rel}").is_dir():
                 system.depmod(layout, rel)
         if layout.live:
-            for argv in todo.commands(live=True):
-                if argv[0] == "systemctl" and runner.which("systemctl") is None:  # a root without systemd
+            for argv in todo.units_after():
+                if runner.which("systemctl") is None:  # a root without systemd
                     notes.append(f"systemctl not found: `{' '.join(argv)}` skipped")
-                elif argv[0] == "systemctl":
+                else:
                     runner.run(argv, timeout=300, check=False)
     for folder in made[1:]:  # /var/lib, /var of an empty root (the state folder is planned)
         try:
@@ -854,6 +887,21 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
     removed = tuple(p for p in todo.remove if p not in own)
     return UninstallResult(changed=bool(removed or todo.restore or todo.unload), removed=removed,
                            restored=todo.restore, kept=todo.kept, notes=tuple(notes))
+
+
+def stop_active(units: Sequence[str]) -> tuple[list[list[str]], list[str]]:
+    """Stop each of `units` that systemd says is active (the running system; uninstall's first step
+    where join set up the kubelet): the stop commands run, and a note for each unit not stopped
+    because there is no systemctl."""
+    ran: list[list[str]] = []
+    notes: list[str] = []
+    for unit in units:
+        if runner.which("systemctl") is None:  # a root without systemd
+            notes.append(f"systemctl not found: `systemctl stop {unit}` skipped")
+        elif runner.run(["systemctl", "is-active", "--quiet", unit], timeout=60, check=False).returncode == 0:
+            ran.append(["systemctl", "stop", unit])
+            runner.run(ran[-1], timeout=300, check=False)
+    return ran, notes
 
 
 def _remove(layout: Layout, path: Path) -> None:

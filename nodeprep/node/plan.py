@@ -257,7 +257,8 @@ class UninstallPlan:
     writes back (`restore`: nodeprep edited them), the files it leaves (`kept`: one line each, at a
     path nodeprep writes but not written by it), the modules it unloads first (live root), and what
     runs after: ldconfig, depmod for the kernels whose module links went, and on a live root a
-    systemd daemon-reload and the restart of the units join names (containerd)."""
+    systemd daemon-reload and the restart of the units join names (containerd). On a live root the
+    units join set up (`stop`: kubelet) are stopped first, when systemd says they are active."""
 
     remove: tuple[str, ...] = ()
     restore: tuple[str, ...] = ()
@@ -267,6 +268,7 @@ class UninstallPlan:
     depmod: tuple[str, ...] = ()
     daemon_reload: bool = False
     restart: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
 
     @property
     def changes(self) -> bool:
@@ -274,27 +276,36 @@ class UninstallPlan:
 
     def commands(self, live: bool) -> list[list[str]]:
         """The commands the apply runs (as on a live root; under --root: ldconfig -r, depmod -b)."""
-        out = [["modprobe", "-r", *self.unload]] if self.unload else []
+        out = [["systemctl", "stop", u] for u in self.stop] if live else []
+        out += [["modprobe", "-r", *self.unload]] if self.unload else []
         out += [["ldconfig"]] if self.ldconfig else []
         out += [["depmod", k] for k in self.depmod]
-        if live:
-            out += [["systemctl", "daemon-reload"]] if self.daemon_reload else []
-            out += [["systemctl", "try-restart", u] for u in self.restart]
-        return out
+        return out + (self.units_after() if live else [])
+
+    def units_after(self) -> list[list[str]]:
+        """The systemctl commands run last on a live root, once the files are gone."""
+        return [["systemctl", "daemon-reload"]] * self.daemon_reload + [
+            ["systemctl", "try-restart", u] for u in self.restart]
+
+    def notes(self, live: bool) -> list[str]:
+        """What the plan does to the running system beyond its commands, one line each."""
+        says = ("stopped before its files go, only when systemd says it is active" if live
+                else "not stopped: with --root, uninstall never touches the running system")
+        return [f"{u}: {says}" for u in self.stop]
 
     def to_dict(self, live: bool = False) -> dict[str, Any]:
         return {"changes": self.changes, "remove": list(self.remove), "restore": list(self.restore),
-                "kept": list(self.kept), "commands": self.commands(live)}
+                "kept": list(self.kept), "commands": self.commands(live), "notes": self.notes(live)}
 
 
 def plan_uninstall(remove: list[str], restore: list[str], kept: list[str], *, loaded: tuple[str, ...],
                    kernels: tuple[str, ...], restart: tuple[str, ...], ldconfig: bool,
-                   unit: str) -> UninstallPlan:
+                   unit: str, stop: tuple[str, ...] = ()) -> UninstallPlan:
     """The uninstall of what the survey found: `remove` and `restore` (node paths, in order), `kept`
     (lines), the nvidia modules `loaded` now (live root), the `kernels` whose module links go, the
-    units join asks to restart, whether the ld cache names what goes (`ldconfig`) and the unit's
-    node path (its removal needs a daemon-reload)."""
+    units join asks to restart, and to `stop` first, whether the ld cache names what goes
+    (`ldconfig`) and the unit's node path (its removal needs a daemon-reload)."""
     return UninstallPlan(
         remove=tuple(remove), restore=tuple(restore), kept=tuple(kept), unload=loaded,
         ldconfig=ldconfig, depmod=kernels, daemon_reload=unit in remove,
-        restart=restart if remove or restore else ())
+        restart=restart if remove or restore else (), stop=stop if remove or restore else ())

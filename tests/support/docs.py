@@ -30,6 +30,12 @@ MATERIALS = {
     "store": "./artifacts: a store of small real artifacts, 535.309.01 for 6.1.0-28-amd64 "
              "(tests/support/standin.py)",
     "image-root": "$ROOT: an empty directory standing for an image's root",
+    "real-build": "./nvidia-kmod-…, ./nvidia-userspace-…: the slow tier's shared real build "
+                  "(tests/support/realbuild.py, a cache hit: no compile), with $NODEPREP_CACHE its cache "
+                  "(kernels, build roots: nothing downloaded again)",
+    "open-build": "./nvidia-kmod-…, ./nvidia-userspace-…: the debian12-open cell's build (Debian 12's "
+                  "open modules, tests/support/realbuild.py CELLS, a cache hit), with $NODEPREP_CACHE "
+                  "its cache",
 }
 
 

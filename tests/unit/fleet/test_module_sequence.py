@@ -16,6 +16,7 @@ import yaml
 from nodeprep import runner
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store, tree
+from tests.unit.node.test_node_uninstall import snapshot
 
 from .conftest import REPO
 
@@ -332,43 +333,46 @@ def containerd_root(tmp_path: Path) -> tuple[Path, Path, str]:
 
 
 def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
-    """nodeprep_runtime state=absent: the drop-in and CDI spec nodeprep wrote go and the containerd
-    main file is byte for byte what it was; check mode first changes nothing; a re-run is unchanged."""
+    """nodeprep_runtime state=absent: the drop-in and CDI spec nodeprep wrote go, with the folders
+    runtime made for them, and the containerd main file is byte for byte what it was (the root as
+    before); check mode first changes nothing; a re-run is unchanged."""
     root, main, original = containerd_root(tmp_path)
     profile = root / "etc/nodeprep/node.yaml"
     profile.parent.mkdir(parents=True)
     profile.write_text(yaml.safe_dump(PROFILE))
+    before = snapshot(root)
     args = {"root": str(root), "nvidia_smi_xml": str(CAPTURE)}
     assert module("nodeprep_runtime", args)[0] == "CHANGED"
     written = tree(root)
     assert main.read_text() != original and "etc/cdi/nvidia.yaml" in written
     status, result = module("nodeprep_runtime", {"root": str(root), "state": "absent"}, check=True)
     assert status == "CHANGED" and result["restored"] == ["/etc/containerd/config.toml"], result
-    assert sorted(result["removed"]) == ["/etc/cdi/nvidia.yaml",
+    assert sorted(result["removed"]) == ["/etc/cdi", "/etc/cdi/nvidia.yaml", "/etc/containerd/conf.d",
                                          "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
+                                         "/etc/nvidia-container-runtime",
                                          "/etc/nvidia-container-runtime/config.toml",
+                                         "/usr/libexec", "/usr/libexec/nodeprep",
                                          "/usr/libexec/nodeprep/cdi-hook",
+                                         "/usr/share", "/usr/share/containers", "/usr/share/containers/oci",
+                                         "/usr/share/containers/oci/hooks.d",
                                          "/usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json"]
     assert tree(root) == written
     status, result = module("nodeprep_runtime", {"root": str(root), "state": "absent"})
     assert status == "CHANGED" and result["kept"] == [], result
-    assert main.read_text() == original
-    assert not (root / "etc/cdi/nvidia.yaml").exists()
-    assert not (root / "etc/containerd/conf.d/99-nodeprep-nvidia.toml").exists()
-    assert not (root / "etc/nvidia-container-runtime/config.toml").exists()
-    assert not (root / "usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json").exists()
+    assert main.read_text() == original and snapshot(root) == before  # the folders runtime made gone too
     assert module("nodeprep_runtime", {"root": str(root), "state": "absent"})[0] == "SUCCESS"
 
 
 @pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
 def test_join_module_state_absent_undoes_the_join(tmp_path: Path, mode: str) -> None:
     """nodeprep_join state=absent undoes the join as `nodeprep uninstall` does (the same
-    nodeprep.join.removal plan): check mode lists what would go and changes nothing; the run leaves
-    every file as it was before the join (the containerd main file written back, the kubelet
-    enablement join's `systemctl enable` made taken back; profile, token and CA certificate kept);
-    a re-run is unchanged."""
+    nodeprep.join.removal plan): check mode lists what would go and changes nothing; the run leaves the
+    root as it was before the join, folders and modes included (the containerd main file written back,
+    the kubelet enablement join's `systemctl enable` made taken back, the folders join made and left
+    empty removed; profile, token and CA certificate kept); a re-run is unchanged."""
     root, main, original = containerd_root(tmp_path)
     (root / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True)
+    (root / "var/lib").mkdir(parents=True)  # the distribution's folders: never removed
     (root / "lib/systemd/system").mkdir(parents=True)  # the kubelet package's unit
     (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
                                                             "[Install]\nWantedBy=multi-user.target\n")
@@ -381,14 +385,11 @@ def test_join_module_state_absent_undoes_the_join(tmp_path: Path, mode: str) -> 
     (root / "etc/nodeprep/bootstrap-token").write_text("abcdef.0123456789abcdef\n")
     (root / "etc/nodeprep/bootstrap-token").chmod(0o600)
 
-    def files() -> dict[str, str]:  # the module removes files; folders are uninstall's
-        return {k: v for k, v in tree(root).items() if v != "dir"}
-
-    before = files()
+    before = snapshot(root)  # folders and modes too: join's empty folders go as uninstall's do
     join = {"root": str(root), "nvidia_smi_xml": str(CAPTURE), "skip_discovery": True, "skip_preflight": True}
     status, result = module("nodeprep_join", join)
     assert status == "CHANGED", result
-    joined = files()
+    joined = snapshot(root)
     wants = "etc/systemd/system/multi-user.target.wants/kubelet.service"
     ours = ({"etc/nodeprep/kubeadm-join.yaml"} if mode == "kubeadm"
             else {"etc/kubernetes/bootstrap-kubelet.conf", "var/lib/kubelet/config.yaml", wants})
@@ -397,12 +398,43 @@ def test_join_module_state_absent_undoes_the_join(tmp_path: Path, mode: str) -> 
     absent = {"root": str(root), "state": "absent"}
     status, result = module("nodeprep_join", absent, check=True)
     assert status == "CHANGED" and result["restored"] == ["/etc/containerd/config.toml"], result
-    assert {"/" + p for p in ours} | {"/etc/cdi/nvidia.yaml"} <= set(result["removed"]), result
-    assert files() == joined
+    folders = ({"/var/lib/kubelet", "/etc/systemd/system/kubelet.service.d"} if mode == "kubelet"
+               else {"/etc/nodeprep/kubeadm-patches"})  # folders join made (/etc/kubernetes was there)
+    assert {"/" + p for p in ours} | {"/etc/cdi/nvidia.yaml", *folders} <= set(result["removed"]), result
+    assert snapshot(root) == joined
     status, result = module("nodeprep_join", absent)
     assert status == "CHANGED" and result["kept"] == [], result
-    assert files() == before and main.read_text() == original
+    assert snapshot(root) == before and main.read_text() == original
     assert module("nodeprep_join", absent)[0] == "SUCCESS"
+
+
+def test_join_module_state_absent_killed_after_the_files_is_finished_by_the_next_run(tmp_path: Path) -> None:
+    """A state=absent run killed once join's files are gone, before their folders: the next run
+    removes the folders it had noted (uninstall's journal), and the root is as before the join."""
+    root, main, original = containerd_root(tmp_path)
+    (root / "var/lib").mkdir(parents=True)
+    (root / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True)
+    (root / "lib/systemd/system").mkdir(parents=True)
+    (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
+                                                            "[Install]\nWantedBy=multi-user.target\n")
+    (root / "etc/kubernetes/pki").mkdir(parents=True)
+    (root / "etc/kubernetes/pki/ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    cluster = {"api_server": "10.231.0.1:6443", "ca_cert_hashes": ["sha256:" + "5f" * 32],
+               "kubernetes_version": "1.31", "node_name": "node1", "mode": "kubelet"}
+    profile = {"root": str(root), "content": {**PROFILE, "cluster": cluster}}
+    assert module("nodeprep_profile", profile)[0] == "CHANGED"
+    (root / "etc/nodeprep/bootstrap-token").write_text("abcdef.0123456789abcdef\n")
+    (root / "etc/nodeprep/bootstrap-token").chmod(0o600)
+    before = snapshot(root)
+    join = {"root": str(root), "nvidia_smi_xml": str(CAPTURE), "skip_discovery": True, "skip_preflight": True}
+    assert module("nodeprep_join", join)[0] == "CHANGED"
+    absent = {"root": str(root), "state": "absent"}
+    status, result = module("nodeprep_join", absent, env={"NODEPREP_CRASH_AT": "removal:files"})
+    assert status == "FAILED!", result
+    assert not (root / "var/lib/kubelet/config.yaml").exists() and (root / "var/lib/kubelet").is_dir()
+    status, result = module("nodeprep_join", absent)
+    assert status == "CHANGED" and "/var/lib/kubelet" in result["removed"], result
+    assert snapshot(root) == before and main.read_text() == original
 
 
 def test_doctor_module_fails_with_the_problems(tmp_path: Path) -> None:

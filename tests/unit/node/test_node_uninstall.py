@@ -24,6 +24,7 @@ from nodeprep import runner
 from nodeprep.cli import main
 from nodeprep.node.layout import Layout
 from nodeprep.node.lock import locked
+from nodeprep.node.plan import plan_uninstall
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
 from tests.unit.join.conftest import node_python
@@ -302,3 +303,75 @@ def joinable_root(root: Path, mode: str) -> Path:
     (root / "lib/systemd/system/kubelet.service").write_text("[Service]\nExecStart=/usr/bin/kubelet\n"
                                                             "[Install]\nWantedBy=multi-user.target\n")
     return root
+
+
+STOP_UNDER_ROOT = "kubelet.service: not stopped: with --root, uninstall never touches the running system"
+
+
+@pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
+def test_uninstall_under_a_root_says_it_leaves_the_running_kubelet(store: Path, tmp_path: Path,
+                                                                   mode: str) -> None:
+    """Join set the kubelet up: under --root the plan says the running kubelet is not stopped, and
+    runs no systemctl; without join's files there is nothing to say."""
+    root = joinable_root(tmp_path / "root", mode)
+    install_everything(store, root)
+    check = invoke("uninstall", "--check", "--root", str(root))
+    assert check.exit_code == 0 and STOP_UNDER_ROOT not in check.stdout, check.output
+    join_root(root)
+    check = invoke("uninstall", "--check", "--root", str(root))
+    assert check.exit_code == 0, check.output
+    assert STOP_UNDER_ROOT in check.stdout.splitlines() and "systemctl" not in check.stdout
+    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
+    assert plan["notes"] == [STOP_UNDER_ROOT] and not [c for c in plan["commands"] if c[0] == "systemctl"]
+
+
+def test_the_live_plan_stops_kubelet_before_anything_else() -> None:
+    """On the running system the plan's first command stops the kubelet (only when active, it says);
+    under another root it has no such command."""
+    plan = plan_uninstall(["/var/lib/kubelet/config.yaml"], ["/etc/containerd/config.toml"], [],
+                          loaded=("nvidia",), kernels=(KERNEL,), restart=("containerd.service",),
+                          ldconfig=True, unit="/etc/systemd/system/nodeprep-nvidia.service",
+                          stop=("kubelet.service",))
+    assert plan.commands(live=True)[0] == ["systemctl", "stop", "kubelet.service"]
+    assert plan.commands(live=True)[-1] == ["systemctl", "try-restart", "containerd.service"]
+    assert plan.notes(live=True) == ["kubelet.service: stopped before its files go, only when systemd "
+                                     "says it is active"]
+    assert ["systemctl", "stop", "kubelet.service"] not in plan.commands(live=False)
+    assert plan.notes(live=False) == [STOP_UNDER_ROOT]
+
+
+@pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
+def test_join_files_from_before_the_header_are_named_once_with_how_to_remove_them(
+        store: Path, tmp_path: Path, mode: str) -> None:
+    """A join before 2026-11-26 wrote its files without nodeprep's header: uninstall cannot know them
+    as its own, so it leaves them (nothing destroyed) and names each in one line with the path, that
+    the header is missing, and the command that removes it (a file at a path only the other cluster
+    mode writes, such as kubeadm's KubeletConfiguration, is named as any file nodeprep did not write)."""
+    root = joinable_root(tmp_path / "root", mode)
+    install_everything(store, root)
+    join_root(root)
+    kubeadm = ["etc/nodeprep/kubeadm-join.yaml",
+               "etc/nodeprep/kubeadm-patches/kubeletconfiguration+merge.yaml"]
+    kubelet = ["etc/kubernetes/bootstrap-kubelet.conf", "var/lib/kubelet/config.yaml",
+               "etc/systemd/system/kubelet.service.d/10-nodeprep.conf"]
+    files = kubeadm if mode == "kubeadm" else kubelet
+    old = {}
+    for rel in files:  # as the older join wrote them
+        lines = (root / rel).read_text().splitlines(keepends=True)
+        assert lines[0].startswith("# Written by nodeprep"), rel
+        old[rel] = "".join(lines[1:])
+        (root / rel).write_text(old[rel])
+    if mode == "kubeadm":  # kubeadm's own KubeletConfiguration, at a path of the other mode: not join's
+        (root / "var/lib/kubelet").mkdir(parents=True)
+        (root / "var/lib/kubelet/config.yaml").write_text("kind: KubeletConfiguration\n")
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    if mode == "kubeadm":
+        assert "warning: /var/lib/kubelet/config.yaml: not written by nodeprep; left in place" in r.output
+    for rel in files:
+        named = [x for x in r.output.splitlines() if f"/{rel}" in x]
+        line = (f"warning: /{rel}: no '# Written by nodeprep' header, so not known as nodeprep's and left in "
+                f"place; if an older nodeprep join wrote it, remove it by hand: rm /{rel}")
+        assert named == [line], r.output
+        assert (root / rel).read_text() == old[rel]
+    assert not (root / "opt/nvidia").exists()  # the rest went

@@ -31,15 +31,11 @@ def remove(module, removal_mod, profile_mod, join=False):
             profile = host.load_profile(module, profile_mod, p["root"], p["profile"],
                                         insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
         removal = removal_mod.plan_removal(root, profile, join=join)
-        if module.check_mode:
-            result = {"changed": bool(removal.undo), "kept": list(removal.kept),
-                      "removed": [u.target for u in removal.undo if u.content is None],
-                      "restored": [u.target for u in removal.undo if u.content is not None], "ran": []}
-        else:
-            result = removal_mod.apply_removal(removal, live=root.resolve() == Path("/"))
+        result = removal_mod.apply_removal(removal, root=root, live=root.resolve() == Path("/"),
+                                           check=module.check_mode)
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
-    for line in result["kept"]:
+    for line in result["kept"] + result["notes"]:
         module.warn(line)
     present_keys = {} if join else {"files": [], "warnings_seen": []}  # the runtime module's RETURN
     module.exit_json(changed=result["changed"], commands=result["ran"], removed=result["removed"],

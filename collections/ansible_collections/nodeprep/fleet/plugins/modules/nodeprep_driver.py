@@ -194,8 +194,8 @@ notes:
   elements: str
 plan:
   description:
-    - With O(state=absent), the uninstall plan (C(changes), C(remove), C(restore), C(kept), C(commands)),
-      as C(nodeprep uninstall --check --json) prints it.
+    - With O(state=absent), the uninstall plan (C(changes), C(remove), C(restore), C(kept), C(commands),
+      C(notes)), as C(nodeprep uninstall --check --json) prints it.
     - The library's install plan (C(changes), C(install_userspace), C(install_kmod), C(activation) with
       C(switch) and C(rewrite), C(notes)), as C(nodeprep install --check --json) prints it.
   returned: in check mode

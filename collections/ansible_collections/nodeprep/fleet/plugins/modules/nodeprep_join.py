@@ -100,7 +100,9 @@ commands:
   type: list
   elements: list
 removed:
-  description: Node paths removed (check mode, that would be removed), with O(state=absent).
+  description:
+    - Node paths removed (check mode, that would be removed), with O(state=absent).
+    - The files, then the folders they leave empty that are not the distribution's (as C(nodeprep uninstall)).
   returned: when O(state=absent)
   type: list
   elements: str
