@@ -65,8 +65,7 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 
 use_venv()
 
-from nodeprep.containerhooks.container import LIB64  # noqa: E402
-from nodeprep.join.cdi import extra_links  # noqa: E402
+from nodeprep.join.cdi import EXTRA_NAMES  # noqa: E402
 from nodeprep.join.cdi import hooks as spec_hooks  # noqa: E402
 from nodeprep.join.files import apply_changes  # noqa: E402
 from nodeprep.join.hookprogram import HOOK_PATH, hook_command, hook_program  # noqa: E402
@@ -97,7 +96,16 @@ def stand_in_libs(work: Path) -> Path:
     for name, soname in LIBS.items():
         subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname or name}", "-o", lib / name,
                         work / "lib.c"], check=True)
+        if soname:  # as ldconfig -n makes them in the driver root
+            (lib / soname).symlink_to(name)
     return lib
+
+
+def link_args(lib: Path) -> list[str]:
+    """nodeprep's hook's --link values for the folder (nodeprep.join.cdi._mounts' form)."""
+    names = [*LIBS, *(so for so in LIBS.values() if so)]
+    names += [f"{n}={so}" for so in LIBS.values() if so for n in EXTRA_NAMES.get(so, ())]
+    return [a for n in names for a in ("--link", n)]
 
 
 def lib_mounts(lib: Path, dirs: tuple[str, ...]) -> list[dict]:  # type: ignore[type-arg]
@@ -229,20 +237,23 @@ def main() -> int:
         program = hook_program(work / "node")  # the program nodeprep writes on a node, here under work
         apply_changes([program])
         _, argv, env = hook_command()
-        ours = {"hookName": "createContainer", "path": str(program.path),
+        hook = {"hookName": "createContainer", "path": str(program.path),
                 "args": [*argv, "--driver", VERSION, "--ldconfig", MULTIARCH]}
         if env:
-            ours["env"] = env
+            hook["env"] = env
         lib = stand_in_libs(work)
-        one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, LIB64))
+        one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, "/usr/lib64"))
         dlopen_names = [{**m, "containerPath": m["containerPath"].replace(".so.1", ".so")} for m in both
-                        if m["containerPath"].endswith("/libcuda.so.1")]  # mounted when no nvidia-cdi-hook
-        spec_mounts = both + dlopen_names
+                        if m["containerPath"].endswith("/libcuda.so.1")]
+        folder = [{"hostPath": str(lib), "containerPath": str(lib), "options": ["ro", "nosuid", "nodev",
+                   "rbind", "rprivate"]}]
+        ours = {**hook, "args": [*hook["args"], "--libraries", str(lib), *link_args(lib)]}
         # name: (hooks, mounts, image)
         variants = {"none": ([], one, "plain"), "/bin/true": ([true_hook], one, "plain"),
-                    "hook": ([ours], one, "plain"), "lib64": ([], both, "plain"),
-                    "spec": ([ours], spec_mounts, "plain"),
-                    "spec, cache rebuilt": ([ours], spec_mounts, "compat")}
+                    "hook": ([hook], one, "plain"), "folder": ([], folder, "plain"),
+                    "spec": ([ours], folder, "linked"),
+                    "spec, cache rebuilt": ([ours], folder, "compat"),
+                    "spec of before": ([hook], both + dlopen_names, "plain")}
         variants["gate, no GPU"] = ([], one, "plain")
         variants["gate, GPU"] = ([], one, "plain")
         variants["true, hooks dir"] = ([], one, "plain")
@@ -252,8 +263,9 @@ def main() -> int:
         binary = nvidia_hook_binary()
         if binary:  # each writes into its image (links, ld cache): an image of its own
             with_toolkit = [{**h, "path": str(program.path)} if h["path"] == HOOK_PATH else h
-                            for h in spec_hooks(VERSION, MULTIARCH, binary, extra_links(both, MULTIARCH))]
-            variants["spec + nvidia-cdi-hook"] = (with_toolkit, both, "toolkit")
+                            for h in spec_hooks(VERSION, MULTIARCH, binary, [])]
+            with_toolkit[-1] = {**with_toolkit[-1], "args": ours["args"]}
+            variants["spec + nvidia-cdi-hook"] = (with_toolkit, folder, "toolkit")
             variants["nvidia"] = (*nvidia_form(lib, binary), "nvidia")
         else:
             print("NODEPREP_NVIDIA_BIN is not set: no NVIDIA hook, no comparison with NVIDIA's spec")
@@ -299,7 +311,7 @@ def main() -> int:
         )
         if out.returncode != 0:
             cannot_measure(f"a container start failed:\n{out.stderr[-2000:]}")
-        cpu = hook_cpu(work, images["plain"], ours, spec_mounts, args.runs, gate_dir)
+        cpu = hook_cpu(work, images["linked"], ours, folder, args.runs, gate_dir)
     times: dict[str, list[float]] = {slug(n): [] for n in variants}
     for line in out.stdout.splitlines():
         i, name, ns = line.split()

@@ -5,13 +5,20 @@ The CDI spec's hook (nodeprep.containerhooks.spec) and the CUDA gate (nodeprep.c
 container's mount namespace (mounts done, before pivot_root and before the container's process
 starts), with the OCI state JSON on stdin; `bundle` names the directory holding its config.json.
 
-The ld cache (`check_ldcache`, the spec's hook with `--ldconfig DIR`): the spec mounts the driver
-libraries into the loader's default directories of both image layouts, so they are found without an
-ld cache entry. Only an image whose own /etc/ld.so.cache names a library of the same name elsewhere
-(it would win over the default directories), or whose /etc/ld.so.conf.d has a folder of NVIDIA's
-`enable-cuda-compat` (00-compat-*.conf, written by that hook just before this one) that the cache
-does not name yet, gets DIR written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its
-ld.so.cache rebuilt by its own ldconfig.
+The libraries (`link_libraries`, the spec's hook with `--libraries DIR --link NAME[=ENTRY]...`): the
+spec mounts the driver's library folder once, at its node path (/opt/nvidia/<version>/lib64), and the
+hook links each NAME in the image's loader default directory to DIR/ENTRY (ENTRY defaults to NAME):
+the multiarch directory (`--ldconfig`, /usr/lib/x86_64-linux-gnu) or, in an image whose C library is
+in /usr/lib64 and not there (RHEL/UBI), /usr/lib64. So glibc finds them without an ld cache entry, and
+one mount stands for the 73 file mounts of both layouts. No link of the image is followed; an image's
+own file of a NAME is left alone and counts as shadowing (below).
+
+The ld cache (`check_ldcache`): only an image whose own /etc/ld.so.cache names a library of the same
+name elsewhere (it would win over the default directories), that has its own file of a NAME, or whose
+/etc/ld.so.conf.d has a folder of NVIDIA's `enable-cuda-compat` (00-compat-*.conf, written by that
+hook just before this one) that the cache does not name yet, gets the links' directory (the library
+folder when the image has its own files) written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf
+and its ld.so.cache rebuilt by its own ldconfig.
 
 Runs on every container start, so it imports only os, sys and CPython's C JSON scanner: no json (its
 decoder imports re), re, click, yaml, logging or argparse; `bench/container_start.py` measures it.
@@ -28,7 +35,8 @@ COMPAT_CONF = ("00-compat-", ".conf")  # what NVIDIA's enable-cuda-compat writes
 LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 LD_CACHE = "/etc/ld.so.cache"
 MAX_CACHE = 64 << 20  # a big image's cache is a few MB
-LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory; the spec mounts the libraries there too
+LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory: the links go there in such an image
+LIBC = "libc.so.6"  # where the image's C library is tells which default directory its loader searches
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -153,12 +161,87 @@ def uncached_folders(cache: bytes, folders: list[str]) -> list[str]:
     return [d for d in folders if (d.rstrip("/") + "/").encode() not in cache]
 
 
-def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ignore[type-arg]
-    """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else,
-    or when it misses a CUDA compat folder NVIDIA's enable-cuda-compat has just added."""
+def check_ldcache(rootfs: str, names: set[str], mounted_dirs: tuple[str, ...], first: str, *,
+                  shadowed: bool = False) -> None:
+    """Rebuild the image's ld cache (with `first` first) only when `shadowed` (the image has its own
+    file of a library's name), when the cache names one of `names` outside `mounted_dirs`, or when it
+    misses a CUDA compat folder NVIDIA's enable-cuda-compat has just added."""
     cache = read_ld_cache(rootfs) or b""
-    names = mounted_libraries(config, lib_dir)
-    shadowed = bool(cache and names and shadowing_entries(cache, names, (lib_dir, LIB64)))
+    shadowed = shadowed or bool(cache and names and shadowing_entries(cache, names, mounted_dirs))
     compat = compat_folders(rootfs)
     if shadowed or uncached_folders(cache, compat):
-        update_ldcache(rootfs, lib_dir, compat=bool(compat))
+        update_ldcache(rootfs, first, compat=bool(compat))
+
+
+def _lexists(rootfs: str, rel: str) -> bool:
+    path = in_image(rootfs, rel)
+    try:
+        return path is not None and bool(os.lstat(path))
+    except OSError:
+        return False
+
+
+def link_dir(rootfs: str, lib_dir: str) -> str:
+    """The loader default directory the links go into: LIB64 when the image's C library is there and
+    not in `lib_dir` (a RHEL/UBI loader, which does not search the multiarch directory), else `lib_dir`."""
+    if _lexists(rootfs, f"{LIB64}/{LIBC}") and not _lexists(rootfs, f"{lib_dir}/{LIBC}"):
+        return LIB64
+    return lib_dir
+
+
+def _open_dir(rootfs: str, rel: str) -> int:
+    """A descriptor of rootfs/rel reached without following a link (OSError: a link or no folder on
+    the way; missing folders are made)."""
+    fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in rel.strip("/").split("/"):
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def link_libraries(rootfs: str, where: str, libraries: str,
+                   links: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """Make where/NAME -> libraries/ENTRY in the image for each (NAME, ENTRY) of `links`; a link of
+    an earlier driver (another version's folder beside `libraries`) is replaced. Returns (names
+    linked, names the image has its own file or link of: left alone)."""
+    base = libraries.rstrip("/").rsplit("/", 2)[0] + "/"  # /opt/nvidia/
+    linked: list[str] = []
+    own: list[str] = []
+    try:
+        fd = _open_dir(rootfs, where)
+    except OSError as e:
+        print(f"nodeprep hook: libraries not linked ({e.strerror}: a link or no folder at {where} in the "
+              "image)", file=sys.stderr)
+        return linked, own
+    try:
+        for name, entry in links:
+            target = f"{libraries}/{entry}"
+            try:
+                os.symlink(target, name, dir_fd=fd)
+            except FileExistsError:
+                try:
+                    there = os.readlink(name, dir_fd=fd)
+                except OSError:  # a file or folder of the image's own
+                    own.append(name)
+                    continue
+                if there != target:
+                    if not (there.startswith(base) and there.count("/") == target.count("/")):
+                        own.append(name)
+                        continue
+                    os.unlink(name, dir_fd=fd)
+                    os.symlink(target, name, dir_fd=fd)
+            linked.append(name)
+    except OSError as e:  # read-only image
+        print(f"nodeprep hook: libraries not linked ({e.strerror}: {where} in the image)", file=sys.stderr)
+    finally:
+        os.close(fd)
+    return linked, own

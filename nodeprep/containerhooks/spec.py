@@ -1,13 +1,18 @@
 """The createContainer hook of nodeprep's CDI spec (the hook program's default entry).
 
-    /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR]      (join/hookprogram.py)
+    /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR]
+        [--libraries LIBDIR --link NAME[=ENTRY]...]                       (join/hookprogram.py)
 
 1. The CUDA gate's decision (nodeprep.containerhooks.gate.decide: NVIDIA's NVIDIA_REQUIRE_* rules, the GPU
    facts file, CUDA forward compatibility on data center GPUs only) for the driver the spec mounts
    (`--driver`, written by nodeprep for the versioned root it mounts). Refused: exit 1 with one line;
    the runtime does not start the container. One rule for every container: the gate that hooks.d or
    containerd's base spec runs leaves a container carrying this hook to it.
-2. With `--ldconfig DIR`: the image's ld cache rebuilt only when shadowed (nodeprep.containerhooks.container).
+2. With `--libraries`: each NAME linked to LIBDIR/ENTRY (the library folder the spec mounts) in the
+   image's loader default directory, DIR or /usr/lib64 (nodeprep.containerhooks.container).
+3. With `--ldconfig DIR`: the image's ld cache rebuilt only when shadowed (the same module). Without
+   `--libraries` (a spec of before, mounting each file into DIR and /usr/lib64) the names are the
+   files mounted into DIR.
 """
 
 from __future__ import annotations
@@ -15,19 +20,45 @@ from __future__ import annotations
 import sys
 
 from . import gate
-from .container import check_ldcache, container_env, update_ldcache
+from .container import (
+    LIB64,
+    check_ldcache,
+    container_env,
+    link_dir,
+    link_libraries,
+    mounted_libraries,
+    update_ldcache,
+)
 from .jsonload import loads, oci_config, rootfs_of
 
 
 def _args(argv: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
+    links: list[str] = []
     it = iter(argv)
     for a in it:
-        if a not in ("--driver", "--ldconfig"):
+        if a == "--link":
+            links.append(next(it, ""))
+        elif a in ("--driver", "--ldconfig", "--libraries"):
+            out[a[2:]] = next(it, "")
+        else:
             raise SystemExit(f"nodeprep hook: unknown argument {a!r}")
-        out[a[2:]] = next(it, "")
     if not out.get("driver"):
         raise SystemExit("nodeprep hook: --driver VERSION is required")
+    if out.get("libraries") and not out.get("ldconfig"):
+        raise SystemExit("nodeprep hook: --libraries needs --ldconfig DIR")
+    out["link"] = "\0".join(links)
+    return out
+
+
+def _links(values: str) -> list[tuple[str, str]]:
+    """(NAME, ENTRY) of each --link NAME[=ENTRY]; names that are no plain file name are dropped."""
+    out = []
+    for value in values.split("\0") if values else []:
+        name, _, entry = value.partition("=")
+        entry = entry or name
+        if all(n and "/" not in n and n not in (".", "..") for n in (name, entry)):
+            out.append((name, entry))
     return out
 
 
@@ -48,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if use_compat:
         update_ldcache(rootfs, gate.COMPAT_DIR, gate.COMPAT_CONF)
-    if args.get("ldconfig"):
-        check_ldcache(config, rootfs, args["ldconfig"])  # type: ignore[arg-type]
+    lib_dir = args.get("ldconfig")
+    if lib_dir and args.get("libraries"):
+        links = _links(args["link"])
+        where = link_dir(rootfs, lib_dir)
+        _, own = link_libraries(rootfs, where, args["libraries"], links)
+        check_ldcache(rootfs, {n for n, _ in links}, (args["libraries"], where),
+                      args["libraries"] if own else where, shadowed=bool(own))
+    elif lib_dir:
+        check_ldcache(rootfs, mounted_libraries(config, lib_dir), (lib_dir, LIB64), lib_dir)  # type: ignore[arg-type]
     return 0
 
 
