@@ -20,13 +20,14 @@ hook just before this one) that the cache does not name yet, gets the links' dir
 folder when the image has its own files) written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf
 and its ld.so.cache rebuilt by its own ldconfig.
 
-Runs on every container start, so it imports only os, sys and CPython's C JSON scanner: no json (its
-decoder imports re), re, click, yaml, logging or argparse; `bench/container_start.py` measures it.
+Runs on every container start, so it imports only posix (os's C half: `import os` alone costs ~1.5
+ms of CPU at each start), stat, sys and CPython's C JSON scanner: no os, json (its decoder imports
+re), re, click, yaml, logging or argparse; `bench/container_start.py` measures it.
 """
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
 import sys
 
@@ -82,9 +83,24 @@ def in_image(rootfs: str, rel: str) -> str | None:
     path = rootfs.rstrip("/")
     for part in rel.strip("/").split("/"):
         path = f"{path}/{part}"
-        if os.path.islink(path):
+        if _is_link(path):
             return None
     return path
+
+
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(posix.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _lexists(path: str) -> bool:
+    try:
+        posix.lstat(path)
+    except OSError:
+        return False
+    return True
 
 
 def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, compat: bool = False) -> None:
@@ -98,15 +114,18 @@ def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, com
               file=sys.stderr)
         return
     try:
-        os.makedirs(conf_dir, exist_ok=True)
-        fd = os.open(os.path.join(conf_dir, conf_name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                     0o644)
-        with os.fdopen(fd, "w") as f:
+        dir_fd = _open_dir(rootfs, "etc/ld.so.conf.d")
+        try:
+            flags = posix.O_WRONLY | posix.O_CREAT | posix.O_TRUNC | posix.O_NOFOLLOW
+            fd = posix.open(conf_name, flags, 0o644, dir_fd=dir_fd)
+        finally:
+            posix.close(dir_fd)
+        with open(fd, "w") as f:
             f.write(lib_dir + "\n")
     except OSError as e:  # read-only image: its own copies stay first
         print(f"nodeprep hook: ld cache not updated ({e.strerror}: {conf_dir})", file=sys.stderr)
         return
-    tool = next((t for t in LDCONFIG if os.path.lexists(rootfs + t)), None)
+    tool = next((t for t in LDCONFIG if _lexists(rootfs + t)), None)
     if tool is None:
         print("nodeprep hook: no ldconfig in the image; ld cache not updated", file=sys.stderr)
         return
@@ -126,11 +145,11 @@ def read_ld_cache(rootfs: str) -> bytes | None:
     if path is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    with open(fd, "rb") as f:
+        st = posix.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE:
             return None
         return f.read(MAX_CACHE)
@@ -141,16 +160,16 @@ def compat_folders(rootfs: str) -> list[str]:
     enable-cuda-compat writes one when the image's CUDA compat libraries are newer than the driver)."""
     conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
     try:
-        names = os.listdir(conf_dir) if conf_dir else []
+        names = posix.listdir(conf_dir) if conf_dir else []
     except OSError:
         return []
     out = []
     for name in sorted(n for n in names if n.startswith(COMPAT_CONF[0]) and n.endswith(COMPAT_CONF[1])):
         try:
-            fd = os.open(f"{conf_dir}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = posix.open(f"{conf_dir}/{name}", posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
         except OSError:
             continue
-        with os.fdopen(fd, "rb") as f:
+        with open(fd, "rb") as f:
             text = f.read(4096).decode(errors="replace")
         out += [line.strip() for line in text.splitlines() if line.strip().startswith("/")]
     return out
@@ -173,18 +192,15 @@ def check_ldcache(rootfs: str, names: set[str], mounted_dirs: tuple[str, ...], f
         update_ldcache(rootfs, first, compat=bool(compat))
 
 
-def _lexists(rootfs: str, rel: str) -> bool:
+def _in_image_exists(rootfs: str, rel: str) -> bool:
     path = in_image(rootfs, rel)
-    try:
-        return path is not None and bool(os.lstat(path))
-    except OSError:
-        return False
+    return path is not None and _lexists(path)
 
 
 def link_dir(rootfs: str, lib_dir: str) -> str:
     """The loader default directory the links go into: LIB64 when the image's C library is there and
     not in `lib_dir` (a RHEL/UBI loader, which does not search the multiarch directory), else `lib_dir`."""
-    if _lexists(rootfs, f"{LIB64}/{LIBC}") and not _lexists(rootfs, f"{lib_dir}/{LIBC}"):
+    if _in_image_exists(rootfs, f"{LIB64}/{LIBC}") and not _in_image_exists(rootfs, f"{lib_dir}/{LIBC}"):
         return LIB64
     return lib_dir
 
@@ -192,18 +208,18 @@ def link_dir(rootfs: str, lib_dir: str) -> str:
 def _open_dir(rootfs: str, rel: str) -> int:
     """A descriptor of rootfs/rel reached without following a link (OSError: a link or no folder on
     the way; missing folders are made)."""
-    fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)
+    fd = posix.open(rootfs, posix.O_RDONLY | posix.O_DIRECTORY)
     try:
         for part in rel.strip("/").split("/"):
             try:
-                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                sub = posix.open(part, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
             except FileNotFoundError:
-                os.mkdir(part, 0o755, dir_fd=fd)
-                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
+                posix.mkdir(part, 0o755, dir_fd=fd)
+                sub = posix.open(part, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
+            posix.close(fd)
             fd = sub
     except OSError:
-        os.close(fd)
+        posix.close(fd)
         raise
     return fd
 
@@ -226,10 +242,10 @@ def link_libraries(rootfs: str, where: str, libraries: str,
         for name, entry in links:
             target = f"{libraries}/{entry}"
             try:
-                os.symlink(target, name, dir_fd=fd)
+                posix.symlink(target, name, dir_fd=fd)
             except FileExistsError:
                 try:
-                    there = os.readlink(name, dir_fd=fd)
+                    there = posix.readlink(name, dir_fd=fd)
                 except OSError:  # a file or folder of the image's own
                     own.append(name)
                     continue
@@ -237,11 +253,11 @@ def link_libraries(rootfs: str, where: str, libraries: str,
                     if not (there.startswith(base) and there.count("/") == target.count("/")):
                         own.append(name)
                         continue
-                    os.unlink(name, dir_fd=fd)
-                    os.symlink(target, name, dir_fd=fd)
+                    posix.unlink(name, dir_fd=fd)
+                    posix.symlink(target, name, dir_fd=fd)
             linked.append(name)
     except OSError as e:  # read-only image
         print(f"nodeprep hook: libraries not linked ({e.strerror}: {where} in the image)", file=sys.stderr)
     finally:
-        os.close(fd)
+        posix.close(fd)
     return linked, own
