@@ -255,6 +255,17 @@ def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
     return out + [{**ours, "env": env} if env else ours]
 
 
+def library_links(spec: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+    """(the library folder, {name: folder entry}) nodeprep's hook links in a spec `hooks` wrote (pure;
+    (None, {}) for a spec without them)."""
+    for h in (spec.get("containerEdits") or {}).get("hooks") or []:
+        args = h.get("args") or []
+        if h.get("path") == hook_command()[0] and "--libraries" in args:
+            pairs = [args[i + 1].partition("=") for i, a in enumerate(args[:-1]) if a == "--link"]
+            return args[args.index("--libraries") + 1], {n: e or n for n, _, e in pairs}
+    return None, {}
+
+
 def _exists(root: Path, path: str) -> bool:
     try:
         return os.path.lexists(under(root, path, follow_last=False))

@@ -83,6 +83,9 @@ def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
     assert not any(link.startswith("libnvidia-ml.so=") for link in links)  # not a name create-symlinks makes
     for link in links:  # each names an entry of the mounted folder
         assert (node_root / base.lstrip("/") / "lib64" / link.rpartition("=")[2]).is_file(), link
+    folder, named = cdi.library_links(spec)  # how the GPU machine's scripts read them
+    assert folder == f"{base}/lib64" and len(named) == len(links)
+    assert named["libcuda.so"] == "libcuda.so.1" and named["libcuda.so.1"] == "libcuda.so.1"
     assert mounts["/usr/bin/nvidia-smi"] == f"{base}/bin/nvidia-smi"
     # the GSP firmware where the driver inside a container looks (as nvidia-ctk mounts it)
     fw = f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
