@@ -3,21 +3,27 @@
 
 Podman 4.3 starts `true` in a Debian 12 rootfs (mmdebstrap, cached under NODEPREP_TEST_CACHE/cdi)
 through CDI specs that differ only in what nodeprep adds, measured side by side (interleaved) N times.
-Every spec has one device (a /dev/null stand-in node) and mounts the library files of the real
-535.309.01 compute user space (the 11 names of the shared real build: 6 files + 5 soname links;
-stand-ins here: tiny shared objects built with gcc under the same names and sonames) into the
-multiarch directory, as any CDI spec for the driver must:
+Every spec has one device (a /dev/null stand-in node) and the library files of the real 535.309.01
+compute user space (the 11 names of the shared real build: 6 files + 5 soname links; stand-ins here:
+tiny shared objects built with gcc under the same names and sonames, their soname links made as
+ldconfig -n makes them in a driver root):
 
-- none: only that;
+- none: those names mounted file by file into the multiarch directory (what any spec without a hook
+  must mount for the loader to find them): the baseline;
 - /bin/true: plus a hook that does nothing (what running any hook costs the runtime), for information;
 - hook: plus nodeprep's hook (the program /usr/libexec/nodeprep/cdi-hook, written here under a temp
-  dir) as `nodeprep runtime` writes it without NVIDIA's nvidia-cdi-hook
-  (`--driver 535.309.01 --ldconfig DIR`; NVIDIA_REQUIRE_CUDA of a real CUDA 12.2 image checked, and
-  the image's ld.so.cache found not to name another copy of a mounted library);
-- lib64: plus the same files mounted into /usr/lib64 too (the RHEL/UBI loader's default directory);
-- spec: hook + lib64, what nodeprep's spec adds now: the figure held against the goal;
+  dir) with `--driver 535.309.01 --ldconfig DIR` only (NVIDIA_REQUIRE_CUDA of a real CUDA 12.2 image
+  checked, the image's ld.so.cache found not to name another copy of a mounted library), for information;
+- folder: instead, the library folder mounted once at its host path, no hook (the mounts of nodeprep's
+  spec alone: the loader finds nothing through them), for information;
+- spec: what nodeprep's spec adds now: the folder mount and nodeprep's hook as `nodeprep runtime`
+  writes it without NVIDIA's nvidia-cdi-hook (`--libraries` and a `--link` per name, libcuda.so
+  included: the hook links them in the multiarch directory of its own image): the figure held against
+  the goal;
 - spec, cache rebuilt: the same on an image whose ld.so.cache names its own libcuda.so.1
   (/usr/local/cuda/compat), so the hook runs the image's ldconfig; for information;
+- spec of before: the spec until 2026-11-26: each name mounted into the multiarch directory and
+  /usr/lib64 (the RHEL/UBI loader's), libcuda.so too, and the hook without links; for information;
 - gate, no GPU / gate, GPU: the CUDA gate (nodeprep.containerhooks.gate) run by podman from the hooks.d file
   `nodeprep runtime` writes (`--hooks-dir`; the other variants get an empty one), on the `none`
   spec (its device is no NVIDIA one: the gate exits at once) and on a spec like a DRA claim's (the
@@ -28,8 +34,8 @@ multiarch directory, as any CDI spec for the driver must:
   running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
   minus this one, printed in ms;
 - spec + nvidia-cdi-hook: what nodeprep's spec adds on a node with NVIDIA's nvidia-cdi-hook: the
-  hooks nodeprep.join.cdi.hooks writes (NVIDIA's create-symlinks and enable-cuda-compat, then
-  nodeprep's), run by the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py);
+  hooks nodeprep.join.cdi.hooks writes (NVIDIA's enable-cuda-compat, then nodeprep's as in `spec`),
+  NVIDIA's run by the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py), on the folder mount;
 - nvidia: a spec of the form `nvidia-ctk cdi generate` writes for the same files (v1.20.0, seen on
   the H200 and in tests/slow/join/test_cdi_parity.py): the libraries mounted at their host path,
   create-symlinks for their soname links and libcuda.so, enable-cuda-compat, update-ldcache of that
