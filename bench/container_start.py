@@ -46,7 +46,7 @@ NODEPREP_NVIDIA_BIN the last two are left out and said so.
 Podman runs as root in a private mount namespace (tmpfs over /run holding the specs in /run/cdi)
 with its storage in a temp dir; nothing of the host's container setup is used or changed.
 
-    python3 bench/container_start.py [--runs N]
+    python3 bench/container_start.py [--runs N] [--only VARIANT,...]
 """
 
 from __future__ import annotations
@@ -233,6 +233,8 @@ exec "$@"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--only", default="", help="comma-separated variants to start besides none (all when "
+                    "empty): more runs of fewer rows in the same time")
     args = ap.parse_args()
     for tool in ("podman", "unshare", "mmdebstrap", "gcc", "chroot"):
         if shutil.which(tool) is None:
@@ -275,17 +277,25 @@ def main() -> int:
             variants["nvidia"] = (*nvidia_form(lib, binary), "nvidia")
         else:
             print("NODEPREP_NVIDIA_BIN is not set: no NVIDIA hook, no comparison with NVIDIA's spec")
+        only = {n.strip() for n in args.only.split(",") if n.strip()}
+        if only - set(variants):
+            cannot_measure(f"--only: no variant {sorted(only - set(variants))!r} (there are "
+                           f"{sorted(variants)!r})")
+        if only:
+            variants = {n: v for n, v in variants.items() if n == "none" or n in only}
         images = {}
         for image in sorted({v[2] for v in variants.values()}):
             rootfs = images[image] = work / f"rootfs-{image}"
             rootfs.mkdir()
             with tarfile.open(rootfs_tar()) as t:
                 t.extractall(rootfs, filter="fully_trusted")
-        compat = images["compat"] / "usr/local/cuda/compat"
-        compat.mkdir(parents=True)
-        shutil.copy(lib / f"libcuda.so.{VERSION}", compat / "libcuda.so.550.54.15")
-        (images["compat"] / "etc/ld.so.conf.d/000_cuda_compat.conf").write_text("/usr/local/cuda/compat\n")
-        subprocess.run(["chroot", images["compat"], "ldconfig"], check=True)
+        if "compat" in images:
+            compat = images["compat"] / "usr/local/cuda/compat"
+            compat.mkdir(parents=True)
+            shutil.copy(lib / f"libcuda.so.{VERSION}", compat / "libcuda.so.550.54.15")
+            conf = images["compat"] / "etc/ld.so.conf.d/000_cuda_compat.conf"
+            conf.write_text("/usr/local/cuda/compat\n")
+            subprocess.run(["chroot", images["compat"], "ldconfig"], check=True)
         specs = work / "specs"
         specs.mkdir()
         for name, (hooks, mounts, _) in variants.items():
@@ -317,7 +327,8 @@ def main() -> int:
         )
         if out.returncode != 0:
             cannot_measure(f"a container start failed:\n{out.stderr[-2000:]}")
-        cpu = hook_cpu(work, images["linked"], ours, folder, args.runs, gate_dir)
+        cpu = {} if "linked" not in images else hook_cpu(work, images["linked"], ours, folder, args.runs,
+                                                          gate_dir)
     times: dict[str, list[float]] = {slug(n): [] for n in variants}
     for line in out.stdout.splitlines():
         i, name, ns = line.split()
@@ -336,13 +347,13 @@ def main() -> int:
             verdict = goals.at_most(f"{names[name]} adds <= {GOAL_S * 1000:.0f} ms", added, GOAL_S)
             line += f"  goal added <= {GOAL_S * 1000:.0f} ms  added/goal {added / GOAL_S:5.2f}  {verdict}"
         print(line)
-    any_hook = statistics.median(times[slug("true, hooks dir")])
-    own = [f"{names[n]} {(statistics.median(times[n]) - any_hook) * 1000:.1f} ms"
+    any_hook = statistics.median(times.get(slug("true, hooks dir")) or [float("nan")])
+    own = [f"{names[n]} {(statistics.median(times[n]) - any_hook) * 1000:.1f} ms" if n in times else f"{n} -"
            for n in ("gate-no-GPU", "gate-GPU")]
     print(f"the gate's own overhead (a gate row minus true, hooks dir): {', '.join(own)}")
     if "nvidia" in times:
         theirs = statistics.median(times["nvidia"]) - base
-        for name in ("spec", slug("spec + nvidia-cdi-hook"), "gate-GPU"):
+        for name in [n for n in ("spec", slug("spec + nvidia-cdi-hook"), "gate-GPU") if n in times]:
             added = statistics.median(times[name]) - base
             verdict = goals.at_most(f"{names[name]} adds <= {GOAL_OF_NVIDIA} x nvidia's", added,
                                     GOAL_OF_NVIDIA * theirs)
