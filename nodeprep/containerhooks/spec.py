@@ -1,6 +1,6 @@
 """The createContainer hook of nodeprep's CDI spec (the hook program's default entry).
 
-    /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR]
+    /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR] [--nvidia-cdi-hook PATH]
         [--libraries LIBDIR --link NAME[=ENTRY]...]                       (join/hookprogram.py)
 
 1. The CUDA gate's decision (nodeprep.containerhooks.gate.decide: NVIDIA's NVIDIA_REQUIRE_* rules, the GPU
@@ -8,6 +8,8 @@
    (`--driver`, written by nodeprep for the versioned root it mounts). Refused: exit 1 with one line;
    the runtime does not start the container. One rule for every container: the gate that hooks.d or
    containerd's base spec runs leaves a container carrying this hook to it.
+   With `--nvidia-cdi-hook` (NVIDIA's hook installed on the node) and an image with CUDA compat
+   libraries (/usr/local/cuda/compat/libcuda.so.*), NVIDIA's `enable-cuda-compat` run from here.
 2. With `--libraries`: each NAME linked to LIBDIR/ENTRY (the library folder the spec mounts) in the
    image's loader default directory, DIR or /usr/lib64 (nodeprep.containerhooks.container).
 3. With `--ldconfig DIR`: the image's ld cache rebuilt only when shadowed (the same module). Without
@@ -39,7 +41,7 @@ def _args(argv: list[str]) -> dict[str, str]:
     for a in it:
         if a == "--link":
             links.append(next(it, ""))
-        elif a in ("--driver", "--ldconfig", "--libraries"):
+        elif a in ("--driver", "--ldconfig", "--libraries", "--nvidia-cdi-hook"):
             out[a[2:]] = next(it, "")
         else:
             raise SystemExit(f"nodeprep hook: unknown argument {a!r}")
@@ -62,21 +64,41 @@ def _links(values: str) -> list[tuple[str, str]]:
     return out
 
 
+def nvidia_cuda_compat(tool: str, driver: str, state: str) -> str | None:
+    """NVIDIA's `enable-cuda-compat` (`tool`: its nvidia-cdi-hook) for this container, the OCI state
+    on its stdin; why it failed, or None. Run only for an image with CUDA compat libraries: the one
+    case it does anything in, so that every other start is spared a second hook process."""
+    from .. import runner
+    from ..errors import CommandError
+
+    try:
+        runner.run([tool, "enable-cuda-compat", f"--host-driver-version={driver}"], input=state, timeout=30)
+    except CommandError as e:
+        return str(e)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     try:
-        bundle, raw = oci_config(sys.stdin.read())
+        state = sys.stdin.read()
+        bundle, raw = oci_config(state)
         config = loads(raw.decode())
         env = container_env(config)  # type: ignore[arg-type]
         rootfs = rootfs_of(config, bundle)  # type: ignore[arg-type]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep hook: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
-    problem, use_compat = gate.decide(env, args["driver"], gate.read_facts(gate.FACTS),
-                                      gate.compat_version(rootfs))
+    compat = gate.compat_version(rootfs)
+    problem, use_compat = gate.decide(env, args["driver"], gate.read_facts(gate.FACTS), compat)
     if problem:
         print(f"nodeprep: container refused: {problem}", file=sys.stderr)
         return 1
+    if compat and args.get("nvidia-cdi-hook"):
+        failed = nvidia_cuda_compat(args["nvidia-cdi-hook"], args["driver"], state)
+        if failed:
+            print(f"nodeprep hook: nvidia-cdi-hook enable-cuda-compat failed: {failed}", file=sys.stderr)
+            return 1
     if use_compat:
         update_ldcache(rootfs, gate.COMPAT_DIR, gate.COMPAT_CONF)
     lib_dir = args.get("ldconfig")

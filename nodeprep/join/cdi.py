@@ -235,24 +235,37 @@ def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
     """createContainer hooks (pure). nodeprep's own, always: the requirement check, the `links`
     (`--link` values: NAME or NAME=ENTRY of the versioned lib64/ folder the spec mounts) made in the
     image's loader default directory, the ld cache rebuilt only when shadowed. With nvidia-cdi-hook
-    (`toolkit`, its path on the node), first what only NVIDIA's does: `enable-cuda-compat` (the
-    image's CUDA forward-compatibility libraries when newer than the driver) and, on a node with the
-    driver's params file, `disable-device-node-modification`; nodeprep's hook last, so its ld cache
-    check also sees the compat folder `enable-cuda-compat` added. NVIDIA's `create-symlinks` is not
-    used (nodeprep's hook makes every link) nor its `update-ldcache` (an ldconfig run on every start):
-    the links are in the loaders' default directories."""
+    (`toolkit`, its path on the node), what only NVIDIA's does: `enable-cuda-compat` (the image's
+    CUDA forward-compatibility libraries when newer than the driver), run by nodeprep's hook
+    (`--nvidia-cdi-hook`) only for an image that has such libraries, before its ld cache check (which
+    so also sees the compat folder `enable-cuda-compat` added), and, on a node with the driver's
+    params file, `disable-device-node-modification` as a hook of its own before nodeprep's. NVIDIA's
+    `create-symlinks` is not used (nodeprep's hook makes every link) nor its `update-ldcache` (an
+    ldconfig run on every start): the links are in the loaders' default directories."""
     path, argv, env = hook_command()
     ours: dict[str, Any] = {"hookName": "createContainer", "path": path,
                             "args": [*argv, "--driver", version, "--ldconfig", lib_dir]}
+    if toolkit:
+        ours["args"] += ["--nvidia-cdi-hook", toolkit]
     if links:
         ours["args"] += ["--libraries", f"{DRIVER_BASE}/{version}/lib64",
                          *(a for link in links for a in ("--link", link))]
     out: list[dict[str, Any]] = []
-    if toolkit:
-        nvidia = [["enable-cuda-compat", f"--host-driver-version={version}"],
-                  ["disable-device-node-modification"] if params else []]
-        out += [{"hookName": "createContainer", "path": toolkit, "args": [CDI_HOOK, *a]} for a in nvidia if a]
+    if toolkit and params:
+        out.append({"hookName": "createContainer", "path": toolkit,
+                    "args": [CDI_HOOK, "disable-device-node-modification"]})
     return out + [{**ours, "env": env} if env else ours]
+
+
+def toolkit_of(spec: dict[str, Any]) -> str | None:
+    """The nvidia-cdi-hook a spec `hooks` wrote names (pure; None: none)."""
+    for h in (spec.get("containerEdits") or {}).get("hooks") or []:
+        args = h.get("args") or []
+        if args[:1] == [CDI_HOOK]:
+            return str(h.get("path"))
+        if h.get("path") == hook_command()[0] and "--nvidia-cdi-hook" in args[:-1]:
+            return str(args[args.index("--nvidia-cdi-hook") + 1])
+    return None
 
 
 def library_links(spec: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
@@ -455,8 +468,7 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (
             ("nvidia-modeset",) if "/dev/nvidia-modeset" in nodes else ())
-        hooks_before = old.get("containerEdits", {}).get("hooks", [])
-        configured = next((h["path"] for h in hooks_before if h.get("args", [None])[0] == CDI_HOOK), None)
+        configured = toolkit_of(old)
         spec = build_spec(root, Driver(version=version, modules=modules), _devices_from_spec(old),
                           version=version, cdi_hook=configured)
         change = FileChange(path, target, render_spec(spec, on_disk=raw), 0o644)

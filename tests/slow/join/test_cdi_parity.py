@@ -58,10 +58,11 @@ EXCLUDED = {
     "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
     "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
 }
-# NVIDIA's hooks nodeprep's spec does not call, on purpose: nodeprep's own hook links the libraries
-# into the loaders' default directories (every name create-symlinks makes included) and rebuilds the
-# cache only when needed.
-EXCLUDED_HOOKS = {"update-ldcache", "create-symlinks"}
+# NVIDIA's hooks nodeprep's spec does not call as hooks of their own, on purpose: nodeprep's own hook
+# links the libraries into the loaders' default directories (every name create-symlinks makes
+# included), rebuilds the cache only when needed, and runs enable-cuda-compat itself for an image
+# with CUDA compat libraries (`--nvidia-cdi-hook`).
+EXCLUDED_HOOKS = {"update-ldcache", "create-symlinks", "enable-cuda-compat"}
 
 
 @pytest.fixture(scope="module")
@@ -185,4 +186,5 @@ def test_every_mount_device_and_link_of_nvidia_ctk_is_in_nodeprep_spec(
         name = link.partition("::")[2].rpartition("/")[2]
         assert name in names or name in made, link
     assert made == {"libcuda.so", "libnvidia-opticalflow.so", "libGLX_indirect.so.0"}
-    assert our_hooks["enable-cuda-compat"] == their_hooks["enable-cuda-compat"]
+    assert their_hooks["enable-cuda-compat"] == [f"--host-driver-version={V}"]  # what nodeprep's hook passes
+    assert cdi.toolkit_of(ours) == "/usr/bin/nvidia-cdi-hook"

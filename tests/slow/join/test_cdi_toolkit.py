@@ -3,10 +3,11 @@ binary (tests/support/nvidia.py: nvidia-container-toolkit v1.20.0, skipped witho
 
 The hook is installed on the node (ROOT/usr/bin, where `nodeprep runtime --root` finds it) and, for
 the runtime, at /usr/bin inside the test's own mount namespace (GpuNode.nvidia_cdi_hook). The spec
-then calls NVIDIA's hook for what only it does, before nodeprep's own: `enable-cuda-compat` puts an
-image's newer CUDA forward-compatibility libraries first, and nodeprep's hook (requirement check,
-the library links, the unversioned names applications dlopen such as libcuda.so included, ld cache
-rebuilt only when needed) sees that and rebuilds the cache. containerd's CRI runs of the same spec are in
+then has nodeprep's hook call NVIDIA's for what only it does: `enable-cuda-compat` puts an image's
+newer CUDA forward-compatibility libraries first (run only for an image that has such libraries),
+and nodeprep's hook (requirement check, the library links, the unversioned names applications
+dlopen such as libcuda.so included, ld cache rebuilt only when needed) sees that and rebuilds the
+cache. containerd's CRI runs of the same spec are in
 test_cri_containerd.py. Everything else is as in test_cdi_podman.py (fixtures: conftest.py, gpunode.py)."""
 
 from __future__ import annotations
@@ -45,11 +46,10 @@ def toolkit_spec(gpu_node: GpuNode, test_cache: Path) -> Iterator[dict]:  # type
 
 def test_spec_calls_nvidia_hook_only_for_what_nodeprep_does_not(
         toolkit_spec: dict, versions: tuple[str, str]) -> None:  # type: ignore[type-arg]
-    *theirs, ours = toolkit_spec["containerEdits"]["hooks"]
-    assert [(h["path"], h["args"][:2]) for h in theirs] == [
-        ("/usr/bin/nvidia-cdi-hook", ["nvidia-cdi-hook", "enable-cuda-compat"]),
-    ]
-    assert ours["args"][1:5] == ["--driver", versions[0], "--ldconfig", LIB_DIR]  # fast path kept
+    (ours,) = toolkit_spec["containerEdits"]["hooks"]  # no params file on this node
+    # NVIDIA's hook for enable-cuda-compat, run by nodeprep's for an image with compat libraries
+    assert ours["args"][1:7] == ["--driver", versions[0], "--ldconfig", LIB_DIR,  # fast path kept
+                                 "--nvidia-cdi-hook", "/usr/bin/nvidia-cdi-hook"]
     assert "libcuda.so=libcuda.so.1" in ours["args"]  # the link create-symlinks made before
 
 

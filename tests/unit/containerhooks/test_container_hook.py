@@ -321,3 +321,34 @@ def test_hook_follows_no_link_of_a_hostile_image_out_of_its_rootfs(tmp_path: Pat
     with pytest.raises(OSError):  # the same for a lib64 image's directory
         _open_dir(str(rootfs), LIB64)
     assert sorted(p.name for p in outside.iterdir()) == ["libc.so.6"]
+
+
+@pytest.mark.parametrize("compat", [True, False])
+def test_hook_runs_nvidia_enable_cuda_compat_only_for_an_image_with_compat_libraries(
+        tmp_path: Path, compat: bool) -> None:
+    """With `--nvidia-cdi-hook`, NVIDIA's enable-cuda-compat (here a stand-in program recording its
+    arguments and stdin) runs from nodeprep's hook, the OCI state on its stdin, only when the image
+    has CUDA compat libraries; every other start is spared that second process. Its failure refuses
+    the container, as the runtime did when it ran NVIDIA's hook itself."""
+    rootfs = image(tmp_path, "debian")
+    if compat:
+        (rootfs / "usr/local/cuda/compat").mkdir(parents=True)
+        (rootfs / "usr/local/cuda/compat/libcuda.so.550.54.15").write_bytes(b"\x7fELF")
+    tool = tmp_path / "nvidia-cdi-hook"
+    tool.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/ran\ncat >> {tmp_path}/ran\nexit ${{FAIL:-0}}\n")
+    tool.chmod(0o755)
+    args = ["--ldconfig", MULTIARCH, "--nvidia-cdi-hook", str(tool), "--libraries", FOLDER, *LINKS]
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=args, config={"root": {"path": str(rootfs)}})
+    assert (r.returncode, r.stderr) == (0, "")
+    assert links_in(rootfs / MULTIARCH.lstrip("/"))["libcuda.so.1"] == f"{FOLDER}/libcuda.so.1"
+    if not compat:
+        assert not (tmp_path / "ran").exists()
+        return
+    argv, state = (tmp_path / "ran").read_text().split("\n", 1)
+    assert argv == "enable-cuda-compat --host-driver-version=535.309.01"
+    assert json.loads(state)["bundle"] == str(tmp_path / "bundle")
+    tool.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=args, config={"root": {"path": str(rootfs)}})
+    assert r.returncode == 1
+    assert r.stderr.startswith("nodeprep hook: nvidia-cdi-hook enable-cuda-compat failed:"), r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr

@@ -23,6 +23,7 @@ from nodeprep.profile import Driver, Runtime
 from .conftest import FIXTURES, VERSION
 
 DRIVER = Driver(version=VERSION)
+LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 SCHEMA = json.loads(cdi.SCHEMA_PATH.read_text())
 
 
@@ -124,14 +125,13 @@ def test_toolkit_hooks_do_only_what_nodeprep_does_not(node_root: Path) -> None:
     spec = _spec(node_root, "a10g_515.105.01.xml")
     *nvidia, ours = spec["containerEdits"]["hooks"]
     multiarch = "/usr/lib/x86_64-linux-gnu"
-    # no create-symlinks: nodeprep's hook makes every link, libcuda.so included
-    assert [h["args"] for h in nvidia] == [
-        ["nvidia-cdi-hook", "enable-cuda-compat", f"--host-driver-version={VERSION}"],
-        ["nvidia-cdi-hook", "disable-device-node-modification"],
-    ]
+    # no create-symlinks: nodeprep's hook makes every link, libcuda.so included; no enable-cuda-compat
+    # of its own: nodeprep's hook runs it for an image with CUDA compat libraries only
+    assert [h["args"] for h in nvidia] == [["nvidia-cdi-hook", "disable-device-node-modification"]]
     assert {h["path"] for h in nvidia} == {"/usr/local/bin/nvidia-cdi-hook"}
     # nodeprep's hook last, its ld cache fast path kept: no update-ldcache (an ldconfig per start)
-    assert ours["args"][1:5] == ["--driver", VERSION, "--ldconfig", multiarch]
+    assert ours["args"][1:7] == ["--driver", VERSION, "--ldconfig", multiarch,
+                                 "--nvidia-cdi-hook", "/usr/local/bin/nvidia-cdi-hook"]
     assert "libcuda.so=libcuda.so.1" in ours["args"]
     assert cdi.spec_problems(spec) == []
 
@@ -144,13 +144,12 @@ def test_profile_names_the_toolkit_hook_and_activation_keeps_it(node_root: Path)
     assert cdi.build_spec(node_root, DRIVER, gpu_list)["containerEdits"]["hooks"][0]["path"] != path
     apply_changes(cdi.plan_cdi(node_root, DRIVER, Runtime(cdi_hook_path=path), gpu_list))
     spec_file = node_root / "etc/cdi/nvidia.yaml"
-    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
-    assert [h["path"] for h in hooks[:-1]] == [path]  # enable-cuda-compat
-    spec_file.write_text(spec_file.read_text().replace(f"--host-driver-version={VERSION}", "--x"))
+    (hook,) = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert hook["args"][5:7] == ["--nvidia-cdi-hook", path]  # for enable-cuda-compat
+    spec_file.write_text(spec_file.read_text().replace(LIB_DIR, "/x"))  # an outdated spec
     assert cdi.refresh_after_activation(node_root, VERSION) == ["/etc/cdi/nvidia.yaml"]
-    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
-    assert [h["path"] for h in hooks[:-1]] == [path]  # enable-cuda-compat
-    assert hooks[0]["args"][-1] == f"--host-driver-version={VERSION}"
+    (hook,) = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert hook["args"][3:7] == ["--ldconfig", LIB_DIR, "--nvidia-cdi-hook", path]  # kept by the rewrite
 
 
 def test_present_nodes_and_sockets_are_in_the_spec(node_root: Path, tmp_path: Path) -> None:
