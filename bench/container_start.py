@@ -34,8 +34,9 @@ ldconfig -n makes them in a driver root):
   running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
   minus this one, printed in ms;
 - spec + nvidia-cdi-hook: what nodeprep's spec adds on a node with NVIDIA's nvidia-cdi-hook: the
-  hooks nodeprep.join.cdi.hooks writes (NVIDIA's enable-cuda-compat, then nodeprep's as in `spec`),
-  NVIDIA's run by the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py), on the folder mount;
+  hooks nodeprep.join.cdi.hooks writes (nodeprep's as in `spec` with `--nvidia-cdi-hook` naming the
+  real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py), which it runs for enable-cuda-compat
+  only in an image with CUDA compat libraries: not this one), on the folder mount;
 - nvidia: a spec of the form `nvidia-ctk cdi generate` writes for the same files (v1.20.0, seen on
   the H200 and in tests/slow/join/test_cdi_parity.py): the libraries mounted at their host path,
   create-symlinks for their soname links and libcuda.so, enable-cuda-compat, update-ldcache of that
@@ -272,7 +273,8 @@ def main() -> int:
         if binary:  # each writes into its image (links, ld cache): an image of its own
             with_toolkit = [{**h, "path": str(program.path)} if h["path"] == HOOK_PATH else h
                             for h in spec_hooks(VERSION, MULTIARCH, binary, [])]
-            with_toolkit[-1] = {**with_toolkit[-1], "args": ours["args"]}
+            toolkit_args = [*with_toolkit[-1]["args"], "--libraries", str(lib), *link_args(lib)]
+            with_toolkit[-1] = {**with_toolkit[-1], "args": toolkit_args}  # ... --nvidia-cdi-hook BINARY ...
             variants["spec + nvidia-cdi-hook"] = (with_toolkit, folder, "toolkit")
             variants["nvidia"] = (*nvidia_form(lib, binary), "nvidia")
         else:
