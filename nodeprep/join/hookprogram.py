@@ -144,13 +144,14 @@ def render_program(on_disk: bytes | None = None) -> bytes:
 
 def _compile(text: str, filename: str) -> object:
     """A module's bytecode as the program holds it: its future statement (on a line of its own,
-    replaced by an empty one: the line numbers stay) given as the compiler flag instead (pure)."""
+    replaced by an empty one: the line numbers stay) given as the compiler flag instead, and without
+    docstrings and asserts (optimize=2: less to parse, decompress and unmarshal at each start) (pure)."""
     import __future__
 
     flags = 0
     if FUTURE in text:
         text, flags = text.replace(FUTURE, "\n", 1), __future__.annotations.compiler_flag
-    return compile(text, filename, "exec", flags=flags, dont_inherit=True)
+    return compile(text, filename, "exec", flags=flags, dont_inherit=True, optimize=2)
 
 
 def pack(data: bytes) -> str:
