@@ -224,6 +224,33 @@ def _open_dir(rootfs: str, rel: str) -> int:
     return fd
 
 
+def _link(fd: int, name: str, target: str, base: str) -> bool:
+    """Make `name` in the folder `fd` a link to `target`: True when it is one now, False when the
+    name is the image's own (a file, or a link to elsewhere than a driver folder under `base`); a
+    link to another version's folder is replaced. OSError when the image cannot be written."""
+    for _ in range(3):  # again when another start sharing this rootfs changed the name meanwhile
+        try:
+            posix.symlink(target, name, dir_fd=fd)
+            return True
+        except FileExistsError:
+            pass
+        try:
+            there = posix.readlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            continue
+        except OSError:  # a file or folder of the image's own
+            return False
+        if there == target:
+            return True
+        if not (there.startswith(base) and there.count("/") == target.count("/")):
+            return False
+        try:
+            posix.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+    return False
+
+
 def link_libraries(rootfs: str, where: str, libraries: str,
                    links: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
     """Make where/NAME -> libraries/ENTRY in the image for each (NAME, ENTRY) of `links`; a link of
@@ -240,22 +267,7 @@ def link_libraries(rootfs: str, where: str, libraries: str,
         return linked, own
     try:
         for name, entry in links:
-            target = f"{libraries}/{entry}"
-            try:
-                posix.symlink(target, name, dir_fd=fd)
-            except FileExistsError:
-                try:
-                    there = posix.readlink(name, dir_fd=fd)
-                except OSError:  # a file or folder of the image's own
-                    own.append(name)
-                    continue
-                if there != target:
-                    if not (there.startswith(base) and there.count("/") == target.count("/")):
-                        own.append(name)
-                        continue
-                    posix.unlink(name, dir_fd=fd)
-                    posix.symlink(target, name, dir_fd=fd)
-            linked.append(name)
+            (linked if _link(fd, name, f"{libraries}/{entry}", base) else own).append(name)
     except OSError as e:  # read-only image
         print(f"nodeprep hook: libraries not linked ({e.strerror}: {where} in the image)", file=sys.stderr)
     finally:
