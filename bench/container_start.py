@@ -3,21 +3,27 @@
 
 Podman 4.3 starts `true` in a Debian 12 rootfs (mmdebstrap, cached under NODEPREP_TEST_CACHE/cdi)
 through CDI specs that differ only in what nodeprep adds, measured side by side (interleaved) N times.
-Every spec has one device (a /dev/null stand-in node) and mounts the library files of the real
-535.309.01 compute user space (the 11 names of the shared real build: 6 files + 5 soname links;
-stand-ins here: tiny shared objects built with gcc under the same names and sonames) into the
-multiarch directory, as any CDI spec for the driver must:
+Every spec has one device (a /dev/null stand-in node) and the library files of the real 535.309.01
+compute user space (the 11 names of the shared real build: 6 files + 5 soname links; stand-ins here:
+tiny shared objects built with gcc under the same names and sonames, their soname links made as
+ldconfig -n makes them in a driver root):
 
-- none: only that;
+- none: those names mounted file by file into the multiarch directory (what any spec without a hook
+  must mount for the loader to find them): the baseline;
 - /bin/true: plus a hook that does nothing (what running any hook costs the runtime), for information;
 - hook: plus nodeprep's hook (the program /usr/libexec/nodeprep/cdi-hook, written here under a temp
-  dir) as `nodeprep runtime` writes it without NVIDIA's nvidia-cdi-hook
-  (`--driver 535.309.01 --ldconfig DIR`; NVIDIA_REQUIRE_CUDA of a real CUDA 12.2 image checked, and
-  the image's ld.so.cache found not to name another copy of a mounted library);
-- lib64: plus the same files mounted into /usr/lib64 too (the RHEL/UBI loader's default directory);
-- spec: hook + lib64, what nodeprep's spec adds now: the figure held against the goal;
+  dir) with `--driver 535.309.01 --ldconfig DIR` only (NVIDIA_REQUIRE_CUDA of a real CUDA 12.2 image
+  checked, the image's ld.so.cache found not to name another copy of a mounted library), for information;
+- folder: instead, the library folder mounted once at its host path, no hook (the mounts of nodeprep's
+  spec alone: the loader finds nothing through them), for information;
+- spec: what nodeprep's spec adds now: the folder mount and nodeprep's hook as `nodeprep runtime`
+  writes it without NVIDIA's nvidia-cdi-hook (`--libraries` and a `--link` per name, libcuda.so
+  included: the hook links them in the multiarch directory of its own image): the figure held against
+  the goal;
 - spec, cache rebuilt: the same on an image whose ld.so.cache names its own libcuda.so.1
   (/usr/local/cuda/compat), so the hook runs the image's ldconfig; for information;
+- spec of before: the spec until 2026-11-26: each name mounted into the multiarch directory and
+  /usr/lib64 (the RHEL/UBI loader's), libcuda.so too, and the hook without links; for information;
 - gate, no GPU / gate, GPU: the CUDA gate (nodeprep.containerhooks.gate) run by podman from the hooks.d file
   `nodeprep runtime` writes (`--hooks-dir`; the other variants get an empty one), on the `none`
   spec (its device is no NVIDIA one: the gate exits at once) and on a spec like a DRA claim's (the
@@ -28,8 +34,9 @@ multiarch directory, as any CDI spec for the driver must:
   running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
   minus this one, printed in ms;
 - spec + nvidia-cdi-hook: what nodeprep's spec adds on a node with NVIDIA's nvidia-cdi-hook: the
-  hooks nodeprep.join.cdi.hooks writes (NVIDIA's create-symlinks and enable-cuda-compat, then
-  nodeprep's), run by the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py);
+  hooks nodeprep.join.cdi.hooks writes (nodeprep's as in `spec` with `--nvidia-cdi-hook` naming the
+  real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py), which it runs for enable-cuda-compat
+  only in an image with CUDA compat libraries: not this one), on the folder mount;
 - nvidia: a spec of the form `nvidia-ctk cdi generate` writes for the same files (v1.20.0, seen on
   the H200 and in tests/slow/join/test_cdi_parity.py): the libraries mounted at their host path,
   create-symlinks for their soname links and libcuda.so, enable-cuda-compat, update-ldcache of that
@@ -40,7 +47,7 @@ NODEPREP_NVIDIA_BIN the last two are left out and said so.
 Podman runs as root in a private mount namespace (tmpfs over /run holding the specs in /run/cdi)
 with its storage in a temp dir; nothing of the host's container setup is used or changed.
 
-    python3 bench/container_start.py [--runs N]
+    python3 bench/container_start.py [--runs N] [--only VARIANT,...]
 """
 
 from __future__ import annotations
@@ -65,8 +72,7 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 
 use_venv()
 
-from nodeprep.containerhooks.container import LIB64  # noqa: E402
-from nodeprep.join.cdi import extra_links  # noqa: E402
+from nodeprep.join.cdi import EXTRA_NAMES  # noqa: E402
 from nodeprep.join.cdi import hooks as spec_hooks  # noqa: E402
 from nodeprep.join.files import apply_changes  # noqa: E402
 from nodeprep.join.hookprogram import HOOK_PATH, hook_command, hook_program  # noqa: E402
@@ -97,7 +103,16 @@ def stand_in_libs(work: Path) -> Path:
     for name, soname in LIBS.items():
         subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname or name}", "-o", lib / name,
                         work / "lib.c"], check=True)
+        if soname:  # as ldconfig -n makes them in the driver root
+            (lib / soname).symlink_to(name)
     return lib
+
+
+def link_args(lib: Path) -> list[str]:
+    """nodeprep's hook's --link values for the folder (nodeprep.join.cdi._mounts' form)."""
+    names = [*LIBS, *(so for so in LIBS.values() if so)]
+    names += [f"{n}={so}" for so in LIBS.values() if so for n in EXTRA_NAMES.get(so, ())]
+    return [a for n in names for a in ("--link", n)]
 
 
 def lib_mounts(lib: Path, dirs: tuple[str, ...]) -> list[dict]:  # type: ignore[type-arg]
@@ -219,6 +234,8 @@ exec "$@"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--only", default="", help="comma-separated variants to start besides none (all when "
+                    "empty): more runs of fewer rows in the same time")
     args = ap.parse_args()
     for tool in ("podman", "unshare", "mmdebstrap", "gcc", "chroot"):
         if shutil.which(tool) is None:
@@ -229,20 +246,23 @@ def main() -> int:
         program = hook_program(work / "node")  # the program nodeprep writes on a node, here under work
         apply_changes([program])
         _, argv, env = hook_command()
-        ours = {"hookName": "createContainer", "path": str(program.path),
+        hook = {"hookName": "createContainer", "path": str(program.path),
                 "args": [*argv, "--driver", VERSION, "--ldconfig", MULTIARCH]}
         if env:
-            ours["env"] = env
+            hook["env"] = env
         lib = stand_in_libs(work)
-        one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, LIB64))
+        one, both = lib_mounts(lib, (MULTIARCH,)), lib_mounts(lib, (MULTIARCH, "/usr/lib64"))
         dlopen_names = [{**m, "containerPath": m["containerPath"].replace(".so.1", ".so")} for m in both
-                        if m["containerPath"].endswith("/libcuda.so.1")]  # mounted when no nvidia-cdi-hook
-        spec_mounts = both + dlopen_names
+                        if m["containerPath"].endswith("/libcuda.so.1")]
+        folder = [{"hostPath": str(lib), "containerPath": str(lib), "options": ["ro", "nosuid", "nodev",
+                   "rbind", "rprivate"]}]
+        ours = {**hook, "args": [*hook["args"], "--libraries", str(lib), *link_args(lib)]}
         # name: (hooks, mounts, image)
         variants = {"none": ([], one, "plain"), "/bin/true": ([true_hook], one, "plain"),
-                    "hook": ([ours], one, "plain"), "lib64": ([], both, "plain"),
-                    "spec": ([ours], spec_mounts, "plain"),
-                    "spec, cache rebuilt": ([ours], spec_mounts, "compat")}
+                    "hook": ([hook], one, "plain"), "folder": ([], folder, "plain"),
+                    "spec": ([ours], folder, "linked"),
+                    "spec, cache rebuilt": ([ours], folder, "compat"),
+                    "spec of before": ([hook], both + dlopen_names, "plain")}
         variants["gate, no GPU"] = ([], one, "plain")
         variants["gate, GPU"] = ([], one, "plain")
         variants["true, hooks dir"] = ([], one, "plain")
@@ -252,22 +272,32 @@ def main() -> int:
         binary = nvidia_hook_binary()
         if binary:  # each writes into its image (links, ld cache): an image of its own
             with_toolkit = [{**h, "path": str(program.path)} if h["path"] == HOOK_PATH else h
-                            for h in spec_hooks(VERSION, MULTIARCH, binary, extra_links(both, MULTIARCH))]
-            variants["spec + nvidia-cdi-hook"] = (with_toolkit, both, "toolkit")
+                            for h in spec_hooks(VERSION, MULTIARCH, binary, [])]
+            toolkit_args = [*with_toolkit[-1]["args"], "--libraries", str(lib), *link_args(lib)]
+            with_toolkit[-1] = {**with_toolkit[-1], "args": toolkit_args}  # ... --nvidia-cdi-hook BINARY ...
+            variants["spec + nvidia-cdi-hook"] = (with_toolkit, folder, "toolkit")
             variants["nvidia"] = (*nvidia_form(lib, binary), "nvidia")
         else:
             print("NODEPREP_NVIDIA_BIN is not set: no NVIDIA hook, no comparison with NVIDIA's spec")
+        only = {n.strip() for n in args.only.split(",") if n.strip()}
+        if only - set(variants):
+            cannot_measure(f"--only: no variant {sorted(only - set(variants))!r} (there are "
+                           f"{sorted(variants)!r})")
+        if only:
+            variants = {n: v for n, v in variants.items() if n == "none" or n in only}
         images = {}
         for image in sorted({v[2] for v in variants.values()}):
             rootfs = images[image] = work / f"rootfs-{image}"
             rootfs.mkdir()
             with tarfile.open(rootfs_tar()) as t:
                 t.extractall(rootfs, filter="fully_trusted")
-        compat = images["compat"] / "usr/local/cuda/compat"
-        compat.mkdir(parents=True)
-        shutil.copy(lib / f"libcuda.so.{VERSION}", compat / "libcuda.so.550.54.15")
-        (images["compat"] / "etc/ld.so.conf.d/000_cuda_compat.conf").write_text("/usr/local/cuda/compat\n")
-        subprocess.run(["chroot", images["compat"], "ldconfig"], check=True)
+        if "compat" in images:
+            compat = images["compat"] / "usr/local/cuda/compat"
+            compat.mkdir(parents=True)
+            shutil.copy(lib / f"libcuda.so.{VERSION}", compat / "libcuda.so.550.54.15")
+            conf = images["compat"] / "etc/ld.so.conf.d/000_cuda_compat.conf"
+            conf.write_text("/usr/local/cuda/compat\n")
+            subprocess.run(["chroot", images["compat"], "ldconfig"], check=True)
         specs = work / "specs"
         specs.mkdir()
         for name, (hooks, mounts, _) in variants.items():
@@ -299,7 +329,8 @@ def main() -> int:
         )
         if out.returncode != 0:
             cannot_measure(f"a container start failed:\n{out.stderr[-2000:]}")
-        cpu = hook_cpu(work, images["plain"], ours, spec_mounts, args.runs, gate_dir)
+        cpu = {} if "linked" not in images else hook_cpu(work, images["linked"], ours, folder, args.runs,
+                                                          gate_dir)
     times: dict[str, list[float]] = {slug(n): [] for n in variants}
     for line in out.stdout.splitlines():
         i, name, ns = line.split()
@@ -318,13 +349,13 @@ def main() -> int:
             verdict = goals.at_most(f"{names[name]} adds <= {GOAL_S * 1000:.0f} ms", added, GOAL_S)
             line += f"  goal added <= {GOAL_S * 1000:.0f} ms  added/goal {added / GOAL_S:5.2f}  {verdict}"
         print(line)
-    any_hook = statistics.median(times[slug("true, hooks dir")])
-    own = [f"{names[n]} {(statistics.median(times[n]) - any_hook) * 1000:.1f} ms"
+    any_hook = statistics.median(times.get(slug("true, hooks dir")) or [float("nan")])
+    own = [f"{names[n]} {(statistics.median(times[n]) - any_hook) * 1000:.1f} ms" if n in times else f"{n} -"
            for n in ("gate-no-GPU", "gate-GPU")]
     print(f"the gate's own overhead (a gate row minus true, hooks dir): {', '.join(own)}")
     if "nvidia" in times:
         theirs = statistics.median(times["nvidia"]) - base
-        for name in ("spec", slug("spec + nvidia-cdi-hook"), "gate-GPU"):
+        for name in [n for n in ("spec", slug("spec + nvidia-cdi-hook"), "gate-GPU") if n in times]:
             added = statistics.median(times[name]) - base
             verdict = goals.at_most(f"{names[name]} adds <= {GOAL_OF_NVIDIA} x nvidia's", added,
                                     GOAL_OF_NVIDIA * theirs)

@@ -246,19 +246,19 @@ def check_cdi(report: Report, work: Path, driver: str | None, libs: dict[str, Pa
     base = f"/opt/nvidia/{driver}/"
     mounts = spec["containerEdits"]["mounts"]
     missing = []  # a mounted library that is not, byte for byte, the live driver's file of its name
-    for m in mounts:
-        copy = Path(os.path.realpath(root / m["hostPath"].lstrip("/")))
-        if m["hostPath"].startswith(base + "lib64/") and (
-                copy.name not in libs or sha256_file(copy) != sha256_file(libs[copy.name])):
-            missing.append(m["hostPath"])
+    folder, links = cdi.library_links(spec)  # the lib64 folder, mounted once; the hook links the names
+    for entry in sorted(set(links.values())):
+        copy = Path(os.path.realpath(root / f"{folder}/{entry}".lstrip("/")))
+        if copy.name not in libs or sha256_file(copy) != sha256_file(libs[copy.name]):
+            missing.append(f"{folder}/{entry}")
     nodes = [n["path"] for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]]
     nodes += [n["path"] for n in spec["containerEdits"]["deviceNodes"]]
     absent = sorted({n for n in nodes if not os.path.exists(n)})
-    libcuda = [m for m in mounts if m["containerPath"].endswith("/libcuda.so.1")]
+    libcuda = [n for n in links if n == "libcuda.so.1"]
     bad = [*problems, *(f"mount source is no live driver file: {p}" for p in missing),
            *(f"no device node {n}" for n in absent)]
     if not libcuda:
-        bad.append("no libcuda.so.1 mount")
+        bad.append("no libcuda.so.1 link")
     report.line("cdi", not bad, "; ".join(bad[:5]) if bad else
                 f"valid CDI {spec['cdiVersion']} spec from {mirrored} live driver files "
                 f"({len(mounts)} mounts under {base}, {len(spec['devices'])} devices, "

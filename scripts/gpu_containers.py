@@ -178,6 +178,14 @@ class Namespace:
         shutil.rmtree(self.runroot, ignore_errors=True)
 
 
+def claim_mounts(spec: dict) -> list[dict]:  # type: ignore[type-arg]
+    """A DRA claim's mounts for the libraries nodeprep's spec links: each file mounted by name into
+    the multiarch directory (a claim's spec runs no hook of nodeprep's)."""
+    folder, links = cdi.library_links(spec)
+    return [{"hostPath": f"{folder}/{entry}", "containerPath": f"/usr/lib/x86_64-linux-gnu/{name}",
+             "options": list(cdi.MOUNT_OPTIONS)} for name, entry in sorted(links.items())]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True)
@@ -220,8 +228,7 @@ def main() -> int:
     claim = {"cdiVersion": "0.5.0", "kind": DRA_KIND, "devices": [{"name": CLAIM_UID, "containerEdits": {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": gpu_nodes + spec["containerEdits"]["deviceNodes"]}}],
-        "containerEdits": {"mounts": [m for m in spec["containerEdits"]["mounts"]
-                                      if m["containerPath"].startswith("/usr/lib/x86_64-linux-gnu/")]}}
+        "containerEdits": {"mounts": claim_mounts(spec)}}
     (work / "cdi" / f"k8s.gpu.nvidia.com-claim_{CLAIM_UID}.json").write_text(json.dumps(claim))
     dra = f"{DRA_KIND}={CLAIM_UID}"
     variants = {"none": (None, no_hooks), "none+gate": (None, gate_dir),

@@ -5,21 +5,29 @@ The CDI spec's hook (nodeprep.containerhooks.spec) and the CUDA gate (nodeprep.c
 container's mount namespace (mounts done, before pivot_root and before the container's process
 starts), with the OCI state JSON on stdin; `bundle` names the directory holding its config.json.
 
-The ld cache (`check_ldcache`, the spec's hook with `--ldconfig DIR`): the spec mounts the driver
-libraries into the loader's default directories of both image layouts, so they are found without an
-ld cache entry. Only an image whose own /etc/ld.so.cache names a library of the same name elsewhere
-(it would win over the default directories), or whose /etc/ld.so.conf.d has a folder of NVIDIA's
-`enable-cuda-compat` (00-compat-*.conf, written by that hook just before this one) that the cache
-does not name yet, gets DIR written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf and its
-ld.so.cache rebuilt by its own ldconfig.
+The libraries (`link_libraries`, the spec's hook with `--libraries DIR --link NAME[=ENTRY]...`): the
+spec mounts the driver's library folder once, at its node path (/opt/nvidia/<version>/lib64), and the
+hook links each NAME in the image's loader default directory to DIR/ENTRY (ENTRY defaults to NAME):
+the multiarch directory (`--ldconfig`, /usr/lib/x86_64-linux-gnu) or, in an image whose C library is
+in /usr/lib64 and not there (RHEL/UBI), /usr/lib64. So glibc finds them without an ld cache entry, and
+one mount stands for the 73 file mounts of both layouts. No link of the image is followed; an image's
+own file of a NAME is left alone and counts as shadowing (below).
 
-Runs on every container start, so it imports only os, sys and CPython's C JSON scanner: no json (its
-decoder imports re), re, click, yaml, logging or argparse; `bench/container_start.py` measures it.
+The ld cache (`check_ldcache`): only an image whose own /etc/ld.so.cache names a library of the same
+name elsewhere (it would win over the default directories), that has its own file of a NAME, or whose
+/etc/ld.so.conf.d has a folder of NVIDIA's `enable-cuda-compat` (00-compat-*.conf, written by that
+hook just before this one) that the cache does not name yet, gets the links' directory (the library
+folder when the image has its own files) written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf
+and its ld.so.cache rebuilt by its own ldconfig.
+
+Runs on every container start, so it imports only posix (os's C half: `import os` alone costs ~1.5
+ms of CPU at each start), stat, sys and CPython's C JSON scanner: no os, json (its decoder imports
+re), re, click, yaml, logging or argparse; `bench/container_start.py` measures it.
 """
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
 import sys
 
@@ -28,7 +36,8 @@ COMPAT_CONF = ("00-compat-", ".conf")  # what NVIDIA's enable-cuda-compat writes
 LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 LD_CACHE = "/etc/ld.so.cache"
 MAX_CACHE = 64 << 20  # a big image's cache is a few MB
-LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory; the spec mounts the libraries there too
+LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory: the links go there in such an image
+LIBC = "libc.so.6"  # where the image's C library is tells which default directory its loader searches
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -74,9 +83,24 @@ def in_image(rootfs: str, rel: str) -> str | None:
     path = rootfs.rstrip("/")
     for part in rel.strip("/").split("/"):
         path = f"{path}/{part}"
-        if os.path.islink(path):
+        if _is_link(path):
             return None
     return path
+
+
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(posix.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _lexists(path: str) -> bool:
+    try:
+        posix.lstat(path)
+    except OSError:
+        return False
+    return True
 
 
 def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, compat: bool = False) -> None:
@@ -90,15 +114,18 @@ def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, com
               file=sys.stderr)
         return
     try:
-        os.makedirs(conf_dir, exist_ok=True)
-        fd = os.open(os.path.join(conf_dir, conf_name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                     0o644)
-        with os.fdopen(fd, "w") as f:
+        dir_fd = _open_dir(rootfs, "etc/ld.so.conf.d")
+        try:
+            flags = posix.O_WRONLY | posix.O_CREAT | posix.O_TRUNC | posix.O_NOFOLLOW
+            fd = posix.open(conf_name, flags, 0o644, dir_fd=dir_fd)
+        finally:
+            posix.close(dir_fd)
+        with open(fd, "w") as f:
             f.write(lib_dir + "\n")
     except OSError as e:  # read-only image: its own copies stay first
         print(f"nodeprep hook: ld cache not updated ({e.strerror}: {conf_dir})", file=sys.stderr)
         return
-    tool = next((t for t in LDCONFIG if os.path.lexists(rootfs + t)), None)
+    tool = next((t for t in LDCONFIG if _lexists(rootfs + t)), None)
     if tool is None:
         print("nodeprep hook: no ldconfig in the image; ld cache not updated", file=sys.stderr)
         return
@@ -118,11 +145,11 @@ def read_ld_cache(rootfs: str) -> bytes | None:
     if path is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    with open(fd, "rb") as f:
+        st = posix.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE:
             return None
         return f.read(MAX_CACHE)
@@ -133,16 +160,16 @@ def compat_folders(rootfs: str) -> list[str]:
     enable-cuda-compat writes one when the image's CUDA compat libraries are newer than the driver)."""
     conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
     try:
-        names = os.listdir(conf_dir) if conf_dir else []
+        names = posix.listdir(conf_dir) if conf_dir else []
     except OSError:
         return []
     out = []
     for name in sorted(n for n in names if n.startswith(COMPAT_CONF[0]) and n.endswith(COMPAT_CONF[1])):
         try:
-            fd = os.open(f"{conf_dir}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = posix.open(f"{conf_dir}/{name}", posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
         except OSError:
             continue
-        with os.fdopen(fd, "rb") as f:
+        with open(fd, "rb") as f:
             text = f.read(4096).decode(errors="replace")
         out += [line.strip() for line in text.splitlines() if line.strip().startswith("/")]
     return out
@@ -153,12 +180,96 @@ def uncached_folders(cache: bytes, folders: list[str]) -> list[str]:
     return [d for d in folders if (d.rstrip("/") + "/").encode() not in cache]
 
 
-def check_ldcache(config: dict, rootfs: str, lib_dir: str) -> None:  # type: ignore[type-arg]
-    """Rebuild the image's ld cache only when it names a library the spec mounts somewhere else,
-    or when it misses a CUDA compat folder NVIDIA's enable-cuda-compat has just added."""
+def check_ldcache(rootfs: str, names: set[str], mounted_dirs: tuple[str, ...], first: str, *,
+                  shadowed: bool = False) -> None:
+    """Rebuild the image's ld cache (with `first` first) only when `shadowed` (the image has its own
+    file of a library's name), when the cache names one of `names` outside `mounted_dirs`, or when it
+    misses a CUDA compat folder NVIDIA's enable-cuda-compat has just added."""
     cache = read_ld_cache(rootfs) or b""
-    names = mounted_libraries(config, lib_dir)
-    shadowed = bool(cache and names and shadowing_entries(cache, names, (lib_dir, LIB64)))
+    shadowed = shadowed or bool(cache and names and shadowing_entries(cache, names, mounted_dirs))
     compat = compat_folders(rootfs)
     if shadowed or uncached_folders(cache, compat):
-        update_ldcache(rootfs, lib_dir, compat=bool(compat))
+        update_ldcache(rootfs, first, compat=bool(compat))
+
+
+def _in_image_exists(rootfs: str, rel: str) -> bool:
+    path = in_image(rootfs, rel)
+    return path is not None and _lexists(path)
+
+
+def link_dir(rootfs: str, lib_dir: str) -> str:
+    """The loader default directory the links go into: LIB64 when the image's C library is there and
+    not in `lib_dir` (a RHEL/UBI loader, which does not search the multiarch directory), else `lib_dir`."""
+    if _in_image_exists(rootfs, f"{LIB64}/{LIBC}") and not _in_image_exists(rootfs, f"{lib_dir}/{LIBC}"):
+        return LIB64
+    return lib_dir
+
+
+def _open_dir(rootfs: str, rel: str) -> int:
+    """A descriptor of rootfs/rel reached without following a link (OSError: a link or no folder on
+    the way; missing folders are made)."""
+    fd = posix.open(rootfs, posix.O_RDONLY | posix.O_DIRECTORY)
+    try:
+        for part in rel.strip("/").split("/"):
+            try:
+                sub = posix.open(part, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                posix.mkdir(part, 0o755, dir_fd=fd)
+                sub = posix.open(part, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
+            posix.close(fd)
+            fd = sub
+    except OSError:
+        posix.close(fd)
+        raise
+    return fd
+
+
+def _link(fd: int, name: str, target: str, base: str) -> bool:
+    """Make `name` in the folder `fd` a link to `target`: True when it is one now, False when the
+    name is the image's own (a file, or a link to elsewhere than a driver folder under `base`); a
+    link to another version's folder is replaced. OSError when the image cannot be written."""
+    for _ in range(3):  # again when another start sharing this rootfs changed the name meanwhile
+        try:
+            posix.symlink(target, name, dir_fd=fd)
+            return True
+        except FileExistsError:
+            pass
+        try:
+            there = posix.readlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            continue
+        except OSError:  # a file or folder of the image's own
+            return False
+        if there == target:
+            return True
+        if not (there.startswith(base) and there.count("/") == target.count("/")):
+            return False
+        try:
+            posix.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+    return False
+
+
+def link_libraries(rootfs: str, where: str, libraries: str,
+                   links: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """Make where/NAME -> libraries/ENTRY in the image for each (NAME, ENTRY) of `links`; a link of
+    an earlier driver (another version's folder beside `libraries`) is replaced. Returns (names
+    linked, names the image has its own file or link of: left alone)."""
+    base = libraries.rstrip("/").rsplit("/", 2)[0] + "/"  # /opt/nvidia/
+    linked: list[str] = []
+    own: list[str] = []
+    try:
+        fd = _open_dir(rootfs, where)
+    except OSError as e:
+        print(f"nodeprep hook: libraries not linked ({e.strerror}: a link or no folder at {where} in the "
+              "image)", file=sys.stderr)
+        return linked, own
+    try:
+        for name, entry in links:
+            (linked if _link(fd, name, f"{libraries}/{entry}", base) else own).append(name)
+    except OSError as e:  # read-only image
+        print(f"nodeprep hook: libraries not linked ({e.strerror}: {where} in the image)", file=sys.stderr)
+    finally:
+        posix.close(fd)
+    return linked, own

@@ -4,10 +4,12 @@ The driver root is /opt/nvidia/current -> <version>; its userspace manifest
 (/opt/nvidia/<version>/manifest.json) lists lib64/ and bin/. The spec mounts the versioned files
 (not `current`, so a driver switch never changes a running container's mounts; activation rewrites
 the spec) read-only into the container:
-- libraries at the image loader's default directories of both layouts — the multiarch directory
-  (/usr/lib/x86_64-linux-gnu on amd64, searched by Debian/Ubuntu's glibc) and /usr/lib64 (searched
-  by RHEL/UBI's) — each real file once under its own name and once under each soname/dev link that
-  points at it: no symlink hook and no ld cache entry is needed for glibc to find them;
+- the lib64/ folder once, at its node path (/opt/nvidia/<version>/lib64); nodeprep's hook links each
+  library name (every real file, every soname/dev link to one, EXTRA_NAMES) into the image loader's
+  default directory — the multiarch directory (/usr/lib/x86_64-linux-gnu on amd64, searched by
+  Debian/Ubuntu's glibc), or /usr/lib64 in an image whose C library is there (RHEL/UBI) — so no ld
+  cache entry is needed for glibc to find them (one mount and a few links cost a container start
+  less than a mount per name and directory: docs/join.md, the bench);
 - binaries at /usr/bin, GSP firmware at /lib/firmware/nvidia/<version>/;
 - daemon sockets (persistenced, fabricmanager, MPS) when present under the device root.
 Hooks (createContainer): nodeprep's own (nodeprep.containerhooks.spec, run as the self-contained program
@@ -37,7 +39,6 @@ from typing import Any
 import yaml
 
 from ..artifact import MANIFEST, Manifest
-from ..containerhooks.container import LIB64
 from ..errors import NodeprepError, StateError
 from ..node.fsutil import atomic_write
 from ..profile import Driver, Runtime
@@ -100,11 +101,12 @@ def load_driver_manifest(root: Path, version: str) -> Manifest:
     return Manifest.from_json(raw, source=f"{DRIVER_BASE}/{version}/{MANIFEST}")
 
 
-def _mounts(root: Path, version: str, manifest: Manifest, extra_names: bool) -> list[dict[str, Any]]:
-    """The driver root's files as mounts; with `extra_names` also each library under its
-    EXTRA_NAMES (made by NVIDIA's create-symlinks instead when nvidia-cdi-hook is installed)."""
+def _mounts(root: Path, version: str, manifest: Manifest) -> tuple[list[dict[str, Any]], list[str]]:
+    """The driver root's mounts and the `--link` values of nodeprep's hook: its lib64/ folder once,
+    at its node path, and each library name the loader looks up (every real file, every soname/dev
+    link resolving to one, the EXTRA_NAMES of those) as NAME or NAME=ENTRY (the folder's entry it
+    links to); bin/ files and the GSP firmware as files."""
     host_base = f"{DRIVER_BASE}/{version}"
-    lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
     regular = {rel for rel, e in manifest.files.items() if e.target is None}
     links: dict[str, str] = {}  # link rel path -> regular file rel path it resolves to
     for rel, e in manifest.files.items():
@@ -126,11 +128,11 @@ def _mounts(root: Path, version: str, manifest: Manifest, extra_names: bool) -> 
             f"driver root {host_base} is missing {len(missing)} file(s) from its manifest, e.g. {missing[0]}",
             hint="run `nodeprep doctor`",
         )
-    lib_dirs = (lib_dir, LIB64)
+    names: list[str] = []
     for rel in sorted(regular):
         name = Path(rel).name
         if rel.startswith("lib64/") and rel.count("/") == 1:
-            mounts += [_mount(f"{host_base}/{rel}", f"{d}/{name}") for d in lib_dirs]
+            names.append(name)
         elif rel.startswith("bin/") and rel.count("/") == 1:
             mounts.append(_mount(f"{host_base}/{rel}", f"/usr/bin/{name}"))
         elif rel.startswith("firmware/nvidia/") and ".." not in rel.split("/"):  # GSP firmware
@@ -142,20 +144,13 @@ def _mounts(root: Path, version: str, manifest: Manifest, extra_names: bool) -> 
         try:
             real_rel = resolved.relative_to(under(root, host_base).resolve()).as_posix()
         except ValueError:
-            continue  # points outside the driver root: not ours to mount
+            continue  # points outside the driver root: not ours to link
         if real_rel in regular and real_rel.startswith("lib64/"):
-            names = (Path(rel).name, *(EXTRA_NAMES.get(Path(rel).name, ()) if extra_names else ()))
-            mounts += [_mount(f"{host_base}/{real_rel}", f"{d}/{n}") for n in names for d in lib_dirs]
-    return mounts
-
-
-def extra_links(mounts: list[dict[str, Any]], lib_dir: str) -> list[str]:
-    """`create-symlinks --link` values (target::link) for the EXTRA_NAMES of the sonames mounted
-    into `lib_dir`, made in each directory the libraries are mounted into (pure)."""
-    mounted = {m["containerPath"].rpartition("/")[2] for m in mounts
-               if m["containerPath"].rpartition("/")[0] == lib_dir}
-    return [f"{soname}::{d}/{name}" for soname, names in EXTRA_NAMES.items() if soname in mounted
-            for d in (lib_dir, LIB64) for name in names]
+            name = Path(rel).name
+            names += [name, *(f"{n}={name}" for n in EXTRA_NAMES.get(name, ()))]
+    if names:
+        mounts.insert(0, _mount(f"{host_base}/lib64", f"{host_base}/lib64"))
+    return mounts, names
 
 
 def toolkit_hook(root: Path, configured: str | None = None) -> str | None:
@@ -217,14 +212,13 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
         common_nodes.append({"path": "/dev/nvidia-modeset"})
     lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
     toolkit = toolkit_hook(root, cdi_hook)
-    mounts = _mounts(root, version, manifest, extra_names=toolkit is None)
+    mounts, links = _mounts(root, version, manifest)
     edits: dict[str, Any] = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": common_nodes,
         "mounts": mounts + ipc_mounts(dev_root),
     }
-    edits["hooks"] = hooks(version, lib_dir, toolkit, extra_links(mounts, lib_dir),
-                           params=_exists(dev_root, PARAMS))
+    edits["hooks"] = hooks(version, lib_dir, toolkit, links, params=_exists(dev_root, PARAMS))
     devices: list[dict[str, Any]] = []
     for g in gpus.gpus:
         node = {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"}]}
@@ -238,23 +232,51 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
 
 def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
           params: bool = False) -> list[dict[str, Any]]:
-    """createContainer hooks (pure). Without nvidia-cdi-hook: nodeprep's alone (requirement check,
-    ld cache rebuilt only when shadowed). With it (`toolkit`, its path on the node), first what only
-    NVIDIA's does: `create-symlinks` for the EXTRA_NAMES, `enable-cuda-compat` (the image's CUDA
-    forward-compatibility libraries when newer than the driver) and, on a node with the driver's
-    params file, `disable-device-node-modification`; nodeprep's hook last, so its ld cache check
-    also sees the compat folder `enable-cuda-compat` added. NVIDIA's `update-ldcache` (an ldconfig
-    run on every start) is not used: the mounts are in the loaders' default directories."""
+    """createContainer hooks (pure). nodeprep's own, always: the requirement check, the `links`
+    (`--link` values: NAME or NAME=ENTRY of the versioned lib64/ folder the spec mounts) made in the
+    image's loader default directory, the ld cache rebuilt only when shadowed. With nvidia-cdi-hook
+    (`toolkit`, its path on the node), what only NVIDIA's does: `enable-cuda-compat` (the image's
+    CUDA forward-compatibility libraries when newer than the driver), run by nodeprep's hook
+    (`--nvidia-cdi-hook`) only for an image that has such libraries, before its ld cache check (which
+    so also sees the compat folder `enable-cuda-compat` added), and, on a node with the driver's
+    params file, `disable-device-node-modification` as a hook of its own before nodeprep's. NVIDIA's
+    `create-symlinks` is not used (nodeprep's hook makes every link) nor its `update-ldcache` (an
+    ldconfig run on every start): the links are in the loaders' default directories."""
     path, argv, env = hook_command()
     ours: dict[str, Any] = {"hookName": "createContainer", "path": path,
                             "args": [*argv, "--driver", version, "--ldconfig", lib_dir]}
-    out: list[dict[str, Any]] = []
     if toolkit:
-        nvidia = [["create-symlinks", *(a for link in links for a in ("--link", link))] if links else [],
-                  ["enable-cuda-compat", f"--host-driver-version={version}"],
-                  ["disable-device-node-modification"] if params else []]
-        out += [{"hookName": "createContainer", "path": toolkit, "args": [CDI_HOOK, *a]} for a in nvidia if a]
+        ours["args"] += ["--nvidia-cdi-hook", toolkit]
+    if links:
+        ours["args"] += ["--libraries", f"{DRIVER_BASE}/{version}/lib64",
+                         *(a for link in links for a in ("--link", link))]
+    out: list[dict[str, Any]] = []
+    if toolkit and params:
+        out.append({"hookName": "createContainer", "path": toolkit,
+                    "args": [CDI_HOOK, "disable-device-node-modification"]})
     return out + [{**ours, "env": env} if env else ours]
+
+
+def toolkit_of(spec: dict[str, Any]) -> str | None:
+    """The nvidia-cdi-hook a spec `hooks` wrote names (pure; None: none)."""
+    for h in (spec.get("containerEdits") or {}).get("hooks") or []:
+        args = h.get("args") or []
+        if args[:1] == [CDI_HOOK]:
+            return str(h.get("path"))
+        if h.get("path") == hook_command()[0] and "--nvidia-cdi-hook" in args[:-1]:
+            return str(args[args.index("--nvidia-cdi-hook") + 1])
+    return None
+
+
+def library_links(spec: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+    """(the library folder, {name: folder entry}) nodeprep's hook links in a spec `hooks` wrote (pure;
+    (None, {}) for a spec without them)."""
+    for h in (spec.get("containerEdits") or {}).get("hooks") or []:
+        args = h.get("args") or []
+        if h.get("path") == hook_command()[0] and "--libraries" in args:
+            pairs = [args[i + 1].partition("=") for i, a in enumerate(args[:-1]) if a == "--link"]
+            return args[args.index("--libraries") + 1], {n: e or n for n, _, e in pairs}
+    return None, {}
 
 
 def _exists(root: Path, path: str) -> bool:
@@ -446,8 +468,7 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (
             ("nvidia-modeset",) if "/dev/nvidia-modeset" in nodes else ())
-        hooks_before = old.get("containerEdits", {}).get("hooks", [])
-        configured = next((h["path"] for h in hooks_before if h.get("args", [None])[0] == CDI_HOOK), None)
+        configured = toolkit_of(old)
         spec = build_spec(root, Driver(version=version, modules=modules), _devices_from_spec(old),
                           version=version, cdi_hook=configured)
         change = FileChange(path, target, render_spec(spec, on_disk=raw), 0o644)

@@ -299,9 +299,12 @@ INSPECT = (
     "for d in /dev/nvidia*; do echo \"node $d $(stat -c '%F %t:%T' $d)\"; done; "
     "ldconfig -p | sed -n 's/^\\t\\(lib[a-z-]*\\.so\\.1\\) .* => \\(.*\\)$/cache \\1 \\2/p'; "
     "probe libcuda.so.1 libnvidia-ml.so.1 | sed 's/^/probe /'; "
-    # the source (root field) of the bind mount at .../libcuda.so.1
-    "sed -n 's|^[0-9]* [0-9]* [0-9:]* \\([^ ]*\\) [^ ]*/libcuda\\.so\\.1 .*|mount \\1|p' "
+    # the source (root field) of each bind mount under /opt/nvidia (the driver's library folder)
+    "sed -n 's|^[0-9]* [0-9]* [0-9:]* \\([^ ]*\\) /opt/nvidia/[^ ]* .*|mount \\1|p' "
     "/proc/self/mountinfo; "
+    # where the names the loader finds lead (links made by nodeprep's hook)
+    "for l in /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1; do "
+    "[ -L $l ] && echo \"link $l $(readlink $l)\"; done; "
     "nvidia-smi >/dev/null 2>&1; echo \"smi $?\""
 )
 
@@ -315,10 +318,11 @@ class Seen:
     probe: dict[str, tuple[str, str]]
     mounts: list[str]
     smi: int
+    links: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, out: str) -> Seen:
-        nodes, cache, probe, mounts, smi = {}, {}, {}, [], -1
+        nodes, cache, probe, mounts, smi, links = {}, {}, {}, [], -1, {}
         for line in out.splitlines():
             kind, _, rest = line.partition(" ")
             parts = rest.split()
@@ -332,4 +336,6 @@ class Seen:
                 mounts.append(parts[0])
             elif kind == "smi":
                 smi = int(parts[0])
-        return cls(nodes, cache, probe, mounts, smi)
+            elif kind == "link" and len(parts) == 2:
+                links[parts[0]] = parts[1]
+        return cls(nodes, cache, probe, mounts, smi, links)

@@ -8,8 +8,8 @@ cuda-gdb's libcudadebugger, the GL/EGL/GLX/Vulkan vendor libraries), tools, GSP 
 nodes, a MIG capability node, persistenced's socket and nvidia-cdi-hook itself on the node's PATH.
 nodeprep's spec is the one `nodeprep runtime --root` writes. Every mount and device node in NVIDIA's
 spec must be in nodeprep's, or be one of EXCLUDED (docs/join.md says why); every link NVIDIA's
-`create-symlinks` makes must exist in nodeprep's containers too (mounted under that name, or made by
-the same hook in nodeprep's spec).
+`create-symlinks` makes must exist in nodeprep's containers too (mounted under that name, or linked
+by nodeprep's hook to a file of the library folder its spec mounts).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from nodeprep import artifact, runner
+from nodeprep.join import cdi
 from tests.support import nvidia
 from tests.support import rawartifact as ra
 from tests.support.fixtures import NVIDIA_SMI
@@ -57,9 +58,11 @@ EXCLUDED = {
     "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
     "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
 }
-# NVIDIA's hooks nodeprep's spec does not call, on purpose: the libraries are mounted into the
-# loaders' default directories, and nodeprep's own hook rebuilds the cache only when needed.
-EXCLUDED_HOOKS = {"update-ldcache"}
+# NVIDIA's hooks nodeprep's spec does not call as hooks of their own, on purpose: nodeprep's own hook
+# links the libraries into the loaders' default directories (every name create-symlinks makes
+# included), rebuilds the cache only when needed, and runs enable-cuda-compat itself for an image
+# with CUDA compat libraries (`--nvidia-cdi-hook`).
+EXCLUDED_HOOKS = {"update-ldcache", "create-symlinks", "enable-cuda-compat"}
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +150,10 @@ def test_every_mount_device_and_link_of_nvidia_ctk_is_in_nodeprep_spec(
     our_mounts: dict[str, set[str]] = {}  # real host file -> names it has in the container
     for m in ours["containerEdits"]["mounts"]:
         our_mounts.setdefault(host_file(m["hostPath"], False), set()).add(m["containerPath"])
+    folder, links = cdi.library_links(ours)  # the lib64 folder, mounted once; the hook links the names
+    assert folder is not None and host_file(folder, False) in our_mounts
+    for name, entry in links.items():
+        our_mounts.setdefault(host_file(f"{folder}/{entry}", False), set()).add(f"(linked)/{name}")
     missing, excluded = [], []
     their_mounts = theirs["containerEdits"]["mounts"]
     assert len(their_mounts) == 18  # 12 libraries, 4 tools, the firmware and the socket
@@ -174,9 +181,10 @@ def test_every_mount_device_and_link_of_nvidia_ctk_is_in_nodeprep_spec(
 
     their_hooks, our_hooks = _hooks(theirs), _hooks(ours)
     assert set(their_hooks) - EXCLUDED_HOOKS <= set(our_hooks)
-    made = {link.partition("::")[2].rpartition("/")[2] for link in our_hooks["create-symlinks"][1::2]}
+    made = {name for name, entry in links.items() if name != entry}  # names that are no file's own
     for link in their_hooks["create-symlinks"][1::2]:
         name = link.partition("::")[2].rpartition("/")[2]
         assert name in names or name in made, link
     assert made == {"libcuda.so", "libnvidia-opticalflow.so", "libGLX_indirect.so.0"}
-    assert our_hooks["enable-cuda-compat"] == their_hooks["enable-cuda-compat"]
+    assert their_hooks["enable-cuda-compat"] == [f"--host-driver-version={V}"]  # what nodeprep's hook passes
+    assert cdi.toolkit_of(ours) == "/usr/bin/nvidia-cdi-hook"

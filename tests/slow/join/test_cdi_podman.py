@@ -36,14 +36,12 @@ def assert_sees(seen: Seen, node: GpuNode, version: str, layout: str) -> None:
     for lib, ident in active_files(node, version).items():
         assert lib not in seen.cache, seen.cache
         assert seen.probe[lib] == (f"{FOUND_IN[layout]}/{lib}", ident), (lib, seen.probe)
-    # the mounts (multiarch directory and /usr/lib64) name the versioned root, never `current` (the
-    # node root's /opt is bound over /opt in the test's namespace, so the source shows under the
-    # node root's path)
-    # libcuda.so.1 in both library directories; twice more where the image has a libcuda.so link to
-    # libcuda.so.1 (NVIDIA's create-symlinks leaves one in an image tree an earlier test ran with
-    # --rootfs): the spec's libcuda.so mount then lands on libcuda.so.1 through it, the same file
-    assert len(seen.mounts) in (2, 4), seen.mounts
-    assert all(m.endswith(f"/opt/nvidia/{version}/lib64/libcuda.so.{version}") for m in seen.mounts)
+    # one mount, the versioned library folder, never `current` (the node root's /opt is bound over
+    # /opt in the test's namespace, so the source shows under the node root's path); the loader
+    # reaches it through the links nodeprep's hook made in the layout's default directory only
+    assert len(seen.mounts) == 1 and seen.mounts[0].endswith(f"/opt/nvidia/{version}/lib64"), seen.mounts
+    where = "/usr/lib64" if layout == "lib64" else LIB_DIR
+    assert seen.links == {f"{where}/libcuda.so.1": f"/opt/nvidia/{version}/lib64/libcuda.so.1"}, seen.links
     assert seen.smi == 9  # NVML found, no kernel driver; 12 would mean the library was not found
 
 

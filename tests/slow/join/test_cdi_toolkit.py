@@ -3,10 +3,11 @@ binary (tests/support/nvidia.py: nvidia-container-toolkit v1.20.0, skipped witho
 
 The hook is installed on the node (ROOT/usr/bin, where `nodeprep runtime --root` finds it) and, for
 the runtime, at /usr/bin inside the test's own mount namespace (GpuNode.nvidia_cdi_hook). The spec
-then calls NVIDIA's hook for what only it does, before nodeprep's own: `create-symlinks` makes the
-unversioned names applications dlopen (libcuda.so), `enable-cuda-compat` puts an image's newer CUDA
-forward-compatibility libraries first, and nodeprep's hook (requirement check, ld cache rebuilt only
-when needed) sees that and rebuilds the cache. containerd's CRI runs of the same spec are in
+then has nodeprep's hook call NVIDIA's for what only it does: `enable-cuda-compat` puts an image's
+newer CUDA forward-compatibility libraries first (run only for an image that has such libraries),
+and nodeprep's hook (requirement check, the library links, the unversioned names applications
+dlopen such as libcuda.so included, ld cache rebuilt only when needed) sees that and rebuilds the
+cache. containerd's CRI runs of the same spec are in
 test_cri_containerd.py. Everything else is as in test_cdi_podman.py (fixtures: conftest.py, gpunode.py)."""
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from .test_cdi_podman import LIB_DIR, REQUIRE_12_4, active_files, assert_sees
 
 pytestmark = pytest.mark.slow
 
-LINKS = "readlink /usr/lib/x86_64-linux-gnu/libcuda.so /usr/lib64/libcuda.so | sed 's/^/link /'; "
+LINKS = ("for l in /usr/lib/x86_64-linux-gnu/libcuda.so /usr/lib64/libcuda.so; do "
+         "[ -L $l ] && echo \"libcuda.so $(readlink $l)\"; done; ")
 COMPAT = "libcuda.so.550.54.15"  # a newer driver's CUDA compat library, as CUDA 12.4 images carry
 
 
@@ -44,14 +46,11 @@ def toolkit_spec(gpu_node: GpuNode, test_cache: Path) -> Iterator[dict]:  # type
 
 def test_spec_calls_nvidia_hook_only_for_what_nodeprep_does_not(
         toolkit_spec: dict, versions: tuple[str, str]) -> None:  # type: ignore[type-arg]
-    *theirs, ours = toolkit_spec["containerEdits"]["hooks"]
-    assert [(h["path"], h["args"][:2]) for h in theirs] == [
-        ("/usr/bin/nvidia-cdi-hook", ["nvidia-cdi-hook", "create-symlinks"]),
-        ("/usr/bin/nvidia-cdi-hook", ["nvidia-cdi-hook", "enable-cuda-compat"]),
-    ]
-    assert theirs[0]["args"][2:] == ["--link", f"libcuda.so.1::{LIB_DIR}/libcuda.so",
-                                     "--link", "libcuda.so.1::/usr/lib64/libcuda.so"]
-    assert ours["args"][-4:] == ["--driver", versions[0], "--ldconfig", LIB_DIR]  # fast path kept
+    (ours,) = toolkit_spec["containerEdits"]["hooks"]  # no params file on this node
+    # NVIDIA's hook for enable-cuda-compat, run by nodeprep's for an image with compat libraries
+    assert ours["args"][1:7] == ["--driver", versions[0], "--ldconfig", LIB_DIR,  # fast path kept
+                                 "--nvidia-cdi-hook", "/usr/bin/nvidia-cdi-hook"]
+    assert "libcuda.so=libcuda.so.1" in ours["args"]  # the link create-symlinks made before
 
 
 @pytest.mark.parametrize("layout", ["debian", "lib64"])
@@ -69,8 +68,8 @@ def test_podman_runs_nvidia_hook_and_the_links_load_the_active_driver(
     print(f"podman, NVIDIA's nvidia-cdi-hook, {layout} image:\n{r.stdout}")  # shown with -s (docs/join.md)
     seen = Seen.parse(r.stdout)
     assert_sees(seen, gpu_node, versions[0], layout)  # nothing ran ldconfig: no cache entry
-    links = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("link ")]
-    assert links == ["libcuda.so.1", "libcuda.so.1"]  # made by NVIDIA's create-symlinks
+    links = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("libcuda.so ")]
+    assert links == [f"/opt/nvidia/{versions[0]}/lib64/libcuda.so.1"]  # made by nodeprep's hook
     ident = active_files(gpu_node, versions[0])["libcuda.so.1"]
     assert seen.probe["libcuda.so"][1] == ident  # what `dlopen("libcuda.so")` loads
 

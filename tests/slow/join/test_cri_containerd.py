@@ -78,17 +78,19 @@ def test_cri_cuda_requirement_allowed_refused_bypassed(
 def test_cri_runs_nvidia_cdi_hook(
     containerd: tuple[Containerd, str], gpu_node: GpuNode, versions: tuple[str, str], test_cache: Path
 ) -> None:
-    """With NVIDIA's real nvidia-cdi-hook on the node, containerd's CRI runs its hooks from the spec:
-    the link create-symlinks makes loads the active libcuda (test_cdi_toolkit.py for podman)."""
+    """With NVIDIA's real nvidia-cdi-hook on the node, containerd's CRI runs nodeprep's hook from the
+    spec (which would run NVIDIA's for an image with CUDA compat libraries), whose libcuda.so link
+    loads the active libcuda (test_cdi_toolkit.py for podman, compat included)."""
     daemon, major_minor = containerd
     with gpu_node.nvidia_cdi_hook(nvidia_cdi_hook(test_cache)) as spec:
-        assert [h["args"][1] for h in spec["containerEdits"]["hooks"][:-1]] == [
-            "create-symlinks", "enable-cuda-compat"]
+        ours = spec["containerEdits"]["hooks"][-1]
+        assert ours["args"][5:7] == ["--nvidia-cdi-hook", "/usr/bin/nvidia-cdi-hook"]
         sid, sconfig = daemon.run_pod("nvidia-hook")
         code, out = daemon.run_container(sid, sconfig, "nvidia-hook", "debian",
                                          LINKS + "probe libcuda.so | sed 's/^/probe /'")
     assert code == 0, out
     print(f"containerd {major_minor} CRI, NVIDIA's nvidia-cdi-hook:\n{out}")  # shown with -s (docs/join.md)
-    assert [line.split()[1] for line in out.splitlines() if line.startswith("link ")] == ["libcuda.so.1"] * 2
+    made = [line.split()[1] for line in out.splitlines() if line.startswith("libcuda.so ")]
+    assert made == [f"/opt/nvidia/{versions[0]}/lib64/libcuda.so.1"]  # by nodeprep's hook, Debian layout
     ident = active_files(gpu_node, versions[0])["libcuda.so.1"]
     assert Seen.parse(out).probe["libcuda.so"][1] == ident

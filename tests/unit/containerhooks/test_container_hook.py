@@ -7,13 +7,14 @@ start itself is in tests/slow/join/test_cdi_podman.py and test_cri_containerd.py
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from nodeprep.containerhooks.container import LIB64, mounted_libraries, shadowing_entries
+from nodeprep.containerhooks.container import LIB64, _open_dir, link_dir, mounted_libraries, shadowing_entries
 from nodeprep.containerhooks.gate import decide
 from nodeprep.containerhooks.jsonload import loads
 from nodeprep.join import cdi
@@ -217,3 +218,137 @@ def test_hook_rebuilds_the_ld_cache_for_a_new_cuda_compat_folder(tmp_path: Path,
     else:
         assert conf.read_text() == f"{lib}\n"
         assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"
+
+
+MULTIARCH = "/usr/lib/x86_64-linux-gnu"
+FOLDER = "/opt/nvidia/535.309.01/lib64"  # the versioned library folder the spec mounts once
+LINKS = ["--link", "libcuda.so.535.309.01", "--link", "libcuda.so.1", "--link", "libcuda.so=libcuda.so.1"]
+
+
+def image(tmp_path: Path, layout: str) -> Path:
+    """A rootfs whose C library lies where its loader searches: the multiarch directory (Debian and
+    Ubuntu) or /usr/lib64 (RHEL/UBI; /lib64 a link to it), and its ld.so.cache."""
+    rootfs = tmp_path / "rootfs"
+    libc = rootfs / ("usr/lib64" if layout == "lib64" else MULTIARCH.lstrip("/")) / "libc.so.6"
+    libc.parent.mkdir(parents=True)
+    libc.write_bytes(b"\x7fELF")
+    (rootfs / "lib64").symlink_to("usr/lib64")
+    (rootfs / "etc").mkdir()
+    (rootfs / "etc/ld.so.cache").write_bytes(b"glibc-ld.so.cache1.1")
+    return rootfs
+
+
+def link_hook(tmp_path: Path, rootfs: Path) -> subprocess.CompletedProcess[str]:
+    mount = {"destination": FOLDER, "source": FOLDER, "type": "bind", "options": ["ro", "rbind"]}
+    args = ["--ldconfig", MULTIARCH, "--libraries", FOLDER, *LINKS]
+    return run_hook(tmp_path, ["PATH=/usr/bin"], extra=args,
+                    config={"root": {"path": str(rootfs)}, "mounts": [mount]})
+
+
+def links_in(folder: Path) -> dict[str, str]:
+    return {p.name: os.readlink(p) for p in folder.iterdir() if p.is_symlink()} if folder.is_dir() else {}
+
+
+@pytest.mark.parametrize("layout", ["debian", "lib64"])
+def test_hook_links_the_libraries_where_the_image_loader_looks(tmp_path: Path, layout: str) -> None:
+    """The hook process with `--libraries`: each name a link to the mounted folder's entry in the
+    loader's default directory of the image's layout (a lib64 image's loader does not search the
+    multiarch directory: tests/slow/join/test_cdi_podman.py loads through these links), the other
+    directory left alone; a second start (the same rootfs) finds its links and changes nothing."""
+    rootfs = image(tmp_path, layout)
+    want = {"libcuda.so.535.309.01": f"{FOLDER}/libcuda.so.535.309.01",
+            "libcuda.so.1": f"{FOLDER}/libcuda.so.1", "libcuda.so": f"{FOLDER}/libcuda.so.1"}
+    used, other = (rootfs / "usr/lib64", rootfs / MULTIARCH.lstrip("/"))
+    if layout == "debian":
+        used, other = other, used
+    for _ in range(2):
+        r = link_hook(tmp_path, rootfs)
+        assert (r.returncode, r.stderr) == (0, "")
+        assert links_in(used) == want
+        assert links_in(other) == {}
+        assert not (rootfs / "etc/ld.so.conf.d").exists()  # no ld cache rebuild: nothing shadows them
+
+
+def test_hook_replaces_its_links_of_another_version_and_leaves_the_image_files(tmp_path: Path) -> None:
+    """After a driver switch a reused rootfs holds links to the earlier version's folder: replaced. A
+    file of the image's own under a library's name is left as it is, and counts as shadowing: the
+    mounted folder goes first into the image's ld cache (this image has no ldconfig: it says so)."""
+    rootfs = image(tmp_path, "debian")
+    lib = rootfs / MULTIARCH.lstrip("/")
+    (lib / "libcuda.so.1").symlink_to("/opt/nvidia/530.30.02/lib64/libcuda.so.1")
+    r = link_hook(tmp_path, rootfs)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert os.readlink(lib / "libcuda.so.1") == f"{FOLDER}/libcuda.so.1"
+
+    (lib / "libcuda.so.1").unlink()
+    (lib / "libcuda.so.1").write_bytes(b"the image's own")
+    r = link_hook(tmp_path, rootfs)
+    assert r.returncode == 0
+    assert (lib / "libcuda.so.1").read_bytes() == b"the image's own"
+    assert os.readlink(lib / "libcuda.so") == f"{FOLDER}/libcuda.so.1"
+    assert (rootfs / "etc/ld.so.conf.d/00-nodeprep-nvidia.conf").read_text() == f"{FOLDER}\n"
+    assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"
+
+
+def test_hook_follows_no_link_of_a_hostile_image_out_of_its_rootfs(tmp_path: Path) -> None:
+    """The hook runs before pivot_root, so an image's absolute link resolves against the node's root.
+    A /usr/lib64 that is a link out of the rootfs (to a folder holding a libc.so.6) neither makes the
+    image a lib64 one nor gets links written through it; a multiarch directory reached through a
+    link is not written either (the hook says so, the container starts without the links)."""
+    outside = tmp_path / "node-lib64"
+    outside.mkdir()
+    (outside / "libc.so.6").write_bytes(b"\x7fELF")
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "usr").mkdir(parents=True)
+    (rootfs / "usr/lib64").symlink_to(outside)
+    (rootfs / "etc").mkdir()
+    r = link_hook(tmp_path, rootfs)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert sorted(p.name for p in outside.iterdir()) == ["libc.so.6"]  # nothing written through the link
+    made = set(links_in(rootfs / MULTIARCH.lstrip("/")))
+    assert made == {"libcuda.so.535.309.01", "libcuda.so.1", "libcuda.so"}
+    assert link_dir(str(rootfs), MULTIARCH) == MULTIARCH
+
+    outside_lib = tmp_path / "node-lib"
+    outside_lib.mkdir()
+    shutil.rmtree(rootfs / "usr/lib")
+    (rootfs / "usr/lib").symlink_to(outside_lib)
+    r = link_hook(tmp_path, rootfs)
+    assert r.returncode == 0
+    assert r.stderr.strip() == ("nodeprep hook: libraries not linked (Not a directory: a link or no folder "
+                                f"at {MULTIARCH} in the image)")
+    assert list(outside_lib.iterdir()) == []
+    with pytest.raises(OSError):  # the same for a lib64 image's directory
+        _open_dir(str(rootfs), LIB64)
+    assert sorted(p.name for p in outside.iterdir()) == ["libc.so.6"]
+
+
+@pytest.mark.parametrize("compat", [True, False])
+def test_hook_runs_nvidia_enable_cuda_compat_only_for_an_image_with_compat_libraries(
+        tmp_path: Path, compat: bool) -> None:
+    """With `--nvidia-cdi-hook`, NVIDIA's enable-cuda-compat (here a stand-in program recording its
+    arguments and stdin) runs from nodeprep's hook, the OCI state on its stdin, only when the image
+    has CUDA compat libraries; every other start is spared that second process. Its failure refuses
+    the container, as the runtime did when it ran NVIDIA's hook itself."""
+    rootfs = image(tmp_path, "debian")
+    if compat:
+        (rootfs / "usr/local/cuda/compat").mkdir(parents=True)
+        (rootfs / "usr/local/cuda/compat/libcuda.so.550.54.15").write_bytes(b"\x7fELF")
+    tool = tmp_path / "nvidia-cdi-hook"
+    tool.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/ran\ncat >> {tmp_path}/ran\nexit ${{FAIL:-0}}\n")
+    tool.chmod(0o755)
+    args = ["--ldconfig", MULTIARCH, "--nvidia-cdi-hook", str(tool), "--libraries", FOLDER, *LINKS]
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=args, config={"root": {"path": str(rootfs)}})
+    assert (r.returncode, r.stderr) == (0, "")
+    assert links_in(rootfs / MULTIARCH.lstrip("/"))["libcuda.so.1"] == f"{FOLDER}/libcuda.so.1"
+    if not compat:
+        assert not (tmp_path / "ran").exists()
+        return
+    argv, state = (tmp_path / "ran").read_text().split("\n", 1)
+    assert argv == "enable-cuda-compat --host-driver-version=535.309.01"
+    assert json.loads(state)["bundle"] == str(tmp_path / "bundle")
+    tool.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=args, config={"root": {"path": str(rootfs)}})
+    assert r.returncode == 1
+    assert r.stderr.startswith("nodeprep hook: nvidia-cdi-hook enable-cuda-compat failed:"), r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr

@@ -23,6 +23,7 @@ from nodeprep.profile import Driver, Runtime
 from .conftest import FIXTURES, VERSION
 
 DRIVER = Driver(version=VERSION)
+LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 SCHEMA = json.loads(cdi.SCHEMA_PATH.read_text())
 
 
@@ -61,7 +62,8 @@ def test_spec_is_valid_and_names_devices_like_nvidia_ctk(node_root: Path) -> Non
     # the program nodeprep writes on the node (its own python3), never this checkout or its venv
     assert hook["hookName"] == "createContainer" and hook["path"] == HOOK_PATH
     assert hook["args"][0] == "cdi-hook" and not any("sys.path" in a for a in hook["args"])
-    assert hook["args"][1:] == ["--driver", VERSION, "--ldconfig", "/usr/lib/x86_64-linux-gnu"]
+    assert hook["args"][1:7] == ["--driver", VERSION, "--ldconfig", "/usr/lib/x86_64-linux-gnu",
+                                 "--libraries", f"/opt/nvidia/{VERSION}/lib64"]
     assert "annotations" not in spec  # needs cdiVersion 0.6.0; podman 4.3 refuses the spec with it
 
 
@@ -69,25 +71,28 @@ def test_mounts_point_at_the_versioned_driver_root(node_root: Path) -> None:
     spec = _spec(node_root, "tesla-t4_515.105.01.xml")
     mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
     base = f"/opt/nvidia/{VERSION}"
-    # the default loader directories of Debian/Ubuntu (multiarch) and RHEL/UBI (lib64) images
-    for lib in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"):
-        assert mounts[f"{lib}/libcuda.so.{VERSION}"] == f"{base}/lib64/libcuda.so.{VERSION}"
-        assert mounts[f"{lib}/libcuda.so.1"] == f"{base}/lib64/libcuda.so.{VERSION}"  # link from the artifact
-        assert (
-            mounts[f"{lib}/libnvidia-ml.so.1"] == f"{base}/lib64/libnvidia-ml.so.{VERSION}"
-        )  # made by ldconfig -n
-    libs = [m for m in mounts if m.startswith("/usr/lib")]
-    assert len([m for m in libs if m.startswith("/usr/lib64/")]) * 2 == len(libs)
+    # the versioned library folder, once, at its node path: no file of it mounted by name into the
+    # loader's directories (nodeprep's hook links the names there: tests/unit/containerhooks)
+    assert mounts[f"{base}/lib64"] == f"{base}/lib64"
+    assert not any(m.startswith("/usr/lib") for m in mounts), mounts
+    args = spec["containerEdits"]["hooks"][0]["args"]
+    links = [args[i + 1] for i, a in enumerate(args) if a == "--link"]
+    # every real file, every soname link (from the artifact, or made by ldconfig -n) and the
+    # unversioned name applications dlopen, which no soname link gives (named by its soname link)
+    assert {f"libcuda.so.{VERSION}", "libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so=libcuda.so.1"} \
+        <= set(links)
+    assert not any(link.startswith("libnvidia-ml.so=") for link in links)  # not a name create-symlinks makes
+    for link in links:  # each names an entry of the mounted folder
+        assert (node_root / base.lstrip("/") / "lib64" / link.rpartition("=")[2]).is_file(), link
+    folder, named = cdi.library_links(spec)  # how the GPU machine's scripts read them
+    assert folder == f"{base}/lib64" and len(named) == len(links)
+    assert named["libcuda.so"] == "libcuda.so.1" and named["libcuda.so.1"] == "libcuda.so.1"
     assert mounts["/usr/bin/nvidia-smi"] == f"{base}/bin/nvidia-smi"
     # the GSP firmware where the driver inside a container looks (as nvidia-ctk mounts it)
     fw = f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
     assert mounts[fw] == f"{base}/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
-    # no nvidia-cdi-hook: the unversioned name applications dlopen is mounted like a soname link
-    for lib in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64"):
-        assert mounts[f"{lib}/libcuda.so"] == f"{base}/lib64/libcuda.so.{VERSION}"
-        assert f"{lib}/libnvidia-ml.so" not in mounts  # not a name NVIDIA's create-symlinks makes
     for host in mounts.values():  # every mount source exists in the installed root
-        assert (node_root / host.lstrip("/")).is_file()
+        assert (node_root / host.lstrip("/")).exists()
     assert all(
         m["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]
         for m in spec["containerEdits"]["mounts"]
@@ -120,17 +125,14 @@ def test_toolkit_hooks_do_only_what_nodeprep_does_not(node_root: Path) -> None:
     spec = _spec(node_root, "a10g_515.105.01.xml")
     *nvidia, ours = spec["containerEdits"]["hooks"]
     multiarch = "/usr/lib/x86_64-linux-gnu"
-    assert [h["args"] for h in nvidia] == [
-        ["nvidia-cdi-hook", "create-symlinks", "--link", f"libcuda.so.1::{multiarch}/libcuda.so",
-         "--link", "libcuda.so.1::/usr/lib64/libcuda.so"],
-        ["nvidia-cdi-hook", "enable-cuda-compat", f"--host-driver-version={VERSION}"],
-        ["nvidia-cdi-hook", "disable-device-node-modification"],
-    ]
+    # no create-symlinks: nodeprep's hook makes every link, libcuda.so included; no enable-cuda-compat
+    # of its own: nodeprep's hook runs it for an image with CUDA compat libraries only
+    assert [h["args"] for h in nvidia] == [["nvidia-cdi-hook", "disable-device-node-modification"]]
     assert {h["path"] for h in nvidia} == {"/usr/local/bin/nvidia-cdi-hook"}
     # nodeprep's hook last, its ld cache fast path kept: no update-ldcache (an ldconfig per start)
-    assert ours["args"][1:] == ["--driver", VERSION, "--ldconfig", multiarch]
-    mounts = {m["containerPath"] for m in spec["containerEdits"]["mounts"]}
-    assert f"{multiarch}/libcuda.so" not in mounts  # the link is made by create-symlinks instead
+    assert ours["args"][1:7] == ["--driver", VERSION, "--ldconfig", multiarch,
+                                 "--nvidia-cdi-hook", "/usr/local/bin/nvidia-cdi-hook"]
+    assert "libcuda.so=libcuda.so.1" in ours["args"]
     assert cdi.spec_problems(spec) == []
 
 
@@ -142,13 +144,12 @@ def test_profile_names_the_toolkit_hook_and_activation_keeps_it(node_root: Path)
     assert cdi.build_spec(node_root, DRIVER, gpu_list)["containerEdits"]["hooks"][0]["path"] != path
     apply_changes(cdi.plan_cdi(node_root, DRIVER, Runtime(cdi_hook_path=path), gpu_list))
     spec_file = node_root / "etc/cdi/nvidia.yaml"
-    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
-    assert [h["path"] for h in hooks[:-1]] == [path, path]
-    spec_file.write_text(spec_file.read_text().replace(f"--host-driver-version={VERSION}", "--x"))
+    (hook,) = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert hook["args"][5:7] == ["--nvidia-cdi-hook", path]  # for enable-cuda-compat
+    spec_file.write_text(spec_file.read_text().replace(LIB_DIR, "/x"))  # an outdated spec
     assert cdi.refresh_after_activation(node_root, VERSION) == ["/etc/cdi/nvidia.yaml"]
-    hooks = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
-    assert [h["path"] for h in hooks[:-1]] == [path, path]
-    assert hooks[1]["args"][-1] == f"--host-driver-version={VERSION}"
+    (hook,) = yaml.safe_load(spec_file.read_text())["containerEdits"]["hooks"]
+    assert hook["args"][3:7] == ["--ldconfig", LIB_DIR, "--nvidia-cdi-hook", path]  # kept by the rewrite
 
 
 def test_present_nodes_and_sockets_are_in_the_spec(node_root: Path, tmp_path: Path) -> None:
@@ -349,10 +350,13 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     jsonschema.Draft7Validator(SCHEMA).validate(spec)
     hosts = [m["hostPath"] for m in spec["containerEdits"]["mounts"]]
     assert hosts and all(h.startswith(f"/opt/nvidia/{new_version}/") for h in hosts)
-    assert any(h.endswith(f"libcuda.so.{new_version}") for h in hosts)
+    assert f"/opt/nvidia/{new_version}/lib64" in hosts
     assert spec["devices"] == old["devices"]
     assert spec["containerEdits"]["deviceNodes"] == old["containerEdits"]["deviceNodes"]
-    assert spec["containerEdits"]["hooks"][0]["args"][1:3] == ["--driver", new_version]
+    args = spec["containerEdits"]["hooks"][0]["args"]
+    assert args[1:3] == ["--driver", new_version]
+    assert args[args.index("--libraries") + 1] == f"/opt/nvidia/{new_version}/lib64"
+    assert f"libcuda.so.{new_version}" in args
     assert foreign.read_text().startswith("cdiVersion: 0.5.0\nkind")
     assert cdi.refresh_after_activation(node_root, new_version) == []  # idempotent
 
