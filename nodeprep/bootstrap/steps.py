@@ -109,7 +109,7 @@ def step_driver(ctx: Context) -> dict[str, Any]:
 
         version, flavour = pick(Store(drv.store, options), ctx.root, version=drv.version, branch=drv.branch,
                                 gpus=drv.gpus, kernel=_kernel(ctx), flavour=drv.flavour,
-                                policy=drv.branch_policy)
+                                policy=drv.branch_policy, sys_dir=ctx.options.sysfs_root)
     if ctx.check:
         from ..node.ops import plan
 

@@ -105,14 +105,16 @@ def choose(candidates: Iterable[Candidate], gpus: Sequence[str], *, policy: str 
 # -- the edges: which GPUs, which candidates ----------------------------------------------------
 
 
-def gpu_ids(root: Path, value: str, *, what: str = "--gpus", field: str | None = None) -> list[str]:
-    """The PCI ids `value` names: 'node' (the NVIDIA GPUs under ROOT/sys/bus/pci/devices) or a comma
-    list of '10de:DEVICE[:SUBVENDOR:SUBDEVICE]'; InputError as `what` (a flag) or `field`."""
+def gpu_ids(root: Path, value: str, *, what: str = "--gpus", field: str | None = None,
+            sys_dir: Path | None = None) -> list[str]:
+    """The PCI ids `value` names: 'node' (the NVIDIA GPUs under SYS/bus/pci/devices: `sys_dir`, default
+    ROOT/sys) or a comma list of '10de:DEVICE[:SUBVENDOR:SUBDEVICE]'; InputError as `what` (a flag) or
+    `field`."""
     if value == "node":
-        ids = support.node_pci_ids(root)
+        ids = support.node_pci_ids(root, sys_dir)
         if not ids:
-            raise InputError(f"no NVIDIA GPU under {Path(root) / 'sys/bus/pci/devices'}", flag=what,
-                             field=field)
+            where = Path(sys_dir if sys_dir is not None else Path(root) / "sys") / "bus/pci/devices"
+            raise InputError(f"no NVIDIA GPU under {where}", flag=what, field=field)
         return ids
     ids = [v.strip() for v in value.split(",") if v.strip()]
     if not ids:
@@ -194,13 +196,14 @@ def branch_versions(store: Any, branch: str, kernel: str | None, *, arch: str = 
 
 
 def pick(store: Any, root: Path, *, version: str | None, branch: str | None, gpus: str | None,
-         kernel: str | None, flavour: str | None, policy: str = "newest", arch: str = "amd64"
-         ) -> tuple[str, str | None]:
+         kernel: str | None, flavour: str | None, policy: str = "newest", arch: str = "amd64",
+         sys_dir: Path | None = None) -> tuple[str, str | None]:
     """(version, flavour) the driver settings name (the profile's driver section, install's flags, the
     role's variables: one vocabulary): `version` itself, refused when not of `branch`, checked against
     the GPUs `gpus` names when given (`require_pinned`); else the `policy`'s version of `branch` in the
-    store, running those GPUs when given (`choose_from_store`). `kernel`: the one whose modules count
-    (None: the running kernel). InputErrors name the field (the CLI its flag)."""
+    store, running those GPUs when given (`choose_from_store`). `gpus` 'node': the GPUs under
+    `sys_dir` (default ROOT/sys). `kernel`: the one whose modules count (None: the running kernel).
+    InputErrors name the field (the CLI its flag)."""
     from ..profile.fields import field_error
     from ..urls import redact_url
     from .kmod import target_kernel
@@ -211,7 +214,7 @@ def pick(store: Any, root: Path, *, version: str | None, branch: str | None, gpu
     if version is not None and branch is not None and driver_branch(version) != branch:
         raise field_error("driver.branch", f"{branch} contradicts driver.version {version} (of branch "
                                            f"{driver_branch(version)})")
-    ids = gpu_ids(root, gpus, field="driver.gpus") if gpus else []
+    ids = gpu_ids(root, gpus, field="driver.gpus", sys_dir=sys_dir) if gpus else []
     if version is not None:
         if ids:
             flavour = flavour or "proprietary"

@@ -157,9 +157,10 @@ def check_support(
     return problems
 
 
-def node_pci_ids(root: Path) -> list[str]:
-    """'10de:DEVICE:SUBVENDOR:SUBDEVICE' of the NVIDIA GPUs under ROOT/sys/bus/pci/devices."""
-    devices = Path(root) / "sys" / "bus" / "pci" / "devices"
+def node_pci_ids(root: Path, sys_dir: Path | None = None) -> list[str]:
+    """'10de:DEVICE:SUBVENDOR:SUBDEVICE' of the NVIDIA GPUs under SYS/bus/pci/devices (`sys_dir`,
+    default ROOT/sys)."""
+    devices = Path(sys_dir if sys_dir is not None else Path(root) / "sys") / "bus" / "pci" / "devices"
     out = []
     for dev in sorted(devices.iterdir()) if devices.is_dir() else []:
         vals = {}

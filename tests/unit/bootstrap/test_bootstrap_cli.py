@@ -249,3 +249,35 @@ def test_the_driver_follows_the_gpus_of_the_profile(tmp_path: Path) -> None:
     assert step["result"]["summary"] == f"550.163.01 active for kernel {KERNEL}"
     assert (root / "opt/nvidia/current").readlink() == Path("550.163.01")
     assert not (root / "opt/nvidia/535.309.01").exists()
+
+
+def test_the_driver_step_reads_the_gpus_where_sysfs_root_says(tmp_path: Path) -> None:
+    """An image root has no GPU of its own: with --sysfs-root naming a capture of the node's /sys (an
+    H200), `driver.gpus: node` chooses from that capture, as the labels step reads it."""
+    import gzip
+
+    from tests.support.standin import gpu_list_store
+    from tests.unit.node.test_branch import DATA
+    from tests.unit.node.test_node_support import sysfs
+
+    lists = {v: gzip.decompress((DATA / f"{v}.json.gz").read_bytes()) for v in ("535.309.01", "550.163.01")}
+    store = gpu_list_store(tmp_path / "work", tmp_path / "store", lists)
+    capture = sysfs(tmp_path / "capture", "2335:10de:16c3") / "sys"
+    root = tmp_path / "root"
+    (root / "lib/modules" / KERNEL).mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    node_python(root)
+    profile = tmp_path / "node.yaml"
+    driver = {"store": str(store), "gpus": "node", "branch_policy": "oldest"}
+    profile.write_text(yaml.safe_dump({"driver": driver, "labels": {"cloud": "none"}}))
+    code, out, err = invoke("--root", str(root), "--profile", str(profile), "--json", "--check")
+    step = json.loads(out)["steps"][0]
+    assert (step["name"], step["status"]) == ("driver", "failed"), out
+    assert step["error"] == f"driver.gpus: no NVIDIA GPU under {root}/sys/bus/pci/devices"
+    code, out, err = invoke("--root", str(root), "--sysfs-root", str(capture), "--profile", str(profile),
+                            "--json", "--check")
+    step = json.loads(out)["steps"][0]
+    assert (step["name"], step["status"]) == ("driver", "done"), out
+    assert step["result"]["summary"].startswith("would install 550.163.01 "), step
+    assert not (root / "opt").exists()
