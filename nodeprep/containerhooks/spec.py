@@ -34,7 +34,8 @@ from .container import (
 from .jsonload import loads, oci_config, rootfs_of
 
 
-def _args(argv: list[str]) -> dict[str, str]:
+def _args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The options given once, and the --link values in order."""
     out: dict[str, str] = {}
     links: list[str] = []
     it = iter(argv)
@@ -49,14 +50,13 @@ def _args(argv: list[str]) -> dict[str, str]:
         raise SystemExit("nodeprep hook: --driver VERSION is required")
     if out.get("libraries") and not out.get("ldconfig"):
         raise SystemExit("nodeprep hook: --libraries needs --ldconfig DIR")
-    out["link"] = "\0".join(links)
-    return out
+    return out, links
 
 
-def _links(values: str) -> list[tuple[str, str]]:
+def _links(values: list[str]) -> list[tuple[str, str]]:
     """(NAME, ENTRY) of each --link NAME[=ENTRY]; names that are no plain file name are dropped."""
     out = []
-    for value in values.split("\0") if values else []:
+    for value in values:
         name, _, entry = value.partition("=")
         entry = entry or name
         if all(n and "/" not in n and n not in (".", "..") for n in (name, entry)):
@@ -79,7 +79,7 @@ def nvidia_cuda_compat(tool: str, driver: str, state: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _args(sys.argv[1:] if argv is None else argv)
+    args, link_values = _args(sys.argv[1:] if argv is None else argv)
     try:
         state = sys.stdin.read()
         bundle, raw = oci_config(state)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         update_ldcache(rootfs, gate.COMPAT_DIR, gate.COMPAT_CONF)
     lib_dir = args.get("ldconfig")
     if lib_dir and args.get("libraries"):
-        links = _links(args["link"])
+        links = _links(link_values)
         where = link_dir(rootfs, lib_dir)
         _, own = link_libraries(rootfs, where, args["libraries"], links)
         check_ldcache(rootfs, {n for n, _ in links}, (args["libraries"], where),
