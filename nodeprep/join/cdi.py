@@ -389,7 +389,7 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList, *,
     if problem:
         raise StateError(problem, hint="install python3 on the node (the image), or set runtime.cdi false; "
                          "nothing was changed")
-    return [hook_program(root), FileChange(path, target, content, 0o644)]
+    return [*hook_program(root), FileChange(path, target, content, 0o644)]
 
 
 SPEC_HEADER = b"# Written by nodeprep"
@@ -436,10 +436,9 @@ def refresh_problem(root: Path) -> str | None:
     """Why activation could not rewrite a spec nodeprep wrote, or the hook program it names
     (checked before anything changes)."""
     specs = _our_specs(root)
-    if specs:
-        program = hook_program(root)
-        if program.changed:
-            problem = writable_problem(program.path, program.target)
+    for change in hook_program(root) if specs else []:
+        if change.changed:
+            problem = writable_problem(change.path, change.target)
             if problem:
                 return problem
     for target, path, _ in specs:
@@ -459,10 +458,10 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
     """
     rewritten = []
     specs = _our_specs(root)
-    program = hook_program(root) if specs else None
-    if program is not None and program.changed:  # a nodeprep upgrade: the spec names this program
-        atomic_write(program.path, program.content, mode=program.mode)
-        log.info("rewrote %s (nodeprep's CDI hook)", program.target)
+    for change in hook_program(root) if specs else []:  # the modules first: the program loads them
+        if change.changed:  # a nodeprep upgrade: the spec names this program
+            atomic_write(change.path, change.content, mode=change.mode)
+            log.info("rewrote %s (nodeprep's CDI hook)", change.target)
     for target, path, raw in specs:
         old = yaml.safe_load(raw)
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}

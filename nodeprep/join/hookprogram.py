@@ -3,12 +3,21 @@
 A CDI spec (or any runtime config) that names a hook must name something the node itself has, in an
 image built with `--root` as on a live node, whoever ran nodeprep and wherever nodeprep lives later
 (a rebuilt venv, an upgrade, a checkout that moved). So the hook is not "this interpreter with this
-nodeprep on sys.path": it is one file written under ROOT, atomically, holding the sources of the
-modules nodeprep.containerhooks.spec and the gate import, loaded by a small importer on first
-import, and run by the node's own /usr/bin/python3 (`-SE`: no site, no PYTHON* variables; no
-third-party package). What the node needs: /usr/bin/python3, Python >= MIN_PYTHON; `python_problem`
-checks it before a spec naming the program is written. `hook_command()` is the one place that says
-how a hook is invoked.
+nodeprep on sys.path": it is two files written under ROOT, each atomically, run by the node's own
+/usr/bin/python3 (`-SE`: no site, no PYTHON* variables; no third-party package):
+
+- the program, HOOK_PATH: a small script that loads the modules file beside it, installs an importer
+  for the modules in it and runs the entry;
+- the modules file, MODULES_PATH: one header, then marshal data (a dict of str and bytes, readable by
+  any Python 3) holding the sources of the modules nodeprep.containerhooks.spec and the gate import
+  and the same compiled by the interpreter that wrote it, used where the magic number matches.
+
+Two files, not one, because a Python script is parsed whole at every start: the ~75 KB of modules as
+string literals cost ~1.4 ms of CPU per container start, marshal data read as bytes ~0.1 ms. Everything
+that depends on nodeprep's version is in the modules file, which is written first; the program only
+loads it, so a start between the two writes runs one consistent set of modules.
+What the node needs: /usr/bin/python3, Python >= MIN_PYTHON; `python_problem` checks it before a spec
+naming the program is written. `hook_command()` is the one place that says how a hook is invoked.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from ..containerhooks import spec as _spec  # noqa: F401  (its source is the pro
 from .files import FileChange, under
 
 HOOK_PATH = "/usr/libexec/nodeprep/cdi-hook"
+MODULES_PATH = HOOK_PATH + ".modules"  # the program finds it beside itself (its own __file__)
 PYTHON = "/usr/bin/python3"
 MIN_PYTHON = (3, 9)  # the hook's modules use nothing newer (tests/unit/containerhooks/test_hook_program.py)
 # What nodeprep.containerhooks.spec and .gate import, themselves included (checked by the test above).
@@ -32,6 +42,7 @@ MODULES = ("nodeprep", "nodeprep.containerhooks", "nodeprep.containerhooks.spec"
 # first argument (argv[0] is no use: a script started through its #! line sees its own path there):
 # the CUDA gate that hooks.d and containerd's base runtime spec run for every container.
 ENTRIES = {"gate": "nodeprep.containerhooks.gate"}
+DEFAULT_ENTRY = "nodeprep.containerhooks.spec"
 PACKAGES = ("nodeprep", "nodeprep.containerhooks")
 HEADER = "# Written by nodeprep"
 STAMP = "# stamp: "
@@ -43,45 +54,32 @@ _VERSIONED = re.compile(r"python(\d+)\.(\d+)")
 
 _TEMPLATE = '''\
 #!{python} -SE
-{header} {version}: nodeprep's createContainer hooks (the CDI spec's, the CUDA gate),
-# self-contained so that it runs with this node's {python} alone. Rewritten by nodeprep; do not edit.
-{stamp_prefix}{stamp}
+{header} {version}: nodeprep's createContainer hooks (the CDI spec's, the CUDA gate), run by this
+# node's {python} alone with the modules in {modules_path}. Rewritten by nodeprep; do not edit.
 import sys
 
-PACKAGES = {packages!r}
-MODULES = {modules!r}
-# The modules' sources, and the same compiled by the interpreter that wrote this file (used where the
-# magic number matches: compiling the sources on every container start costs more than the rest of
-# the hook), each zlib-compressed and base64-encoded: one plain string is what costs the least to
-# parse at every start, and only the modules a hook imports are decoded.
-SOURCES = {sources!r}
-MAGIC = {magic!r}
-CODE = {code!r}
+with open(__file__ + ".modules", "rb") as _f:
+    _raw = _f.read()
+import marshal
 
-
-def _unpack(text):
-    import binascii
-    import zlib
-
-    return zlib.decompress(binascii.a2b_base64(text))
+DATA = marshal.loads(_raw[_raw.index(b"\\n\\n") + 2:])  # after the modules file's header
 
 
 def _code(name, origin):
-    if getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None) == MAGIC:
-        import marshal
-
-        return marshal.loads(_unpack(CODE[name]))
-    return compile(_unpack(SOURCES[name]).decode(), origin, "exec", dont_inherit=True)
+    if getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None) == DATA["magic"]:
+        return marshal.loads(DATA["code"][name])
+    return compile(DATA["sources"][name], origin, "exec", dont_inherit=True)
 
 
 class _Importer:
-    """Finds and loads the modules above from SOURCES (meta path finder and loader)."""
+    """Finds and loads the modules of DATA (meta path finder and loader)."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name not in MODULES:
+        if name not in DATA["sources"]:
             return None
-        return type(sys.__spec__)(name, _Importer, origin={origin!r} + name, is_package=name in PACKAGES)
+        return type(sys.__spec__)(name, _Importer, origin=__file__ + ":" + name,
+                                  is_package=name in DATA["packages"])
 
     @staticmethod
     def create_module(spec):
@@ -93,10 +91,9 @@ class _Importer:
 
 
 sys.meta_path.insert(0, _Importer)
-ENTRIES = {entries!r}
-_entry = "nodeprep.containerhooks.spec"
-if sys.argv[1:2] and sys.argv[1] in ENTRIES:
-    _entry = ENTRIES[sys.argv.pop(1)]
+_entry = DATA["entry"]
+if sys.argv[1:2] and sys.argv[1] in DATA["entries"]:
+    _entry = DATA["entries"][sys.argv.pop(1)]
 sys.exit(__import__(_entry, fromlist=["main"]).main())
 '''
 
@@ -118,10 +115,16 @@ def _source(module: object) -> str:
     return str(text)
 
 
-def render_program(on_disk: bytes | None = None) -> bytes:
-    """The hook program's bytes (pure apart from reading nodeprep's own sources). `on_disk`, the
+def render_program() -> bytes:
+    """The program's bytes (pure): the same for every node with this nodeprep version."""
+    return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__,
+                            modules_path=MODULES_PATH).encode()
+
+
+def render_modules(on_disk: bytes | None = None) -> bytes:
+    """The modules file's bytes (pure apart from reading nodeprep's own sources). `on_disk`, the
     file there now, is kept when its stamp (nodeprep version, sources, writer's magic number) is
-    this one's: marshal's output is not byte-stable across processes, the program it holds is."""
+    this one's: marshal's output is not byte-stable across processes, the modules it holds are."""
     import hashlib
     import marshal
     from importlib.util import MAGIC_NUMBER
@@ -131,21 +134,22 @@ def render_program(on_disk: bytes | None = None) -> bytes:
 
     sources = {name: _source(sys.modules[name]) for name in MODULES}
     stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()), sorted(ENTRIES.items()),
-                                 _TEMPLATE)).encode()).hexdigest()
-    if on_disk is not None and f"\n{STAMP}{stamp}\n".encode() in on_disk[:1024]:
+                                 DEFAULT_ENTRY, PACKAGES)).encode()).hexdigest()
+    header = (f"{HEADER} {__version__}: the modules of {HOOK_PATH} (marshal data after the empty line)."
+              f" Rewritten by nodeprep; do not edit.\n{STAMP}{stamp}\n\n").encode()
+    if on_disk is not None and on_disk.startswith(header):
         return on_disk
     origin = f"{HOOK_PATH}:"
-    code = {name: pack(marshal.dumps(_compile(text, origin + name))) for name, text in sources.items()}
-    return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__, packages=PACKAGES,
-                            modules=MODULES, sources={n: pack(t.encode()) for n, t in sources.items()},
-                            magic=MAGIC_NUMBER, code=code, origin=origin, entries=ENTRIES,
-                            stamp_prefix=STAMP, stamp=stamp).encode()
+    data = {"magic": MAGIC_NUMBER, "entry": DEFAULT_ENTRY, "entries": dict(ENTRIES), "packages": PACKAGES,
+            "code": {name: marshal.dumps(_compile(text, origin + name)) for name, text in sources.items()},
+            "sources": sources}
+    return header + marshal.dumps(data, 4)  # version 4: what every Python >= MIN_PYTHON reads
 
 
 def _compile(text: str, filename: str) -> object:
     """A module's bytecode as the program holds it: its future statement (on a line of its own,
     replaced by an empty one: the line numbers stay) given as the compiler flag instead, and without
-    docstrings and asserts (optimize=2: less to parse, decompress and unmarshal at each start) (pure)."""
+    docstrings and asserts (optimize=2: less to unmarshal at each start) (pure)."""
     import __future__
 
     flags = 0
@@ -154,30 +158,26 @@ def _compile(text: str, filename: str) -> object:
     return compile(text, filename, "exec", flags=flags, dont_inherit=True, optimize=2)
 
 
-def pack(data: bytes) -> str:
-    """How the program holds a module's source or code: zlib, then base64 on one line (pure)."""
-    import binascii
-    import zlib
+def read_modules(data: bytes) -> dict:  # type: ignore[type-arg]
+    """What a modules file holds (its marshal data after the header)."""
+    import marshal
 
-    return binascii.b2a_base64(zlib.compress(data, 9), newline=False).decode()
-
-
-def unpack(text: str) -> bytes:
-    """The bytes `pack` packed (the program's own `_unpack`)."""
-    import binascii
-    import zlib
-
-    return zlib.decompress(binascii.a2b_base64(text))
+    return marshal.loads(data[data.index(b"\n\n") + 2:])  # type: ignore[no-any-return]
 
 
-def hook_program(root: Path) -> FileChange:
-    """The hook program under `root` as a planned write (mode 0755)."""
-    path = under(root, HOOK_PATH)
-    try:
-        on_disk: bytes | None = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        on_disk = None
-    return FileChange(path, HOOK_PATH, render_program(on_disk), 0o755, program=True)
+def hook_program(root: Path) -> list[FileChange]:
+    """The hook program under `root` as planned writes: the modules file (0644), then the program
+    (0755) that loads it."""
+
+    def read(path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    modules = under(root, MODULES_PATH)
+    return [FileChange(modules, MODULES_PATH, render_modules(read(modules)), 0o644, program=True),
+            FileChange(under(root, HOOK_PATH), HOOK_PATH, render_program(), 0o755, program=True)]
 
 
 def python_version(root: Path) -> tuple[int, int] | None:

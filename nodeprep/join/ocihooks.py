@@ -48,4 +48,4 @@ def plan_hooks_d(root: Path) -> list[FileChange]:
         raise StateError(problem, hint="install python3 on the node (the image), or set runtime.cdi and "
                          "runtime.nvidia_runtime false; nothing was changed")
     target = f"{HOOKS_DIR}/{HOOK_NAME}"
-    return [hook_program(root), FileChange(under(root, target), target, render_hooks_d(), 0o644)]
+    return [*hook_program(root), FileChange(under(root, target), target, render_hooks_d(), 0o644)]

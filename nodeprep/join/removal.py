@@ -81,6 +81,7 @@ def _targets(root: Path, profile: Profile | None, *,
     defaults: dict[str, bytes | None] = {
         main: None, f"{ctd.drop_in_dir(main)}/{ctd.DROP_IN_NAME}": None,
         f"{ocihooks.HOOKS_DIR}/{ocihooks.HOOK_NAME}": ocihooks.render_hooks_d(), hookprogram.HOOK_PATH: None,
+        hookprogram.MODULES_PATH: None,
         ctkconfig.CONFIG: None,
         **{f"{d}/{cdimod.SPEC_NAME}": None for d in (*runtime.cdi_spec_dirs, *cdimod.SPEC_LOCATIONS)},
     }

@@ -27,8 +27,9 @@ REQUIRE_12_4 = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver
 
 def installed_hook(tmp_path: Path) -> Path:
     """The hook program as nodeprep writes it on a node (here under tmp_path/node)."""
-    program = hook_program(tmp_path / "node")
-    apply_changes([program])
+    changes = hook_program(tmp_path / "node")
+    apply_changes(changes)
+    program = changes[-1]  # the modules file, then the program that loads it
     return program.path
 
 

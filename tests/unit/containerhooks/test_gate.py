@@ -59,8 +59,9 @@ def run_gate(
     state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1, "bundle": str(bundle)}
     current, facts_file = node(tmp_path, facts)
     if command is None:  # the hook program as `nodeprep runtime` writes it, here under tmp_path/node
-        program = hook_program(tmp_path / "node")
-        apply_changes([program])
+        changes = hook_program(tmp_path / "node")
+        apply_changes(changes)
+        program = changes[-1]  # the modules file, then the program that loads it
         hook = ocihooks.gate_hook()
         command = (str(program.path),
                    [*hook["args"], "--driver-root", str(current), "--facts", str(facts_file)])
@@ -177,8 +178,9 @@ def test_odd_config_shapes_are_no_gpu_not_a_traceback(tmp_path: Path, config: di
 
 
 def test_bad_state_and_bad_facts(tmp_path: Path) -> None:
-    program = hook_program(tmp_path / "node")
-    apply_changes([program])
+    changes = hook_program(tmp_path / "node")
+    apply_changes(changes)
+    program = changes[-1]  # the modules file, then the program that loads it
     hook = ocihooks.gate_hook()
     r = subprocess.run(hook["args"], executable=program.path, input="not json", capture_output=True,
                        text=True, env={}, timeout=60)
@@ -191,8 +193,9 @@ def test_bad_state_and_bad_facts(tmp_path: Path) -> None:
 
 def imported(tmp_path: Path, devices: list[dict]) -> set[str]:  # type: ignore[type-arg]
     """The modules the program imports for one container, as the node's python3 -SE runs it."""
-    program = hook_program(tmp_path / "node")
-    apply_changes([program])
+    changes = hook_program(tmp_path / "node")
+    apply_changes(changes)
+    program = changes[-1]  # the modules file, then the program that loads it
     current, facts = node(tmp_path)
     args = [*ocihooks.gate_hook()["args"][1:], "--driver-root", str(current), "--facts", str(facts)]
     run_gate(tmp_path, ["NVIDIA_REQUIRE_CUDA=cuda>=12.2"], devices=devices)  # writes the bundle

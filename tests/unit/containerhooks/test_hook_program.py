@@ -48,17 +48,28 @@ def test_the_program_holds_every_module_the_hook_imports() -> None:
 def test_the_program_names_nothing_of_this_machine(tmp_path: Path) -> None:
     text = hookprogram.render_program().decode()
     assert text.startswith("#!/usr/bin/python3 -SE\n")
-    packed = ast.literal_eval(next(line for line in text.splitlines() if line.startswith("SOURCES = "))[10:])
-    assert sorted(packed) == sorted(hookprogram.MODULES)
-    for plain in (text, *(hookprogram.unpack(v).decode() for v in packed.values())):
+    modules = hookprogram.render_modules()
+    assert modules.startswith(hookprogram.HEADER.encode())  # uninstall knows it as nodeprep's
+    data = hookprogram.read_modules(modules)
+    assert sorted(data["sources"]) == sorted(data["code"]) == sorted(hookprogram.MODULES)
+    for plain in (text, modules.decode(errors="replace"), *data["sources"].values()):
         assert str(REPO) not in plain and sys.executable not in plain and "sys.path" not in plain
-    program = hookprogram.hook_program(tmp_path)
-    apply_changes([program])
+    changes = hookprogram.hook_program(tmp_path)
+    assert [c.target for c in changes] == [hookprogram.MODULES_PATH, hookprogram.HOOK_PATH]  # modules first
+    apply_changes(changes)
     assert (tmp_path / "usr/libexec/nodeprep/cdi-hook").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "usr/libexec/nodeprep/cdi-hook.modules").stat().st_mode & 0o777 == 0o644
+    assert not any(c.changed for c in hookprogram.hook_program(tmp_path))  # written again: kept as they are
     # run from elsewhere, nothing inherited, no nodeprep importable: it still answers
-    r = subprocess.run([str(program.path), "--driver"], capture_output=True, text=True, cwd="/", env={},
+    r = subprocess.run([str(changes[-1].path), "--driver"], capture_output=True, text=True, cwd="/", env={},
                        timeout=60)
     assert r.returncode == 1 and r.stderr.strip() == "nodeprep hook: --driver VERSION is required"
+
+
+def test_a_start_is_not_slowed_by_parsing_the_modules(tmp_path: Path) -> None:
+    """The program a start parses is small; the modules are marshal data read as bytes (a script of
+    ~75 KB of string literals cost ~1.4 ms of CPU per start to parse)."""
+    assert len(hookprogram.render_program()) < 4096
 
 
 def _python(root: Path, name: str) -> None:
@@ -114,21 +125,25 @@ def test_runtime_refuses_a_root_without_python3(tmp_path: Path) -> None:
     assert code == 0, err
     spec = yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
     assert spec["containerEdits"]["hooks"][0]["path"] == hookprogram.HOOK_PATH
-    program = (root / hookprogram.HOOK_PATH.lstrip("/")).read_bytes()
-    assert hookprogram.render_program(program) == program  # the same program: kept as it is
-    assert hookprogram.HOOK_PATH in json.loads(out)["written"]
+    modules = (root / hookprogram.MODULES_PATH.lstrip("/")).read_bytes()
+    assert hookprogram.render_modules(modules) == modules  # the same modules: kept as they are
+    assert (root / hookprogram.HOOK_PATH.lstrip("/")).read_bytes() == hookprogram.render_program()
+    assert {hookprogram.HOOK_PATH, hookprogram.MODULES_PATH} <= set(json.loads(out)["written"])
 
 
 def test_another_interpreter_compiles_the_sources(tmp_path: Path) -> None:
-    """The bytecode in the program is for the writer's magic number; another Python (a node whose
+    """The bytecode in the modules file is for the writer's magic number; another Python (a node whose
     python3 differs) runs the sources instead."""
-    from importlib.util import MAGIC_NUMBER
+    import marshal
 
-    text = hookprogram.render_program()
-    assert f"MAGIC = {MAGIC_NUMBER!r}".encode() in text
-    program = tmp_path / "cdi-hook"
-    program.write_bytes(text.replace(f"MAGIC = {MAGIC_NUMBER!r}".encode(), b"MAGIC = b'other'"))
-    program.chmod(0o755)
+    changes = hookprogram.hook_program(tmp_path / "node")
+    apply_changes(changes)
+    modules, program = (c.path for c in changes)
+    raw = modules.read_bytes()
+    data = hookprogram.read_modules(raw)
+    data["magic"] = b"other"
+    data["code"] = {name: b"not bytecode" for name in data["code"]}  # would fail if it were used
+    modules.write_bytes(raw[: raw.index(b"\n\n") + 2] + marshal.dumps(data, 4))
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "config.json").write_text(json.dumps({"process": {"env": ["NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}}))

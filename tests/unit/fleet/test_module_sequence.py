@@ -353,6 +353,7 @@ def test_runtime_module_state_absent_undoes_the_runtime(tmp_path: Path) -> None:
                                          "/etc/nvidia-container-runtime/config.toml",
                                          "/usr/libexec", "/usr/libexec/nodeprep",
                                          "/usr/libexec/nodeprep/cdi-hook",
+                                         "/usr/libexec/nodeprep/cdi-hook.modules",
                                          "/usr/share", "/usr/share/containers", "/usr/share/containers/oci",
                                          "/usr/share/containers/oci/hooks.d",
                                          "/usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json"]

@@ -17,7 +17,7 @@ import yaml
 from nodeprep.errors import StateError
 from nodeprep.join import cdi, gpus
 from nodeprep.join.files import apply_changes
-from nodeprep.join.hookprogram import HOOK_PATH
+from nodeprep.join.hookprogram import HOOK_PATH, MODULES_PATH
 from nodeprep.profile import Driver, Runtime
 
 from .conftest import FIXTURES, VERSION
@@ -30,7 +30,8 @@ SCHEMA = json.loads(cdi.SCHEMA_PATH.read_text())
 def _spec(root: Path, fixture: str, driver: Driver = DRIVER) -> dict:  # type: ignore[type-arg]
     gpu_list = gpus.from_nvidia_smi_xml((FIXTURES / fixture).read_bytes())
     changes = cdi.plan_cdi(root, driver, Runtime(), gpu_list)
-    assert [c.target for c in changes] == [HOOK_PATH, "/etc/cdi/nvidia.yaml"]  # the program first
+    # the program (its modules first) before the spec that names it
+    assert [c.target for c in changes] == [MODULES_PATH, HOOK_PATH, "/etc/cdi/nvidia.yaml"]
     apply_changes(changes)
     return yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
 

@@ -49,13 +49,14 @@ def test_check_apply_reapply_check(node_root: Path, tmp_path: Path, smi_xml: Pat
         "/etc/containerd/config.toml",
         "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
         "/etc/nvidia-container-runtime/config.toml",
-        "/usr/libexec/nodeprep/cdi-hook",  # the hook program the gate and the spec run
+        "/usr/libexec/nodeprep/cdi-hook.modules",  # what the hook program the gate and the spec run loads
+        "/usr/libexec/nodeprep/cdi-hook",
         "/usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json",  # the CUDA gate (hooks.d)
         "/etc/cdi/nvidia.yaml",
     ]
     code, out, _ = run(base)
     apply1 = json.loads(out)
-    assert code == 0 and apply1["changed"] is True and len(apply1["written"]) == 6
+    assert code == 0 and apply1["changed"] is True and len(apply1["written"]) == 7
     assert apply1["ran"] == []  # --root is not the live system: containerd is not restarted
     code, out, _ = run(base)
     assert code == 0 and json.loads(out)["changed"] is False and json.loads(out)["written"] == []
@@ -107,6 +108,7 @@ def test_offline_root_without_gpu_facts_skips_the_cdi_spec(node_root: Path, tmp_
         "/etc/containerd/config.toml",
         "/etc/containerd/conf.d/99-nodeprep-nvidia.toml",
         "/etc/nvidia-container-runtime/config.toml",
+        "/usr/libexec/nodeprep/cdi-hook.modules",
         "/usr/libexec/nodeprep/cdi-hook",
         "/usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json",
     ]
