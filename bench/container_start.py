@@ -33,21 +33,29 @@ ldconfig -n makes them in a driver root):
 - true, hooks dir: the `none` spec with a hooks.d file of the gate's form running /bin/true (what
   running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
   minus this one, printed in ms;
-- spec + nvidia-cdi-hook: what nodeprep's spec adds on a node with NVIDIA's nvidia-cdi-hook: the
-  hooks nodeprep.join.cdi.hooks writes (nodeprep's as in `spec` with `--nvidia-cdi-hook` naming the
-  real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py), which it runs for enable-cuda-compat
-  only in an image with CUDA compat libraries: not this one), on the folder mount;
-- nvidia: a spec of the form `nvidia-ctk cdi generate` writes for the same files (v1.20.0, seen on
-  the H200 and in tests/slow/join/test_cdi_parity.py): the libraries mounted at their host path,
-  create-symlinks for their soname links and libcuda.so, enable-cuda-compat, update-ldcache of that
-  folder, each hook a run of the real binary with NVIDIA_CTK_DEBUG=false.
+- spec + nvidia-cdi-hook: what nodeprep's spec adds on a GPU node with NVIDIA's nvidia-cdi-hook: the
+  hooks nodeprep.join.cdi.hooks writes where the driver is loaded (its params file present):
+  NVIDIA's disable-device-node-modification, then nodeprep's as in `spec` with `--nvidia-cdi-hook`
+  naming the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py), which it runs for
+  enable-cuda-compat only in an image with CUDA compat libraries: not this one), on the folder mount;
+- nvidia: a spec of the form `nvidia-ctk cdi generate` writes for the same files on a GPU node
+  (v1.20.0 in its default NVML mode, as on the H200:
+  tests/fixtures/gpu-machine/h200_580.159.04.nvidia-ctk.yaml; toolkit sources pkg/nvcdi/driver-nvml.go
+  and common-nvml.go): the libraries mounted at their host path, then the hooks create-symlinks for
+  their soname links and libcuda.so, enable-cuda-compat, update-ldcache of that folder,
+  disable-device-node-modification and update-application-profile,
+  each a run of the real binary with NVIDIA_CTK_DEBUG=false. (`--mode management`, the oracle of
+  tests/slow/join/test_cdi_parity.py, leaves disable-device-node-modification out; a node's spec is
+  NVML mode's.) Here, with no driver loaded, disable-device-node-modification finds no params file
+  and update-application-profile no GPU device node: each returns at once, in both specs.
 `spec` and `spec + nvidia-cdi-hook` must each add at most half of what `nvidia` adds. Without
 NODEPREP_NVIDIA_BIN the last two are left out and said so.
 
 Podman runs as root in a private mount namespace (tmpfs over /run holding the specs in /run/cdi)
 with its storage in a temp dir; nothing of the host's container setup is used or changed.
 
-    python3 bench/container_start.py [--runs N] [--only VARIANT,...]
+    python3 bench/container_start.py [--runs N] [--only SLUG,...]
+        (a variant's slug: its words joined by '-': spec, spec-nvidia-cdi-hook, gate-GPU, bin-true, ...)
 """
 
 from __future__ import annotations
@@ -133,13 +141,16 @@ def nvidia_hook_binary() -> str | None:
 
 
 def nvidia_form(lib: Path, binary: str) -> tuple[list[dict], list[dict]]:  # type: ignore[type-arg]
-    """(hooks, mounts) as `nvidia-ctk cdi generate` writes them for the files in `lib`."""
+    """(hooks, mounts) as `nvidia-ctk cdi generate` writes them for the files in `lib` on a GPU node
+    (its default NVML mode; the hooks in the order of the H200's spec, tests/unit/test_bench.py)."""
     mounts = [{"hostPath": str(lib / n), "containerPath": str(lib / n), "options": ["ro", "nosuid", "nodev",
                "rbind", "rprivate"]} for n in LIBS]
     links = [f"{n}::{lib}/{so}" for n, so in LIBS.items() if so] + [f"libcuda.so.1::{lib}/libcuda.so"]
     args = [["create-symlinks", *(a for link in sorted(links) for a in ("--link", link))],
             ["enable-cuda-compat", f"--host-driver-version={VERSION}"],
-            ["update-ldcache", "--folder", str(lib)]]
+            ["update-ldcache", "--folder", str(lib)],
+            ["disable-device-node-modification"],
+            ["update-application-profile"]]
     return [{"hookName": "createContainer", "path": binary, "args": ["nvidia-cdi-hook", *a],
              "env": ["NVIDIA_CTK_DEBUG=false"]} for a in args], mounts
 
@@ -153,7 +164,8 @@ def spec(kind: str, hooks: list[dict], mounts: list[dict], device: str = "/dev/n
 
 
 def slug(name: str) -> str:
-    return name.strip("/").replace("+", "-").replace("/", "-").replace(", ", "-").replace(" ", "-")
+    """A variant's name as --only takes it and its files are named: its words joined by '-'."""
+    return "-".join("".join(c if c.isalnum() else " " for c in name).split())
 
 
 def rootfs_tar() -> Path:
@@ -234,8 +246,9 @@ exec "$@"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--only", default="", help="comma-separated variants to start besides none (all when "
-                    "empty): more runs of fewer rows in the same time")
+    ap.add_argument("--only", default="", help="comma-separated variants to start besides none, named as "
+                    "slugs (spec, spec-nvidia-cdi-hook, gate-GPU, ...; all when empty): more runs of "
+                    "fewer rows in the same time")
     args = ap.parse_args()
     for tool in ("podman", "unshare", "mmdebstrap", "gcc", "chroot"):
         if shutil.which(tool) is None:
@@ -243,8 +256,9 @@ def main() -> int:
     true_hook = {"hookName": "createContainer", "path": "/bin/true", "args": ["true"]}
     with tempfile.TemporaryDirectory(prefix="nodeprep-bench-") as tmp:
         work = Path(tmp)
-        program = hook_program(work / "node")  # the program nodeprep writes on a node, here under work
-        apply_changes([program])
+        changes = hook_program(work / "node")  # the program nodeprep writes on a node, here under work
+        apply_changes(changes)
+        program = changes[-1]  # the modules file, then the program that loads it
         _, argv, env = hook_command()
         hook = {"hookName": "createContainer", "path": str(program.path),
                 "args": [*argv, "--driver", VERSION, "--ldconfig", MULTIARCH]}
@@ -272,7 +286,7 @@ def main() -> int:
         binary = nvidia_hook_binary()
         if binary:  # each writes into its image (links, ld cache): an image of its own
             with_toolkit = [{**h, "path": str(program.path)} if h["path"] == HOOK_PATH else h
-                            for h in spec_hooks(VERSION, MULTIARCH, binary, [])]
+                            for h in spec_hooks(VERSION, MULTIARCH, binary, [], params=True)]
             toolkit_args = [*with_toolkit[-1]["args"], "--libraries", str(lib), *link_args(lib)]
             with_toolkit[-1] = {**with_toolkit[-1], "args": toolkit_args}  # ... --nvidia-cdi-hook BINARY ...
             variants["spec + nvidia-cdi-hook"] = (with_toolkit, folder, "toolkit")
@@ -280,11 +294,11 @@ def main() -> int:
         else:
             print("NODEPREP_NVIDIA_BIN is not set: no NVIDIA hook, no comparison with NVIDIA's spec")
         only = {n.strip() for n in args.only.split(",") if n.strip()}
-        if only - set(variants):
-            cannot_measure(f"--only: no variant {sorted(only - set(variants))!r} (there are "
-                           f"{sorted(variants)!r})")
+        if only - {slug(n) for n in variants}:
+            cannot_measure(f"--only: no variant {sorted(only - {slug(n) for n in variants})!r} (there are "
+                           f"{sorted(slug(n) for n in variants)!r})")
         if only:
-            variants = {n: v for n, v in variants.items() if n == "none" or n in only}
+            variants = {n: v for n, v in variants.items() if n == "none" or slug(n) in only}
         images = {}
         for image in sorted({v[2] for v in variants.values()}):
             rootfs = images[image] = work / f"rootfs-{image}"
@@ -350,7 +364,8 @@ def main() -> int:
             line += f"  goal added <= {GOAL_S * 1000:.0f} ms  added/goal {added / GOAL_S:5.2f}  {verdict}"
         print(line)
     any_hook = statistics.median(times.get(slug("true, hooks dir")) or [float("nan")])
-    own = [f"{names[n]} {(statistics.median(times[n]) - any_hook) * 1000:.1f} ms" if n in times else f"{n} -"
+    own = [f"{names[n]} {(statistics.median(times[n]) - any_hook) * 1000:.1f} ms"
+           if n in times and slug("true, hooks dir") in times else f"{n} -"
            for n in ("gate-no-GPU", "gate-GPU")]
     print(f"the gate's own overhead (a gate row minus true, hooks dir): {', '.join(own)}")
     if "nvidia" in times:

@@ -117,3 +117,21 @@ def test_store_bench_counts_the_cpu_of_a_server_and_its_workers() -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # the shell and its python child: the group we started
         proc.wait()
     assert store.cpu_of(proc.pid) == 0.0
+
+
+def test_container_start_compares_with_the_spec_nvidia_writes_on_a_gpu_node(tmp_path) -> None:
+    """The `nvidia` row runs the hooks of NVIDIA's spec as the H200 had it (v1.20.0, NVML mode), in
+    that order, each with NVIDIA's environment: a graphics-only create-symlinks (GBM) aside, no hook
+    of theirs is left out of the comparison."""
+    import yaml
+
+    from tests.support.fixtures import REPO as repo
+
+    fixture = repo / "tests/fixtures/gpu-machine/h200_580.159.04.nvidia-ctk.yaml"
+    captured = yaml.safe_load(fixture.read_text())
+    theirs = [h for h in captured["containerEdits"]["hooks"] if "gbm" not in " ".join(h["args"])]
+    bench = load("container_start")
+    hooks, _ = bench.nvidia_form(tmp_path, "/usr/bin/nvidia-cdi-hook")
+    assert [h["args"][:2] for h in hooks] == [h["args"][:2] for h in theirs]
+    assert [h["env"] for h in hooks] == [h["env"] for h in theirs]
+    assert hooks[1]["args"] == [a.replace("580.159.04", bench.VERSION) for a in theirs[1]["args"]]
