@@ -203,7 +203,7 @@ def main() -> int:
         return 1
     # the node: hook program, hooks.d file (in a dir of its own, as --hooks-dir), facts, specs
     (node / "usr/libexec/nodeprep").mkdir(parents=True, exist_ok=True)
-    apply_changes([hook_program(node)])
+    apply_changes(hook_program(node))  # the modules file, then the program
     gate_dir, no_hooks = work / "hooks.d", work / "no-hooks.d"
     gate_dir.mkdir()
     no_hooks.mkdir()

@@ -1,6 +1,7 @@
 """The createContainer hook of nodeprep's CDI spec (the hook program's default entry).
 
-    /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR] [--nvidia-cdi-hook PATH]
+    /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR]
+        [--nvidia-cdi-hook PATH [--disable-device-node-modification]]
         [--libraries LIBDIR --link NAME[=ENTRY]...]                       (join/hookprogram.py)
 
 1. The CUDA gate's decision (nodeprep.containerhooks.gate.decide: NVIDIA's NVIDIA_REQUIRE_* rules, the GPU
@@ -15,6 +16,8 @@
 3. With `--ldconfig DIR`: the image's ld cache rebuilt only when shadowed (the same module). Without
    `--libraries` (a spec of before, mounting each file into DIR and /usr/lib64) the names are the
    files mounted into DIR.
+4. With `--disable-device-node-modification`: this process becomes NVIDIA's hook of that name
+   (exec, the OCI state on its stdin), so that the runtime starts one hook process, not two.
 """
 
 from __future__ import annotations
@@ -44,12 +47,16 @@ def _args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
             links.append(next(it, ""))
         elif a in ("--driver", "--ldconfig", "--libraries", "--nvidia-cdi-hook"):
             out[a[2:]] = next(it, "")
+        elif a == "--disable-device-node-modification":
+            out[a[2:]] = "yes"
         else:
             raise SystemExit(f"nodeprep hook: unknown argument {a!r}")
     if not out.get("driver"):
         raise SystemExit("nodeprep hook: --driver VERSION is required")
     if out.get("libraries") and not out.get("ldconfig"):
         raise SystemExit("nodeprep hook: --libraries needs --ldconfig DIR")
+    if out.get("disable-device-node-modification") and not out.get("nvidia-cdi-hook"):
+        raise SystemExit("nodeprep hook: --disable-device-node-modification needs --nvidia-cdi-hook PATH")
     return out, links
 
 
@@ -76,6 +83,27 @@ def nvidia_cuda_compat(tool: str, driver: str, state: str) -> str | None:
     except CommandError as e:
         return str(e)
     return None
+
+
+def become_nvidia_hook(tool: str, command: str, state: str) -> str:
+    """Replace this process with NVIDIA's hook `command` (`tool`: its nvidia-cdi-hook), the OCI state
+    on its stdin: its exit status is the hook's. Returns only on failure, saying why."""
+    import posix
+
+    try:
+        fd = posix.memfd_create("oci-state")
+        data = state.encode()
+        while data:
+            data = data[posix.write(fd, data):]
+        posix.lseek(fd, 0, 0)
+        posix.dup2(fd, 0)
+        posix.close(fd)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        posix.execv(tool, [tool, command])
+    except (OSError, AttributeError) as e:  # AttributeError: no memfd_create (not Linux)
+        return str(e)
+    return "exec returned"  # pragma: no cover - execv does not return
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
                       args["libraries"] if own else where, shadowed=bool(own))
     elif lib_dir:
         check_ldcache(rootfs, mounted_libraries(config, lib_dir), (lib_dir, LIB64), lib_dir)  # type: ignore[arg-type]
+    if args.get("disable-device-node-modification"):
+        command = "disable-device-node-modification"
+        failed = become_nvidia_hook(args["nvidia-cdi-hook"], command, state)
+        print(f"nodeprep hook: nvidia-cdi-hook {command} failed: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

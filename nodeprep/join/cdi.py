@@ -239,22 +239,20 @@ def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
     CUDA forward-compatibility libraries when newer than the driver), run by nodeprep's hook
     (`--nvidia-cdi-hook`) only for an image that has such libraries, before its ld cache check (which
     so also sees the compat folder `enable-cuda-compat` added), and, on a node with the driver's
-    params file, `disable-device-node-modification` as a hook of its own before nodeprep's. NVIDIA's
-    `create-symlinks` is not used (nodeprep's hook makes every link) nor its `update-ldcache` (an
-    ldconfig run on every start): the links are in the loaders' default directories."""
+    params file, `disable-device-node-modification`, which nodeprep's hook becomes when done (exec:
+    one hook process for the runtime to start, not two). NVIDIA's `create-symlinks` is not used
+    (nodeprep's hook makes every link) nor its `update-ldcache` (an ldconfig run on every start): the
+    links are in the loaders' default directories."""
     path, argv, env = hook_command()
     ours: dict[str, Any] = {"hookName": "createContainer", "path": path,
                             "args": [*argv, "--driver", version, "--ldconfig", lib_dir]}
     if toolkit:
         ours["args"] += ["--nvidia-cdi-hook", toolkit]
+        ours["args"] += ["--disable-device-node-modification"] if params else []
     if links:
         ours["args"] += ["--libraries", f"{DRIVER_BASE}/{version}/lib64",
                          *(a for link in links for a in ("--link", link))]
-    out: list[dict[str, Any]] = []
-    if toolkit and params:
-        out.append({"hookName": "createContainer", "path": toolkit,
-                    "args": [CDI_HOOK, "disable-device-node-modification"]})
-    return out + [{**ours, "env": env} if env else ours]
+    return [{**ours, "env": env} if env else ours]
 
 
 def toolkit_of(spec: dict[str, Any]) -> str | None:

@@ -109,3 +109,48 @@ def test_hook_binary_is_nvidia(test_cache: Path) -> None:
     out = subprocess.run([nvidia_cdi_hook(test_cache), "--version"], capture_output=True, text=True,
                          timeout=60).stdout
     assert "1.20.0" in out and "5505e2f94d9aaa08561490db974ba3cd676af209" in out
+
+
+# /proc/driver/nvidia/params as a loaded driver shows it (lines of 580's, its default ModifyDeviceFiles)
+PARAMS = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
+
+
+def test_nodeprep_hook_becomes_nvidias_disable_device_node_modification(
+        tmp_path: Path, test_cache: Path) -> None:
+    """On a node whose driver lets device files be changed (ModifyDeviceFiles: 1), the spec's one hook,
+    nodeprep's, ends by becoming NVIDIA's `disable-device-node-modification` (exec: one process for the
+    runtime to start, not two), which reads the OCI state nodeprep's hook already read and mounts a
+    copy of the params file saying 0 over the container's. The loaded driver is stood in for by the
+    test's own mount namespace (a tmpfs over /proc/driver holding the params file); the rootfs holds
+    the file the container's procfs would show."""
+    import json
+
+    from nodeprep.join.files import apply_changes
+    from nodeprep.join.hookprogram import hook_program
+
+    tool = nvidia_cdi_hook(test_cache)
+    changes = hook_program(tmp_path / "node")
+    apply_changes(changes)
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "proc/driver/nvidia").mkdir(parents=True)
+    (rootfs / "proc/driver/nvidia/params").write_text(PARAMS)
+    (rootfs / "run").mkdir()
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": str(rootfs)}, "process": {"env": []}}))
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1,
+                                 "bundle": str(bundle)}))
+    script = ('set -e; mount -t tmpfs tmpfs /proc/driver; mkdir /proc/driver/nvidia; '
+              'printf %s "$PARAMS" > /proc/driver/nvidia/params; '
+              '"$HOOK" --driver 580.142 --nvidia-cdi-hook "$TOOL" --disable-device-node-modification '
+              '< "$STATE"; '
+              'cat "$ROOTFS/proc/driver/nvidia/params"; grep -c " $ROOTFS/proc/driver/nvidia/params " '
+              '/proc/self/mountinfo')
+    env = {"PATH": os.environ["PATH"], "PARAMS": PARAMS, "HOOK": str(changes[-1].path), "TOOL": str(tool),
+           "STATE": str(state), "ROOTFS": str(rootfs)}
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == PARAMS.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0") + "1\n"
+    assert (rootfs / "proc/driver/nvidia/params").read_text() == PARAMS  # a mount of the namespace, gone

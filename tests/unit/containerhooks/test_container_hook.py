@@ -353,3 +353,22 @@ def test_hook_runs_nvidia_enable_cuda_compat_only_for_an_image_with_compat_libra
     assert r.returncode == 1
     assert r.stderr.startswith("nodeprep hook: nvidia-cdi-hook enable-cuda-compat failed:"), r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
+
+
+def test_disable_device_node_modification_needs_the_nvidia_hook_and_fails_in_one_line(tmp_path: Path) -> None:
+    """The spec asks nodeprep's hook to become NVIDIA's disable-device-node-modification when done
+    (the real binary doing it: tests/slow/join/test_cdi_toolkit.py); a refused container never gets
+    there, and a hook that cannot be run fails the start with one line."""
+    alone = run_hook(tmp_path, [], extra=["--disable-device-node-modification"])
+    assert alone.returncode == 1
+    assert alone.stderr.strip() == ("nodeprep hook: --disable-device-node-modification needs "
+                                    "--nvidia-cdi-hook PATH")
+    missing = str(tmp_path / "no-such-nvidia-cdi-hook")
+    extra = ["--nvidia-cdi-hook", missing, "--disable-device-node-modification"]
+    failed = run_hook(tmp_path, [], extra=extra)
+    assert failed.returncode == 1 and len(failed.stderr.strip().splitlines()) == 1
+    assert failed.stderr.startswith("nodeprep hook: nvidia-cdi-hook disable-device-node-modification "
+                                    "failed: ")
+    assert "No such file or directory" in failed.stderr
+    refused = run_hook(tmp_path, [f"NVIDIA_REQUIRE_CUDA={REQUIRE_12_4}"], extra=extra)
+    assert refused.returncode == 1 and refused.stderr.startswith("nodeprep: container refused: ")

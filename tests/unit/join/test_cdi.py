@@ -124,15 +124,15 @@ def test_toolkit_hooks_do_only_what_nodeprep_does_not(node_root: Path) -> None:
     (node_root / "proc/driver/nvidia").mkdir(parents=True)
     (node_root / "proc/driver/nvidia/params").write_text("ModifyDeviceFiles: 1\n")
     spec = _spec(node_root, "a10g_515.105.01.xml")
-    *nvidia, ours = spec["containerEdits"]["hooks"]
+    (ours,) = spec["containerEdits"]["hooks"]
     multiarch = "/usr/lib/x86_64-linux-gnu"
     # no create-symlinks: nodeprep's hook makes every link, libcuda.so included; no enable-cuda-compat
-    # of its own: nodeprep's hook runs it for an image with CUDA compat libraries only
-    assert [h["args"] for h in nvidia] == [["nvidia-cdi-hook", "disable-device-node-modification"]]
-    assert {h["path"] for h in nvidia} == {"/usr/local/bin/nvidia-cdi-hook"}
-    # nodeprep's hook last, its ld cache fast path kept: no update-ldcache (an ldconfig per start)
-    assert ours["args"][1:7] == ["--driver", VERSION, "--ldconfig", multiarch,
-                                 "--nvidia-cdi-hook", "/usr/local/bin/nvidia-cdi-hook"]
+    # of its own: nodeprep's hook runs it for an image with CUDA compat libraries only; no
+    # disable-device-node-modification of its own: nodeprep's hook becomes it when done (one process);
+    # its ld cache fast path kept: no update-ldcache (an ldconfig per start)
+    assert ours["args"][1:8] == ["--driver", VERSION, "--ldconfig", multiarch,
+                                 "--nvidia-cdi-hook", "/usr/local/bin/nvidia-cdi-hook",
+                                 "--disable-device-node-modification"]
     assert "libcuda.so=libcuda.so.1" in ours["args"]
     assert cdi.spec_problems(spec) == []
 
