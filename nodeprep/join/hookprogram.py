@@ -56,13 +56,15 @@ _TEMPLATE = '''\
 #!{python} -SE
 {header} {version}: nodeprep's createContainer hooks (the CDI spec's, the CUDA gate), run by this
 # node's {python} alone with the modules in {modules_path}. Rewritten by nodeprep; do not edit.
+import marshal
 import sys
 
-with open(__file__ + ".modules", "rb") as _f:
-    _raw = _f.read()
-import marshal
-
-DATA = marshal.loads(_raw[_raw.index(b"\\n\\n") + 2:])  # after the modules file's header
+try:
+    with open(__file__ + ".modules", "rb") as _f:
+        _raw = _f.read()
+    DATA = marshal.loads(_raw[_raw.index(b"\\n\\n") + 2:])  # after the modules file's header
+except (OSError, ValueError, EOFError) as e:  # refused, as any hook that cannot decide
+    sys.exit(f"nodeprep hook: cannot load {{__file__}}.modules ({{e}}); `nodeprep runtime` writes it")
 
 
 def _code(name, origin):

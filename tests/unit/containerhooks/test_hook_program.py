@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -150,3 +151,24 @@ def test_another_interpreter_compiles_the_sources(tmp_path: Path) -> None:
     r = subprocess.run([str(program), "--driver", "535.309.01"], input=json.dumps({"bundle": str(bundle)}),
                        capture_output=True, text=True, env={}, timeout=60)
     assert r.returncode == 1 and "supports up to CUDA 12.2" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "no header"])
+def test_a_program_without_its_modules_refuses_in_one_line(tmp_path: Path, damage: str) -> None:
+    """A hook that cannot load its modules cannot decide: it refuses the start (exit 1) with one line
+    naming the file and what writes it, never a traceback."""
+    changes = hookprogram.hook_program(tmp_path)
+    apply_changes(changes)
+    modules, program = (c.path for c in changes)
+    raw = modules.read_bytes()
+    if damage == "missing":
+        modules.unlink()
+    elif damage == "truncated":
+        modules.write_bytes(raw[: len(raw) // 2])
+    else:
+        modules.write_bytes(raw.replace(b"\n\n", b"\n", 1)[:64])
+    r = subprocess.run([str(program), "--driver", "535.309.01"], input="{}", capture_output=True, text=True,
+                       env={}, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"nodeprep hook: cannot load {program}.modules (")
+    assert r.stderr.strip().endswith("`nodeprep runtime` writes it")
