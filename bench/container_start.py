@@ -34,10 +34,11 @@ ldconfig -n makes them in a driver root):
   running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
   minus this one, printed in ms;
 - spec + nvidia-cdi-hook: what nodeprep's spec adds on a GPU node with NVIDIA's nvidia-cdi-hook: the
-  hooks nodeprep.join.cdi.hooks writes where the driver is loaded (its params file present):
-  NVIDIA's disable-device-node-modification, then nodeprep's as in `spec` with `--nvidia-cdi-hook`
-  naming the real binary (NODEPREP_NVIDIA_BIN, tests/support/nvidia.py), which it runs for
-  enable-cuda-compat only in an image with CUDA compat libraries: not this one), on the folder mount;
+  hook nodeprep.join.cdi.hooks writes where the driver is loaded (its params file present):
+  nodeprep's as in `spec` with `--nvidia-cdi-hook` naming the real binary (NODEPREP_NVIDIA_BIN,
+  tests/support/nvidia.py), which it runs for enable-cuda-compat only in an image with CUDA compat
+  libraries (not this one), and `--disable-device-node-modification`: it becomes NVIDIA's hook of
+  that name when done; on the folder mount;
 - nvidia: a spec of the form `nvidia-ctk cdi generate` writes for the same files on a GPU node
   (v1.20.0 in its default NVML mode, as on the H200:
   tests/fixtures/gpu-machine/h200_580.159.04.nvidia-ctk.yaml; toolkit sources pkg/nvcdi/driver-nvml.go
@@ -294,9 +295,9 @@ def main() -> int:
         else:
             print("NODEPREP_NVIDIA_BIN is not set: no NVIDIA hook, no comparison with NVIDIA's spec")
         only = {n.strip() for n in args.only.split(",") if n.strip()}
-        if only - {slug(n) for n in variants}:
-            cannot_measure(f"--only: no variant {sorted(only - {slug(n) for n in variants})!r} (there are "
-                           f"{sorted(slug(n) for n in variants)!r})")
+        slugs = {slug(n) for n in variants}
+        if only - slugs:
+            cannot_measure(f"--only: no variant {sorted(only - slugs)!r} (there are {sorted(slugs)!r})")
         if only:
             variants = {n: v for n, v in variants.items() if n == "none" or slug(n) in only}
         images = {}

@@ -31,7 +31,8 @@ from ..containerhooks import spec as _spec  # noqa: F401  (its source is the pro
 from .files import FileChange, under
 
 HOOK_PATH = "/usr/libexec/nodeprep/cdi-hook"
-MODULES_PATH = HOOK_PATH + ".modules"  # the program finds it beside itself (its own __file__)
+MODULES_SUFFIX = ".modules"
+MODULES_PATH = HOOK_PATH + MODULES_SUFFIX  # the program finds it beside itself (its own __file__)
 PYTHON = "/usr/bin/python3"
 MIN_PYTHON = (3, 9)  # the hook's modules use nothing newer (tests/unit/containerhooks/test_hook_program.py)
 # What nodeprep.containerhooks.spec and .gate import, themselves included (checked by the test above).
@@ -60,11 +61,11 @@ import marshal
 import sys
 
 try:
-    with open(__file__ + ".modules", "rb") as _f:
+    with open(__file__ + {suffix!r}, "rb") as _f:
         _raw = _f.read()
     DATA = marshal.loads(_raw[_raw.index(b"\\n\\n") + 2:])  # after the modules file's header
 except (OSError, ValueError, EOFError) as e:  # refused, as any hook that cannot decide
-    sys.exit(f"nodeprep hook: cannot load {{__file__}}.modules ({{e}}); `nodeprep runtime` writes it")
+    sys.exit(f"nodeprep hook: cannot load {{__file__}}{suffix} ({{e}}); `nodeprep runtime` writes it")
 
 
 def _code(name, origin):
@@ -120,7 +121,7 @@ def _source(module: object) -> str:
 def render_program() -> bytes:
     """The program's bytes (pure): the same for every node with this nodeprep version."""
     return _TEMPLATE.format(python=PYTHON, header=HEADER, version=__version__,
-                            modules_path=MODULES_PATH).encode()
+                            modules_path=MODULES_PATH, suffix=MODULES_SUFFIX).encode()
 
 
 def render_modules(on_disk: bytes | None = None) -> bytes:
