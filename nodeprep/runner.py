@@ -1,7 +1,9 @@
 """The one subprocess helper. No other module imports subprocess (a test enforces it).
 
 - argv lists only, never a shell; every element goes through os.fspath;
-- stdin is /dev/null unless `input` is given; the environment is minimal (LC_ALL=C) plus `env`;
+- stdin is /dev/null unless `input` is given; the environment is minimal (LC_ALL=C) plus `env`,
+  with HOME, TMPDIR and the proxy variables passed through; `sealed`: exactly `env` (a container
+  hook's children: nothing of the environment the hook was started with);
 - `root` runs the command inside that directory with chroot(8);
 - `timeout` is seconds; on expiry the whole process group is killed and CommandError raised;
 - `on_line` streams combined output line by line (compile progress), optionally teed to `log_path`;
@@ -48,7 +50,9 @@ def _argv(argv: Sequence[Arg], root: Path | None) -> list[str]:
     return args
 
 
-def _env(env: Mapping[str, str] | None, inherit: bool) -> dict[str, str]:
+def _env(env: Mapping[str, str] | None, inherit: bool, sealed: bool = False) -> dict[str, str]:
+    if sealed:
+        return dict(env or {})
     base = dict(os.environ) if inherit else dict(BASE_ENV)
     if not inherit:
         for key in ("HOME", "TMPDIR", "http_proxy", "https_proxy", "no_proxy", "SOURCE_DATE_EPOCH"):
@@ -67,15 +71,18 @@ def run(
     cwd: Arg | None = None,
     env: Mapping[str, str] | None = None,
     inherit_env: bool = False,
+    sealed: bool = False,
     root: Path | None = None,
     input: str | bytes | None = None,
     on_line: Callable[[str], None] | None = None,
     log_path: Path | None = None,
 ) -> Result:
     """Run argv and return its Result; raise CommandError on failure when `check`."""
+    if sealed and inherit_env:
+        raise ValueError("sealed and inherit_env exclude each other")
     args = _argv(argv, root)
     log.debug("+ %s", shlex.join(args))
-    full_env = _env(env, inherit_env)
+    full_env = _env(env, inherit_env, sealed)
     if on_line is not None or log_path is not None:
         return _run_streaming(args, check=check, timeout=timeout, cwd=cwd, env=full_env,
                               on_line=on_line, log_path=log_path)

@@ -1,5 +1,5 @@
 """What nodeprep's container hooks share: the OCI config's environment and mounts, and the image's
-ld cache (read, checked for shadowing, rebuilt by the image's own ldconfig).
+ld cache (read, checked for shadowing, rebuilt by the node's ldconfig confined to the image).
 
 The CDI spec's hook (nodeprep.containerhooks.spec) and the CUDA gate (nodeprep.containerhooks.gate) run in the
 container's mount namespace (mounts done, before pivot_root and before the container's process
@@ -18,7 +18,15 @@ name elsewhere (it would win over the default directories), that has its own fil
 /etc/ld.so.conf.d has a folder of NVIDIA's `enable-cuda-compat` (00-compat-*.conf, written by that
 hook just before this one) that the cache does not name yet, gets the links' directory (the library
 folder when the image has its own files) written into its /etc/ld.so.conf.d/00-nodeprep-nvidia.conf
-and its ld.so.cache rebuilt by its own ldconfig.
+and its ld.so.cache rebuilt (`update_ldcache`).
+
+The container is hostile (docs/threat-model.md): nothing of its rootfs is ever run. The ld cache is
+rebuilt by the node's own static ldconfig (`ldconfig -r ROOTFS`: it chroots itself before reading
+anything of the image) in a new mount and PID namespace with a fresh /proc mounted over the image's
+(util-linux `unshare`): before pivot_root the container's /proc/1 is the runtime's init, whose root
+is the node's, so without it an image's ld.so.conf or /var/cache link naming /proc/1/root/... would
+reach the node. Every process a hook starts gets HOOK_ENV, never the environment it inherited, and
+runs in /. Files of the image are read only when they are regular files reached without links.
 
 Runs on every container start, so it imports only posix (os's C half: `import os` alone costs ~1.5
 ms of CPU at each start), stat, sys and CPython's C JSON scanner: no os, json (its decoder imports
@@ -32,8 +40,15 @@ import stat
 import sys
 
 CONF_NAME = "00-nodeprep-nvidia.conf"
+SYSTEM_CONF = "zz-nodeprep-system.conf"  # a /usr/lib64 image's own default folders, for a multiarch ldconfig
+SYSTEM_DIRS = ("/lib64", "/usr/lib64")
 COMPAT_CONF = ("00-compat-", ".conf")  # what NVIDIA's enable-cuda-compat writes (cudacompat.go)
+# The node's own tools (a hook runs before pivot_root: / is the node's root), never the image's.
 LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+UNSHARE = ("/usr/bin/unshare", "/bin/unshare")
+# The whole environment of a hook (the hook entries nodeprep writes carry it: a runtime would otherwise
+# start the hook with the container's, LD_PRELOAD included) and of every process a hook starts.
+HOOK_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LD_CACHE = "/etc/ld.so.cache"
 MAX_CACHE = 64 << 20  # a big image's cache is a few MB
 LIB64 = "/usr/lib64"  # the RHEL/UBI loader's default directory: the links go there in such an image
@@ -103,54 +118,110 @@ def _lexists(path: str) -> bool:
     return True
 
 
-def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, compat: bool = False) -> None:
-    """Add `lib_dir` to the image's ld.so.conf.d (as `conf_name`) and run the image's ldconfig
-    (chroot). `lib_dir` is also named on ldconfig's command line, which puts it before every
-    configured folder, unless `compat`: then the 00-compat-*.conf folder (sorted before ours) stays
-    first, as intended."""
-    conf_dir = in_image(rootfs, "etc/ld.so.conf.d")
-    if conf_dir is None:
-        print("nodeprep hook: ld cache not updated (a link in the image's /etc/ld.so.conf.d path)",
-              file=sys.stderr)
-        return
+def node_tool(candidates: tuple[str, ...]) -> str | None:
+    """The first of `candidates` that is a file on the node (not in the image)."""
+    for path in candidates:
+        try:
+            if stat.S_ISREG(posix.stat(path).st_mode):
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def _write_conf(rootfs: str, name: str, folders: list[str]) -> str | None:
+    """Write the image's /etc/ld.so.conf.d/`name` listing `folders`, reached without links; why
+    not, or None."""
+    if in_image(rootfs, "etc/ld.so.conf.d") is None:
+        return "a link in the image's /etc/ld.so.conf.d path"
     try:
         dir_fd = _open_dir(rootfs, "etc/ld.so.conf.d")
         try:
-            flags = posix.O_WRONLY | posix.O_CREAT | posix.O_TRUNC | posix.O_NOFOLLOW
-            fd = posix.open(conf_name, flags, 0o644, dir_fd=dir_fd)
+            try:
+                if not stat.S_ISREG(posix.lstat(name, dir_fd=dir_fd).st_mode):
+                    return f"/etc/ld.so.conf.d/{name} is the image's own and no regular file"
+            except FileNotFoundError:
+                pass
+            flags = posix.O_WRONLY | posix.O_CREAT | posix.O_TRUNC | posix.O_NOFOLLOW | posix.O_NONBLOCK
+            fd = posix.open(name, flags, 0o644, dir_fd=dir_fd)
         finally:
             posix.close(dir_fd)
         with open(fd, "w") as f:
-            f.write(lib_dir + "\n")
+            f.write("".join(d + "\n" for d in folders))
     except OSError as e:  # read-only image: its own copies stay first
-        print(f"nodeprep hook: ld cache not updated ({e.strerror}: {conf_dir})", file=sys.stderr)
+        return f"{e.strerror}: /etc/ld.so.conf.d/{name}"
+    return None
+
+
+def ldconfig_argv(rootfs: str, ldconfig: str, unshare: str, folders: list[str]) -> list[str]:
+    """The confined ldconfig run (pure): the node's `ldconfig` chrooting itself into `rootfs`, as PID
+    1 of a new PID namespace whose fresh /proc is mounted over the image's in a new mount namespace,
+    so that no /proc/<pid>/root there leads out of the image."""
+    return [unshare, "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child",
+            f"--mount-proc={rootfs.rstrip('/')}/proc", "--", ldconfig, "-r", rootfs, *folders]
+
+
+def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, compat: bool = False) -> None:
+    """Add `lib_dir` to the image's ld.so.conf.d (as `conf_name`) and rebuild the image's ld cache
+    with the node's ldconfig confined to it (`ldconfig_argv`). `lib_dir` is also named on ldconfig's
+    command line, which puts it before every configured folder, unless `compat`: then the
+    00-compat-*.conf folder (sorted before ours) stays first, as intended. An image whose C library
+    is in /usr/lib64 also gets its default folders listed last (SYSTEM_CONF): a Debian ldconfig does
+    not know them."""
+    problem = _write_conf(rootfs, conf_name, [lib_dir])
+    if problem is None and _in_image_exists(rootfs, f"{LIB64}/{LIBC}"):
+        problem = _write_conf(rootfs, SYSTEM_CONF, list(SYSTEM_DIRS))
+    if problem:
+        print(f"nodeprep hook: ld cache not updated ({problem})", file=sys.stderr)
         return
-    tool = next((t for t in LDCONFIG if _lexists(rootfs + t)), None)
-    if tool is None:
-        print("nodeprep hook: no ldconfig in the image; ld cache not updated", file=sys.stderr)
+    ldconfig, unshare = node_tool(LDCONFIG), node_tool(UNSHARE)
+    proc = in_image(rootfs, "proc")
+    if ldconfig is None or unshare is None:
+        missing = LDCONFIG if ldconfig is None else UNSHARE
+        print(f"nodeprep hook: ld cache not updated (the node has none of {', '.join(missing)})",
+              file=sys.stderr)
+        return
+    try:
+        proc_is_dir = proc is not None and stat.S_ISDIR(posix.lstat(proc).st_mode)
+    except OSError:
+        proc_is_dir = False
+    if not proc_is_dir:
+        print("nodeprep hook: ld cache not updated (the container's /proc is no folder)", file=sys.stderr)
         return
     from .. import runner
     from ..errors import CommandError
 
     try:
-        runner.run([tool] if compat else [tool, lib_dir], root=rootfs, timeout=30)
+        runner.run(ldconfig_argv(rootfs, ldconfig, unshare, [] if compat else [lib_dir]),
+                   env=HOOK_ENV, sealed=True, cwd="/", timeout=30)
     except CommandError as e:
-        print(f"nodeprep hook: ldconfig failed in the image: {e}", file=sys.stderr)
+        print(f"nodeprep hook: ldconfig failed for the image: {e}", file=sys.stderr)
+
+
+def open_regular(path: str) -> int | None:
+    """A read descriptor of `path` when it is a regular file reached without a link at its end (no
+    FIFO, device or socket of the image is ever opened), else None."""
+    try:
+        if not stat.S_ISREG(posix.lstat(path).st_mode):
+            return None
+        fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(posix.fstat(fd).st_mode):  # replaced between the two looks
+        posix.close(fd)
+        return None
+    return fd
 
 
 def read_ld_cache(rootfs: str) -> bytes | None:
     """The image's /etc/ld.so.cache when it is a regular file reached without links (at most
     MAX_CACHE bytes), else None."""
     path = in_image(rootfs, LD_CACHE)
-    if path is None:
-        return None
-    try:
-        fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
-    except OSError:
+    fd = open_regular(path) if path else None
+    if fd is None:
         return None
     with open(fd, "rb") as f:
-        st = posix.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE:
+        if posix.fstat(f.fileno()).st_size > MAX_CACHE:
             return None
         return f.read(MAX_CACHE)
 
@@ -165,9 +236,8 @@ def compat_folders(rootfs: str) -> list[str]:
         return []
     out = []
     for name in sorted(n for n in names if n.startswith(COMPAT_CONF[0]) and n.endswith(COMPAT_CONF[1])):
-        try:
-            fd = posix.open(f"{conf_dir}/{name}", posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
-        except OSError:
+        fd = open_regular(f"{conf_dir}/{name}")
+        if fd is None:
             continue
         with open(fd, "rb") as f:
             text = f.read(4096).decode(errors="replace")

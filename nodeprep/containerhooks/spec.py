@@ -26,6 +26,7 @@ import sys
 
 from . import gate
 from .container import (
+    HOOK_ENV,
     LIB64,
     check_ldcache,
     container_env,
@@ -79,7 +80,8 @@ def nvidia_cuda_compat(tool: str, driver: str, state: str) -> str | None:
     from ..errors import CommandError
 
     try:
-        runner.run([tool, "enable-cuda-compat", f"--host-driver-version={driver}"], input=state, timeout=30)
+        runner.run([tool, "enable-cuda-compat", f"--host-driver-version={driver}"], input=state, timeout=30,
+                   env=HOOK_ENV, sealed=True, cwd="/")
     except CommandError as e:
         return str(e)
     return None
@@ -87,7 +89,8 @@ def nvidia_cuda_compat(tool: str, driver: str, state: str) -> str | None:
 
 def become_nvidia_hook(tool: str, command: str, state: str) -> str:
     """Replace this process with NVIDIA's hook `command` (`tool`: its nvidia-cdi-hook), the OCI state
-    on its stdin: its exit status is the hook's. Returns only on failure, saying why."""
+    on its stdin, HOOK_ENV its whole environment, in /: its exit status is the hook's. Returns only
+    on failure, saying why."""
     import posix
 
     try:
@@ -100,7 +103,8 @@ def become_nvidia_hook(tool: str, command: str, state: str) -> str:
         posix.close(fd)
         sys.stdout.flush()
         sys.stderr.flush()
-        posix.execv(tool, [tool, command])
+        posix.chdir("/")
+        posix.execve(tool, [tool, command], HOOK_ENV)
     except (OSError, AttributeError) as e:  # AttributeError: no memfd_create (not Linux)
         return str(e)
     return "exec returned"  # pragma: no cover - execv does not return

@@ -204,7 +204,8 @@ def render_base_spec(default: dict[str, Any], hook: dict[str, Any]) -> bytes:
     spec = copy.deepcopy(default)
     spec["linux"].pop("cgroupsPath", None)
     hooks = spec.get("hooks") if isinstance(spec.get("hooks"), dict) else {}
-    theirs = [h for h in hooks.get("createContainer") or [] if h != hook]
+    theirs = [h for h in hooks.get("createContainer") or []  # an earlier nodeprep's is replaced
+              if not (isinstance(h, dict) and h.get("path") == hook.get("path"))]
     spec["hooks"] = {**hooks, "createContainer": [*theirs, hook]}
     return (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
 

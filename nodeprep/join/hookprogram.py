@@ -4,7 +4,8 @@ A CDI spec (or any runtime config) that names a hook must name something the nod
 image built with `--root` as on a live node, whoever ran nodeprep and wherever nodeprep lives later
 (a rebuilt venv, an upgrade, a checkout that moved). So the hook is not "this interpreter with this
 nodeprep on sys.path": it is two files written under ROOT, each atomically, run by the node's own
-/usr/bin/python3 (`-SE`: no site, no PYTHON* variables; no third-party package):
+/usr/bin/python3 (`-IS`: isolated, no site: no PYTHON* variables, neither the working nor the
+script's folder on sys.path; no third-party package):
 
 - the program, HOOK_PATH: a small script that loads the modules file beside it, installs an importer
   for the modules in it and runs the entry;
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..containerhooks import spec as _spec  # noqa: F401  (its source is the program's)
+from ..containerhooks.container import HOOK_ENV
 from .files import FileChange, under
 
 HOOK_PATH = "/usr/libexec/nodeprep/cdi-hook"
@@ -54,7 +56,7 @@ FUTURE = "from __future__ import annotations\n"
 _VERSIONED = re.compile(r"python(\d+)\.(\d+)")
 
 _TEMPLATE = '''\
-#!{python} -SE
+#!{python} -IS
 {header} {version}: nodeprep's createContainer hooks (the CDI spec's, the CUDA gate), run by this
 # node's {python} alone with the modules in {modules_path}. Rewritten by nodeprep; do not edit.
 import marshal
@@ -104,10 +106,16 @@ sys.exit(__import__(_entry, fromlist=["main"]).main())
 def hook_command(entry: str | None = None) -> tuple[str, list[str], list[str]]:
     """(path, argv, env) of nodeprep's container hook as the node runs it: the program at HOOK_PATH
     (written by `hook_program`), the CDI spec's hook or, with `entry`, one of ENTRIES; arguments
-    appended by the caller."""
+    appended by the caller. `env` is the hook's whole environment (HOOK_ENV), never empty: a hook
+    entry without one is started with the container's (its LD_PRELOAD included)."""
     if entry is not None and entry not in ENTRIES:
         raise ValueError(f"no hook {entry!r} in the hook program")
-    return HOOK_PATH, [Path(HOOK_PATH).name, *([entry] if entry else [])], []
+    return HOOK_PATH, [Path(HOOK_PATH).name, *([entry] if entry else [])], hook_env()
+
+
+def hook_env() -> list[str]:
+    """The `env` of every hook entry nodeprep writes (pure)."""
+    return [f"{k}={v}" for k, v in HOOK_ENV.items()]
 
 
 def _source(module: object) -> str:

@@ -163,15 +163,26 @@ def test_hook_rebuilds_the_ld_cache_only_when_it_names_another_copy(tmp_path: Pa
     source = "/opt/nvidia/535.309.01/lib64/libcuda.so.535.309.01"
     mounts = [{"destination": f"{d}/libcuda.so.1", "source": source, "options": ["ro", "rbind"]}
               for d in (lib, LIB64)]
+    (rootfs / "proc").mkdir()
+    before = (rootfs / "etc/ld.so.cache").read_bytes()
     r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib],
                  config={"root": {"path": str(rootfs)}, "mounts": mounts})
     assert r.returncode == 0
     conf = rootfs / "etc/ld.so.conf.d/00-nodeprep-nvidia.conf"
     if shadowed:
         assert conf.read_text() == f"{lib}\n"
-        assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"
+        assert_rebuilt_by_the_node(rootfs, before, r)
     else:
         assert not conf.exists() and r.stderr == ""
+        assert (rootfs / "etc/ld.so.cache").read_bytes() == before
+
+
+def assert_rebuilt_by_the_node(rootfs: Path, before: bytes, r: subprocess.CompletedProcess[str]) -> None:
+    """The image (which has no ldconfig of its own) got a new ld cache, written by the node's
+    ldconfig: the old one's entries for copies outside the image are gone."""
+    after = (rootfs / "etc/ld.so.cache").read_bytes()
+    assert r.stderr == "" and after != before and after.startswith(b"glibc-ld.so.cache")
+    assert b"/compat/libcuda.so.1" not in after
 
 
 def test_hook_follows_no_link_of_the_image(tmp_path: Path) -> None:
@@ -210,6 +221,8 @@ def test_hook_rebuilds_the_ld_cache_for_a_new_cuda_compat_folder(tmp_path: Path,
     folder = tmp_path / "compat" if cached else "/usr/local/cuda/compat"
     (rootfs / "etc/ld.so.conf.d/00-compat-2113748.conf").write_text(f"{folder}\n")
     lib = "/usr/lib/x86_64-linux-gnu"
+    (rootfs / "proc").mkdir()
+    before = (rootfs / "etc/ld.so.cache").read_bytes()
     r = run_hook(tmp_path, ["PATH=/usr/bin"], extra=["--ldconfig", lib],
                  config={"root": {"path": str(rootfs)}, "mounts": []})
     assert r.returncode == 0
@@ -218,7 +231,7 @@ def test_hook_rebuilds_the_ld_cache_for_a_new_cuda_compat_folder(tmp_path: Path,
         assert not conf.exists() and r.stderr == ""
     else:
         assert conf.read_text() == f"{lib}\n"
-        assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"
+        assert_rebuilt_by_the_node(rootfs, before, r)
 
 
 MULTIARCH = "/usr/lib/x86_64-linux-gnu"
@@ -236,6 +249,7 @@ def image(tmp_path: Path, layout: str) -> Path:
     (rootfs / "lib64").symlink_to("usr/lib64")
     (rootfs / "etc").mkdir()
     (rootfs / "etc/ld.so.cache").write_bytes(b"glibc-ld.so.cache1.1")
+    (rootfs / "proc").mkdir()  # where the runtime has mounted the container's /proc
     return rootfs
 
 
@@ -273,7 +287,7 @@ def test_hook_links_the_libraries_where_the_image_loader_looks(tmp_path: Path, l
 def test_hook_replaces_its_links_of_another_version_and_leaves_the_image_files(tmp_path: Path) -> None:
     """After a driver switch a reused rootfs holds links to the earlier version's folder: replaced. A
     file of the image's own under a library's name is left as it is, and counts as shadowing: the
-    mounted folder goes first into the image's ld cache (this image has no ldconfig: it says so)."""
+    mounted folder goes first into the image's ld cache (rebuilt by the node's ldconfig)."""
     rootfs = image(tmp_path, "debian")
     lib = rootfs / MULTIARCH.lstrip("/")
     (lib / "libcuda.so.1").symlink_to("/opt/nvidia/530.30.02/lib64/libcuda.so.1")
@@ -288,7 +302,7 @@ def test_hook_replaces_its_links_of_another_version_and_leaves_the_image_files(t
     assert (lib / "libcuda.so.1").read_bytes() == b"the image's own"
     assert os.readlink(lib / "libcuda.so") == f"{FOLDER}/libcuda.so.1"
     assert (rootfs / "etc/ld.so.conf.d/00-nodeprep-nvidia.conf").read_text() == f"{FOLDER}\n"
-    assert r.stderr.strip() == "nodeprep hook: no ldconfig in the image; ld cache not updated"
+    assert_rebuilt_by_the_node(rootfs, b"glibc-ld.so.cache1.1", r)
 
 
 def test_hook_follows_no_link_of_a_hostile_image_out_of_its_rootfs(tmp_path: Path) -> None:

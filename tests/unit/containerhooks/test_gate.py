@@ -192,7 +192,7 @@ def test_bad_state_and_bad_facts(tmp_path: Path) -> None:
 
 
 def imported(tmp_path: Path, devices: list[dict]) -> set[str]:  # type: ignore[type-arg]
-    """The modules the program imports for one container, as the node's python3 -SE runs it."""
+    """The modules the program imports for one container, as the node's python3 -IS runs it."""
     changes = hook_program(tmp_path / "node")
     apply_changes(changes)
     program = changes[-1]  # the modules file, then the program that loads it
@@ -201,7 +201,7 @@ def imported(tmp_path: Path, devices: list[dict]) -> set[str]:  # type: ignore[t
     run_gate(tmp_path, ["NVIDIA_REQUIRE_CUDA=cuda>=12.2"], devices=devices)  # writes the bundle
     state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1,
              "bundle": str(tmp_path / "bundle")}
-    r = subprocess.run(["/usr/bin/python3", "-SE", "-X", "importtime", str(program.path), *args],
+    r = subprocess.run(["/usr/bin/python3", "-IS", "-X", "importtime", str(program.path), *args],
                        input=json.dumps(state), capture_output=True, text=True, env={}, timeout=60)
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.startswith("import time:")]

@@ -48,7 +48,7 @@ def test_the_program_holds_every_module_the_hook_imports() -> None:
 
 def test_the_program_names_nothing_of_this_machine(tmp_path: Path) -> None:
     text = hookprogram.render_program().decode()
-    assert text.startswith("#!/usr/bin/python3 -SE\n")
+    assert text.startswith("#!/usr/bin/python3 -IS\n")
     modules = hookprogram.render_modules()
     assert modules.startswith(hookprogram.HEADER.encode())  # uninstall knows it as nodeprep's
     data = hookprogram.read_modules(modules)

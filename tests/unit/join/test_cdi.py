@@ -345,7 +345,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     program.write_text("#!/bin/sh\n# the hook of an older nodeprep\n")
 
     result = ops.activate(node_root, new_version, load=False, callbacks=CALLBACKS)
-    assert program.read_bytes().startswith(b"#!/usr/bin/python3 -SE\n")  # this nodeprep's hook follows
+    assert program.read_bytes().startswith(b"#!/usr/bin/python3 -IS\n")  # this nodeprep's hook follows
     assert result.changed and "/etc/cdi/nvidia.yaml now mounts 535.216.03" in result.notes
     spec = yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
     jsonschema.Draft7Validator(SCHEMA).validate(spec)
