@@ -449,10 +449,14 @@ def doctor_cmd(
     require_cuda: str | None, only: tuple[str, ...], expect_version: str | None, profile: Path | None,
     root: Path, as_json: bool
 ) -> None:
-    """Check the active driver: loaded module vs user space, device nodes, ld cache, CUDA."""
+    """Check the active driver (loaded module vs user space, device nodes, ld cache, CUDA) and the
+    node's container hooks."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
         from_profile(root, profile, {})
-    report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version)
+    from ..join.hookaudit import inheriting_hooks
+
+    report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version,
+                    hook_audit=inheriting_hooks)
     if as_json:
         emit_json(report.to_dict())
     else:

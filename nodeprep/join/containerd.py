@@ -322,23 +322,31 @@ def _merge_plugins(into: dict[str, Any], new: dict[str, Any]) -> None:
             into[k] = v
 
 
-def merged_config(root: Path, main_target: str) -> dict[str, Any]:
-    """The main config with its imports merged in (paths resolved under `root`), as containerd 1.x
-    and 2.0 merge them. Used by doctor-style checks and tests. Each file a glob matches is resolved
-    beneath `root` again by its node path, so a matched link reads the image's file, not the host's."""
-    main_path = under(root, main_target)
-    _, merged = _read(main_path, main_target)
-    merged = copy.deepcopy(merged)
+def config_files(root: Path, main_target: str) -> list[tuple[str, dict[str, Any]]]:
+    """(node path, data) of the main config and each file its imports match, in containerd's order
+    (paths resolved under `root`). Each file a glob matches is resolved beneath `root` again by its
+    node path, so a matched link reads the image's file, not the host's."""
+    _, main = _read(under(root, main_target), main_target)
+    out = [(main_target, main)]
     seen = {os.path.normpath(main_target)}
-    for entry in list(merged.get("imports", [])):
+    for entry in list(main.get("imports", [])):
         pattern = entry if entry.startswith("/") else str(PurePosixPath(main_target).parent / entry)
         for host in sorted(glob.glob(str(under(root, pattern)))):
             target = "/" + str(Path(host).relative_to(root))
             if os.path.normpath(target) in seen:
                 continue
             seen.add(os.path.normpath(target))
-            _, data = _read(under(root, target), target)
-            _merge_plugins(merged, data)
+            out.append((target, _read(under(root, target), target)[1]))
+    return out
+
+
+def merged_config(root: Path, main_target: str) -> dict[str, Any]:
+    """The main config with its imports merged in (`config_files`), as containerd 1.x and 2.0 merge
+    them. Used by doctor-style checks and tests."""
+    files = config_files(root, main_target)
+    merged = copy.deepcopy(files[0][1])
+    for _, data in files[1:]:
+        _merge_plugins(merged, data)
     return merged
 
 

@@ -13,6 +13,9 @@ Checks (names usable in `checks=`):
             active driver (nodeprep.cuda.check_requirement, the same code as the container hook)
 - support:  the active version and flavour support every NVIDIA GPU of the node (its
             supported-GPU list against the PCI ids in ROOT/sys; nodeprep.node.support)
+- hooks:    no container hook on the node (nodeprep's, NVIDIA's, another tool's) would be started
+            with a container's environment (`hook_audit`, nodeprep.join.hookaudit, passed in by the
+            front-ends as join's activation callbacks are; without it: skipped)
 A node without a GPU, or with a GPU but no loaded driver, is reported as such (gpu / module), and
 the checks that depend on a loaded driver are then skipped rather than failed.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +41,7 @@ from .state import State, load_state
 
 log = logging.getLogger(__name__)
 
-ALL_CHECKS = ("state", "gpu", "module", "kmod", "devices", "ldcache", "cuda", "support")
+ALL_CHECKS = ("state", "gpu", "module", "kmod", "devices", "ldcache", "cuda", "support", "hooks")
 LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
 NV_VENDOR = "0x10de"
 PROC_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
@@ -189,10 +193,11 @@ def _node(layout: Layout, path: Path) -> str:
 
 def doctor(
     root: Path, *, require_cuda: str | None = None, checks: set[str] | None = None,
-    expect_version: str | None = None,
+    expect_version: str | None = None, hook_audit: Callable[[Path], list[str]] | None = None,
 ) -> DoctorReport:
     """Check the node under `root`; `checks` limits which checks run (default: all); with
-    `expect_version` the state check also fails unless that version is the active one."""
+    `expect_version` the state check also fails unless that version is the active one;
+    `hook_audit(root)` lists the container hooks that would inherit a container's environment."""
     layout = Layout(Path(root))
     wanted = set(checks) if checks else set(ALL_CHECKS)
     unknown = wanted - set(ALL_CHECKS)
@@ -307,4 +312,17 @@ def doctor(
         else:
             ok, message = cuda.check_requirement(require_cuda, active)
             out.append(Check("cuda", ok, message))
+    if "hooks" in wanted:
+        out.append(_check_hooks(layout.root, hook_audit))
     return DoctorReport(root=str(layout.root), active=active, checks=out)
+
+
+def _check_hooks(root: Path, hook_audit: Callable[[Path], list[str]] | None) -> Check:
+    if hook_audit is None:
+        return Check("hooks", True, "not checked (this front-end has no container hook audit)", skipped=True)
+    found = hook_audit(root)
+    if found:
+        return Check("hooks", False, "container hooks a runtime starts with the container's environment "
+                     "(an image's LD_PRELOAD runs in them as root; rewrite them with `nodeprep runtime`, "
+                     "or NVIDIA's with nvidia-ctk >= 1.17.8): " + "; ".join(found))
+    return Check("hooks", True, "every container hook on the node has an environment of its own")

@@ -194,12 +194,16 @@ def change_diffs(files):
 
 
 def doctor_problems(doctor_mod, root, checks, require_cuda, expect_version):
-    """Run the library's doctor on `root`: (problems as "check: message", checks as dicts, active)."""
+    """Run the library's doctor on `root`, its container hook audit included: (problems as
+    "check: message", checks as dicts, active)."""
+    from nodeprep.join.hookaudit import inheriting_hooks
+
     report = doctor_mod.doctor(
         root,
         require_cuda=require_cuda or None,
         checks=set(checks) or None,
         expect_version=expect_version or None,
+        hook_audit=inheriting_hooks,
     )
     problems = [f"{c.name}: {c.message}" for c in report.problems()]
     return problems, report.to_dict().get("checks", []), report.active

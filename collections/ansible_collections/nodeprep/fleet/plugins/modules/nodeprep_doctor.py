@@ -13,7 +13,9 @@ description:
 version_added: "0.1.0"
 options:
   checks:
-    description: Checks to run; empty runs all (state, gpu, module, kmod, devices, ldcache, cuda).
+    description: >-
+      Checks to run; empty runs all (state, gpu, module, kmod, devices, ldcache, cuda, support,
+      hooks: no container hook on the node is started with a container's environment).
     type: list
     elements: str
     default: []
