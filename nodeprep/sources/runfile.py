@@ -9,10 +9,11 @@ compressed tar streams. The header is data to us; we read from it
     eval "xz -d" / "gzip -cd" / "zstd -d" / "bzip2 -d" ... -> the compression
     SHA="..." / MD5="..."        -> optional payload digests, checked when present
 
-and decompress + untar in Python with member checks (no absolute paths, no '..', no devices,
-links kept inside the tree). The kernel module tree (kernel/ or kernel-open/) is extracted for a
-kmod build; the files the installer's `.manifest` lists, for the user space
-(nodeprep.builder.runfileuserspace).
+and decompress + untar in Python with the artifact extraction's member rules and writer
+(nodeprep/safetar.py: no absolute paths, no '..', no devices or hard links, links that stay inside
+the tree, nothing written through a link or over an earlier member). The kernel module tree
+(kernel/ or kernel-open/) is extracted for a kmod build; the files the installer's `.manifest`
+lists, for the user space (nodeprep.builder.runfileuserspace).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import hashlib
 import io
 import logging
 import lzma
-import os
 import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
@@ -36,6 +36,7 @@ import zstandard
 
 from .. import download as dl
 from ..errors import ArtifactError, ChecksumError, InputError
+from ..safetar import Beneath, link_problem, name_problem
 from ..vocab import DRIVER_VERSION
 
 log = logging.getLogger(__name__)
@@ -216,7 +217,8 @@ def _norm(name: str) -> PurePosixPath:
 def extract_tree(path: Path, subdir: str, dest: Path) -> Path:
     """Extract `subdir` (e.g. 'kernel') of the runfile into `dest`; returns `dest`.
 
-    Refuses absolute paths, '..', device nodes, hard links and symlinks leaving `dest`."""
+    Refuses absolute paths, '..', device nodes, hard links, symlinks leaving `dest`, and a member
+    written through or over an earlier one (see `_extract`)."""
     prefix = PurePosixPath(subdir)
 
     def below(name: PurePosixPath) -> PurePosixPath | None:
@@ -264,43 +266,48 @@ def read_manifest(path: Path) -> RunManifest:
 
 
 def _extract(path: Path, dest: Path, select: Callable[[PurePosixPath], PurePosixPath | None]) -> int:
-    """Extract the members `select` maps to a relative path (None: skipped) into `dest`; returns
-    how many. Refuses absolute paths, '..', device nodes, hard links and symlinks leaving `dest`."""
+    """Extract the members `select` maps to a relative path (None: skipped) into `dest` (created if
+    missing, must be empty); returns how many. The artifact extraction's rules and writer: names by
+    safetar.name_problem, links by safetar.link_problem, regular files, directories and links only,
+    written by safetar.Beneath (nothing followed or replaced), so nothing lands outside `dest`."""
     header = read_header(path)
     verify_payload(path, header)
     dest.mkdir(parents=True, exist_ok=True)
-    root = dest.resolve()
     found = 0
-    for member, tar in _members(path, header):
-        name = _norm(member.name)
-        if name.is_absolute() or ".." in name.parts or member.name.startswith("/"):
-            raise ArtifactError(f"{path}: unsafe member {member.name!r}")
-        rel = select(name)
-        if rel is None:
-            continue
-        target = root / rel if rel.parts else root
-        if member.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        if not (member.isreg() or member.issym()):
-            raise ArtifactError(f"{path}: unsupported member {member.name!r} (links, devices refused)")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if os.path.commonpath([root, target.parent.resolve()]) != str(root):
-            raise ArtifactError(f"{path}: member {member.name!r} resolves outside the tree")
-        if member.issym():
-            resolved = os.path.normpath(os.path.join(os.path.dirname(rel.as_posix()), member.linkname))
-            if member.linkname.startswith("/") or resolved.startswith(".."):
-                raise ArtifactError(f"{path}: link {member.name!r} -> {member.linkname!r} leaves the tree")
-            target.symlink_to(member.linkname)
-        else:
-            src = tar.extractfile(member)
-            assert src is not None
-            with open(target, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    out.write(chunk)
-            os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
-        found += 1
+    with Beneath(dest) as out:
+        for member, tar in _members(path, header):
+            name = _norm(member.name)
+            if name.is_absolute() or ".." in name.parts or member.name.startswith("/"):
+                raise ArtifactError(f"{path}: unsafe member {member.name!r}")
+            rel = select(name)
+            if rel is None or not rel.parts:
+                continue
+            try:
+                _write(out, member, tar, rel.as_posix())
+            except ArtifactError as e:
+                raise ArtifactError(f"{path}: {e}") from None
+            found += 1
     return found
+
+
+def _write(out: Beneath, member: tarfile.TarInfo, tar: tarfile.TarFile, rel: str) -> None:
+    """One member at `rel` beneath `out`, or ArtifactError naming it and the rule it breaks."""
+    problem = name_problem(rel)
+    if problem is not None:
+        raise ArtifactError(f"unsafe member {member.name!r}: {problem}")
+    if member.isdir():
+        out.make_dir(rel)
+    elif member.issym():
+        problem = link_problem(rel, member.linkname)
+        if problem is not None:
+            raise ArtifactError(f"link {member.name!r} -> {member.linkname!r} leaves the tree ({problem})")
+        out.make_link(rel, member.linkname)
+    elif member.isreg():
+        src = tar.extractfile(member)
+        assert src is not None
+        out.write_file(rel, iter(lambda: src.read(1 << 20), b""), 0o755 if member.mode & 0o111 else 0o644)
+    else:
+        raise ArtifactError(f"unsupported member {member.name!r} (hard links, devices refused)")
 
 
 # ---------------------------------------------------------------------------------------------

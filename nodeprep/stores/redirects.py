@@ -1,10 +1,13 @@
 """Which store redirects nodeprep follows, and what it sends there (pure functions).
 
 Registries that serve fleets answer a blob GET with a redirect to object storage, a CDN or a plain
-file server; an http(s) store may redirect too (the same rules, nodeprep/download.py). A registry's
-bytes are verified by digest whatever serves them and an http store vouches for where it sends us,
-so the target needs no trust of its own, but the request must not leak or weaken anything:
-- credentials (the Authorization header) go only to the registry's own origin (scheme, host, port);
+file server; an http(s) store (nodeprep/download.py) and a registry's token realm
+(stores/registry.py) may redirect too, and all follow these rules. A registry's bytes are verified
+by digest whatever serves them and an http store vouches for where it sends us, so the target needs
+no trust of its own, but the request must not leak or weaken anything:
+- credentials (the Authorization header) go only to the registry's own origin (scheme, host, port),
+  or the realm's for a token request; a request with a body (an upload, a refresh-token POST) is
+  never sent on;
 - a plain-http target is followed only on loopback, or when the store was given with
   --insecure-http (the flag that allows plain http to a store off loopback; urls.plain_http_allowed);
 - only http(s) targets without userinfo or characters URL parsers read differently, and at most

@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 from .. import download
 from ..errors import ChecksumError, InputError, NetworkError
-from ..urls import ambiguous, plain_http_allowed
+from ..urls import check_http_url, plain_http_allowed
 from . import redirects
 from .auth import Challenge, Credentials, basic_header, parse_challenge
 from .ref import OciRef
@@ -90,19 +90,24 @@ class Registry:
                          f"(HTTP 401)")
 
     def _follow(self, method: str, url: str, headers: dict[str, str], *, data: Any, stream: bool,
-                timeout: tuple[float, float]) -> tuple[Any, bool]:
-        """The response to `method url`, through at most MAX_REDIRECTS redirects (GET only), and
-        whether it came from another origin than the registry's."""
+                timeout: tuple[float, float], home: str | None = None,
+                server: str = "registry") -> tuple[Any, bool]:
+        """The response to `method url`, through at most MAX_REDIRECTS redirects (GET only; another
+        method's redirect is returned unfollowed), and whether it came from another origin than
+        `home`'s (default: the registry's), the one origin the Authorization header goes to. Every
+        hop is checked by redirects.next_hop before it is connected to."""
+        home = home or self.ref.base_url
         for _ in range(redirects.MAX_REDIRECTS + 1):
-            elsewhere = redirects.origin(url) != redirects.origin(self.ref.base_url)
-            hop = redirects.hop_headers(headers, self.ref.base_url, url)
+            elsewhere = redirects.origin(url) != redirects.origin(home)
+            hop = redirects.hop_headers(headers, home, url)
             resp = self.session.request(method, url, headers=hop, data=data, stream=stream,
                                         timeout=timeout, verify=self.verify, allow_redirects=False)
             if resp.status_code not in redirects.STATUSES or method not in redirects.FOLLOWED_METHODS:
                 return resp, elsewhere
             location = resp.headers.get("Location")
             resp.close()
-            url = redirects.next_hop(str(self.ref), url, location, insecure_http=self.insecure_http)
+            url = redirects.next_hop(str(self.ref), url, location, insecure_http=self.insecure_http,
+                                     server=server)
         raise InputError(f"{self.ref}: more than {redirects.MAX_REDIRECTS} redirects for "
                          f"{redirects.shown(url)}; refused")
 
@@ -119,28 +124,37 @@ class Registry:
     def _token(self, params: dict[str, str]) -> str:
         """The bearer-token flow: ask the realm for a token for our scope."""
         realm = params["realm"]
-        plain_ok = (realm.startswith("http://") and self.ref.plain_http and not ambiguous(realm)
-                    and plain_http_allowed(urlsplit(realm).hostname or "", insecure_http=self.insecure_http))
-        if not realm.startswith("https://") and not plain_ok:  # the transport rule (urls.py), as for a hop
+        parts = check_http_url(realm, what=f"{self.ref}: token realm")
+        plain_ok = self.ref.plain_http and plain_http_allowed(parts.hostname or "",
+                                                              insecure_http=self.insecure_http)
+        if parts.scheme != "https" and not plain_ok:  # the transport rule (urls.py), as for a hop
             raise InputError(f"{self.ref}: token realm {redirects.shown(realm)!r} is not https (plain http "
                              f"only to loopback or with --insecure-http); refusing to send credentials there")
         query = {"scope": self.scope}
         if "service" in params:
             query["service"] = params["service"]
         creds = self.credentials
-        try:
+        try:  # redirects by the store's rules (stores/redirects.py), the realm's origin as home
             if creds is not None and creds.identity_token:
-                resp = self.session.post(realm, data={**query, "grant_type": "refresh_token",
-                                                      "refresh_token": creds.identity_token,
-                                                      "client_id": "nodeprep"},
-                                         timeout=self.timeout, verify=self.verify)
+                form = {**query, "grant_type": "refresh_token", "refresh_token": creds.identity_token,
+                        "client_id": "nodeprep"}
+                resp, _ = self._follow("POST", realm, {}, data=form, stream=False, timeout=self.timeout,
+                                       home=realm, server="token service")
             else:
                 headers = {"Authorization": basic_header(creds)} if creds and creds.username else {}
-                resp = self.session.get(realm, params=query, headers=headers, timeout=self.timeout,
-                                        verify=self.verify)
+                url = realm + ("&" if urlsplit(realm).query else "?") + urlencode(query)
+                resp, _ = self._follow("GET", url, headers, data=None, stream=False, timeout=self.timeout,
+                                       home=realm, server="token service")
+        except InputError:
+            raise
         except Exception as e:  # transport errors: one line, no credentials in it
-            raise NetworkError(f"{self.ref}: token service {realm} unreachable ({type(e).__name__})") \
-                from None
+            raise NetworkError(f"{self.ref}: token service {redirects.shown(realm)} unreachable "
+                               f"({type(e).__name__})") from None
+        if resp.status_code in redirects.STATUSES:  # a POST's redirect: the refresh token stays home
+            resp.close()
+            raise InputError(f"{self.ref}: the token service answered the refresh-token POST with a "
+                             f"redirect (HTTP {resp.status_code}); nodeprep sends the token only to "
+                             f"the realm {redirects.shown(realm)}; refused")
         with resp:
             if resp.status_code in (401, 403):
                 raise InputError(f"{self.ref}: the token service refused the credentials for "

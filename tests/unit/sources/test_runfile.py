@@ -162,3 +162,110 @@ def test_runfile_name():
     )
     with pytest.raises(InputError):
         runfile.runfile_name("http://127.0.0.1:8000/")
+
+
+# Issue 35, finding 7: members written through earlier members' links. Each sequence is what an
+# installer's tar stream holds, in order; `{canary}` is a file outside the extraction directory.
+LINK_SEQUENCES = {
+    "a link to '.', a link climbing through it, a regular member of that name": [
+        ("./kernel/l1", None, "."), ("./kernel/out", None, "l1/l1/../../X"),
+        ("./kernel/out", b"pwned", None)],
+    "an absolute link, then a regular member of its name": [
+        ("./kernel/out", None, "{canary}"), ("./kernel/out", b"pwned", None)],
+    "a link to a file inside, then a regular member of its name": [
+        ("./kernel/inside.c", b"keep", None), ("./kernel/out", None, "inside.c"),
+        ("./kernel/out", b"pwned", None)],
+    "a member under a link-named directory": [
+        ("./kernel/sub/inside.c", b"keep", None), ("./kernel/d", None, "sub"),
+        ("./kernel/d/inside.c", b"pwned", None)],
+    "a member under a link that climbs out through a link to '.'": [
+        ("./kernel/l1", None, "."), ("./kernel/up", None, "l1/l1/.."), ("./kernel/up/X", b"pwned", None)],
+}
+
+
+def _outside(top: Path, dest: Path) -> dict[str, bytes | str]:
+    """Every entry under `top` but outside `dest`: file bytes, link targets, 'dir'."""
+    seen: dict[str, bytes | str] = {}
+    for p in sorted(top.rglob("*")):
+        if p == dest or dest in p.parents:
+            continue
+        seen[str(p)] = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
+    return seen
+
+
+@pytest.mark.parametrize("sequence", list(LINK_SEQUENCES))
+def test_extraction_never_writes_through_a_member_link(tmp_path: Path, sequence: str) -> None:
+    """The runfile extraction follows the artifact extraction's rules (safetar): a link that leaves
+    the tree is refused, and no member is written through or over an earlier link. Nothing outside
+    the extraction directory changes, nothing inside is written through a link, and the refusal is
+    one ArtifactError line naming the installer."""
+    canary = tmp_path / "canary"
+    canary.write_bytes(b"canary")
+    members = [(n, d, None if t is None else t.format(canary=canary)) for n, d, t in LINK_SEQUENCES[sequence]]
+    run = make_runfile(_tree(tmp_path / "src"), tmp_path / "x.run", compression="gzip", sha256=False)
+    bad = _swap_payload(run, _tgz(members), tmp_path / "bad.run")
+    dest = tmp_path / "a" / "out"
+    dest.parent.mkdir()
+    before = _outside(tmp_path, dest)
+    refused: ArtifactError | None = None
+    try:
+        runfile.extract_tree(bad, "kernel", dest)
+    except ArtifactError as e:
+        refused = e
+    assert _outside(tmp_path, dest) == before
+    assert not (tmp_path / "X").exists() and not (tmp_path / "a" / "X").exists()
+    assert canary.read_bytes() == b"canary"
+    for kept in ("inside.c", "sub/inside.c"):
+        assert not (dest / kept).exists() or (dest / kept).read_bytes() == b"keep"
+    assert refused is not None
+    msg = str(refused)
+    assert msg.startswith(f"{bad}: ") and "\n" not in msg
+    assert any(why in msg for why in ("leaves the tree", "without replacing or following",
+                                      "not a plain directory"))
+
+
+def test_build_driver_refuses_an_installer_that_writes_through_its_links(tmp_path: Path) -> None:
+    """The CLI path (`build-driver --runfile`, --builder host): a valid installer whose kernel/ tree
+    ends with the link sequence above is refused with one `error:` line, exit 2, no traceback, and
+    nothing is written through the links (before: extracted, `X` written beside the build tree,
+    and the compile run: exit 1)."""
+    import gzip
+    import io
+    import tarfile
+
+    from click.testing import CliRunner
+
+    from nodeprep.cli import main
+    from tests.support.makeself import nvidia_tree
+    from tests.unit.builder.test_runfile_userspace import fake_headers
+    from tests.unit.join.conftest import build_payload
+
+    version = "535.309.01"
+    tree = nvidia_tree(build_payload(tmp_path / "us", version), tmp_path / "tree", version)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(tree, arcname=".")
+        for name, data, link in LINK_SEQUENCES["a link to '.', a link climbing through it, a regular member "
+                                               "of that name"]:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                info.size = len(data or b"")
+                tar.addfile(info, io.BytesIO(data or b""))
+    run = make_runfile(tree, tmp_path / "x.run", compression="gzip", sha256=False)
+    bad = _swap_payload(run, gzip.compress(buf.getvalue(), mtime=0),
+                        tmp_path / f"NVIDIA-Linux-x86_64-{version}.run")
+    store = tmp_path / "store"
+    res = CliRunner().invoke(main, [
+        "build-driver", "--builder", "host", "--headers-dir", str(fake_headers(tmp_path / "h")),
+        "--store", str(store), "--cache", str(tmp_path / "cache"), "--no-smoke-test",
+        "--runfile", str(bad), "--sha256", hashlib.sha256(bad.read_bytes()).hexdigest()])
+    errors = [line for line in res.output.splitlines() if line.startswith("error: ")]
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert len(errors) == 1 and errors[0].endswith(
+        f"NVIDIA-Linux-x86_64-{version}.run: link './kernel/l1' -> '.' leaves the tree (link target '.' is "
+        "not '../'* followed by plain components (points outside the artifact or at a directory above "
+        "the link))"), errors
+    assert list(tmp_path.rglob("X")) == [] and not store.exists()

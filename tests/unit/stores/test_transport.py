@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -460,3 +461,116 @@ def test_a_plain_http_token_realm_off_loopback_gets_no_credentials(tmp_path: Pat
         srv.server_close()
         thread.join()
     assert TEST_NET not in attempts
+
+
+# --- issue 35, finding 5: the token realm follows the store's redirect rules ----------------------
+
+REFRESH = "refresh-Passw0rd-token"
+
+
+@contextlib.contextmanager
+def _recording(answer: Any) -> Iterator[tuple[str, list[tuple[str, str, str | None, bytes]]]]:
+    """A loopback HTTP server that records (method, path, Authorization, body) of every request and
+    answers it with `answer(port) -> (status, headers, body)`; yields (base URL, records)."""
+    seen: list[tuple[str, str, str | None, bytes]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+        def _any(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            seen.append((self.command, self.path, self.headers.get("Authorization"),
+                         self.rfile.read(length) if length else b""))
+            status, headers, body = answer()
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_HEAD = _any  # noqa: N815
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join()
+
+
+@contextlib.contextmanager
+def _realm_redirecting(status: int, location: str) -> Iterator[tuple[str, list[Any]]]:
+    """A plain-http registry on loopback whose bearer realm (another loopback port) answers every
+    request with `status` to `location`; yields (the registry's host:port, the realm's records)."""
+    with _recording(lambda: (status, {"Location": location}, b"")) as (realm, realm_seen):
+        challenge = {"WWW-Authenticate": f'Bearer realm="{realm}/token",service="reg"'}
+        with _recording(lambda: (401, challenge, b"")) as (registry, _):
+            yield registry.removeprefix("http://"), realm_seen
+
+
+def _auth_file(tmp_path: Path, host: str, entry: dict[str, str]) -> str:
+    creds = tmp_path / "config.json"
+    creds.write_text(json.dumps({"auths": {host: entry}}))
+    creds.chmod(0o600)
+    return str(creds)
+
+
+@pytest.mark.parametrize("status", [302, 307, 308])
+def test_a_token_realm_redirect_never_carries_the_refresh_token_to_another_origin(
+        tmp_path: Path, status: int) -> None:
+    """A refresh-token POST answered with a redirect to another loopback origin (a different port) is
+    not sent on (requests re-POSTed the form, token included, on a 307/308): refused with one line,
+    and the other server receives nothing."""
+    token = json.dumps({"token": "t"}).encode()
+    with _recording(lambda: (200, {"Content-Type": "application/json"}, token)) as (other, other_seen), \
+            _realm_redirecting(status, f"{other}/token") as (host, realm_seen):
+        creds = _auth_file(tmp_path, host, {"identitytoken": REFRESH})
+        with pytest.raises(InputError) as e:
+            Store(f"oci+http://{host}/gpu/d", Options(registry_auth=creds)).entries()
+    assert [(m, p) for m, p, _, body in other_seen if REFRESH.encode() in body or REFRESH in p] == []
+    assert other_seen == []
+    assert [(m, REFRESH.encode() in body) for m, _, _, body in realm_seen] == [("POST", True)]
+    assert (f"the token service answered the refresh-token POST with a redirect (HTTP {status})"
+            in str(e.value))
+    assert REFRESH not in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("status", [302, 307])
+def test_a_token_realm_redirect_sends_basic_credentials_only_to_the_realm(tmp_path: Path,
+                                                                          status: int) -> None:
+    """A basic-authenticated token GET is redirected to another loopback origin: followed (the store's
+    rule), without the Authorization header."""
+    token = json.dumps({"token": "t"}).encode()
+    with _recording(lambda: (200, {"Content-Type": "application/json"}, token)) as (other, other_seen), \
+            _realm_redirecting(status, f"{other}/token") as (host, realm_seen):
+        creds = _auth_file(tmp_path, host, {"username": "robot", "password": "Passw0rd"})
+        with pytest.raises(InputError, match="the registry refused the credentials"):
+            Store(f"oci+http://{host}/gpu/d", Options(registry_auth=creds)).entries()
+    secret = "Basic " + base64.b64encode(b"robot:Passw0rd").decode()
+    assert [(m, a) for m, _, a, _ in realm_seen] == [("GET", secret)]
+    assert [(m, a) for m, _, a, _ in other_seen] == [("GET", None)]
+
+
+def test_a_token_realm_redirect_to_plain_http_off_loopback_is_refused_before_connecting(
+        tmp_path: Path, attempts: list[str]) -> None:
+    """The realm's hop is checked like a store's: plain http off loopback is refused from the URL,
+    exit 2, one line; --insecure-http lets it be tried (and the guard stops it)."""
+    with _realm_redirecting(302, f"http://{TEST_NET}/token?secret=x") as (host, realm_seen):
+        creds = _auth_file(tmp_path, host, {"username": "robot", "password": "Passw0rd"})
+        code, err, _ = install(tmp_path / "root", f"oci+http://{host}/gpu/d", "--registry-auth", creds)
+        assert code == 2
+        assert error_line(err) == (f"error: oci+http://{host}/gpu/d: the token service redirected to plain "
+                                   f"http (http://{TEST_NET}/token), off loopback; refused (--insecure-http "
+                                   f"allows it)")
+        assert TEST_NET not in attempts and len(realm_seen) == 1
+        assert "Passw0rd" not in err and "secret" not in err
+        with pytest.raises(NetworkError, match="token service"):
+            Store(f"oci+http://{host}/gpu/d", Options(registry_auth=creds, insecure_http=True)).entries()
+    assert attempts[-1] == TEST_NET
