@@ -12,7 +12,7 @@ from ..errors import InputError, NodeprepError, StateError
 from ..labels import output
 from ..labels.cloud import CLOUD_CHOICES, Endpoints
 from ..labels.core import MIG_STRATEGIES, node_labels
-from ..labels.options import label_options
+from ..labels.options import label_options, source_refusal
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..node.fsutil import atomic_write
@@ -90,6 +90,9 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
     )
     if gpu_source != "auto" and nvidia_smi_xml is not None:
         raise InputError("--source: not with --nvidia-smi-xml (the capture is the source)")
+    if refusal := source_refusal(root, gpu_source):
+        raise InputError(refusal, hint="put this host's nvidia-smi on PATH, or use --nvidia-smi-xml FILE "
+                                       "or --source pci")
     result = node_labels(opts)
     if gpu_source != "auto" and result.sources["gpu"] != gpu_source:
         raise StateError(f"--source {gpu_source}: no GPU facts from it (got: {result.sources['gpu']}); "

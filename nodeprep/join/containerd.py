@@ -12,10 +12,12 @@
   BinaryName = nvidia-container-runtime), enable_cdi/cdi_spec_dirs, and default_runtime_name only
   when asked.
 - The CUDA gate (nodeprep.containerhooks.gate) runs for every container through the runtime handlers' base
-  spec: `<dir>/nodeprep-base-spec.json` is containerd's own default spec (`ctr oci spec` of the
-  node's containerd, run in the root; its shared `cgroupsPath` dropped) plus the gate as a
+  spec: `<dir>/nodeprep-base-spec.json` is containerd's own default spec (what `ctr oci spec` of the
+  node's containerd prints, from nodeprep's data by the version the root's dpkg status names:
+  join.ocidefault; nothing of the root is run; its shared `cgroupsPath` dropped) plus the gate as a
   createContainer hook, and every runc-type handler of the drop-in gets `base_runtime_spec` naming
-  it (a handler that already has one keeps it, with a warning). No ctr: no base spec, a warning.
+  it (a handler that already has one keeps it, with a warning). Version not known: no base spec, a
+  warning.
 - Rendering is a pure function of the main file, the profile and that default spec: a second run
   changes nothing.
 """
@@ -34,16 +36,15 @@ from typing import Any
 
 import tomli_w
 
-from .. import runner
-from ..errors import CommandError, InputError
+from ..errors import InputError
 from ..profile import Cluster, Runtime
+from . import ocidefault
 from .files import FileChange, under
 
 log = logging.getLogger(__name__)
 
 DROP_IN_NAME = "99-nodeprep-nvidia.toml"
 BASE_SPEC_NAME = "nodeprep-base-spec.json"
-CTR = ("/usr/bin/ctr", "/usr/local/bin/ctr")
 RUNTIME_NAME = "nvidia"
 CRI_KEYS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 DEFAULT_RUNTIME_TYPE = "io.containerd.runc.v2"
@@ -182,18 +183,16 @@ def base_spec_target(main_target: str) -> str:
 
 
 def default_spec(root: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(containerd's default OCI spec, None) from the node's own `ctr oci spec` (run in `root`), or
-    (None, why not)."""
-    ctr = next((c for c in CTR if under(root, c).is_file()), None)
-    if ctr is None:
-        return None, f"no ctr ({', '.join(CTR)})"
-    try:
-        spec = json.loads(runner.run([ctr, "oci", "spec"], root=root, timeout=30).stdout)
-    except (CommandError, ValueError) as e:
-        return None, f"`{ctr} oci spec` failed: {e}"
-    shape = (("process", dict), ("root", dict), ("mounts", list), ("linux", dict))
-    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), t) for k, t in shape):
-        return None, f"`{ctr} oci spec` printed no OCI spec"
+    """(containerd's default OCI spec, None) for the node's containerd version, from nodeprep's data
+    (join.ocidefault: the version read as data, the node's `ctr` never run), or (None, why not)."""
+    version, where = ocidefault.node_version(root)
+    if version is None:
+        return None, f"containerd's version is not known: {where}; the root's ctr is never run"
+    parsed = ocidefault.parse_version(version)
+    spec = ocidefault.spec_for(parsed) if parsed else None
+    if spec is None:
+        return None, (f"containerd {version} ({where}): its default spec is not known to nodeprep "
+                      f"(known: {ocidefault.known_releases()})")
     return spec, None
 
 

@@ -37,6 +37,7 @@ T = TypeVar("T")
 class LabelOptions:
     root: Path = Path("/")
     sysfs_root: Path = Path("/sys")
+    driver_sysfs: Path | None = None  # whether the driver is loaded (NVML, nvidia-smi); None: sysfs_root
     dmi_root: Path | None = None  # default: <sysfs_root>/class/dmi/id
     nvidia_smi_xml: Path | None = None  # read GPU facts from this capture instead of asking the driver
     cloud: str = "auto"  # auto | aws | gce | azure | none
@@ -119,10 +120,10 @@ def _gpu_chain(opts: LabelOptions, deadline: float, warnings: list[str]) -> gpum
             raise InputError(f"{opts.nvidia_smi_xml}: {e}") from None
     readers: list[tuple[str, Callable[[float], gpumod.GpuFacts]]] = []
     if opts.use_nvml:
-        readers.append(("nvml", lambda t: gpumod.from_nvml(opts.sysfs_root)))
+        readers.append(("nvml", lambda t: gpumod.from_nvml(opts.sysfs_root, opts.driver_sysfs)))
     if opts.run_nvidia_smi:
         readers.append(("nvidia-smi", lambda t: gpumod.from_nvidia_smi(
-            opts.root, opts.sysfs_root, t, opts.pci_ids)))
+            opts.root, opts.sysfs_root, t, opts.pci_ids, opts.driver_sysfs)))
     for name, reader in readers:
         budget = min(opts.source_timeout, deadline - time.monotonic())
         if budget <= 0:

@@ -160,10 +160,12 @@ def normalise_bus_id(bus_id: str) -> str:
 
 # --- NVML ------------------------------------------------------------------------------------------
 
-def from_nvml(sysfs_root: Path) -> GpuFacts:
-    """Ask NVML (nvidia-ml-py, imported here so nodeprep works without it)."""
-    if not driver_loaded(sysfs_root):
-        raise GpuSourceUnavailable(f"NVIDIA kernel module not loaded ({sysfs_root}/module/nvidia absent)")
+def from_nvml(sysfs_root: Path, driver_sysfs: Path | None = None) -> GpuFacts:
+    """Ask NVML (nvidia-ml-py, imported here so nodeprep works without it); only when the driver is
+    loaded (`driver_sysfs`, default `sysfs_root`, says so)."""
+    loaded_in = driver_sysfs or sysfs_root
+    if not driver_loaded(loaded_in):
+        raise GpuSourceUnavailable(f"NVIDIA kernel module not loaded ({loaded_in}/module/nvidia absent)")
     try:
         import pynvml  # type: ignore[import-not-found]
     except ImportError:
@@ -245,23 +247,33 @@ def _mig_attributes(attrs) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 # --- nvidia-smi -q -x ------------------------------------------------------------------------------
 
+DRIVER_NVIDIA_SMI = Path("/opt/nvidia/current/bin/nvidia-smi")  # the running system's active driver root
+
+
 def find_nvidia_smi(root: Path) -> Path | None:
+    """This host's nvidia-smi: the one on PATH, else (only when `root` is the running system) the
+    active driver root's. Never one under an image's root: it is the image's program (#35)."""
     found = runner.which("nvidia-smi")
     if found:
         return Path(found)
-    ours = root / "opt/nvidia/current/bin/nvidia-smi"
+    if os.path.realpath(root) != "/":
+        return None
+    ours = DRIVER_NVIDIA_SMI
     return ours if ours.is_file() and os.access(ours, os.X_OK) else None
 
 
-def from_nvidia_smi(root: Path, sysfs_root: Path, timeout: float, pci_ids: Path | None = None) -> GpuFacts:
-    """Run `nvidia-smi -q -x` (only when the driver is loaded) and parse it."""
-    if not driver_loaded(sysfs_root):
+def from_nvidia_smi(root: Path, sysfs_root: Path, timeout: float, pci_ids: Path | None = None,
+                    driver_sysfs: Path | None = None) -> GpuFacts:
+    """Run this host's `nvidia-smi -q -x` (only when the driver is loaded: `driver_sysfs`, default
+    `sysfs_root`, says so) and parse it."""
+    if not driver_loaded(driver_sysfs or sysfs_root):
         raise GpuSourceUnavailable("NVIDIA kernel module not loaded")
     tool = find_nvidia_smi(root)
     if tool is None:
-        raise GpuSourceUnavailable("nvidia-smi not found")
+        raise GpuSourceUnavailable("nvidia-smi not found" if os.path.realpath(root) == "/" else
+                                   "this host has no nvidia-smi on PATH (the one under --root is never run)")
     env = {}
-    if str(tool).startswith(str(root / "opt/nvidia")):
+    if tool == DRIVER_NVIDIA_SMI:
         env["LD_LIBRARY_PATH"] = str(tool.parent.parent / "lib64")
     result = runner.run([tool, "-q", "-x"], timeout=timeout, env=env)
     return parse_nvidia_smi_xml(result.stdout, sysfs_root=sysfs_root, pci_ids=pci_ids)

@@ -9,8 +9,8 @@
   (gpunode.py) with `containerd config default` of its own version (root/state/socket moved into the
   temp dir, sandbox image set to the imported one) plus nodeprep's drop-in, bind-mounted over
   /etc/containerd there. Pods use the node's network namespace (no CNI needed). With `gate` the
-  config root also holds that containerd's own `ctr` (and the host's libc for it), so nodeprep
-  writes the handlers' base spec carrying the CUDA gate from `ctr oci spec`, as on a node.
+  config root's dpkg status names that containerd's package version, so nodeprep writes the
+  handlers' base spec carrying the CUDA gate from its data for that version, as on a node.
 """
 
 from __future__ import annotations
@@ -137,12 +137,11 @@ class Containerd:
         (root / "etc/containerd").mkdir(parents=True)
         (root / "etc/containerd/config.toml").write_text(text)
         hook = None
-        if self.gate:  # the node's ctr, run by nodeprep chrooted into the root
-            for src, dest in ((self.bindir / "ctr", "usr/bin/ctr"), (Path("/lib64/ld-linux-x86-64.so.2"),
-                              "lib64/ld-linux-x86-64.so.2"), (Path("/lib/x86_64-linux-gnu/libc.so.6"),
-                              "lib/x86_64-linux-gnu/libc.so.6")):
-                (root / dest).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(src.resolve(), root / dest)
+        if self.gate:  # the node's containerd version, as its dpkg status names it (nodeprep's data)
+            version = self.bindir.parent.parent.name.split("_")[1]  # containerd_<version>_amd64
+            (root / "var/lib/dpkg").mkdir(parents=True)
+            (root / "var/lib/dpkg/status").write_text(
+                f"Package: containerd\nStatus: install ok installed\nVersion: {version}\n")
             hook = ocihooks.gate_hook()
         # nodeprep's drop-in: enable_cdi, nvidia (+ the base spec with the gate)
         apply_changes(ctd.plan_containerd(root, self.runtime, gate_hook=hook))

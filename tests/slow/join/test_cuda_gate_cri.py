@@ -1,6 +1,7 @@
 """The CUDA gate through containerd's CRI path (1.7 and 2.1, as kubelet drives them): nodeprep writes
-the runtime handlers' base spec from the node's own `ctr oci spec` with the gate as a createContainer
-hook (criclient.py, `gate=True`), and a container gets its GPU from a DRA-format claim spec written
+the runtime handlers' base spec from containerd's default spec for the node's containerd version
+(nodeprep's data, the version from the root's dpkg status) with the gate as a createContainer hook
+(criclient.py, `gate=True`), and a container gets its GPU from a DRA-format claim spec written
 here (test_cuda_gate_podman.dra_spec), not from nodeprep's spec. The node's driver is the active
 535.309.01 build (CUDA 12.2); no GPU facts file: brand unknown."""
 

@@ -46,11 +46,12 @@ def test_drop_in_points_runc_handlers_at_the_base_spec_and_keeps_a_handler_s_own
                         "does not run for its containers"]
 
 
-def test_no_ctr_in_the_root_no_base_spec_and_a_warning(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_no_containerd_version_in_the_root_no_base_spec_and_a_warning(tmp_path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "etc/containerd").mkdir(parents=True)
     warnings: list[str] = []
     files = ctd.plan_containerd(tmp_path, Runtime(), None, warnings, ocihooks.gate_hook())
     assert [f.target for f in files] == ["/etc/containerd/config.toml",
                                          "/etc/containerd/conf.d/99-nodeprep-nvidia.toml"]
     assert b"base_runtime_spec" not in files[1].content
-    assert any(w.startswith("containerd base spec not written (no ctr") for w in warnings)
+    assert any(w.startswith("containerd base spec not written (containerd's version is not known: no "
+                            "containerd or containerd.io package in /var/lib/dpkg/status") for w in warnings)
