@@ -43,8 +43,10 @@ def strip_env(doc: object) -> object:
 def test_doctor_names_each_hook_that_inherits_and_runtime_fixes_its_own(
         node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     profile = tmp_path / "node.yaml"
-    profile.write_text(yaml.safe_dump({"driver": {"version": "535.309.01"}, "runtime": {"default_runtime": True}}))
-    runtime = ["runtime", "--profile", str(profile), "--root", str(node_root), "--nvidia-smi-xml", str(smi_xml)]
+    profile.write_text(yaml.safe_dump({"driver": {"version": "535.309.01"},
+                                       "runtime": {"default_runtime": True}}))
+    runtime = ["runtime", "--profile", str(profile), "--root", str(node_root),
+               "--nvidia-smi-xml", str(smi_xml)]
     assert run(runtime)[0] == 0
     (node_root / "var/run/cdi").mkdir(parents=True, exist_ok=True)
     (node_root / "var/run/cdi/nvidia-ctk.yaml").write_bytes(H200_SPEC.read_bytes())  # v1.20.0: env on each
@@ -62,14 +64,16 @@ def test_doctor_names_each_hook_that_inherits_and_runtime_fixes_its_own(
                                            "prestart": [{"path": "/usr/local/bin/y-hook"}]}}))
     with (node_root / "etc/containerd/config.toml").open("a") as f:
         f.write('\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.other]\n'
-                'runtime_type = "io.containerd.runc.v2"\nbase_runtime_spec = "/etc/containerd/other-base.json"\n')
+                'runtime_type = "io.containerd.runc.v2"\n'
+                'base_runtime_spec = "/etc/containerd/other-base.json"\n')
     code, check = hooks_check(node_root)
     assert (code, check["ok"]) == (1, False)
     message = check["message"]
     for line in ("/etc/cdi/nvidia.yaml: createContainer hook /usr/libexec/nodeprep/cdi-hook has no env",
                  "/usr/share/containers/oci/hooks.d/99-nodeprep-cuda-gate.json: createContainer hook "
                  "/usr/libexec/nodeprep/cdi-hook has no env",
-                 "/var/run/cdi/nvidia-ctk-1.17.7.yaml: createContainer hook /usr/bin/nvidia-cdi-hook has no env",
+                 "/var/run/cdi/nvidia-ctk-1.17.7.yaml: createContainer hook /usr/bin/nvidia-cdi-hook "
+                 "has no env",
                  "/etc/containerd/other-base.json: createContainer hook /usr/local/bin/x-hook has no env"):
         assert line in message
     assert "y-hook" not in message  # prestart: started by the runtime, with its own environment
