@@ -325,9 +325,9 @@ def kubelet_files(root: Path, cluster: Cluster, token: BootstrapToken, labels: M
 def kubelet_actions(root: Path, *, changed: bool, joined: bool, live: bool) -> list[Action]:
     """Mode kubelet: reload and (re)start kubelet when its files `changed` or it has not joined; an
     image root only enables it (it bootstraps at first boot)."""
-    if not live:
-        return [Action(("systemctl", f"--root={root}", "enable", "kubelet.service"),
-                       "offline root: kubelet starts and bootstraps at first boot")]
+    if not live:  # SYSTEMCTL_SKIP_SYSV: never `chroot ROOT update-rc.d` for an image's init.d script
+        return [Action(("env", "SYSTEMCTL_SKIP_SYSV=1", "systemctl", f"--root={root}", "enable",
+                        "kubelet.service"), "offline root: kubelet starts and bootstraps at first boot")]
     actions = []
     if changed:
         actions += [

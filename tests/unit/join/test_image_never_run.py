@@ -151,3 +151,29 @@ def test_dpkg_status_is_read_as_data() -> None:
     assert ocidefault.dpkg_version(docker) == "1.7.27-1"
     assert ocidefault.parse_version("2:1.6.20~ds1") == (1, 6, 20)
     assert ocidefault.parse_version("unknown") is None
+
+
+@pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl (systemd) enables units under --root")
+def test_enabling_kubelet_under_an_image_never_runs_its_update_rc_d(tmp_path: Path) -> None:
+    """An image whose kubelet is an init.d script, not a native unit: plain `systemctl --root=IMG
+    enable` hands it to systemd-sysv-install, which runs `chroot IMG /usr/sbin/update-rc.d` (the
+    image's program, as root). The action join plans for an image root skips SysV (the unit is then
+    "not found": the join fails with systemctl's line, the image's program unrun)."""
+    from nodeprep import runner
+    from nodeprep.join.plan import kubelet_actions
+
+    image = tmp_path / "img"
+    (image / "etc/init.d").mkdir(parents=True)
+    (image / "usr/sbin").mkdir(parents=True)
+    (image / "bin").mkdir()
+    shutil.copy(shutil.which("busybox") or "/bin/busybox", image / "bin/sh")
+    init = image / "etc/init.d/kubelet"
+    init.write_text("#!/bin/sh\n### BEGIN INIT INFO\n# Provides: kubelet\n# Default-Start: 2 3 4 5\n"
+                    "# Default-Stop:\n### END INIT INFO\n")
+    init.chmod(0o755)
+    (image / "usr/sbin/update-rc.d").write_text(f"#!/bin/sh\necho ran >> /{CANARY}\n")
+    (image / "usr/sbin/update-rc.d").chmod(0o755)
+    (action,) = kubelet_actions(image, changed=True, joined=False, live=False)
+    r = runner.run(list(action.argv), check=False, timeout=60)
+    assert not (image / CANARY).exists(), r
+    assert r.returncode != 0 and "kubelet.service does not exist" in r.stderr

@@ -27,7 +27,7 @@ def test_kubelet_mode_on_a_live_node() -> None:
         "systemctl restart kubelet.service"]  # not joined yet: start it even though nothing changed
     assert kubelet_actions(LIVE, changed=False, joined=True, live=True) == []
     image = kubelet_actions(Path("/img"), changed=True, joined=False, live=False)
-    assert argv(image) == ["systemctl --root=/img enable kubelet.service"]
+    assert argv(image) == ["env SYSTEMCTL_SKIP_SYSV=1 systemctl --root=/img enable kubelet.service"]
 
 
 def test_kubeadm_mode_on_a_live_node() -> None:
