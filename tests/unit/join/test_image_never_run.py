@@ -153,7 +153,7 @@ def test_dpkg_status_is_read_as_data() -> None:
     assert ocidefault.parse_version("unknown") is None
 
 
-@pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl (systemd) enables units under --root")
+@pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl enables units under --root")
 def test_enabling_kubelet_under_an_image_never_runs_its_update_rc_d(tmp_path: Path) -> None:
     """An image whose kubelet is an init.d script, not a native unit: plain `systemctl --root=IMG
     enable` hands it to systemd-sysv-install, which runs `chroot IMG /usr/sbin/update-rc.d` (the
