@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
-from ..node import ops
+from ..node import imagefile, ops
 from ..node.callbacks import Removal, Undo
-from ..node import imagefile
 from ..node.crash import crash_point
 from ..node.fsutil import atomic_write, fsync_dir
 from ..node.layout import Layout
@@ -187,7 +186,8 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
         paths |= {enablement.record_target(root)[1], *(u.target for u in enabled)}
     restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
     stop = (enablement.UNIT,) if any(u.target in kubelet for u in undo) else ()
-    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart, stop=stop, paths=tuple(sorted(paths)))
+    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart, stop=stop,
+                   paths=tuple(sorted(paths)))
 
 
 def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = False) -> dict[str, Any]:
@@ -199,7 +199,8 @@ def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = Fal
     `check`: what it would do, nothing done."""
     layout = Layout(Path(root))
     deleted = [u.target for u in removal.undo if u.content is None]
-    folders = ops.removal_folders(layout, deleted, removal.paths)  # noted first: a killed run's are finished next time
+    # noted first: a killed run's are finished next time
+    folders = ops.removal_folders(layout, deleted, removal.paths)
     stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []  # when active
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
     notes: list[str] = []

@@ -24,4 +24,5 @@ def read(path: Path, *, limit: int, what: str) -> bytes | None:
         return None
     except OSError as e:
         raise InputError(f"{path} ({what}): {e.strerror or e}; refused",
-                         hint="replace it with what it should be, or remove it; nothing was changed") from None
+                         hint="replace it with what it should be, or remove it; nothing was changed",
+                         ) from None

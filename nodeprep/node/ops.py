@@ -281,7 +281,6 @@ def install(
         crash_point("install:locked")
         clean_leftovers(layout)
         todo = _plan_install(layout, index, request, modules, hook)
-        created.note(layout, _writes(layout, [rel]))  # the folders this install makes, before it does
         if todo.new_version:
             assert todo.userspace is not None and todo.kmod is not None
             with step(f"Installing NVIDIA driver {version} for kernel {rel}"):
@@ -291,6 +290,8 @@ def install(
                 _add_kmod(layout, src, todo.kmod, version, rel)
         installed_us, installed_kmod = todo.new_version, todo.kmod is not None
         crash_point("install:unpacked")
+        # the folders the rest makes (/opt/nvidia is nodeprep's own), noted before they are made
+        created.note(layout, _writes(layout, [rel]))
         fw_link = system.link_firmware(layout, version)
         crash_point("install:firmware-linked")
         state = load_state(layout.root)

@@ -117,7 +117,8 @@ def test_a_planted_journal_removes_nothing_nodeprep_did_not_make(store: Path, tm
     r = cli("uninstall", "--root", str(root))
     assert r.returncode == 0, r
     assert (root / "srv/x").is_dir()
-    assert "warning: /srv/x: named in /var/lib/nodeprep/uninstall.json but not a path nodeprep makes" in r.stderr
+    assert ("warning: /srv/x: named in /var/lib/nodeprep/uninstall.json but not a path nodeprep makes"
+            in r.stderr)
     assert not (root / "var/lib/nodeprep").exists()  # the planted journal was in nodeprep's folder
 
 
