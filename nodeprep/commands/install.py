@@ -401,7 +401,7 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
             return
         for path in todo.restore:
             click.echo(f"would write back {path}")
-        for path in todo.remove:
+        for path in (*todo.remove, *todo.after):
             click.echo(f"would remove {path}")
         for line in todo.kept:
             click.echo(f"would leave {line}")

@@ -21,18 +21,19 @@ nodeprep made from nothing (only `version = 2` and the entry) is removed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from .. import runner
-from ..node import ops
+from ..node import imagefile, ops
 from ..node.callbacks import Removal, Undo
 from ..node.crash import crash_point
 from ..node.fsutil import atomic_write, fsync_dir
 from ..node.layout import Layout
-from ..profile import DEFAULT_PATH, Profile, Runtime, load_profile
+from ..profile import Profile, Runtime, load_profile, profile_path
 from . import cdi as cdimod
 from . import containerd as ctd
 from . import ctkconfig, enablement, hookprogram, ocihooks
@@ -43,8 +44,8 @@ HEADER = b"# Written by nodeprep"
 
 
 def _profile(root: Path) -> Profile | None:
-    path = Path(root) / DEFAULT_PATH.relative_to("/")
-    return load_profile(path) if path.is_file() else None
+    path = profile_path(Path(root), None)  # the image's links resolved beneath the root
+    return load_profile(path) if os.path.lexists(path) else None
 
 
 def _join_targets(root: Path, profile: Profile | None) -> dict[str, bool]:
@@ -152,7 +153,9 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
             if path.is_symlink() or path.exists():
                 kept.append(f"{target}: not a regular file nodeprep wrote; left in place")
             continue
-        raw = path.read_bytes()
+        raw = imagefile.read(path, limit=imagefile.MAX_LIST, what="a file nodeprep runtime or join writes")
+        if raw is None:
+            continue
         if target == main:
             text = raw.decode("utf-8", "replace")
             before = without_import(text, ctd.import_entry(main))
@@ -174,14 +177,17 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
                         f"place; if an older nodeprep join wrote it, remove it by hand: rm {target}")
         else:
             kept.append(f"{target}: not written by nodeprep; left in place")
+    paths = {*targets, *(Layout(Path(root)).node_path(p) for p in seen)}
     if join:
         enabled, not_ours = enablement.plan_undo(root)
         undo += enabled
         kept += not_ours
         kubelet |= {u.target for u in enabled}
+        paths |= {enablement.record_target(root)[1], *(u.target for u in enabled)}
     restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
     stop = (enablement.UNIT,) if any(u.target in kubelet for u in undo) else ()
-    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart, stop=stop)
+    return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart, stop=stop,
+                   paths=tuple(sorted(paths)))
 
 
 def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = False) -> dict[str, Any]:
@@ -193,7 +199,8 @@ def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = Fal
     `check`: what it would do, nothing done."""
     layout = Layout(Path(root))
     deleted = [u.target for u in removal.undo if u.content is None]
-    folders = ops.removal_folders(layout, deleted)  # noted first: a killed run's are finished next time
+    # noted first: a killed run's are finished next time
+    folders = ops.removal_folders(layout, deleted, removal.paths)
     stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []  # when active
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
     notes: list[str] = []

@@ -38,12 +38,15 @@ class Undo:
 class Removal:
     """What `uninstall` undoes above the node: `undo` in order, `kept` one warning line per file at a
     path nodeprep writes that nodeprep did not write (left as it is), `restart` the units to restart
-    on a live root once the files are gone, `stop` those to stop there (when active) before they go."""
+    on a live root once the files are gone, `stop` those to stop there (when active) before they go;
+    `paths` every node path the layer writes on this root (present or not): a folder a record in the
+    image names is trusted only above one of them (nodeprep.node.created)."""
 
     undo: tuple[Undo, ...] = ()
     kept: tuple[str, ...] = ()
     restart: tuple[str, ...] = ()
     stop: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
 
 
 def _no_removal(root: Path) -> Removal:

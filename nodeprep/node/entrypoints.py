@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from . import imagefile
 from .fsutil import atomic_symlink
 from .layout import Layout
 
@@ -39,7 +40,7 @@ TOOLS = (
 )
 LIBRARIES = ("libnvidia-ml.so.1", "libcuda.so.1")
 TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
-DPKG_INFO = "var/lib/dpkg/info"
+DPKG_INFO_NODE = "/var/lib/dpkg/info"
 
 
 def _arch(vdir: Path) -> str:
@@ -103,18 +104,19 @@ def drift(layout: Layout, version: str, arch: str) -> tuple[str, ...]:
 
 
 def dpkg_owner(layout: Layout, node_path: str) -> str | None:
-    """The dpkg package whose file list under the root names `node_path` (None: none does)."""
-    info = layout.root / DPKG_INFO
+    """The dpkg package whose file list under the root names `node_path` (None: none does). The
+    lists are the image's: /var/lib/dpkg/info resolved beneath the root, each `*.list` read only
+    when a regular file (a FIFO, device or link there: InputError naming it, imagefile.read)."""
+    info = layout.resolved(DPKG_INFO_NODE)
     if not info.is_dir():
         return None
     wanted = _aliases(node_path)
-    for lst in sorted(info.glob("*.list")):
-        try:
-            with lst.open(errors="replace") as f:
-                if any(line.rstrip("\n") in wanted for line in f):
-                    return lst.name.removesuffix(".list").split(":")[0]
-        except OSError:
+    for name in sorted(os.listdir(info)):
+        if not name.endswith(".list"):
             continue
+        raw = imagefile.read(info / name, limit=imagefile.MAX_LIST, what="a dpkg file list")
+        if raw is not None and any(line in wanted for line in raw.decode(errors="replace").split("\n")):
+            return name.removesuffix(".list").split(":")[0]
     return None
 
 

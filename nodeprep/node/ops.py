@@ -33,7 +33,7 @@ from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store, cache_path
 from ..sysfs import read_attr
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
-from . import complete, entrypoints, gpufacts, kernelhook, support, system
+from . import complete, created, entrypoints, gpufacts, imagefile, kernelhook, support, system
 from .callbacks import ActivationCallbacks
 from .crash import crash_point
 from .devices import load_modules
@@ -290,6 +290,8 @@ def install(
                 _add_kmod(layout, src, todo.kmod, version, rel)
         installed_us, installed_kmod = todo.new_version, todo.kmod is not None
         crash_point("install:unpacked")
+        # the folders the rest makes (/opt/nvidia is nodeprep's own), noted before they are made
+        created.note(layout, _writes(layout, [rel]))
         fw_link = system.link_firmware(layout, version)
         crash_point("install:firmware-linked")
         state = load_state(layout.root)
@@ -367,6 +369,16 @@ def _require_support(layout: Layout, src: Store, us: IndexEntry, kmod: IndexEntr
     except InputError:
         _drop_downloads(layout, src, us)
         raise
+
+
+def _writes(layout: Layout, kernels: Sequence[str]) -> list[Path]:
+    """Host paths an install or activation may write for `kernels` (not the entry points): what
+    created.note looks above for folders it makes."""
+    return [layout.opt / "current", layout.ld_conf, layout.modprobe_conf, layout.unit, layout.unit_wants,
+            *(layout.module_links(rel) / "nvidia.ko" for rel in kernels),
+            layout.resolved("/lib/firmware/nvidia") / "x", gpufacts.path(layout), layout.download_dir / "x",
+            *(kernelhook.hook_path(layout, e) for e in kernelhook.EVENTS),
+            layout.host_path(kernelhook.HOLD_FILE)]
 
 
 def _install_version(
@@ -481,6 +493,8 @@ def _activate(
     if entry_problem:  # another package's nvidia-smi, libnvidia-ml.so.1, ...: never replaced
         raise InputError(entry_problem, hint="nothing was changed")
     entry_points = tuple(sorted(entrypoints.planned(layout, version)))
+    created.note(layout, [*_writes(layout, list(target.kernels)), *map(layout.host_path, entry_points)],
+                 caches=True)  # what this activation makes (folders, the ld caches), before it does
     previous = todo.active
     changed = False
     changed |= system.write_ld_conf(layout)
@@ -684,46 +698,49 @@ def _loaded_modules() -> tuple[str, ...]:
 
 
 def _stale_module_index(layout: Layout) -> list[str]:
-    """Kernels whose modules.dep still names nodeprep's module links (depmod to run again)."""
+    """Kernels whose modules.dep still names nodeprep's module links (depmod to run again); each
+    modules.dep read only as a regular file (imagefile.read)."""
     base = layout.resolved("/lib/modules")
     stale = []
     for kdir in sorted(base.iterdir()) if base.is_dir() else ():
-        try:
-            if f"{MODULE_SUBDIR}/" in (kdir / "modules.dep").read_text(errors="replace"):
-                stale.append(kdir.name)
-        except OSError:
+        if kdir.is_symlink() or not kdir.is_dir():
             continue
+        raw = imagefile.read(kdir / "modules.dep", limit=imagefile.MAX_LIST, what="depmod's module index")
+        if raw is not None and f"{MODULE_SUBDIR}/".encode() in raw:
+            stale.append(kdir.name)
     return stale
 
 
 def _journal(layout: Layout) -> Path:
     """Where an uninstall notes the folders it removes once empty: a run killed after emptying a
     folder leaves it to the next run, which finds nothing of nodeprep's left inside it."""
-    return layout.state_dir / "uninstall.json"
+    return layout.state_dir / created.JOURNAL
 
 
-def _journalled(layout: Layout) -> list[str]:
-    try:
-        data = json.loads(_journal(layout).read_text())
-    except (OSError, ValueError):
-        return []
-    folders = data.get("folders") if isinstance(data, dict) else None
-    return [f for f in folders if isinstance(f, str) and f.startswith("/") and ".." not in f.split("/")
-            and "\0" not in f] if isinstance(folders, list) else []
+def _own_paths(layout: Layout, state: State, above: Sequence[str]) -> set[str]:
+    """Node paths nodeprep writes on this root (its own and `above`, join's): a folder named in a
+    record is trusted only above one of them (created.ours)."""
+    own = {layout.node_path(p) for p in _writes(layout, [])}
+    own |= {layout.node_path(layout.state_dir / n) for n in ("state.json", "lock", created.CREATED,
+                                                             created.JOURNAL)}
+    return own | set(_entry_point_paths(state)) | set(above)
 
 
-def empty_folders(layout: Layout, removed: Sequence[str], candidates: Sequence[str] = ()) -> list[str]:
+def empty_folders(layout: Layout, removed: Sequence[str], candidates: Sequence[str] = (),
+                  recorded: Sequence[str] = ()) -> list[str]:
     """Folders above `removed` (node paths; and the `candidates`) that hold nothing else once those
-    are gone, deepest first; never the distribution's, nor one a dpkg package lists. Uninstall's rule
-    (removal_folders: for the Ansible runtime and join modules' state=absent)."""
+    are gone, deepest first; never the distribution's (unless `recorded`: nodeprep made it, created.py),
+    nor one a dpkg package lists. Uninstall's rule (removal_folders: for the Ansible runtime and join
+    modules' state=absent)."""
     gone = set(removed)
+    made = set(recorded)
     out: list[str] = []
     grown = True
     while grown:
         grown = False
         folders = {os.path.dirname(p) for p in gone} | set(candidates)
         for folder in sorted(folders - gone, key=lambda p: -p.count("/")):
-            if folder in _DISTRO_DIRS or _MODULES_DIR.fullmatch(folder):
+            if folder not in made and (folder in _DISTRO_DIRS or _MODULES_DIR.fullmatch(folder)):
                 continue
             try:
                 host = layout.host_path(folder)
@@ -739,18 +756,23 @@ def empty_folders(layout: Layout, removed: Sequence[str], candidates: Sequence[s
     return out
 
 
-def _empty_folders(layout: Layout, removed: list[str], candidates: list[str]) -> list[str]:
+def _empty_folders(layout: Layout, removed: list[str], candidates: list[str],
+                   recorded: Sequence[str] = ()) -> list[str]:
     """empty_folders with uninstall's journal gone too, nodeprep's state folder last."""
-    out = empty_folders(layout, [*removed, layout.node_path(_journal(layout))], candidates)
+    out = empty_folders(layout, [*removed, layout.node_path(_journal(layout))], candidates, recorded)
     state_dir = layout.node_path(layout.state_dir)
     return sorted(out, key=lambda f: f == state_dir)  # stable: deepest first, the journal's folder last
 
 
-def removal_folders(layout: Layout, removed: Sequence[str]) -> list[str]:
-    """The folders an undo of `removed` (node paths) leaves empty, with those a killed run noted:
-    uninstall's (its journal gone too, the state folder last), for the Ansible runtime and join
-    modules' state=absent (nodeprep.join.removal)."""
-    return _empty_folders(layout, list(removed), _journalled(layout))
+def removal_folders(layout: Layout, removed: Sequence[str], own: Sequence[str] = ()) -> list[str]:
+    """The folders an undo of `removed` (node paths) leaves empty, with those a killed run noted
+    (only those above `own`, the paths the caller writes: created.trusted): uninstall's (its journal
+    gone too, the state folder last), for the Ansible runtime and join modules' state=absent
+    (nodeprep.join.removal)."""
+    journal, kept = created.trusted(layout, created.JOURNAL, [*own, *removed])
+    for line in kept:
+        log.warning("warning: %s", line)
+    return _empty_folders(layout, list(removed), list(journal.folders), journal.folders)
 
 
 def journal_folders(layout: Layout, folders: Sequence[str]) -> None:
@@ -769,6 +791,25 @@ def remove_empty_folder(layout: Layout, folder: str) -> None:
         _journal(layout).unlink(missing_ok=True)
     path.rmdir()
     fsync_dir(path.parent)
+
+
+def _made_kernel_dirs(layout: Layout, made: Sequence[str], remove: Sequence[str],
+                      folders: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Of the folders nodeprep made, the /lib/modules/<rel> ones that hold nothing but depmod's
+    outputs once `remove` and `folders` are gone (a kernel the root does not have: nodeprep's depmod
+    made them): those outputs (node paths) and the kernels not to run depmod for again."""
+    files: list[str] = []
+    kernels: list[str] = []
+    gone = set(remove) | set(folders)
+    for kdir in made:
+        host = layout.host_path(kdir)
+        if not created.KERNEL_DIR.fullmatch(kdir) or host.is_symlink() or not host.is_dir():
+            continue
+        names = os.listdir(host)
+        if all(n in created.DEPMOD_OUTPUTS or f"{kdir}/{n}" in gone for n in names):
+            files += [f"{kdir}/{n}" for n in sorted(names) if n in created.DEPMOD_OUTPUTS]
+            kernels.append(host.name)
+    return files, kernels
 
 
 def _survey(
@@ -818,16 +859,33 @@ def _survey(
     for path in (layout.download_dir, layout.state_file, layout.lock_file):
         if path.exists() and not path.is_symlink():
             s.remove.append(s.node(path))
-    folders = _empty_folders(layout, s.remove, _journalled(layout))
+    # what nodeprep recorded making (created.json) and a killed run's folders (uninstall.json),
+    # each entry trusted only for what nodeprep makes
+    own = _own_paths(layout, state, above.paths)
+    made, not_made = created.trusted(layout, created.CREATED, own)
+    journal, not_journalled = created.trusted(layout, created.JOURNAL, own)
+    s.kept += not_made + not_journalled
+    record = layout.state_dir / created.CREATED
+    after = [c for c in made.files if os.path.lexists(layout.host_path(c))]
+    after += [s.node(record)] if os.path.lexists(record) else []
+    recorded_folders = [*made.folders, *journal.folders]
+    folders = _empty_folders(layout, [*s.remove, *after], recorded_folders, recorded_folders)
+    outputs, fresh = _made_kernel_dirs(layout, made.folders, s.remove, folders)
+    if outputs:
+        s.remove += outputs
+        folders = _empty_folders(layout, [*s.remove, *after], recorded_folders, recorded_folders)
     remove = s.remove + folders
     entry_points = set(_entry_point_paths(state))
-    ldconfig = bool({s.node(layout.ld_conf), s.node(layout.opt)} & set(remove)) or any(
-        "/opt/nvidia/" in p or p in entry_points  # what a killed run left in the cache
+    opt = s.node(layout.opt)
+    ldconfig = bool({s.node(layout.ld_conf), opt} & set(remove)) or any(
+        p.startswith(f"{opt}/current/")  # what a killed run left in the cache: nodeprep's names
+        or (p in entry_points and (p in remove or not os.path.lexists(layout.host_path(p))))
         for _, _, p in system.read_ld_cache(layout))
+    depmod = sorted((set(kernels) | set(_stale_module_index(layout))) - set(fresh))
     todo = plan_uninstall(
         remove, sorted(restore), s.kept, loaded=_loaded_modules() if layout.live else (),
-        kernels=tuple(sorted(set(kernels) | set(_stale_module_index(layout)))), restart=above.restart,
-        ldconfig=ldconfig, unit=s.node(layout.unit), stop=above.stop)
+        kernels=tuple(depmod), restart=above.restart,
+        ldconfig=ldconfig, unit=s.node(layout.unit), stop=above.stop, after=after)
     return todo, restore, folders
 
 
@@ -844,8 +902,12 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
     set up (kubelet) are stopped first, when active; under another root the running system is not
     touched. Refuses while another nodeprep
     run holds the lock. Each step is idempotent and recognised from the filesystem, so a run killed
-    anywhere is finished by the next one. `callbacks`: join's part (nodeprep.join.activation.CALLBACKS)."""
+    anywhere is finished by the next one. A root with nothing of nodeprep's is left as it is: nothing
+    written, not even the lock. `callbacks`: join's part (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
+    first = _survey(layout, callbacks)[0]
+    if not (first.changes or first.ldconfig or first.depmod):
+        return UninstallResult(changed=False, kept=first.kept)
     # the lock (and the folders) this run makes for itself are removed again, and are no change
     made = [d for d in (layout.state_dir, *layout.state_dir.parents) if d.is_relative_to(layout.root)
             and d != layout.root and not os.path.lexists(d)]
@@ -865,14 +927,18 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
             atomic_write(path, content, mode=path.stat().st_mode & 0o7777)
             crash_point(f"uninstall:restored {target}")
         for node_path in todo.remove:
-            _remove(layout, layout.host_path(node_path))
-            crash_point(f"uninstall:removed {node_path}")
+            if node_path not in folders:  # those once ldconfig and depmod ran, and the records went
+                _remove(layout, layout.host_path(node_path))
+                crash_point(f"uninstall:removed {node_path}")
         if todo.ldconfig:
             system.run_ldconfig(layout)
             crash_point("uninstall:ldconfig")
         for rel in todo.depmod:
             if layout.resolved(f"/lib/modules/{rel}").is_dir():
                 system.depmod(layout, rel)
+        for node_path in (*todo.after, *folders):  # the caches ldconfig made, created.json, the folders
+            _remove(layout, layout.host_path(node_path))
+            crash_point(f"uninstall:removed {node_path}")
         if layout.live:
             for argv in todo.units_after():
                 if runner.which("systemctl") is None:  # a root without systemd
@@ -884,7 +950,7 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
             folder.rmdir()
         except OSError:
             break
-    removed = tuple(p for p in todo.remove if p not in own)
+    removed = tuple(p for p in (*todo.remove, *todo.after) if p not in own)
     return UninstallResult(changed=bool(removed or todo.restore or todo.unload), removed=removed,
                            restored=todo.restore, kept=todo.kept, notes=tuple(notes))
 

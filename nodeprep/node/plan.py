@@ -11,6 +11,7 @@ checked by the apply step before it changes anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -265,6 +266,7 @@ class UninstallPlan:
     kept: tuple[str, ...] = ()
     unload: tuple[str, ...] = ()
     ldconfig: bool = False
+    after: tuple[str, ...] = ()  # removed once ldconfig ran: the caches nodeprep's ldconfig made, its record
     depmod: tuple[str, ...] = ()
     daemon_reload: bool = False
     restart: tuple[str, ...] = ()
@@ -272,7 +274,7 @@ class UninstallPlan:
 
     @property
     def changes(self) -> bool:
-        return bool(self.remove or self.restore or self.unload)
+        return bool(self.remove or self.restore or self.unload or self.after)
 
     def commands(self, live: bool) -> list[list[str]]:
         """The commands the apply runs (as on a live root; under --root: ldconfig -r, depmod -b)."""
@@ -294,18 +296,19 @@ class UninstallPlan:
         return [f"{u}: {says}" for u in self.stop]
 
     def to_dict(self, live: bool = False) -> dict[str, Any]:
-        return {"changes": self.changes, "remove": list(self.remove), "restore": list(self.restore),
+        return {"changes": self.changes, "remove": [*self.remove, *self.after], "restore": list(self.restore),
                 "kept": list(self.kept), "commands": self.commands(live), "notes": self.notes(live)}
 
 
 def plan_uninstall(remove: list[str], restore: list[str], kept: list[str], *, loaded: tuple[str, ...],
                    kernels: tuple[str, ...], restart: tuple[str, ...], ldconfig: bool,
-                   unit: str, stop: tuple[str, ...] = ()) -> UninstallPlan:
+                   unit: str, stop: tuple[str, ...] = (), after: Sequence[str] = ()) -> UninstallPlan:
     """The uninstall of what the survey found: `remove` and `restore` (node paths, in order), `kept`
     (lines), the nvidia modules `loaded` now (live root), the `kernels` whose module links go, the
     units join asks to restart, and to `stop` first, whether the ld cache names what goes
-    (`ldconfig`) and the unit's node path (its removal needs a daemon-reload)."""
+    (`ldconfig`), the unit's node path (its removal needs a daemon-reload) and what goes once
+    ldconfig ran (`after`)."""
     return UninstallPlan(
         remove=tuple(remove), restore=tuple(restore), kept=tuple(kept), unload=loaded,
-        ldconfig=ldconfig, depmod=kernels, daemon_reload=unit in remove,
+        ldconfig=ldconfig, after=tuple(after), depmod=kernels, daemon_reload=unit in remove,
         restart=restart if remove or restore else (), stop=stop if remove or restore else ())

@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import runner, sonames, sysfs
 from ..errors import InputError
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
+from . import imagefile
 from .crash import crash_point
 from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
 from .layout import UNIT_NAME, Layout
@@ -129,8 +130,8 @@ def _libcmp(a: str, b: str) -> int:
 
 def read_ld_cache(layout: Layout) -> list[tuple[str, str, str]]:
     """(soname, flags, path) entries of ROOT/etc/ld.so.cache, in lookup order."""
-    if not layout.ld_cache.exists():
-        return []
+    if imagefile.read(layout.ld_cache, limit=imagefile.MAX_LIST, what="the ld cache") is None:
+        return []  # none (a FIFO or device in its place: refused, never handed to ldconfig -p)
     out = runner.run(["ldconfig", "-p", "-C", layout.ld_cache], timeout=60).stdout
     entries = []
     for line in out.splitlines()[1:]:
