@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from .. import runner, sonames, sysfs
+from ..containerhooks.container import ldconfig_argv
 from ..errors import InputError
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from . import imagefile
@@ -33,9 +34,42 @@ def write_ld_conf(layout: Layout) -> bool:
 
 
 def run_ldconfig(layout: Layout) -> None:
-    """Rebuild ROOT/etc/ld.so.cache (ldconfig -r ROOT, or plain ldconfig on a live system)."""
-    argv = ["ldconfig"] if layout.live else ["ldconfig", "-r", layout.root]
-    runner.run(argv, timeout=120)
+    """Rebuild ROOT/etc/ld.so.cache (ldconfig -r ROOT, or plain ldconfig on a live system). The
+    host's ldconfig chroots itself into ROOT; a procfs mounted in ROOT (a chroot set up for a build)
+    would still lead out of it through /proc/<pid>/root, so then it runs as the container hook runs
+    it, PID 1 of a new PID namespace with a fresh /proc over ROOT/proc (a procfs elsewhere in ROOT
+    is refused)."""
+    if layout.live:
+        runner.run(["ldconfig"], timeout=120)
+        return
+    mountinfo = sysfs.read_attr(Path("/proc/self/mountinfo"), limit=16 << 20) or ""
+    procs = proc_mounts_beneath(layout.root, mountinfo)
+    if not procs:
+        runner.run(["ldconfig", "-r", layout.root], timeout=120)
+        return
+    if procs != [os.path.realpath(layout.root / "proc")]:
+        raise InputError(f"{procs[-1]}: a procfs mounted inside --root {layout.root} (the host's processes' "
+                         "roots are reachable through it); nothing was changed",
+                         hint="unmount it, or mount /proc only at ROOT/proc")
+    root = os.path.realpath(layout.root)
+    runner.run(ldconfig_argv(root, "ldconfig", "unshare", []), timeout=120)
+
+
+def proc_mounts_beneath(root: Path, mountinfo: str) -> list[str]:
+    """Mount points of procfs instances at or beneath `root` (its real path), from
+    /proc/self/mountinfo's text (pure apart from resolving `root`)."""
+    base = os.path.realpath(root).rstrip("/") + "/"
+    out = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if " - " not in line or len(fields) < 5:
+            continue
+        fstype = line.split(" - ", 1)[1].split(" ", 1)[0]
+        point = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n") \
+            .replace("\\134", "\\")
+        if fstype == "proc" and (point + "/").startswith(base):
+            out.append(point)
+    return sorted(set(out))
 
 
 def soname_links(lib64: Path) -> list[str]:
