@@ -160,7 +160,9 @@ def test_control_a_hook_without_env_runs_the_image_code_as_root(
 ) -> None:
     """The gate's hooks.d entry as nodeprep wrote it before #35 (no `env`), in a hooks folder of its
     own: runc starts it with the container's environment and the image's LD_PRELOAD library runs in
-    the node's python3, as root (uid 0), in the node's mount namespace."""
+    the node's python3, as root (uid 0), in the node's mount namespace; with LD_LIBRARY_PATH the
+    image's libexpat.so.1 is what the node's python3 loads (this one lacks python's symbols: the
+    start fails on them)."""
     hooks = gpu_node.work / "hooks-without-env"
     hooks.mkdir(exist_ok=True)
     doc = json.loads(ocihooks.render_hooks_d())
@@ -168,14 +170,19 @@ def test_control_a_hook_without_env_runs_the_image_code_as_root(
     (hooks / ocihooks.HOOK_NAME).write_text(json.dumps(doc))
     argv: list[object] = [*gpu_node.podman_base(), "--hooks-dir", hooks, "run", "--rm", "--network", "none",
                           "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
-    for k, v in HOSTILE_ENV.items():
-        argv += ["--env", f"{k}={v}"]
+
+    def start_with(name: str) -> subprocess.CompletedProcess[str]:
+        return gpu_node.ns([*argv, "--env", f"{name}={HOSTILE_ENV[name]}", "--rootfs",
+                            gpu_node.rootfs[hostile], "true"], check=False)
+
     try:
-        r = gpu_node.ns([*argv, "--rootfs", gpu_node.rootfs[hostile], "true"], check=False)
+        r = start_with("LD_PRELOAD")
         assert canary.exists(), (r.returncode, r.stderr)
         assert canary.read_text().startswith("uid 0 ")
     finally:
         canary.unlink(missing_ok=True)
+    r = start_with("LD_LIBRARY_PATH")
+    assert r.returncode != 0 and "/usr/bin/python3: undefined symbol: XML_" in r.stderr, r.stderr
 
 
 def test_podman_the_image_ldconfig_never_runs_and_proc_1_root_is_not_reached(
