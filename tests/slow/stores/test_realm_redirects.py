@@ -122,11 +122,12 @@ def test_a_real_registry_realm_redirect_never_carries_the_refresh_token(
     r.redirect(status, r.other.base)
     auth = auth_file(tmp_path / "config.json", r.registry.host, {"identitytoken": REFRESH})
     code, out, err = listing(r, auth)
+    assert [(s.method, s.path) for s in r.other.seen if REFRESH.encode() in s.body] == []  # no leak
+    assert r.other.seen == [] and r.other.issued == 0  # not even a GET
     assert code == 2, err
     assert error_line(err) == (
         f"error: {r.location}: the token service answered the refresh-token POST with a redirect "
         f"(HTTP {status}); nodeprep sends the token only to the realm {r.realm.realm}; refused")
-    assert r.other.seen == [] and r.other.issued == 0
     assert [(s.method, urlsplit(s.path).path, s.authorization) for s in r.realm.seen] == \
         [("POST", "/token", None)]
     form = parse_qs(r.realm.seen[0].body.decode())
@@ -198,11 +199,11 @@ def test_a_real_registry_realm_redirect_to_plain_http_off_loopback_is_refused_be
     r.redirect(302, f"http://{TEST_NET}")
     auth = write_auth_file(tmp_path / "config.json", r.registry.host)
     code, out, err = listing(r, auth)
+    assert TEST_NET not in attempts and set(attempts) == {"127.0.0.1"}
     assert code == 2, err
     assert error_line(err) == (f"error: {r.location}: the token service redirected to plain http "
                                f"(http://{TEST_NET}/token), off loopback; refused (--insecure-http "
                                f"allows it)")
-    assert TEST_NET not in attempts and set(attempts) == {"127.0.0.1"}
     assert [(s.method, s.authorization) for s in r.realm.seen] == [("GET", BASIC)]
     assert r.other.seen == []
     assert PASSWORD not in out + err and "scope" not in err
