@@ -214,7 +214,9 @@ def gated_cri(  # type: ignore[no-untyped-def]
     from .criclient import Containerd, containerd_bin, cri_modules, oci_archive
 
     pytest.importorskip("grpc_tools", reason="grpcio-tools (pyproject [test] extras)")
-    images = oci_archive({hostile: gpu_node.rootfs[hostile]}, tmp_path_factory.mktemp("hostile-images"))
+    pods = {"debian": gpu_node.rootfs["debian"]}  # the pod sandboxes' image
+    images = oci_archive({**pods, hostile: gpu_node.rootfs[hostile]},
+                         tmp_path_factory.mktemp("hostile-images"))
     work = tmp_path_factory.mktemp("containerd-hostile")
     pb, stubs = cri_modules(tmp_path_factory.mktemp("cri-gen-hostile"))
     daemon = Containerd(gpu_node, containerd_bin(test_cache, "debian-13"), work, pb, stubs, gate=True)
