@@ -301,7 +301,7 @@ def test_mode_kubelet(node_root: Path, tmp_path: Path, smi_xml: Path) -> None:
     plan = _plan(node_root, prof, smi_xml)
     assert plan.kubeadm_api is None
     assert [list(a.argv) for a in plan.actions] == [
-        ["systemctl", f"--root={node_root}", "enable", "kubelet.service"]
+        ["env", "SYSTEMCTL_SKIP_SYSV=1", "systemctl", f"--root={node_root}", "enable", "kubelet.service"]
     ]
     result = apply_join(plan, run=False)
     assert result["ran"] == []
