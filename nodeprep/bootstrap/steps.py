@@ -160,12 +160,12 @@ def step_modules(ctx: Context) -> dict[str, Any]:
 
 def step_labels(ctx: Context) -> dict[str, Any]:
     """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
+    from ..containerhooks.gate import FACTS as GPU_FACTS
     from ..labels.core import node_labels
     from ..labels.options import label_options
     from ..labels.output import render_nfd
     from ..labels.profilelabels import ProfileLabels
     from ..node.fsutil import atomic_write
-    from ..node.gpufacts import FACTS as GPU_FACTS
     from ..node.gpufacts import record as record_gpu_facts
 
     opts = label_options(ctx.root, ProfileLabels.of(ctx.profile), sysfs_root=ctx.options.sysfs_root,

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..artifact import MANIFEST
 from ..errors import StateFileError
+from ..safetar import MANIFEST
 from ..sysfs import read_bytes
 from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE, version_key
 from .fsutil import atomic_write
