@@ -120,7 +120,7 @@ def hook_env() -> list[str]:
 
 
 def _source(module: object) -> str:
-    spec = module.__spec__  # type: ignore[attr-defined]  # a module (object: no typing import)
+    spec = module.__spec__  # type: ignore[attr-defined]  # a module's: its loader has get_source
     text = spec.loader.get_source(spec.name)  # a file, a checkout or the Ansible zipapp alike
     if text is None:  # pragma: no cover - nodeprep always ships its sources
         raise RuntimeError(f"no source for {spec.name}")

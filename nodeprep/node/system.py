@@ -33,7 +33,7 @@ def write_ld_conf(layout: Layout) -> bool:
 
 def run_ldconfig(layout: Layout) -> None:
     """Rebuild ROOT/etc/ld.so.cache (ldconfig -r ROOT, or plain ldconfig on a live system)."""
-    argv = ["ldconfig"] if layout.live else ["ldconfig", "-r", layout.root]
+    argv: list[str | Path] = ["ldconfig"] if layout.live else ["ldconfig", "-r", layout.root]
     runner.run(argv, timeout=120)
 
 
@@ -194,7 +194,8 @@ def linked_kernels(layout: Layout) -> list[str]:
 
 
 def depmod(layout: Layout, kernel: str) -> None:
-    argv = ["depmod", kernel] if layout.live else ["depmod", "-b", depmod_base(layout, kernel), kernel]
+    argv: list[str | Path] = (["depmod", kernel] if layout.live
+                              else ["depmod", "-b", depmod_base(layout, kernel), kernel])
     runner.run(argv, timeout=300)
 
 
