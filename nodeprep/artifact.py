@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, cast, overload
 
 import zstandard
 
@@ -126,11 +126,6 @@ class _Bad(Exception):
     """A manifest field of the wrong type or value (the message names it)."""
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _typed(data: dict[str, Any], key: str, kinds: tuple[type, ...], default: Any = _Bad) -> Any:
     """data[key] when it is one of `kinds` (bool is no int), `default` when absent."""
     if key not in data:
@@ -144,16 +139,23 @@ def _typed(data: dict[str, Any], key: str, kinds: tuple[type, ...], default: Any
     return value
 
 
+@overload
+def _text(data: dict[str, Any], key: str, pattern: re.Pattern[str] | None = None, *,
+          optional: Literal[False] = False) -> str: ...
+@overload
+def _text(data: dict[str, Any], key: str, pattern: re.Pattern[str] | None = None, *,
+          optional: Literal[True]) -> str | None: ...
 def _text(data: dict[str, Any], key: str, pattern: re.Pattern[str] | None = None, *,
           optional: bool = False) -> str | None:
-    value = _typed(data, key, (str, type(None)) if optional else (str,), None if optional else _Bad)
+    kinds = (str, type(None)) if optional else (str,)
+    value: str | None = _typed(data, key, kinds, None if optional else _Bad)
     if value is not None and (not value.isprintable() or (pattern and not pattern.fullmatch(value))):
         raise _Bad(f"{key}: {_shown(value)} is not valid here")
     return value
 
 
 def _str_map(data: dict[str, Any], key: str) -> dict[str, str]:
-    value = _typed(data, key, (dict,), {})
+    value: dict[str, str] = _typed(data, key, (dict,), {})
     for k, v in value.items():
         if not isinstance(v, str):
             raise _Bad(f"{key}.{_shown(k)}: expected str, got {_shown(v)}")
@@ -195,11 +197,11 @@ def _manifest(data: Any) -> Manifest:
         raise _Bad(f"kind: {_shown(kind)} is not kmod or userspace")
     files = _typed(data, "files", (dict,), {})
     return Manifest(
-        kind=kind,  # type: ignore[arg-type]
-        driver_version=_text(data, "driver_version", DRIVER_VERSION_RE),  # type: ignore[arg-type]
-        arch=_text(data, "arch"),  # type: ignore[arg-type]
-        os=_text(data, "os"),  # type: ignore[arg-type]
-        input_digest=_text(data, "input_digest"),  # type: ignore[arg-type]
+        kind=cast(Kind, kind),  # checked above
+        driver_version=_text(data, "driver_version", DRIVER_VERSION_RE),
+        arch=_text(data, "arch"),
+        os=_text(data, "os"),
+        input_digest=_text(data, "input_digest"),
         inputs=_str_map(data, "inputs"),
         flavour=_text(data, "flavour", optional=True),
         kernel_release=_text(data, "kernel_release", KERNEL_RELEASE_RE, optional=True),
@@ -595,10 +597,10 @@ def parse_index(raw: bytes | str, *, source: str) -> list[IndexEntry]:
         raise ArtifactError(f"{source}: artifacts: not a list")
     entries = [index_entry(item, f"{source}: artifacts[{i}]") for i, item in enumerate(items)]
     seen: set[str] = set()
-    for i, e in enumerate(entries):
-        if e.name in seen:
-            raise ArtifactError(f"{source}: artifacts[{i}].name: {e.name} is listed twice")
-        seen.add(e.name)
+    for i, entry in enumerate(entries):
+        if entry.name in seen:
+            raise ArtifactError(f"{source}: artifacts[{i}].name: {entry.name} is listed twice")
+        seen.add(entry.name)
     return entries
 
 

@@ -74,6 +74,7 @@ OS_PACKAGES: dict[str, dict[str, tuple[str, ...]]] = {
 OS_PYTHON = {"debian": "python3", "rhel": "python3.11"}
 
 Format = Literal["auto", "cloud-config", "mime"]
+OsFamily = Literal["debian", "rhel"]  # the keys of OS_PACKAGES and OS_PYTHON
 
 # The first-boot installer, a package data file (shellchecked and run as a script by the tests). Static
 # text (no templating): its parameters arrive as argv in runcmd.
@@ -134,7 +135,7 @@ class UserDataSpec:
     token: str | None = None
     token_path: str = DEFAULT_TOKEN_PATH
     ca_cert_hashes: tuple[str, ...] = ()
-    os_family: Literal["debian", "rhel"] = "debian"
+    os_family: OsFamily = "debian"
     package_update: bool = True
     extra_parts: tuple[tuple[str, str], ...] = ()  # (filename, content) appended as MIME parts
     # (path on the node, content, permissions): the registry credentials file (0600), the store's CA
@@ -325,7 +326,7 @@ def mime(parts: Sequence[tuple[str, str]]) -> str:
         if subtype == "cloud-config":
             part.add_header("Merge-Type", MERGE_TYPE_HEADER)
         outer.attach(part)
-    return outer.as_string(policy=outer.policy.clone(linesep="\n"))  # type: ignore[no-any-return]
+    return outer.as_string(policy=outer.policy.clone(linesep="\n"))
 
 
 def _gzip_whole(data: bytes) -> bytes:

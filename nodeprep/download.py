@@ -102,7 +102,7 @@ class Policy:
 
     def wait(self, failures: int, retry_after: float | None = None) -> float:
         """Seconds to wait before the next attempt after `failures` failed attempts in a row."""
-        base = min(self.max_backoff, self.backoff * 2 ** max(0, failures - 1))
+        base: float = min(self.max_backoff, self.backoff * 2 ** max(0, failures - 1))  # int ** int: Any
         base *= 1 - self.jitter * self.rand()
         if retry_after is not None:
             base = max(base, min(retry_after, self.max_backoff))
@@ -412,7 +412,7 @@ def _retry_after(resp: Any) -> float | None:
 def _resumes_at(resp: Any, have: int) -> bool:
     if resp.status_code != 206:
         return False
-    rng = resp.headers.get("Content-Range", "")
+    rng: str = resp.headers.get("Content-Range", "")
     return rng.startswith(f"bytes {have}-")
 
 
@@ -430,7 +430,7 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
     library's `http.client.HTTPResponse.readinto` under urllib3 (`resp.raw._fp`, present in urllib3
     1.26 and 2.x) into one reused buffer; anything else goes through requests' `iter_content`.
     A transport error mid-body is turned into urllib3's, which `_run` retries."""
-    fp = getattr(resp.raw, "_fp", None)
+    fp: Any = getattr(resp.raw, "_fp", None)  # urllib3's private http.client.HTTPResponse
     if _encoded(resp) or not callable(getattr(fp, "readinto", None)):
         yield from resp.iter_content(READ_CHUNK)
         return
@@ -444,7 +444,8 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
         try:
             n = fp.readinto(buf)
         except TimeoutError as e:  # socket.timeout: no byte within the read timeout
-            raise urllib3.exceptions.ReadTimeoutError(None, "", f"{what}: read timed out") from e
+            # no pool at hand: urllib3 only shows and pickles it
+            raise urllib3.exceptions.ReadTimeoutError(None, "", f"{what}: read timed out") from e  # type: ignore[arg-type]
         except (OSError, http.client.HTTPException) as e:  # reset, TLS record errors, IncompleteRead
             raise urllib3.exceptions.ProtocolError(f"Connection broken: {e!r}", e) from e
         if not n:
@@ -549,10 +550,12 @@ def session() -> Any:
     back, and every socket it connects (once connected, TLS included) or reuses known to the running
     attempt's deadline watchdog, so headers and body are under the deadline."""
     import requests  # imported on first network use: it costs ~50 ms, local stores never need it
+    from requests.adapters import HTTPAdapter
 
     s = requests.Session()
     s.trust_env = False
     for adapter in s.adapters.values():
+        assert isinstance(adapter, HTTPAdapter)  # what a new Session mounts (typed as BaseAdapter)
         adapter.poolmanager.pool_classes_by_scheme = _watched_pools()
     return s
 

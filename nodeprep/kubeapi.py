@@ -80,6 +80,7 @@ def load_kubeconfig(path: Path, context: str | None = None) -> KubeConfig:
     token = user.get("token")
     if not token and user.get("tokenFile"):
         try:
+            # file() is None for a tokenFile that is not a string: AttributeError, as it always was
             token = file(user["tokenFile"]).read_text().strip()  # type: ignore[union-attr]
         except OSError as e:
             raise InputError(f"{path}: cannot read tokenFile ({e.strerror})") from None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import codecs
 import errno
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import Composer, ComposerError
@@ -113,6 +113,10 @@ class _LimitedComposer(Composer):
         self._expanded = 0
         self._weights: dict[int, int] = {}
 
+    if TYPE_CHECKING:  # a mixin: the loader's parser (libyaml's or PyYAML's) provides these
+        def peek_event(self) -> Any: ...
+        def get_event(self) -> Any: ...
+
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         # Composer.compose_node with the limits (and without the path-resolver hooks, which
         # SafeLoader does not use): one event peeked, one type test, counters inline.
@@ -121,11 +125,13 @@ class _LimitedComposer(Composer):
             self.get_event()
             node: Node | None = self.anchors.get(event.anchor)
             if node is None:
-                raise ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+                # types-PyYAML: an event's mark may be libyaml's Mark, which its errors take too
+                raise ComposerError(None, None, f"found undefined alias {event.anchor!r}",
+                                    event.start_mark)  # type: ignore[arg-type]
             self._expanded += self._weights.get(id(node), 1)
             if self._expanded > MAX_NODES:
                 raise ComposerError(None, None, f"expands to more than {MAX_NODES} nodes (aliases)",
-                                    event.start_mark)
+                                    event.start_mark)  # type: ignore[arg-type]  # as above
             return node
         anchor = event.anchor
         if anchor is not None and anchor in self.anchors:
@@ -150,7 +156,7 @@ class _LimitedComposer(Composer):
             self._weights[id(node)] = self._expanded - before
         return node
 
-    def compose_mapping_node(self, anchor: str | None) -> MappingNode:
+    def compose_mapping_node(self, anchor: Any) -> MappingNode:  # str | None (types-PyYAML: a dict)
         node: MappingNode = super().compose_mapping_node(anchor)
         seen: dict[tuple[str, str], int] = {}
         for key, _ in node.value:
@@ -168,7 +174,7 @@ class _LimitedComposer(Composer):
 
 if _C:
 
-    class _Loader(_Parser, _LimitedComposer, SafeConstructor, Resolver):  # type: ignore[misc,valid-type]
+    class _Loader(_Parser, _LimitedComposer, SafeConstructor, Resolver):
         def __init__(self, stream: str) -> None:
             _Parser.__init__(self, stream)
             _LimitedComposer.__init__(self)
@@ -185,6 +191,7 @@ if _C:
 
 else:  # pragma: no cover
 
+    # the same loader on PyYAML's own parser: one of the two definitions exists
     class _Loader(Reader, Scanner, _ParserPy, _LimitedComposer, SafeConstructor, Resolver):  # type: ignore[no-redef]
         def __init__(self, stream: str) -> None:
             Reader.__init__(self, stream)

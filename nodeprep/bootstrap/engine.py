@@ -100,7 +100,7 @@ def load_record(journal: Journal) -> dict[str, Any]:
     if not path.exists():
         return _empty_record()
     try:
-        data = json.loads(path.read_text())
+        data: dict[str, Any] = json.loads(path.read_text())  # not an object: AttributeError below
         if data.get("format") != RECORD_FORMAT or not isinstance(data.get("runs"), dict):
             raise ValueError(f"format {data.get('format')!r}")
     except (ValueError, AttributeError) as e:

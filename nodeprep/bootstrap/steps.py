@@ -13,10 +13,13 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, StateError
 from .engine import Step
+
+if TYPE_CHECKING:
+    from ..profile import Profile
 
 log = logging.getLogger("nodeprep.bootstrap")
 
@@ -39,7 +42,7 @@ class Context:
     """What a step sees: the target root, the loaded profile and the results of earlier steps."""
 
     root: Path
-    profile: Any  # nodeprep.profile.Profile
+    profile: Profile
     profile_path: Path
     digest: str
     options: Options = field(default_factory=Options)
@@ -74,7 +77,7 @@ def _kernel(ctx: Context) -> str | None:
     kernel installed in the image (ROOT/lib/modules/<release>)."""
     kernel = ctx.profile.driver.kernel
     if kernel or ctx.live:
-        return kernel  # type: ignore[no-any-return]
+        return kernel
     found = sorted({p.name for d in ("lib/modules", "usr/lib/modules") if (ctx.root / d).is_dir()
                     for p in (ctx.root / d).iterdir() if p.is_dir()})
     if len(found) != 1:
@@ -102,7 +105,8 @@ def step_driver(ctx: Context) -> dict[str, Any]:
 
     options = StoreOptions(registry_auth=on_node(drv.registry_auth), ca_file=on_node(drv.ca_file),
                            insecure_http=drv.insecure_http)
-    version, flavour = drv.version, drv.flavour
+    version: str | None = drv.version
+    flavour: str | None = drv.flavour
     if drv.gpus is not None or drv.branch is not None:
         from ..node.branch import pick
         from ..stores.store import Store
@@ -110,6 +114,7 @@ def step_driver(ctx: Context) -> dict[str, Any]:
         version, flavour = pick(Store(drv.store, options), ctx.root, version=drv.version, branch=drv.branch,
                                 gpus=drv.gpus, kernel=_kernel(ctx), flavour=drv.flavour,
                                 policy=drv.branch_policy, sys_dir=ctx.options.sysfs_root)
+    assert version is not None  # the profile has driver.version unless driver.branch or .gpus chose it
     if ctx.check:
         from ..node.ops import plan
 
@@ -160,12 +165,12 @@ def step_modules(ctx: Context) -> dict[str, Any]:
 
 def step_labels(ctx: Context) -> dict[str, Any]:
     """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
+    from ..containerhooks.gate import FACTS as GPU_FACTS
     from ..labels.core import node_labels
     from ..labels.options import label_options
     from ..labels.output import render_nfd
     from ..labels.profilelabels import ProfileLabels
     from ..node.fsutil import atomic_write
-    from ..node.gpufacts import FACTS as GPU_FACTS
     from ..node.gpufacts import record as record_gpu_facts
 
     opts = label_options(ctx.root, ProfileLabels.of(ctx.profile), sysfs_root=ctx.options.sysfs_root,

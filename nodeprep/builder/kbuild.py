@@ -55,10 +55,10 @@ def count_objects(tree: Path) -> int:
     module. A tree without such lists (a hand-written Kbuild): every .c file it holds. A release
     tree (src/ + kernel-open/): its kernel-open/ objects plus NVIDIA's lines for src/ (NV_LINE_RE)."""
     if (tree / "kernel-open").is_dir() and (tree / "src").is_dir():
-        listed = [tree / "src" / d / "srcs.mk" for d in ("nvidia", "nvidia-modeset")]
+        srcs = [tree / "src" / d / "srcs.mk" for d in ("nvidia", "nvidia-modeset")]
         own = sum(
             1 + sum(1 for ln in f.read_text(errors="replace").splitlines() if NV_SRCS_RE.match(ln))
-            for f in listed
+            for f in srcs
             if f.is_file()
         )
         return own + count_objects(tree / "kernel-open")

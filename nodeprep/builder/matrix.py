@@ -33,9 +33,8 @@ from .. import targets
 from ..errors import InputError, InputFileError
 from ..sources import drivers as driver_sources
 from ..sources import opensource
-from ..sources.drivers import FLAVOURS
 from ..targets import facts
-from ..vocab import DRIVER_REQUEST_RE, KERNEL_RELEASE_RE
+from ..vocab import DRIVER_REQUEST_RE, FLAVOURS, KERNEL_RELEASE_RE
 from ..yamlinput import Document, load_yaml, parse_yaml
 from . import headers
 
@@ -581,8 +580,9 @@ def _gpu_cell(target: targets.TargetOS, kernel: str, channel: Any, follow: Follo
     cat = catalog(source_os, line)
     if line.driver_version_tag:
         cat = {p: [v for v in vs if line.driver_version_tag in v] for p, vs in cat.items()}
-    sources = {(s.driver_version, s.flavour): s for s in driver_sources.served(cat)
-               if not facts.refusal(s.driver_version, s.flavour, kernel)}
+    sources: dict[tuple[str, str], driver_sources.DriverSource] = {
+        (s.driver_version, s.flavour): s for s in driver_sources.served(cat)
+        if not facts.refusal(s.driver_version, s.flavour, kernel)}
     candidates = []
     for version in dict.fromkeys(v for v, _ in sources):
         text = follow.lists(target.name, channel.name, version)

@@ -27,7 +27,7 @@ from ..node.fsutil import atomic_write
 from ..progress import Phases
 from ..sources import drivers, opensource, runfile
 from ..targets import TargetOS
-from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION
+from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION, FLAVOURS
 from . import buildroot, headers, hostbuild
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
@@ -377,8 +377,8 @@ def validate_request(req: BuildRequest) -> None:
         if req.runfile or req.open_source:
             raise InputError("--driver-suite chooses Debian's driver sources: not with --runfile or "
                              "--open-source")
-    if req.flavour not in drivers.FLAVOURS:
-        raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(drivers.FLAVOURS)}")
+    if req.flavour not in FLAVOURS:
+        raise InputError(f"--flavour: {req.flavour!r} is not one of {', '.join(FLAVOURS)}")
     if req.driver is not None and not DRIVER_REQUEST_RE.fullmatch(req.driver):
         raise InputError(
             f"--driver: {req.driver!r} is not a driver version (like 535.309.01) or branch (535)"

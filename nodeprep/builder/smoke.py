@@ -282,6 +282,7 @@ def smoke_test_artifact(path: Path, *, archive: Archive, cache: Path, kernel_rel
     with tempfile.TemporaryDirectory(prefix="nodeprep-smoke-art-") as tmp:
         manifest = extract_artifact(path, Path(tmp))
         release = boot_release(path, manifest, kernel_release, force)
+        assert manifest.kernel_release is not None  # boot_release refuses a manifest without one
         module_dir = Path(tmp) / "modules" / manifest.kernel_release
         if not module_dir.is_dir():
             raise ArtifactError(f"{path}: no modules/{manifest.kernel_release}/ in the artifact")

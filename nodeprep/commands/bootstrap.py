@@ -133,8 +133,8 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, 
 def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None,
                    registry_auth: Path | None, store_ca_file: Path | None, ca_hashes: tuple[str, ...],
                    source: str, nodeprep_wheel: Path | None, nodeprep_requirement: str | None,
-                   os_family: str, fmt: str, parts: tuple[Path, ...], limit: int, no_gzip: bool,
-                   publish_wheel: Path | None, check: bool, as_json: bool,
+                   os_family: cloudinit.OsFamily, fmt: cloudinit.Format, parts: tuple[Path, ...],
+                   limit: int, no_gzip: bool, publish_wheel: Path | None, check: bool, as_json: bool,
                    old_store_ca_file: Path | None = None) -> None:
     """Render cloud-init user-data that installs nodeprep on a new node and runs `nodeprep bootstrap`.
 
@@ -150,7 +150,7 @@ def cloud_init_cmd(profile_path: Path, out: Path | None, token_file: Path | None
                       nodeprep_wheel=nodeprep_wheel, nodeprep_requirement=nodeprep_requirement,
                       os_family=os_family, parts=parts, publish_wheel=publish_wheel,
                       registry_auth=registry_auth, store_ca_file=store_ca_file, check=check)
-    user_data = cloudinit.render(spec, fmt=fmt, limit=limit, allow_gzip=not no_gzip)  # type: ignore[arg-type]
+    user_data = cloudinit.render(spec, fmt=fmt, limit=limit, allow_gzip=not no_gzip)
     if check:
         _print_cloud_init_plan(user_data, out, 0o600 if spec.secret else 0o644, spec, publish_wheel,
                                as_json)
@@ -196,9 +196,10 @@ def _print_cloud_init_plan(user_data: Any, out: Path | None, mode: int, spec: cl
 
 
 def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[str, ...], source: str,
-               nodeprep_wheel: Path | None, nodeprep_requirement: str | None, os_family: str,
-               parts: tuple[Path, ...], publish_wheel: Path | None, registry_auth: Path | None = None,
-               store_ca_file: Path | None = None, check: bool = False) -> cloudinit.UserDataSpec:
+               nodeprep_wheel: Path | None, nodeprep_requirement: str | None,
+               os_family: cloudinit.OsFamily, parts: tuple[Path, ...], publish_wheel: Path | None,
+               registry_auth: Path | None = None, store_ca_file: Path | None = None,
+               check: bool = False) -> cloudinit.UserDataSpec:
     """Validate the inputs and assemble what the user-data is made of. `check`: a --publish-wheel
     is checked, not copied (the user-data names it where it would be)."""
     from ..profile import parse_profile, read_profile
@@ -247,7 +248,7 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
     return cloudinit.UserDataSpec(
         profile_text=text, source=src, token=token,
         token_path=cloudinit.token_path_for(profile.cluster), ca_cert_hashes=hashes,
-        os_family=os_family,  # type: ignore[arg-type]
+        os_family=os_family,
         extra_parts=tuple(cloudinit.parse_part(p) for p in parts),
         store_files=cloudinit.store_files(profile.driver, registry_auth=registry_auth, ca_file=store_ca_file),
     )

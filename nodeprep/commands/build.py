@@ -456,8 +456,8 @@ def build_matrix_cmd(
     if expand:
         expansion = matrix.expand(spec, archive_for, follow=follow)
         cells, refused = expansion.cells, expansion.refused
-        for r in refused:
-            click.echo(r.line(), err=True)
+        for refusal in refused:
+            click.echo(refusal.line(), err=True)
         if by_kernel:
             emit_json({"kernels": expansion.by_kernel()})
             return

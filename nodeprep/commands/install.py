@@ -506,7 +506,7 @@ def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_j
         raise SystemExit(1)
 
 
-COMMANDS: list = [
+COMMANDS: list[click.Command] = [
     install_cmd, activate_cmd, rollback_cmd, list_cmd, remove_cmd, doctor_cmd, load_modules_cmd,
     kernel_hook_cmd, uninstall_cmd,
 ]

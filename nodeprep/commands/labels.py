@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from ..containerhooks.gate import FACTS as GPU_FACTS
 from ..errors import InputError, NodeprepError, StateError
 from ..labels import output
 from ..labels.cloud import CLOUD_CHOICES, Endpoints
@@ -16,7 +17,6 @@ from ..labels.options import label_options, source_refusal
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..node.fsutil import atomic_write
-from ..node.gpufacts import FACTS as GPU_FACTS
 from ..node.gpufacts import Recording
 from ..node.gpufacts import record as record_gpu_facts
 from ..profile import profile_path

@@ -33,6 +33,6 @@ def usage_line(e: click.UsageError) -> str:
     if isinstance(e, click.BadOptionUsage):
         return f"{e.option_name}: {e.message}"
     if isinstance(e, click.BadParameter):
-        name = _param_name(e.param) or e.param_hint
-        return f"{name}: {e.message}" if name else e.message
+        hint = _param_name(e.param) or e.param_hint
+        return f"{hint}: {e.message}" if hint else e.message
     return e.message

@@ -39,6 +39,10 @@ import posix
 import stat
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a hook's start-up cost
+if TYPE_CHECKING:
+    from typing import Any
+
 CONF_NAME = "00-nodeprep-nvidia.conf"
 SYSTEM_CONF = "zz-nodeprep-system.conf"  # a /usr/lib64 image's own default folders, for a multiarch ldconfig
 SYSTEM_DIRS = ("/lib64", "/usr/lib64")
@@ -57,7 +61,7 @@ TRUE = ("1", "true", "yes", "on")
 
 
 
-def container_env(config: dict) -> dict[str, str]:  # type: ignore[type-arg]
+def container_env(config: dict[str, Any]) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in config.get("process", {}).get("env", []) or []:
         key, sep, value = item.partition("=")
@@ -67,7 +71,7 @@ def container_env(config: dict) -> dict[str, str]:  # type: ignore[type-arg]
 
 
 
-def mounted_libraries(config: dict, lib_dir: str) -> set[str]:  # type: ignore[type-arg]
+def mounted_libraries(config: dict[str, Any], lib_dir: str) -> set[str]:
     """Names of the files the container's config mounts into `lib_dir` (pure)."""
     out = set()
     for m in config.get("mounts") or []:

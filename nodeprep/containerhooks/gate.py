@@ -40,6 +40,10 @@ import sys
 
 from .jsonload import loads, oci_config, rootfs_of
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a hook's start-up cost
+if TYPE_CHECKING:
+    from typing import Any
+
 DRIVER_ROOT = "/opt/nvidia/current"
 FACTS = "/opt/nvidia/gpu-facts.json"  # beside the driver roots (node.state ignores plain files there)
 MODULE_VERSION = "/sys/module/nvidia/version"
@@ -61,7 +65,7 @@ def _args(argv: list[str]) -> dict[str, str]:
     return out
 
 
-def has_nvidia_gpu(config: dict, env: dict[str, str]) -> bool:  # type: ignore[type-arg]
+def has_nvidia_gpu(config: dict[str, Any], env: dict[str, str]) -> bool:
     """Does the OCI config give the container an NVIDIA GPU (pure)?"""
     linux = config.get("linux")
     devices = linux.get("devices") if isinstance(linux, dict) else None
@@ -82,7 +86,7 @@ def has_nvidia_gpu(config: dict, env: dict[str, str]) -> bool:  # type: ignore[t
     return False
 
 
-def carries_spec_hook(config: dict) -> bool:  # type: ignore[type-arg]
+def carries_spec_hook(config: dict[str, Any]) -> bool:
     """Does nodeprep's CDI spec hook (the hook program without an entry, `--driver V`) run for this
     container? From the runtime-made hooks of the config, never from the image or its environment."""
     hooks = config.get("hooks")
@@ -180,6 +184,7 @@ def decide(
             return f"{e}{skip}", False
     if requirements_hold(list(parsed.values()), driver, gpus):
         return None, use_compat
+    # use_compat only with a newer compat libcuda: `newer` is then a str (here and below)
     if use_compat and requirements_hold(list(parsed.values()), newer, gpus):  # type: ignore[arg-type]
         return None, True
     key = next(k for k, alts in parsed.items() if not requirements_hold([alts], driver, gpus))
@@ -198,7 +203,7 @@ def decide(
         line += (f"; the image's forward-compatibility libcuda {newer} is not used: GPU brand {brands} "
                  "does not support CUDA forward compatibility")
     elif use_compat:
-        line += f", and the image's forward-compatibility libcuda {newer} up to CUDA {max_cuda(newer)}"  # type: ignore[arg-type]
+        line += f", and the image's forward-compatibility libcuda {newer} up to CUDA {max_cuda(newer)}"  # type: ignore[arg-type]  # set: use_compat
     return line + skip, False
 
 
@@ -211,12 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         from .container import container_env, update_ldcache
 
         config = loads(raw.decode())
-        env = container_env(config)  # type: ignore[arg-type]
-        rootfs = rootfs_of(config, bundle)  # type: ignore[arg-type]
+        env = container_env(config)
+        rootfs = rootfs_of(config, bundle)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep gate: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
-    if not has_nvidia_gpu(config, env) or carries_spec_hook(config):  # type: ignore[arg-type]
+    if not has_nvidia_gpu(config, env) or carries_spec_hook(config):
         return 0
     problem, use_compat = decide(env, driver_version(args["driver-root"]), read_facts(args["facts"]),
                                  compat_version(rootfs))

@@ -4,6 +4,10 @@ the CUDA gate decides a container without a GPU before it imports os (nodeprep.c
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a hook's start-up cost
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class _Decoder:
     """What the C scanner of CPython's json accelerator reads from its context (json.JSONDecoder's
@@ -17,7 +21,7 @@ class _Decoder:
     parse_constant = float  # NaN, Infinity, -Infinity
 
 
-def loads(text: str) -> object:
+def loads(text: str) -> Any:  # any JSON value
     """json.loads through CPython's C scanner; the json module where it is missing."""
     try:
         from _json import make_scanner
@@ -27,7 +31,8 @@ def loads(text: str) -> object:
         return json.loads(text)
     text = text.lstrip(" \t\n\r")
     try:
-        value, end = make_scanner(_Decoder())(text, 0)
+        # typeshed's make_scanner wants a make_scanner; the C scanner reads these attributes of any object
+        value, end = make_scanner(_Decoder())(text, 0)  # type: ignore[arg-type]
     except StopIteration:
         raise ValueError("not JSON") from None
     except SystemError:  # the scanner's error path wants json.decoder, which is not imported
@@ -39,13 +44,13 @@ def loads(text: str) -> object:
 
 def oci_config(state: str) -> tuple[str, bytes]:
     """(bundle, config.json's bytes) of the OCI state a runtime gives a hook on stdin (no os needed)."""
-    bundle = loads(state)["bundle"]  # type: ignore[index]
+    bundle = loads(state)["bundle"]
     sep = "/" if bundle and not bundle.endswith("/") else ""
     with open(f"{bundle}{sep}config.json", "rb") as f:
         return bundle, f.read()
 
 
-def rootfs_of(config: dict, bundle: str) -> str:  # type: ignore[type-arg]
+def rootfs_of(config: dict[str, Any], bundle: str) -> str:
     """The container's root filesystem: config.json's root.path, relative to the bundle."""
     root = str(config.get("root", {}).get("path", "rootfs"))
     return root if root.startswith("/") else f"{bundle.rstrip('/')}/{root}"

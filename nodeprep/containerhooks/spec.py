@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         state = sys.stdin.read()
         bundle, raw = oci_config(state)
         config = loads(raw.decode())
-        env = container_env(config)  # type: ignore[arg-type]
-        rootfs = rootfs_of(config, bundle)  # type: ignore[arg-type]
+        env = container_env(config)
+        rootfs = rootfs_of(config, bundle)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         print(f"nodeprep hook: cannot read the container's OCI state/config: {e}", file=sys.stderr)
         return 1
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         check_ldcache(rootfs, {n for n, _ in links}, (args["libraries"], where),
                       args["libraries"] if own else where, shadowed=bool(own))
     elif lib_dir:
-        check_ldcache(rootfs, mounted_libraries(config, lib_dir), (lib_dir, LIB64), lib_dir)  # type: ignore[arg-type]
+        check_ldcache(rootfs, mounted_libraries(config, lib_dir), (lib_dir, LIB64), lib_dir)
     if args.get("disable-device-node-modification"):
         command = "disable-device-node-modification"
         failed = become_nvidia_hook(args["nvidia-cdi-hook"], command, state)

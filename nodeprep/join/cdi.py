@@ -38,10 +38,11 @@ from typing import Any
 
 import yaml
 
-from ..artifact import MANIFEST, Manifest
+from ..artifact import Manifest
 from ..errors import NodeprepError, StateError
 from ..node.fsutil import atomic_write
 from ..profile import Driver, Runtime
+from ..safetar import MANIFEST
 from .files import FileChange, under, writable_problem
 from .gpus import GpuDevice, GpuList
 from .hookprogram import hook_command, hook_program, python_problem

@@ -202,7 +202,7 @@ def render_base_spec(default: dict[str, Any], hook: dict[str, Any]) -> bytes:
     plugin sets each container's own."""
     spec = copy.deepcopy(default)
     spec["linux"].pop("cgroupsPath", None)
-    hooks = spec.get("hooks") if isinstance(spec.get("hooks"), dict) else {}
+    hooks: dict[str, Any] = spec["hooks"] if isinstance(spec.get("hooks"), dict) else {}
     theirs = [h for h in hooks.get("createContainer") or []  # an earlier nodeprep's is replaced
               if not (isinstance(h, dict) and h.get("path") == hook.get("path"))]
     spec["hooks"] = {**hooks, "createContainer": [*theirs, hook]}
@@ -352,7 +352,8 @@ def merged_config(root: Path, main_target: str) -> dict[str, Any]:
 def nvidia_runtime_of(config: dict[str, Any]) -> dict[str, Any] | None:
     version = config.get("version", 1)
     cri = config.get("plugins", {}).get(cri_key(version), {})
-    return cri.get("containerd", {}).get("runtimes", {}).get(RUNTIME_NAME)
+    runtime: dict[str, Any] | None = cri.get("containerd", {}).get("runtimes", {}).get(RUNTIME_NAME)
+    return runtime
 
 
 def missing_runtime_warning(root: Path, binary: str) -> str | None:

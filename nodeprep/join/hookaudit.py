@@ -87,7 +87,7 @@ def hooks_d_problems(target: str, doc: Any) -> list[str]:
     """The hooks.d entry, when it runs in the container and has no env (pure)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("hook"), dict):
         return []
-    stages = doc.get("stages") if isinstance(doc.get("stages"), list) else []
+    stages: list[Any] = doc["stages"] if isinstance(doc.get("stages"), list) else []
     if any(s in IN_CONTAINER for s in stages) and _unsealed(doc["hook"]):
         return [f"{target}: {', '.join(s for s in stages if s in IN_CONTAINER)} hook {_name(doc['hook'])} "
                 "has no env"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from types import CodeType  # loaded at every interpreter start
 
 from .. import __version__
 from ..containerhooks import spec as _spec  # noqa: F401  (its source is the program's)
@@ -119,7 +120,7 @@ def hook_env() -> list[str]:
 
 
 def _source(module: object) -> str:
-    spec = module.__spec__  # type: ignore[attr-defined]
+    spec = module.__spec__  # type: ignore[attr-defined]  # a module's: its loader has get_source
     text = spec.loader.get_source(spec.name)  # a file, a checkout or the Ansible zipapp alike
     if text is None:  # pragma: no cover - nodeprep always ships its sources
         raise RuntimeError(f"no source for {spec.name}")
@@ -157,7 +158,7 @@ def render_modules(on_disk: bytes | None = None) -> bytes:
     return header + marshal.dumps(data, 4)  # version 4: what every Python >= MIN_PYTHON reads
 
 
-def _compile(text: str, filename: str) -> object:
+def _compile(text: str, filename: str) -> CodeType:
     """A module's bytecode as the program holds it: its future statement (on a line of its own,
     replaced by an empty one: the line numbers stay) given as the compiler flag instead, and without
     docstrings and asserts (optimize=2: less to unmarshal at each start) (pure)."""
@@ -166,14 +167,16 @@ def _compile(text: str, filename: str) -> object:
     flags = 0
     if FUTURE in text:
         text, flags = text.replace(FUTURE, "\n", 1), __future__.annotations.compiler_flag
-    return compile(text, filename, "exec", flags=flags, dont_inherit=True, optimize=2)
+    code: CodeType = compile(text, filename, "exec", flags=flags, dont_inherit=True, optimize=2)
+    return code
 
 
-def read_modules(data: bytes) -> dict:  # type: ignore[type-arg]
+def read_modules(data: bytes) -> dict[str, object]:
     """What a modules file holds (its marshal data after the header)."""
     import marshal
 
-    return marshal.loads(data[data.index(b"\n\n") + 2:])  # type: ignore[no-any-return]
+    modules: dict[str, object] = marshal.loads(data[data.index(b"\n\n") + 2:])
+    return modules
 
 
 def hook_program(root: Path) -> list[FileChange]:

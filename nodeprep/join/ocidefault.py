@@ -61,7 +61,7 @@ def spec_for(version: Version) -> dict[str, Any] | None:
     if not rows or version >= (parse_version(table["until"]) or (0, 0, 0)):
         return None
     row = rows[-1]
-    spec = copy.deepcopy(table["spec"])
+    spec: dict[str, Any] = copy.deepcopy(table["spec"])
     spec["ociVersion"] = row["ociVersion"]
     spec["linux"]["maskedPaths"] = list(row["maskedPaths"])
     if row.get("inheritable"):

@@ -350,6 +350,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
         probe.ca_cert_present(root, profile.cluster) if needs_ca and profile.cluster else None))
     token = options.token or probe.token(root, cluster)
     args, warnings = kubelet_args(profile, cluster)
+    label_warnings: list[str]
     if options.labels is not None:
         labels, label_warnings = dict(options.labels), []
     else:

@@ -49,7 +49,7 @@ def node_labels(profile: Profile, root: Path, *,
 def doctor_problems(root: Path) -> list[str]:
     """`nodeprep doctor` on the root: one line naming every failed check, or nothing."""
     try:
-        from ..node.doctor import doctor  # type: ignore[import-not-found]
+        from ..node.doctor import doctor
     except ImportError:
         return ["nodeprep.node.doctor is not available in this installation"]
     report = doctor(Path(root))

@@ -151,6 +151,8 @@ class _DeadlineSocket:
     # file made by makefile(); the real close waits for that file to be closed too.
     def makefile(self, mode: str = "rb", *args: Any, **kw: Any) -> io.BufferedReader:
         self._refs += 1
+        # SocketIO is typed for a socket.socket: it reads with recv_into and closes with
+        # _decref_socketios, both defined here
         return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]
 
     def _decref_socketios(self) -> None:  # called by SocketIO.close
@@ -242,6 +244,7 @@ def query_aws(c: _Client) -> CloudFacts:
         raise HTTPError(r.status, "/latest/api/token")  # else: IMDSv1-only endpoint, no token
     itype = c.text("/latest/meta-data/instance-type", headers)
     zone = c.text("/latest/meta-data/placement/availability-zone", headers)
+    region: str | None
     try:
         region = c.text("/latest/meta-data/placement/region", headers)
     except HTTPError:

@@ -5,6 +5,7 @@ and does not log them: each front-end prints them once."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -129,7 +130,7 @@ def _gpu_chain(opts: LabelOptions, deadline: float, warnings: list[str]) -> gpum
         if budget <= 0:
             warnings.append(f"gpu: time budget spent, {name} not asked")
             continue
-        done, facts, error = _bounded(lambda r=reader, t=budget: r(t), budget)
+        done, facts, error = _bounded(functools.partial(reader, budget), budget)
         if not done:
             warnings.append(f"gpu: {name} did not answer within {budget:.2g}s")
         elif isinstance(error, gpumod.GpuSourceUnavailable):
@@ -233,7 +234,8 @@ def _gpu_mode(gpus: tuple[gpumod.Gpu, ...]) -> str:
     classes = {g.pci_class for g in gpus}
     if len(classes) != 1:
         return "unknown"
-    return {gpumod.PCI_CLASS_VGA: "graphics", gpumod.PCI_CLASS_3D: "compute"}.get(classes.pop(), "unknown")
+    modes: dict[int | None, str] = {gpumod.PCI_CLASS_VGA: "graphics", gpumod.PCI_CLASS_3D: "compute"}
+    return modes.get(classes.pop(), "unknown")
 
 
 def _version_labels(driver: str | None, cuda: tuple[int, int] | None, warnings: list[str]) -> dict[str, str]:

@@ -17,6 +17,11 @@ from .. import runner
 from ..sysfs import read_attr
 from . import pciids
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a light entry point)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 log = logging.getLogger(__name__)
 
 PCI_CLASS_VGA = 0x0300
@@ -167,7 +172,7 @@ def from_nvml(sysfs_root: Path, driver_sysfs: Path | None = None) -> GpuFacts:
     if not driver_loaded(loaded_in):
         raise GpuSourceUnavailable(f"NVIDIA kernel module not loaded ({loaded_in}/module/nvidia absent)")
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         raise GpuSourceUnavailable("nvidia-ml-py is not installed") from None
     try:
@@ -192,8 +197,8 @@ def _s(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _nvml_gpu(nv, handle, sysfs_root: Path) -> Gpu:  # type: ignore[no-untyped-def]
-    def opt(fn, *args):  # type: ignore[no-untyped-def]
+def _nvml_gpu(nv: Any, handle: Any, sysfs_root: Path) -> Gpu:  # nv: pynvml, untyped
+    def opt(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except nv.NVMLError:
@@ -224,7 +229,7 @@ def _nvml_gpu(nv, handle, sysfs_root: Path) -> Gpu:  # type: ignore[no-untyped-d
     return Gpu(
         name=name,
         memory_mib=mem.total // (1024 * 1024) if mem is not None else None,
-        compute=tuple(cc) if cc and cc[0] else None,  # type: ignore[arg-type]
+        compute=tuple(cc) if cc and cc[0] else None,
         mig_capable=mig is not None,
         mig_enabled=mig_enabled,
         pci_class=_pci_class_of(sysfs_root, bus_id),
@@ -235,7 +240,7 @@ def _nvml_gpu(nv, handle, sysfs_root: Path) -> Gpu:  # type: ignore[no-untyped-d
     )
 
 
-def _mig_attributes(attrs) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _mig_attributes(attrs: Any) -> dict[str, int]:  # an NVML c_nvmlDeviceAttributes_t
     fields = {
         "multiprocessors": "multiprocessorCount", "slices.gi": "gpuInstanceSliceCount",
         "slices.ci": "computeInstanceSliceCount", "engines.copy": "sharedCopyEngineCount",

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..artifact import MANIFEST, Manifest
+from ..artifact import Manifest
 from ..errors import NodeprepError
+from ..safetar import MANIFEST
 from ..sysfs import read_bytes
 from ..vocab import version_key
 from .doctor import gpus_present, loaded_version

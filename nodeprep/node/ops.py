@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
-from ..artifact import MANIFEST, IndexEntry, Manifest, extract
+from ..artifact import IndexEntry, Manifest, extract
 from ..errors import InputError
 from ..log import step
+from ..modfacts import parse_vermagic
+from ..safetar import MANIFEST
 from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store, cache_path
 from ..sysfs import read_attr
@@ -41,7 +43,6 @@ from .fsutil import atomic_symlink, atomic_write, clean_temporaries, fsync_dir, 
 from .kmod import (
     check_modules,
     kernel_vermagic,
-    parse_vermagic,
     running_kernel,
     target_kernel,
     vermagic_problem,

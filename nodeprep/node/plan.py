@@ -17,9 +17,10 @@ from typing import Any
 
 from ..artifact import IndexEntry, find
 from ..errors import InputError, StateError
+from ..modfacts import parse_vermagic
 from ..profile.fields import field_error
 from ..vocab import version_key
-from .kmod import parse_vermagic, vermagic_problem
+from .kmod import vermagic_problem
 from .state import Installed, State
 
 

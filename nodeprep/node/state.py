@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..artifact import MANIFEST
 from ..errors import StateFileError
+from ..safetar import MANIFEST
 from ..sysfs import read_bytes
 from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE, version_key
 from .fsutil import atomic_write
@@ -80,7 +80,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise StateFileError(f"{path}: cannot read the state file ({e.strerror or e})",
                              hint=STATE_HINT) from None
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data: dict[str, Any] = json.loads(raw.decode("utf-8"))  # an object: state_problem says otherwise
     except (ValueError, RecursionError) as e:
         raise StateFileError(f"{path}: corrupt state file ({str(e)[:200]})", hint=STATE_HINT) from None
     problem = state_problem(data)

@@ -59,7 +59,7 @@ def proc_mounts_beneath(root: Path, mountinfo: str) -> list[str]:
     """Mount points of procfs instances at or beneath `root` (its real path), from
     /proc/self/mountinfo's text (pure apart from resolving `root`)."""
     base = os.path.realpath(root).rstrip("/") + "/"
-    out = []
+    out: list[str] = []
     for line in mountinfo.splitlines():
         fields = line.split(" ")
         if " - " not in line or len(fields) < 5:
@@ -229,7 +229,8 @@ def linked_kernels(layout: Layout) -> list[str]:
 
 
 def depmod(layout: Layout, kernel: str) -> None:
-    argv = ["depmod", kernel] if layout.live else ["depmod", "-b", depmod_base(layout, kernel), kernel]
+    argv: list[str | Path] = (["depmod", kernel] if layout.live
+                              else ["depmod", "-b", depmod_base(layout, kernel), kernel])
     runner.run(argv, timeout=300)
 
 

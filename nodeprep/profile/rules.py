@@ -127,7 +127,8 @@ def list_of(item: Rule) -> Rule:
     def parse(value: Any) -> tuple[Any, Problems]:
         if not isinstance(value, list | tuple):
             return value, [f"expected a list, got {type_name(value)}"]
-        out, problems = [], []
+        out: list[Any] = []
+        problems: Problems = []
         for i, v in enumerate(value):
             parsed, errs = item(v)
             out.append(parsed)
@@ -150,7 +151,8 @@ def mapping(
             return {}, []
         if not isinstance(value, dict):
             return value, [f"expected a mapping, got {type_name(value)}"]
-        out, problems = {}, []
+        out: dict[str, Any] = {}
+        problems: Problems = []
         for k, v in value.items():
             if not isinstance(k, str):
                 problems.append(Problem.under(k, f"key {show(k)} must be a string", ""))

@@ -155,7 +155,7 @@ class DebianArchive:
 
     def _options(self) -> list[str]:
         d = self.dir
-        opts = {
+        opts: dict[str, str | Path] = {
             "Dir::Etc::SourceList": d / "etc" / "sources.list",
             "Dir::Etc::SourceParts": d / "etc" / "sources.list.d",
             "Dir::Etc::PreferencesParts": d / "etc" / "preferences.d",

@@ -123,7 +123,7 @@ def read_version(path: Path) -> str:
                     if member.size > MAX_VERSION_MK:
                         raise InputError(f"{path.name}: version.mk is larger than {MAX_VERSION_MK} bytes")
                     data = tar.extractfile(member)
-                    assert data is not None
+                    assert data is not None and version is not None  # version: set with top
                     _check_version_mk(path, data.read().decode("utf-8", "replace"), version)
                     return version
         except (tarfile.TarError, EOFError, OSError) as e:

@@ -149,6 +149,7 @@ class _Window(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # RawIOBase takes any writable buffer; BufferedReader, the one reader of a _Window, passes these
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         n = min(len(b), self.left)
         if n <= 0:
@@ -159,15 +160,15 @@ class _Window(io.RawIOBase):
         return len(data)
 
 
-def _decompressed(raw: BinaryIO, compression: str) -> BinaryIO:
+def _decompressed(raw: BinaryIO, compression: str) -> io.BufferedIOBase | BinaryIO:
     if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw)
     if compression == "xz":
-        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+        return lzma.LZMAFile(raw)
     if compression == "bzip2":
-        return bz2.BZ2File(raw)  # type: ignore[return-value]
+        return bz2.BZ2File(raw)
     if compression == "zstd":
-        return zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(raw)
     return raw
 
 

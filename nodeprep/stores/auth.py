@@ -94,9 +94,9 @@ def _entry(entry: dict[str, object], path: Path, key: str, what: str) -> Credent
         if not sep:
             raise InputError(f"{what}: {path}: auths[{key!r}].auth is not base64 of user:password")
         return Credentials(username=user, password=password)
-    user, password = entry.get("username"), entry.get("password")
-    if isinstance(user, str) and isinstance(password, str):
-        return Credentials(username=user, password=password)
+    username, secret = entry.get("username"), entry.get("password")
+    if isinstance(username, str) and isinstance(secret, str):
+        return Credentials(username=username, password=secret)
     raise InputError(f"{what}: {path}: auths[{key!r}] has no auth, username/password or identitytoken")
 
 

@@ -73,7 +73,7 @@ def _empty_config() -> dict[str, Any]:
     return _descriptor(MT_EMPTY, sha256_digest(EMPTY), len(EMPTY))
 
 
-def annotations(entry: IndexEntry) -> dict[str, str]:
+def manifest_annotations(entry: IndexEntry) -> dict[str, str]:
     """The manifest annotations of an artifact: what it is, without opening it."""
     values = {"kind": entry.kind, "driver": entry.driver_version, "os": entry.os, "arch": entry.arch,
               "input-digest": entry.input_digest, "name": entry.name,
@@ -90,7 +90,7 @@ def artifact_manifest(entry: IndexEntry) -> bytes:
         "artifactType": ARTIFACT_TYPES[entry.kind],
         "config": _empty_config(),
         "layers": [layer],
-        "annotations": annotations(entry),
+        "annotations": manifest_annotations(entry),
     })
 
 
