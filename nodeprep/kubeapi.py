@@ -79,9 +79,11 @@ def load_kubeconfig(path: Path, context: str | None = None) -> KubeConfig:
 
     token = user.get("token")
     if not token and user.get("tokenFile"):
+        token_file = file(user["tokenFile"])
+        if token_file is None:
+            raise InputError(f"{path}: users[].user.tokenFile is not a file name")
         try:
-            # file() is None for a tokenFile that is not a string: AttributeError, as it always was
-            token = file(user["tokenFile"]).read_text().strip()  # type: ignore[union-attr]
+            token = token_file.read_text().strip()
         except OSError as e:
             raise InputError(f"{path}: cannot read tokenFile ({e.strerror})") from None
     return KubeConfig(

@@ -103,6 +103,11 @@ def test_bad_kubeconfig(tmp_path: Path) -> None:
         load_kubeconfig(p)
     with pytest.raises(InputError, match="missing: file not found"):
         load_kubeconfig(tmp_path / "missing")
+    p.write_text("clusters: [{name: a, cluster: {server: 'https://x'}}]\n"
+                 "users: [{name: u, user: {tokenFile: [1]}}]\n"
+                 "contexts: [{name: c, context: {cluster: a, user: u}}]\ncurrent-context: c\n")
+    with pytest.raises(InputError, match="tokenFile is not a file name"):  # was an AttributeError
+        load_kubeconfig(p)
 
 
 def test_plan_patch_pure() -> None:
