@@ -63,6 +63,18 @@ def compile_lib(src: Path, out: Path, soname: str, canary: Path) -> None:
                     "-o", out, src], check=True, timeout=120)
 
 
+def new_image(node: GpuNode, cdi_cache: Path, name: str) -> tuple[Path, Path | None]:
+    """(the Debian image `name`'s rootfs, the attack library's source to build into it), the source
+    None when the image was made already in this session."""
+    rootfs = node.work / f"rootfs-{name}"
+    if rootfs.is_dir():
+        return rootfs, None
+    unpack_rootfs(make_rootfs_tar(cdi_cache), rootfs, node.work / "probe", layout="debian")
+    src = node.work / "evil.c"
+    src.write_text(EVIL_C)
+    return rootfs, src
+
+
 @pytest.fixture(scope="module")
 def canary(gpu_node: GpuNode) -> Path:
     """The file the images' code writes when it runs: in a node folder no rootfs has."""
@@ -76,12 +88,8 @@ def hostile(gpu_node: GpuNode, cdi_cache: Path, canary: Path) -> str:
     """The Debian image with an LD_PRELOAD library at its root, a libexpat.so.1 of its own in
     evil-lib/, programs named like every tool the hooks start in evil-bin/, a python package and a
     gconv-modules of its own; registered as gpu_node.rootfs['hostile']."""
-    work = gpu_node.work
-    rootfs = work / "rootfs-hostile"
-    if not rootfs.is_dir():
-        unpack_rootfs(make_rootfs_tar(cdi_cache), rootfs, work / "probe", layout="debian")
-        src = work / "evil.c"
-        src.write_text(EVIL_C)
+    rootfs, src = new_image(gpu_node, cdi_cache, "hostile")
+    if src is not None:
         compile_lib(src, rootfs / "x.so", "x.so", canary)
         compile_lib(src, rootfs / "evil-lib/libexpat.so.1", "libexpat.so.1", canary)
         (rootfs / "evil-bin").mkdir()
@@ -102,13 +110,9 @@ def own_ldconfig(gpu_node: GpuNode, cdi_cache: Path, canary: Path) -> tuple[str,
     multiarch folder: the hook then rebuilds the ld cache), an /usr/sbin/ldconfig that writes the
     canary and a mark in the image, and an ld.so.conf.d entry naming /proc/1/root/<a node folder
     holding a library without its soname link>; (its name, that node folder)."""
-    work = gpu_node.work
-    rootfs = work / "rootfs-own-ldconfig"
-    node_lib = work / "node-lib"
-    if not rootfs.is_dir():
-        unpack_rootfs(make_rootfs_tar(cdi_cache), rootfs, work / "probe", layout="debian")
-        src = work / "evil.c"
-        src.write_text(EVIL_C)
+    rootfs, src = new_image(gpu_node, cdi_cache, "own-ldconfig")
+    node_lib = gpu_node.work / "node-lib"
+    if src is not None:
         compile_lib(src, rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so.1", "libcuda.so.1", canary)
         compile_lib(src, node_lib / "libfoo.so.1.0", "libfoo.so.1", canary)
         tool = rootfs / "usr/sbin/ldconfig"

@@ -10,14 +10,12 @@ inode or time.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import stat
 from pathlib import Path
 
 import pytest
 
 from tests.support.standin import KERNEL, standin_store
+from tests.support.tree import snapshot as tree_snapshot
 
 from .helpers import cli, install_cli
 
@@ -28,24 +26,7 @@ OPLOG = "var/log/nodeprep.log"
 
 
 def snapshot(root: Path, *, times: bool = False) -> dict[str, tuple[object, ...]]:
-    """Every path under `root` (links not followed, devices and FIFOs never opened): mode, link
-    text or content hash; with `times` the inode and mtime too."""
-    out: dict[str, tuple[object, ...]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath, name)
-            rel = p.relative_to(root).as_posix()
-            if rel == OPLOG:
-                continue
-            st = p.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                what: tuple[object, ...] = ("link", os.readlink(p))
-            elif stat.S_ISREG(st.st_mode):
-                what = ("file", hashlib.sha256(p.read_bytes()).hexdigest())
-            else:
-                what = ("other", st.st_rdev)
-            out[rel] = (st.st_mode, *what, *((st.st_ino, st.st_mtime_ns) if times else ()))
-    return out
+    return tree_snapshot(root, skip=(OPLOG,), times=times)
 
 
 def test_install_uninstall_on_debian12_minbase_leaves_only_the_log(rootfs: Path, tmp_path: Path) -> None:

@@ -8,10 +8,8 @@ Artifacts are real (tests/support/standin.py); ldconfig and depmod run for real 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +25,7 @@ from nodeprep.node.lock import locked
 from nodeprep.node.plan import plan_uninstall
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
+from tests.support.tree import snapshot as tree_snapshot
 from tests.unit.join.conftest import node_python
 
 REPO = Path(__file__).resolve().parents[3]
@@ -45,23 +44,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return standin_store(work, work / "store", VERSION)
 
 
-def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
-    """Every path under `root` (links not followed): mode, link text or content hash."""
-    out: dict[str, tuple[object, ...]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath, name)
-            rel = p.relative_to(root).as_posix()
-            if rel == OPLOG:
-                continue
-            st = p.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", os.readlink(p))
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("dir", stat.S_IMODE(st.st_mode))
-            else:
-                out[rel] = ("file", stat.S_IMODE(st.st_mode), hashlib.sha256(p.read_bytes()).hexdigest())
-    return out
+def snapshot(root: Path, *, times: bool = False) -> dict[str, tuple[object, ...]]:
+    return tree_snapshot(root, skip=(OPLOG,), times=times)
 
 
 def debian_root(root: Path, *, containerd: bool = True) -> Path:

@@ -4,8 +4,11 @@ archives' startup script exits 99 and would leave a marker if it ran."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -122,21 +125,23 @@ def _swap_payload(run: Path, payload: bytes, dest: Path) -> Path:
 
 
 def _tgz(members: list[tuple[str, bytes | None, str | None]]) -> bytes:
-    import gzip
-    import io
-    import tarfile
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data, link in members:
-            ti = tarfile.TarInfo(name)
-            if link is not None:
-                ti.type, ti.linkname = tarfile.SYMTYPE, link
-                tar.addfile(ti)
-            else:
-                ti.size = len(data or b"")
-                tar.addfile(ti, io.BytesIO(data or b""))
+        add_members(tar, members)
     return gzip.compress(buf.getvalue(), mtime=0)
+
+
+def add_members(tar: tarfile.TarFile, members: list[tuple[str, bytes | None, str | None]]) -> None:
+    """(name, data, link target) each: a symbolic link when a target is given, else a regular file."""
+    for name, data, link in members:
+        info = tarfile.TarInfo(name)
+        if link is not None:
+            info.type, info.linkname = tarfile.SYMTYPE, link
+            tar.addfile(info)
+        else:
+            info.size = len(data or b"")
+            tar.addfile(info, io.BytesIO(data or b""))
 
 
 @pytest.mark.parametrize(
@@ -166,8 +171,9 @@ def test_runfile_name():
 
 # Issue 35, finding 7: members written through earlier members' links. Each sequence is what an
 # installer's tar stream holds, in order; `{canary}` is a file outside the extraction directory.
+CLIMB = "a link to '.', a link climbing through it, a regular member of that name"
 LINK_SEQUENCES = {
-    "a link to '.', a link climbing through it, a regular member of that name": [
+    CLIMB: [
         ("./kernel/l1", None, "."), ("./kernel/out", None, "l1/l1/../../X"),
         ("./kernel/out", b"pwned", None)],
     "an absolute link, then a regular member of its name": [
@@ -229,9 +235,6 @@ def test_build_driver_refuses_an_installer_that_writes_through_its_links(tmp_pat
     ends with the link sequence above is refused with one `error:` line, exit 2, no traceback, and
     nothing is written through the links (before: extracted, `X` written beside the build tree,
     and the compile run: exit 1)."""
-    import gzip
-    import io
-    import tarfile
 
     from click.testing import CliRunner
 
@@ -245,15 +248,7 @@ def test_build_driver_refuses_an_installer_that_writes_through_its_links(tmp_pat
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.add(tree, arcname=".")
-        for name, data, link in LINK_SEQUENCES["a link to '.', a link climbing through it, a regular member "
-                                               "of that name"]:
-            info = tarfile.TarInfo(name)
-            if link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, link
-                tar.addfile(info)
-            else:
-                info.size = len(data or b"")
-                tar.addfile(info, io.BytesIO(data or b""))
+        add_members(tar, LINK_SEQUENCES[CLIMB])
     run = make_runfile(tree, tmp_path / "x.run", compression="gzip", sha256=False)
     bad = _swap_payload(run, gzip.compress(buf.getvalue(), mtime=0),
                         tmp_path / f"NVIDIA-Linux-x86_64-{version}.run")
