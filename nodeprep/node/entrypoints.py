@@ -44,10 +44,14 @@ DPKG_INFO_NODE = "/var/lib/dpkg/info"
 
 
 def _arch(vdir: Path) -> str:
+    """The version's architecture from its manifest (read as the image's file: no link followed,
+    bounded), amd64 when it says none."""
     try:
-        arch = json.loads((vdir / "manifest.json").read_text()).get("arch")
-    except (OSError, ValueError, AttributeError):
+        raw = imagefile.read(vdir / "manifest.json", limit=16 << 20, what="driver manifest")
+        data = json.loads(raw or b"{}")
+    except ValueError:
         return "amd64"
+    arch = data.get("arch") if isinstance(data, dict) else None
     return arch if arch in TRIPLETS else "amd64"
 
 

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import stat
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -171,11 +172,24 @@ def _installed_problem(version: str, rec: Any) -> str | None:
     return None
 
 
-def _digest(manifest: Path) -> str:
+MAX_MANIFEST = 16 << 20  # an installed root's manifest.json: a few hundred KB
+
+
+def _is_manifest(path: Path) -> bool:
+    """A regular file, not a link: an image's manifest.json linked to a host file is no manifest."""
     try:
-        return str(json.loads(manifest.read_text()).get("input_digest", ""))
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _digest(manifest: Path) -> str:
+    """The manifest's input digest, read without following a link, bounded ("" when unreadable)."""
+    try:
+        data = json.loads(read_bytes(manifest, limit=MAX_MANIFEST))
     except (OSError, ValueError):
         return ""
+    return str(data.get("input_digest", "")) if isinstance(data, dict) else ""
 
 
 def scan(layout: Layout) -> dict[str, Installed]:
@@ -186,13 +200,13 @@ def scan(layout: Layout) -> dict[str, Installed]:
     for d in sorted(layout.opt.iterdir()):
         if d.is_symlink() or not d.is_dir() or not DRIVER_VERSION_RE.fullmatch(d.name):
             continue
-        if not (d / MANIFEST).is_file():
+        if not _is_manifest(d / MANIFEST):
             continue
         kernels: dict[str, str] = {}
         mods = d / "modules"
         if mods.is_dir():
             for k in sorted(mods.iterdir()):
-                if not k.name.startswith(".") and (k / MANIFEST).is_file():
+                if not k.name.startswith(".") and _is_manifest(k / MANIFEST):
                     kernels[k.name] = _digest(k / MANIFEST)
         found[d.name] = Installed(
             version=d.name,
@@ -209,7 +223,7 @@ def active_version(layout: Layout) -> str | None:
     except OSError:
         return None
     name = Path(target).name
-    return name if DRIVER_VERSION_RE.fullmatch(name) and (layout.opt / name / MANIFEST).is_file() else None
+    return name if DRIVER_VERSION_RE.fullmatch(name) and _is_manifest(layout.opt / name / MANIFEST) else None
 
 
 def load_state(root: Path) -> State:

@@ -147,3 +147,27 @@ def test_doctor_reads_the_ld_cache_beneath_the_root(store: Path, tmp_path: Path)
     check = _ldcache(root)
     assert check["ok"] is True, check
     assert f"libcuda.so.1 -> /opt/nvidia/{V}/lib64/{target.name}" in str(check["message"]), check
+
+
+def test_a_linked_manifest_is_never_read_through(store: Path, tmp_path: Path) -> None:
+    """An image's /opt/nvidia/<v>/manifest.json replaced by a link to a host file (here a JSON file
+    with an input digest of its own, which `list --json` would print): the version is no complete
+    root any more, and nothing of the host file shows up; the entry points' reader refuses the link
+    with one line."""
+    root = tmp_path / "root"
+    root.mkdir()
+    r = CliRunner().invoke(main, ["install", "--store", str(store), "--driver", V, "--kernel", KERNEL,
+                                  "--root", str(root)])
+    assert r.exit_code == 0, r.output
+    host = tmp_path / "host-secret.json"
+    host.write_text(json.dumps({"input_digest": "host-secret-digest", "arch": "arm64"}))
+    manifest = root / f"opt/nvidia/{V}/manifest.json"
+    manifest.unlink()
+    manifest.symlink_to(host)
+    r = CliRunner().invoke(main, ["list", "--root", str(root), "--json"])
+    assert "host-secret-digest" not in r.output, r.output
+    from nodeprep.errors import InputError
+    from nodeprep.node.entrypoints import _arch
+
+    with pytest.raises(InputError, match="driver manifest"):
+        _arch(manifest.parent)
