@@ -20,6 +20,7 @@ from pathlib import Path
 from ..containerhooks.gate import FACTS
 from ..errors import InputError
 from ..labels.gpu import GpuFacts, brand_from_name
+from ..sysfs import read_bytes
 from .fsutil import atomic_write, holds
 from .layout import Layout, check_version
 from .support import SUPPORT_FILE, parse_supported
@@ -43,9 +44,7 @@ def supported_names(layout: Layout) -> dict[str, str]:
     try:
         version = check_version(os.readlink(layout.current))
         file = layout.resolved(f"/opt/nvidia/{version}/{SUPPORT_FILE}")
-        if not file.is_file() or file.stat().st_size > MAX_SUPPORTED:
-            return {}
-        chips = parse_supported(file.read_text(), source=str(file))
+        chips = parse_supported(read_bytes(file, limit=MAX_SUPPORTED).decode(), source=str(file))
     except (OSError, UnicodeError, InputError):  # a bad list only loses the names
         return {}
     out: dict[str, str] = {}

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import InputError, NodeprepError
 from ..stores.oci import Options
+from ..sysfs import read_bytes
 from . import system
 from .callbacks import ActivationCallbacks
 from .fsutil import atomic_write, fsync_dir
@@ -125,7 +126,8 @@ def _installed_kernel(layout: Layout, kernel: str) -> bool:
 def _flavour(layout: Layout, version: str, kernels: tuple[str, ...]) -> str | None:
     for k in kernels:
         try:
-            flavour = json.loads((layout.kmod_dir(version, k) / "manifest.json").read_text()).get("flavour")
+            data = json.loads(read_bytes(layout.kmod_dir(version, k) / "manifest.json", limit=16 << 20))
+            flavour = data.get("flavour") if isinstance(data, dict) else None
         except (OSError, ValueError):
             continue
         if isinstance(flavour, str):

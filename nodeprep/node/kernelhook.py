@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import download
 from ..stores import is_oci
+from ..sysfs import read_bytes
 from .fsutil import atomic_write
 from .layout import Layout
 
@@ -132,7 +133,7 @@ exit 0
 
 def _differs(path: Path, text: str) -> bool:
     try:
-        return path.read_text() != text or (path.stat().st_mode & 0o7777) != 0o755
+        return read_bytes(path, limit=1 << 20).decode() != text or (path.stat().st_mode & 0o7777) != 0o755
     except (OSError, UnicodeDecodeError):
         return True
 

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..sysfs import read_attr
+from ..sysfs import read_attr, read_bytes
+
+MAX_LIST = 16 << 20  # supported-gpus.json (~1 MiB for 590) or a modules manifest
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +190,8 @@ def installed_flavours(version_dir: Path) -> set[str]:
     out = set()
     for m in sorted(Path(version_dir).glob("modules/*/manifest.json")):
         try:
-            flavour = json.loads(m.read_text()).get("flavour")
+            data = json.loads(read_bytes(m, limit=MAX_LIST))  # a link of the image is no manifest
+            flavour = data.get("flavour") if isinstance(data, dict) else None
         except (OSError, ValueError):
             continue
         if flavour:
@@ -202,11 +205,14 @@ def problems_for(
     """What `version` (its root at `version_dir`; flavour: given or its installed modules')
     does not support on the node at `root`; None when the root carries no supported-GPU list."""
     path = Path(version_dir) / SUPPORT_FILE
-    if not path.is_file():
+    try:  # a regular file, no link of the image followed, bounded
+        text = read_bytes(path, limit=MAX_LIST).decode("utf-8", "replace")
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}; refused") from None
     gpus = node_pci_ids(root)
     flavours = {flavour} if flavour else installed_flavours(version_dir) or {"proprietary"}
-    text = path.read_text()
     return [
         p for f in sorted(flavours) for p in check_support(text, f, gpus, driver_version=version, notes=notes)
     ]

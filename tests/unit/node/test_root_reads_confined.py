@@ -171,3 +171,29 @@ def test_a_linked_manifest_is_never_read_through(store: Path, tmp_path: Path) ->
 
     with pytest.raises(InputError, match="driver manifest"):
         _arch(manifest.parent)
+
+
+def test_a_fifo_or_link_for_the_supported_gpu_list_is_one_line(store: Path, tmp_path: Path) -> None:
+    """An image's supported-GPU list replaced by a FIFO (which a read would wait on forever) or by a
+    link to a host file: doctor's support check refuses it with one line naming the file and never
+    opens it for reading; the same list as a link is not read through."""
+    import os
+
+    root = tmp_path / "root"
+    root.mkdir()
+    r = CliRunner().invoke(main, ["install", "--store", str(store), "--driver", V, "--kernel", KERNEL,
+                                  "--root", str(root), "--activate"])
+    assert r.exit_code == 0, r.output
+    listed = root / f"opt/nvidia/{V}/share/supported-gpus.json"
+    listed.parent.mkdir(parents=True, exist_ok=True)
+    listed.unlink(missing_ok=True)
+    os.mkfifo(listed)
+    r = CliRunner().invoke(main, ["doctor", "--root", str(root), "--check", "support"])
+    assert r.exit_code == 2 and r.output.count("error:") == 1, r.output
+    assert "supported-gpus.json" in r.output and "Traceback" not in r.output
+    listed.unlink()
+    host = tmp_path / "host.json"
+    host.write_text("host-marker")
+    listed.symlink_to(host)
+    r = CliRunner().invoke(main, ["doctor", "--root", str(root), "--check", "support"])
+    assert r.exit_code == 2 and "host-marker" not in r.output and "symbolic link" in r.output, r.output
