@@ -198,7 +198,7 @@ def hook_cpu(work: Path, rootfs: Path, hook: dict, mounts: list[dict], runs: int
     (gpu / "config.json").write_text(json.dumps(config))
     state = {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1, "bundle": str(bundle)}
     gate_args = json.loads((gate_dir / HOOK_NAME).read_text())["hook"]["args"]
-    argvs = {"python -S -E (empty)": (["/usr/bin/python3", "-S", "-E", "-c", "pass"], bundle),
+    argvs = {"python -I -S (empty)": (["/usr/bin/python3", "-I", "-S", "-c", "pass"], bundle),
              "hook": (hook["args"], bundle), "gate, no GPU": (gate_args, bundle),
              "gate, GPU": (gate_args, gpu)}
     out = {}
