@@ -114,6 +114,14 @@ def _is_link(path: str) -> bool:
         return False
 
 
+def _is_dir(path: str) -> bool:
+    """A folder itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(posix.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _lexists(path: str) -> bool:
     try:
         posix.lstat(path)
@@ -179,17 +187,13 @@ def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, com
         print(f"nodeprep hook: ld cache not updated ({problem})", file=sys.stderr)
         return
     ldconfig, unshare = node_tool(LDCONFIG), node_tool(UNSHARE)
-    proc = in_image(rootfs, "proc")
     if ldconfig is None or unshare is None:
         missing = LDCONFIG if ldconfig is None else UNSHARE
         print(f"nodeprep hook: ld cache not updated (the node has none of {', '.join(missing)})",
               file=sys.stderr)
         return
-    try:
-        proc_is_dir = proc is not None and stat.S_ISDIR(posix.lstat(proc).st_mode)
-    except OSError:
-        proc_is_dir = False
-    if not proc_is_dir:
+    proc = in_image(rootfs, "proc")
+    if proc is None or not _is_dir(proc):
         print("nodeprep hook: ld cache not updated (the container's /proc is no folder)", file=sys.stderr)
         return
     from .. import runner

@@ -721,10 +721,9 @@ def _journal(layout: Layout) -> Path:
 def _own_paths(layout: Layout, state: State, above: Sequence[str]) -> set[str]:
     """Node paths nodeprep writes on this root (its own and `above`, join's): a folder named in a
     record is trusted only above one of them (created.ours)."""
-    own = {layout.node_path(p) for p in _writes(layout, [])}
-    own |= {layout.node_path(layout.state_dir / n) for n in ("state.json", "lock", created.CREATED,
-                                                             created.JOURNAL)}
-    return own | set(_entry_point_paths(state)) | set(above)
+    mine = [*_writes(layout, []), layout.state_file, layout.lock_file, layout.state_dir / created.CREATED,
+            _journal(layout)]
+    return {layout.node_path(p) for p in mine} | set(_entry_point_paths(state)) | set(above)
 
 
 def empty_folders(layout: Layout, removed: Sequence[str], candidates: Sequence[str] = (),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from nodeprep import runner
 from nodeprep.labels import cloud as cloudmod
 from nodeprep.labels.core import LabelOptions
 
@@ -213,3 +215,21 @@ def silent_server() -> Iterator[str]:
 
 def json_body(obj: Any) -> tuple[int, dict[str, str], str]:
     return 200, {"Content-Type": "application/json"}, json.dumps(obj)
+
+
+@pytest.fixture
+def no_host_nvidia_smi() -> None:
+    """The nvidia-smi tests need this host to have none of its own on PATH."""
+    if runner.which("nvidia-smi"):
+        pytest.skip("a real nvidia-smi is on PATH here")
+
+
+def stand_in(root: Path, body: str) -> Path:
+    """A driver root under `root` (/opt/nvidia/current -> 535.54.03) whose bin/nvidia-smi runs `body`."""
+    bindir = root / "opt/nvidia/535.54.03/bin"
+    bindir.mkdir(parents=True)
+    tool = bindir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\n" + body + "\n")
+    tool.chmod(0o755)
+    os.symlink("535.54.03", root / "opt/nvidia/current")
+    return tool

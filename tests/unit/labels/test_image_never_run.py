@@ -12,25 +12,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeprep import runner
 from nodeprep.cli import main
 
-from .conftest import add_pci
+from .conftest import add_pci, stand_in
 
-
-@pytest.fixture(autouse=True)
-def no_host_nvidia_smi() -> None:
-    if runner.which("nvidia-smi"):
-        pytest.skip("a real nvidia-smi is on PATH here")
+pytestmark = pytest.mark.usefixtures("no_host_nvidia_smi")
 
 
 def _image(tmp_path: Path, canary: Path) -> Path:
     image = tmp_path / "image"
-    bindir = image / "opt/nvidia/535.54.03/bin"
-    bindir.mkdir(parents=True)
-    (bindir / "nvidia-smi").write_text(f"#!/bin/sh\necho ran >> {canary}\n")
-    (bindir / "nvidia-smi").chmod(0o755)
-    (image / "opt/nvidia/current").symlink_to("535.54.03")
+    stand_in(image, f"echo ran >> {canary}")
     (image / "etc").mkdir()
     (image / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\n')
     (image / "sys/module/nvidia").mkdir(parents=True)

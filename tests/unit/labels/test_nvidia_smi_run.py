@@ -11,28 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import runner
 from nodeprep.labels import gpu
 from nodeprep.labels.core import LabelOptions, node_labels
 
-from .conftest import add_pci
+from .conftest import add_pci, stand_in
 
-
-@pytest.fixture(autouse=True)
-def no_host_nvidia_smi() -> None:
-    if runner.which("nvidia-smi"):
-        pytest.skip("a real nvidia-smi is on PATH here")
-
-
-def stand_in(root: Path, body: str) -> Path:
-    """A driver root under `root` (/opt/nvidia/current -> 535.54.03) whose bin/nvidia-smi runs `body`."""
-    bindir = root / "opt/nvidia/535.54.03/bin"
-    bindir.mkdir(parents=True)
-    tool = bindir / "nvidia-smi"
-    tool.write_text("#!/bin/sh\n" + body + "\n")
-    tool.chmod(0o755)
-    os.symlink("535.54.03", root / "opt/nvidia/current")
-    return tool
+pytestmark = pytest.mark.usefixtures("no_host_nvidia_smi")
 
 
 @pytest.fixture

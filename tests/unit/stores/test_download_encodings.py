@@ -8,7 +8,6 @@ import gzip
 import hashlib
 import http.server
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from nodeprep import download
 from nodeprep.errors import NetworkError
+from tests.support.httpdir import serve
 
 BODY = os.urandom(3 * download.READ_CHUNK + 4321)
 SHA = hashlib.sha256(BODY).hexdigest()
@@ -66,15 +66,8 @@ def server() -> Iterator[tuple[str, list[str]]]:
     ENCODINGS.clear()
     PEERS.clear()
     handler = type("H", (_Handler,), {"served": served, "cut_first": [True], "encodings": ENCODINGS})
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", served
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
+    with serve(handler) as url:
+        yield url, served
 
 
 def policy(**kw: object) -> download.Policy:

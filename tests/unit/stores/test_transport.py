@@ -33,6 +33,7 @@ from nodeprep.stores.store import Store
 from nodeprep.urls import parse_store_location, plain_http_allowed, redact_url
 from tests.support.clirunner import separate_stderr
 from tests.support.faultproxy import FaultProxy, Faults
+from tests.support.httpdir import serve
 
 TEST_NET = "192.0.2.1"  # RFC 5737: never routed; the guard stops any attempt anyway
 DRIVER, KERNEL = "535.309.01", "6.1.0-28-amd64"
@@ -493,16 +494,8 @@ def _recording(answer: Any) -> Iterator[tuple[str, list[tuple[str, str, str | No
 
         do_GET = do_POST = do_HEAD = _any  # noqa: N815
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
+    with serve(Handler, daemon_threads=True) as url:
+        yield url, seen
 
 
 @contextlib.contextmanager
