@@ -31,10 +31,13 @@ ESCAPES = [
 ]
 # Files allowed to name a path beside the checkout, when they read it only through a variable: CI's
 # entry point exports NODEPREP_K8S_BIN (../shared/k8s, real Kubernetes binaries), NODEPREP_NVIDIA_BIN
-# (../shared/nvidia, NVIDIA's GPU stack) and NODEPREP_NVIDIA_OPEN (../shared/nvidia-open, NVIDIA's
-# open-gpu-kernel-modules releases) when they are there, the support modules read those variables
-# (their tests skip without them); the run-time guard allows what a NODEPREP_* variable names.
-ALLOWED = {".ci/run": ("NODEPREP_K8S_BIN", "NODEPREP_NVIDIA_BIN", "NODEPREP_NVIDIA_OPEN"),
+# (../shared/nvidia, NVIDIA's GPU stack), NODEPREP_NVIDIA_OPEN (../shared/nvidia-open, NVIDIA's
+# open-gpu-kernel-modules releases), NODEPREP_MOCKNVML (../shared/mocknvml, NVIDIA's NVML mock) and
+# NODEPREP_NVIDIA_COMPANIONS (../shared/nvidia-companions) when they are there, the support modules
+# read those variables (their tests skip without them); the run-time guard allows what a NODEPREP_*
+# variable names.
+ALLOWED = {".ci/run": ("NODEPREP_K8S_BIN", "NODEPREP_NVIDIA_BIN", "NODEPREP_NVIDIA_OPEN",
+                       "NODEPREP_MOCKNVML", "NODEPREP_NVIDIA_COMPANIONS"),
            "tests/support/controlplane.py": ("NODEPREP_K8S_BIN",),
            "tests/support/nvidia.py": ("NODEPREP_NVIDIA_BIN",)}
 FILE_PARENTS = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?((?:\.parent\b)+|\.parents\[(\d+)\])")

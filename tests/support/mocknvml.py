@@ -1,0 +1,57 @@
+"""NVIDIA's NVML mock (`libnvidia-ml.so` from NVIDIA/k8s-test-infra `pkg/gpu/mocknvml`, Apache-2.0,
+built from its source; 8-GPU A100/H100/B200/GB200/GB300/L40S/T4 machines from YAML, with NVLink, ECC,
+fabric state and injected faults) as the NVML a test talks to when no GPU is here.
+
+Found through one variable, `NODEPREP_MOCKNVML`: a directory with `lib/libnvidia-ml.so.1` and
+`configs/*.yaml` (`.ci/run` points it at ../shared/mocknvml when that is beside the clone; without it
+the tests that need it skip, saying why). The library is checked against the sha256 its README
+gives before any test loads it. A test that uses it says so in its docstring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+ENV = "NODEPREP_MOCKNVML"
+LIBRARY = "lib/libnvidia-ml.so.550.163.01"
+LIBRARY_SHA256 = "e90b45f56eaab0ffb0f940439db6740b67d381fb9da39af9c0130354cb7d45ec"
+MACHINES = ("a100", "h100", "b200", "gb200", "gb300", "l40s", "t4")
+
+
+def skip_reason() -> str | None:
+    """Why the mock cannot be used here (None when it can)."""
+    where = os.environ.get(ENV)
+    if not where:
+        return f"{ENV} is not set: it names NVIDIA's NVML mock (.ci/run points it at ../shared/mocknvml)"
+    lib = Path(where) / LIBRARY
+    if not lib.is_file():
+        return f"{ENV}={where} has no {LIBRARY}"
+    if hashlib.sha256(lib.read_bytes()).hexdigest() != LIBRARY_SHA256:
+        return f"{lib} is not the mock its README describes (sha256 differs)"
+    return None
+
+
+def root() -> Path:
+    """The mock's directory (call skip_reason() first)."""
+    return Path(os.environ[ENV])
+
+
+def lib_dir() -> Path:
+    """The folder holding libnvidia-ml.so.1 (for LD_LIBRARY_PATH)."""
+    return root() / "lib"
+
+
+def config(machine: str) -> Path:
+    """The YAML profile of one machine (`h100`, `b200`, ...) or a named file (`example-h100-faults`)."""
+    name = f"mock-nvml-config-{machine}.yaml" if machine in MACHINES else f"{machine}.yaml"
+    return root() / "configs" / name
+
+
+def env(machine: str | Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment in which NVML is the mock answering as `machine` (a name or a YAML path)."""
+    out = dict(base if base is not None else {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+    out["LD_LIBRARY_PATH"] = str(lib_dir())
+    out["MOCK_NVML_CONFIG"] = str(machine if isinstance(machine, Path) else config(machine))
+    return out
