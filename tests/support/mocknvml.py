@@ -38,9 +38,17 @@ def root() -> Path:
     return Path(os.environ[ENV])
 
 
-def lib_dir() -> Path:
-    """The folder holding libnvidia-ml.so.1 (for LD_LIBRARY_PATH)."""
-    return root() / "lib"
+def lib_dir(cache: Path) -> Path:
+    """A folder holding `libnvidia-ml.so.1` and `libnvidia-ml.so` (for LD_LIBRARY_PATH), as links to the
+    mock's library in `<cache>/mocknvml/`: the copy in ../shared holds its soname links as small text
+    files naming their target, which the dynamic loader cannot load."""
+    folder = cache / "mocknvml" / LIBRARY_SHA256[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("libnvidia-ml.so.1", "libnvidia-ml.so"):
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(root() / LIBRARY)
+    return folder
 
 
 def config(machine: str) -> Path:
@@ -49,9 +57,9 @@ def config(machine: str) -> Path:
     return root() / "configs" / name
 
 
-def env(machine: str | Path, base: dict[str, str] | None = None) -> dict[str, str]:
+def env(cache: Path, machine: str | Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """An environment in which NVML is the mock answering as `machine` (a name or a YAML path)."""
     out = dict(base if base is not None else {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
-    out["LD_LIBRARY_PATH"] = str(lib_dir())
+    out["LD_LIBRARY_PATH"] = str(lib_dir(cache))
     out["MOCK_NVML_CONFIG"] = str(machine if isinstance(machine, Path) else config(machine))
     return out
