@@ -39,7 +39,9 @@ ESCAPES = [
 ALLOWED = {".ci/run": ("NODEPREP_K8S_BIN", "NODEPREP_NVIDIA_BIN", "NODEPREP_NVIDIA_OPEN",
                        "NODEPREP_MOCKNVML", "NODEPREP_NVIDIA_COMPANIONS"),
            "tests/support/controlplane.py": ("NODEPREP_K8S_BIN",),
-           "tests/support/nvidia.py": ("NODEPREP_NVIDIA_BIN",)}
+           "tests/support/nvidia.py": ("NODEPREP_NVIDIA_BIN",),
+           "tests/support/mocknvml.py": ("NODEPREP_MOCKNVML",),
+           "tests/support/companions.py": ("NODEPREP_NVIDIA_COMPANIONS",)}
 FILE_PARENTS = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?((?:\.parent\b)+|\.parents\[(\d+)\])")
 
 
