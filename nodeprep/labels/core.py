@@ -345,6 +345,9 @@ def gpu_labels(facts: Facts, mig_strategy: str, warnings: list[str]) -> dict[str
     if mig_strategy != "none":
         labels[f"{NVIDIA}/mig.strategy"] = mig_strategy
         labels.update(_mig_labels(g.gpus, name, mig_strategy, warnings))
+    if facts.system.mig_config is not None:  # mig-manager's labels, for the layout `nodeprep mig` applied
+        labels[f"{NVIDIA}/mig.config"] = facts.system.mig_config
+        labels[f"{NVIDIA}/mig.config.state"] = facts.system.mig_config_state or ""
     return labels
 
 

@@ -138,7 +138,7 @@ def creation_order(wanted: Sequence[tuple[str, int]]) -> tuple[str, ...]:
 
 def _selected(gpus: Sequence[GpuMig], entry: MigEntry) -> list[GpuMig]:
     return [g for g in gpus if (entry.devices is None or g.index in entry.devices)
-            and (not entry.device_filter or g.pci_id.upper() in entry.device_filter)]
+            and (not entry.device_filter or "0x" + g.pci_id[2:].upper() in entry.device_filter)]
 
 
 def plan(gpus: Sequence[GpuMig], spec: dict[str, Any], select: str | None) -> MigPlan:

@@ -172,6 +172,7 @@ FIELDS: tuple[Field, ...] = (
         enum("none", "single", "mixed"),
         "GFD's MIG strategy for the GPU labels: none, single (gpu.product <model>-MIG-<profile>) or mixed "
         "(nvidia.com/mig-<profile>.*)",
+        flag="--mig-strategy",
     ),
     # mig
     Field(
