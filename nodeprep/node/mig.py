@@ -156,6 +156,7 @@ def plan(gpus: Sequence[GpuMig], spec: dict[str, Any], select: str | None) -> Mi
         if missing:
             problems.append(f"{where}.devices: no GPU {', '.join(map(str, missing))} on this node "
                             f"(GPUs: {', '.join(map(str, sorted(present))) or 'none'})")
+        refused: dict[tuple[str, str], list[int]] = {}  # (model, why) -> GPUs: one line for all of them
         for g in _selected(gpus, entry):
             if g.index in taken:
                 problems.append(f"{where}: GPU {g.index} is already named by entry {taken[g.index]}")
@@ -163,10 +164,12 @@ def plan(gpus: Sequence[GpuMig], spec: dict[str, Any], select: str | None) -> Mi
             taken[g.index] = i
             gp, why = _gpu_plan(g, entry)
             if why:
-                problems.append(f"{where}: GPU {g.index} ({g.name}): {why}")
+                refused.setdefault((g.name, why), []).append(g.index)
             out.append(gp)
             if not gp.changes:
                 in_place.append((g.index, creation_order(entry.mig_devices)))
+        problems += [f"{where}: GPU {', '.join(map(str, idx))} ({model}): {why}"
+                     for (model, why), idx in refused.items()]
     untouched = tuple(sorted(present - set(taken)))
     ordered = tuple(sorted(out, key=lambda p: p.index))
     return MigPlan(name, ordered, untouched, tuple(problems), tuple(in_place))
