@@ -123,9 +123,9 @@ def test_problems_refuse_the_plan() -> None:
     assert twice.problems == ("mig.config: mig-configs.x[1]: GPU 1 is already named by entry 0",)
     offered = plan(gpus, spec({"x": [{"devices": "all", "mig-enabled": True,
                                       "mig-devices": {"1g.5gb": 7}}]}), "x")
-    assert offered.problems[0] == ("mig.config: mig-configs.x[0]: GPU 0 (NVIDIA H100 80GB HBM3): MIG profile "
-                                   "1g.5gb not offered (it offers 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, "
-                                   "3g.40gb, 4g.40gb, 7g.80gb)")
+    assert offered.problems == ("mig.config: mig-configs.x[0]: GPU 0, 1 (NVIDIA H100 80GB HBM3): MIG profile "
+                                "1g.5gb not offered (it offers 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, "
+                                "3g.40gb, 4g.40gb, 7g.80gb)",)
     t4 = GpuMig(index=0, uuid="GPU-t4", name="Tesla T4", pci_id="0x1EB810DE", capable=False, current=False,
                 pending=False)
     assert plan([t4], spec(ALL_1G), "all-1g.10gb").problems == (
