@@ -186,6 +186,8 @@ def _create(nv: Any, handle: Any, profile: str) -> None:
     pid, info = found[0]
     gi = nv.nvmlDeviceCreateGpuInstance(handle, pid)
     slices = int(profile.split("c.", 1)[0]) if gi_part != profile else int(info.sliceCount)
+    if slices not in CI_PROFILE:
+        raise StateError(f"{profile}: no compute instance profile of {slices} slices")
     ci_info = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, CI_PROFILE[slices], 0)
     nv.nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id)
 

@@ -87,6 +87,9 @@ def test_in_place_layouts_change_nothing_and_say_success(test_cache: Path, tmp_p
     assert state(root) == {"config": "all-disabled", "state": "success", "done": [], "error": None}
     again = nodeprep(test_cache, "h100", "mig", "--root", str(root), work=tmp_path)
     assert again.returncode == 0 and again.stdout.splitlines()[-1] == out["summary"]  # idempotent
+    gone = nodeprep(test_cache, "h100", "uninstall", "--root", str(root), work=tmp_path)
+    assert gone.returncode == 0, gone.stderr
+    assert not (root / "var/lib/nodeprep/mig.json").exists()  # uninstall takes the record away
 
     root = node_root(tmp_path / "on", "all-enabled")
     checked(test_cache, "h100-mig-enabled", root)
