@@ -1,9 +1,9 @@
 """The node bring-up steps of `nodeprep bootstrap`: thin adapters over the install (nodeprep.node),
 labels (nodeprep.labels) and join (nodeprep.join) libraries, run by nodeprep.bootstrap.engine.
 
-driver (install + activate from the store) -> modules (load + doctor) -> labels -> runtime
-(containerd) -> join. Each step is a function `Context -> dict` (its JSON-able result, with a
-one-line `summary`).
+driver (install + activate from the store) -> modules (load + doctor) -> mig (the profile's MIG
+layout, so the device plugin never sees a half-made one) -> labels -> runtime (containerd) -> join.
+Each step is a function `Context -> dict` (its JSON-able result, with a one-line `summary`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Options:
     sysfs_root: Path | None = None  # where GPU/DMI facts are read (labels); None: ROOT/sys
     nvidia_smi_xml: Path | None = None  # GPU facts from this capture instead of asking the driver
     load_modules: bool | None = None  # None: only when root is / (never modprobe for an image)
+    mig: bool | None = None  # put mig.config in place through this host's NVML; None: only when root is /
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,21 @@ def step_modules(ctx: Context) -> dict[str, Any]:
             + f"doctor ok ({', '.join(ran)})"}
 
 
+def step_mig(ctx: Context) -> dict[str, Any]:
+    """The profile's MIG layout (mig.config, mig.select) on this host's GPUs through NVML, after the
+    driver loaded and before labels, runtime and join; in --check the plan alone. For an image
+    (--root other than /) nothing, unless the front-end asks (--mig): its GPUs are the node's, later."""
+    mig = ctx.profile.mig
+    if mig.config is None:
+        return {"changes": False, "summary": "no mig.config in the profile: MIG left as it is"}
+    if not (ctx.live if ctx.options.mig is None else ctx.options.mig):
+        return {"changes": False, "summary": "offline root: MIG is put in place on the node "
+                "(bootstrap there, or nodeprep mig)"}
+    from ..node.migapply import run
+
+    return run(ctx.root, mig.config, mig.select, check=ctx.check)
+
+
 def step_labels(ctx: Context) -> dict[str, Any]:
     """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
     from ..containerhooks.gate import FACTS as GPU_FACTS
@@ -262,6 +278,7 @@ def default_steps() -> list[Step]:
     return [
         Step("driver", "Install and activate the NVIDIA driver", step_driver),
         Step("modules", "Load modules, doctor", step_modules),
+        Step("mig", "MIG layout", step_mig),
         Step("labels", "Node labels", step_labels),
         Step("runtime", "Container runtime", step_runtime),
         Step("join", "Join the cluster", step_join),

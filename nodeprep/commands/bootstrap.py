@@ -53,10 +53,14 @@ def _deprecated_dry_run_join(ctx: click.Context, param: click.Parameter, value: 
               help="Read GPU facts from this `nvidia-smi -q -x` capture (images, offline preparation).")
 @click.option("--load-modules/--no-load-modules", default=None,
               help="Load the kernel modules (default: only when --root is /).")
+@click.option("--mig/--no-mig", "mig", default=None,
+              help="Put the profile's mig.config in place through this host's NVML (default: only when "
+                   "--root is /).")
 def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, dry_run_join: bool,
                   restart: bool, sysfs_dir: Path | None, nvidia_smi_xml: Path | None,
-                  load_modules: bool | None) -> None:
-    """Bring this node up from its profile: driver, modules + doctor, labels, container runtime, join.
+                  load_modules: bool | None, mig: bool | None) -> None:
+    """Bring this node up from its profile: driver, modules + doctor, MIG layout, labels, container
+    runtime, join.
 
     Progress is recorded per step in /var/lib/nodeprep/bootstrap.json: rerun after a failure to
     resume at the failed step; a rerun after success changes nothing.
@@ -78,7 +82,7 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, 
 
     options = bootstrap_lib.Options(dry_run_join=dry_run_join, check=check,
                                     sysfs_root=sysfs_dir, nvidia_smi_xml=nvidia_smi_xml,
-                                    load_modules=load_modules)
+                                    load_modules=load_modules, mig=mig)
     report = bootstrap_lib.bootstrap(path, root=root, options=options, restart=restart, on_outcome=show)
     if as_json:
         emit_json({**report.to_json(), "check": check})

@@ -38,7 +38,8 @@ log = logging.getLogger("nodeprep.labels")
 @click.option("--cloud", type=click.Choice(CLOUD_CHOICES), default=None,
               help="Which metadata service to ask "
                    "(default: the profile's labels.cloud, else auto = from DMI).")
-@click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES), default="none", show_default=True)
+@click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES), default=None,
+              help="GFD's MIG strategy (default: the profile's labels.mig_strategy, else none).")
 @sysfs_root_option
 @click.option("--dmi-root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Stands for /sys/class/dmi/id (default: under --sysfs-root).")
@@ -62,9 +63,10 @@ log = logging.getLogger("nodeprep.labels")
 @check_option("Print what --out and --apply would change (the file, the Node's patch) and change nothing.")
 @profile_option
 @root_option
-def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[str, ...], cloud: str | None,
-               mig_strategy: str, sysfs_dir: Path | None, dmi_root: Path | None, nvidia_smi_xml: Path | None,
-               gpu_source: str, pci_ids: Path | None, aws_metadata_url: str | None,
+def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[str, ...],
+               cloud: str | None, mig_strategy: str | None, sysfs_dir: Path | None, dmi_root: Path | None,
+               nvidia_smi_xml: Path | None, gpu_source: str, pci_ids: Path | None,
+               aws_metadata_url: str | None,
                gce_metadata_url: str | None, azure_metadata_url: str | None, timeout: float, do_apply: bool,
                kubeconfig: Path | None, node: str | None, check: bool, profile: Path | None,
                root: Path) -> None:

@@ -269,6 +269,35 @@ def _vgpu_labels(vgpu: vgpumod.VgpuFacts | None) -> dict[str, str]:
     return out
 
 
+def clique_labels(gpus: tuple[gpumod.Gpu, ...], warnings: list[str]) -> dict[str, str]:
+    """GFD's IMEX labeler (internal/lm/imex.go, v0.20.0): `nvidia.com/gpu.clique` =
+    `<cluster UUID>.<clique id>` of the GPUs attached to an NVLink fabric (registration completed,
+    status success, non-zero cluster UUID; the others are left out), set only when all of them agree
+    on both; none when no GPU is attached. Where NVML fails to say (not "not supported"), GFD stops
+    labelling altogether; nodeprep sets no clique label and says why (pure)."""
+    failed = [(i, g.fabric_error) for i, g in enumerate(gpus) if g.fabric_error]
+    if failed:
+        warnings.append(f"gpu: GPU {failed[0][0]}: {failed[0][1]}; {NVIDIA}/gpu.clique not set")
+        return {}
+    waiting = [(i, g.fabric) for i, g in enumerate(gpus)
+               if g.fabric is not None and g.fabric.state != gpumod.FABRIC_COMPLETED and g.fabric.state != 0]
+    if waiting:
+        states = sorted({gpumod.FABRIC_STATES.get(f.state, str(f.state)) for _, f in waiting})
+        warnings.append(f"gpu: NVLink fabric not complete on GPU {', '.join(str(i) for i, _ in waiting)} "
+                        f"({', '.join(states)}): left out of {NVIDIA}/gpu.clique")
+    attached = [(i, g.fabric) for i, g in enumerate(gpus) if g.fabric is not None and g.fabric.attached]
+    clusters = {f.cluster_uuid for _, f in attached}
+    cliques = {f.clique_id for _, f in attached}
+    if len(clusters) > 1 or len(cliques) > 1:
+        ids = ", ".join(str(c) for c in sorted(cliques))
+        warnings.append(f"gpu: the GPUs' fabric IDs differ (cluster UUIDs {', '.join(sorted(clusters))}; "
+                        f"clique ids {ids}): {NVIDIA}/gpu.clique not set")
+        return {}
+    if not attached:
+        return {}
+    return {f"{NVIDIA}/gpu.clique": f"{clusters.pop()}.{cliques.pop()}"}
+
+
 def _mig_attr_labels(prefix: str, mig: gpumod.MigDevice) -> dict[str, str]:
     out = {f"{prefix}.{k}": str(v) for k, v in mig.attributes.items()}
     if mig.memory_mib:
@@ -309,12 +338,16 @@ def gpu_labels(facts: Facts, mig_strategy: str, warnings: list[str]) -> dict[str
     if capable:
         labels[f"{NVIDIA}/mig.capable"] = "true" if any(capable) else "false"
     labels.update(_version_labels(g.driver_version, g.cuda_version, warnings))
+    labels.update(clique_labels(g.gpus, warnings))
     labels.update(_vgpu_labels(facts.vgpu))
     if mig_strategy not in MIG_STRATEGIES:
         raise InputError(f"--mig-strategy {mig_strategy!r}: expected one of {', '.join(MIG_STRATEGIES)}")
     if mig_strategy != "none":
         labels[f"{NVIDIA}/mig.strategy"] = mig_strategy
         labels.update(_mig_labels(g.gpus, name, mig_strategy, warnings))
+    if facts.system.mig_config is not None:  # mig-manager's labels, for the layout `nodeprep mig` applied
+        labels[f"{NVIDIA}/mig.config"] = facts.system.mig_config
+        labels[f"{NVIDIA}/mig.config.state"] = facts.system.mig_config_state or ""
     return labels
 
 

@@ -60,6 +60,27 @@ class MigDevice:
     attributes: dict[str, int] = field(default_factory=dict)  # GFD suffix -> value
 
 
+# NVML's nvmlGpuFabricState_t.
+FABRIC_STATES = {0: "Not Supported", 1: "Not Started", 2: "In Progress", 3: "Completed"}
+FABRIC_COMPLETED = 3
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """One GPU's NVLink fabric registration (NVML's nvmlDeviceGetGpuFabricInfo, v1 struct)."""
+    state: int  # FABRIC_STATES
+    status: int  # an nvmlReturn_t: 0 is success
+    clique_id: int
+    cluster_uuid: str  # RFC 4122 text, lower case, as Go's uuid.FromBytes(...).String() writes it
+
+    @property
+    def attached(self) -> bool:
+        """go-nvlib's IsFabricAttached (what GFD's IMEX labeler counts): registration completed,
+        status success, a cluster UUID that is not all zeros."""
+        return (self.state == FABRIC_COMPLETED and self.status == 0
+                and self.cluster_uuid != "00000000-0000-0000-0000-000000000000")
+
+
 @dataclass(frozen=True)
 class Gpu:
     name: str
@@ -73,6 +94,8 @@ class Gpu:
     bus_id: str | None = None  # "0000:1b:00.0"
     mig_devices: tuple[MigDevice, ...] = ()
     brand: str | None = None  # NVML's brand, lower case: "tesla", "nvidia", "geforce", ...
+    fabric: Fabric | None = None  # None: no fabric (NVML says not supported) or not known (other sources)
+    fabric_error: str | None = None  # NVML failed to say (neither success nor not supported)
 
     @property
     def family(self) -> str | None:
@@ -213,6 +236,7 @@ def _nvml_gpu(nv: Any, handle: Any, sysfs_root: Path) -> Gpu:  # nv: pynvml, unt
     bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
     pci_device = f"10de:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
     mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
+    fabric, fabric_error = _nvml_fabric(nv, handle)
     migs: list[MigDevice] = []
     if mig_enabled:
         for i in range(opt(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
@@ -237,7 +261,31 @@ def _nvml_gpu(nv: Any, handle: Any, sysfs_root: Path) -> Gpu:  # nv: pynvml, unt
         bus_id=bus_id,
         mig_devices=tuple(migs),
         brand=NVML_BRANDS[brand] if isinstance(brand, int) and 0 < brand < len(NVML_BRANDS) else None,
+        fabric=fabric,
+        fabric_error=fabric_error,
     )
+
+
+def uuid_text(raw: bytes) -> str:
+    """16 bytes as RFC 4122 text: 8-4-4-4-12 lower-case hex digits (pure)."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _nvml_fabric(nv: Any, handle: Any) -> tuple[Fabric | None, str | None]:
+    """(fabric, None), (None, None) when NVML has no fabric for this GPU (not supported, or a library
+    without the call), or (None, why) when the call failed otherwise."""
+    if not hasattr(nv, "nvmlDeviceGetGpuFabricInfo") or not hasattr(nv, "c_nvmlGpuFabricInfo_t"):
+        return None, None
+    info = nv.c_nvmlGpuFabricInfo_t()
+    try:
+        nv.nvmlDeviceGetGpuFabricInfo(handle, nv.byref(info))
+    except nv.NVMLError as e:
+        if getattr(e, "value", None) in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+            return None, None
+        return None, f"nvmlDeviceGetGpuFabricInfo: {e}"
+    return Fabric(state=int(info.state), status=int(info.status), clique_id=int(info.cliqueId),
+                  cluster_uuid=uuid_text(bytes(info.clusterUuid))), None
 
 
 def _mig_attributes(attrs: Any) -> dict[str, int]:  # an NVML c_nvmlDeviceAttributes_t

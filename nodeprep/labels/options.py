@@ -30,7 +30,8 @@ def label_options(root: Path, settings: ProfileLabels | None = None, **overrides
     given = {k: v for k, v in overrides.items() if v is not None}
     live = os.path.realpath(root) == "/"
     rule: dict[str, Any] = {"root": Path(root), "cloud": settings.cloud, "extra": dict(settings.extra),
-                            "kernel": settings.kernel, "use_nvml": live, "run_nvidia_smi": live}
+                            "kernel": settings.kernel, "use_nvml": live, "run_nvidia_smi": live,
+                            "mig_strategy": settings.mig_strategy}
     if "sysfs_root" not in given:
         rule["sysfs_root"] = beneath(Path(root), "/sys")
         rule["driver_sysfs"] = None if live else Path("/sys")

@@ -22,6 +22,9 @@ from ..vocab import DRIVER_VERSION_RE
 log = logging.getLogger(__name__)
 
 STATE_FILE = "var/lib/nodeprep/state.json"
+MIG_STATE_FILE = "var/lib/nodeprep/mig.json"  # written by nodeprep.node.migapply (`nodeprep mig`)
+MIG_STATES = ("success", "pending", "failed")  # mig-manager's nvidia.com/mig.config.state values
+MIG_CONFIG_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 CURRENT_LINK = "opt/nvidia/current"
 STATE_MAX = 4 << 20  # state.json and manifests: nodeprep's own files, far below this
 
@@ -38,6 +41,8 @@ class SystemFacts:
     # else its newest one (a node booted into a kernel without modules shows both kernels).
     artifact_kernel: str | None = None
     artifact_os: str | None = None  # nodeprep's target OS of that artifact (e.g. debian-13)
+    mig_config: str | None = None  # the mig-config `nodeprep mig` last put in place (or tried to)
+    mig_config_state: str | None = None  # its outcome: success, pending or failed
 
 
 def os_release(root: Path, problems: list[str] | None = None) -> dict[str, str]:
@@ -162,5 +167,16 @@ def system_facts(root: Path, kernel: str | None = None, problems: list[str] | No
     rel = os_release(root, problems)
     kernel = kernel or (os.uname().release if is_live(root) else root_kernel(root))
     d = installed_driver(root, kernel)
+    mig = mig_state(root)
     return SystemFacts(rel.get("ID"), rel.get("VERSION_ID"), kernel, d.version, d.flavour, d.digest,
-                       d.artifact_kernel, d.artifact_os)
+                       d.artifact_kernel, d.artifact_os, *mig)
+
+
+def mig_state(root: Path) -> tuple[str | None, str | None]:
+    """(config, state) from ROOT/var/lib/nodeprep/mig.json; (None, None) when absent or not as
+    `nodeprep mig` writes it (a name that is not a label value, an unknown state)."""
+    data = _json(beneath(root, MIG_STATE_FILE))
+    config, state = data.get("config"), data.get("state")
+    if not isinstance(config, str) or not MIG_CONFIG_RE.fullmatch(config) or state not in MIG_STATES:
+        return None, None
+    return config, state

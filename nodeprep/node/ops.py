@@ -856,7 +856,8 @@ def _survey(
                 s.remove.append(s.node(child))
             else:
                 s.kept.append(f"{s.node(child)}: not installed by nodeprep; left in place")
-    for path in (layout.download_dir, layout.state_file, layout.lock_file):
+    # mig.json: `nodeprep mig`'s record (the GPUs' MIG layout itself is left as it is)
+    for path in (layout.download_dir, layout.state_file, layout.lock_file, layout.state_dir / "mig.json"):
         if path.exists() and not path.is_symlink():
             s.remove.append(s.node(path))
     # what nodeprep recorded making (created.json) and a killed run's folders (uninstall.json),

@@ -26,6 +26,8 @@ from .checks import (
     store,
     taints,
 )
+from .migparted import NAME_RE as MIG_CONFIG_NAME_RE
+from .migparted import mig_parted
 from .model import CA_HASH_RE, K8S_VERSION_RE
 from .rules import Rule, boolean, enum, list_of, mapping, string
 
@@ -163,6 +165,29 @@ FIELDS: tuple[Field, ...] = (
         enum("auto", "aws", "gce", "azure", "none"),
         "Cloud to read instance facts from: auto (DMI first), aws, gce, azure or none",
         flag="--cloud",
+    ),
+    Field(
+        "labels",
+        "mig_strategy",
+        enum("none", "single", "mixed"),
+        "GFD's MIG strategy for the GPU labels: none, single (gpu.product <model>-MIG-<profile>) or mixed "
+        "(nvidia.com/mig-<profile>.*)",
+        flag="--mig-strategy",
+    ),
+    # mig
+    Field(
+        "mig",
+        "config",
+        mig_parted,
+        "MIG layouts in mig-parted's format (version: v1, mig-configs: name -> entries of devices, "
+        "device-filter, mig-enabled, mig-devices), applied through NVML before labels and join",
+    ),
+    Field(
+        "mig",
+        "select",
+        string(MIG_CONFIG_NAME_RE, "is not a config name (a label value)", nullable=True),
+        "Which of mig.config's mig-configs this node gets (mig-manager's nvidia.com/mig.config); "
+        "default: the only one",
     ),
     # cluster
     Field(
@@ -307,6 +332,7 @@ SECTION_HELP = {
     "labels": "Node labels beyond the GPU facts",
     "cluster": "How to join Kubernetes (omit to skip joining)",
     "runtime": "Container runtime integration (containerd, CDI)",
+    "mig": "MIG layout applied before the node joins (omit to leave MIG as it is)",
 }
 
 

@@ -65,10 +65,28 @@ def _check_invariants(sections: Mapping[str, Mapping[str, Any]], insecure_skip_c
         problem = checks.store_transport(driver.get("store"), driver.get("insecure_http", False))
         if problem:
             problems.append(f"driver.store: {problem}")
+    problems += _mig_choice(sections.get("mig"))
     runtime = sections.get("runtime")
     if runtime and runtime.get("default_runtime") and not runtime.get("nvidia_runtime", True):
         problems.append("runtime.default_runtime: needs nvidia_runtime: true")
     return problems
+
+
+def _mig_choice(mig: Mapping[str, Any] | None) -> list[str]:
+    """mig.select names one of mig.config's mig-configs; without it mig.config has exactly one."""
+    if not mig:
+        return []
+    config, select = mig.get("config"), mig.get("select")
+    configs = config.get("mig-configs") if isinstance(config, dict) else None
+    if not isinstance(configs, dict):
+        return ["mig.select: needs mig.config"] if select is not None and config is None else []
+    names = [n for n in configs if isinstance(n, str)]
+    if select is None and len(names) > 1:
+        return [f"mig.select: required when mig.config has several mig-configs ({', '.join(names[:8])})"]
+    if isinstance(select, str) and select not in configs:
+        return [f"mig.select: {select!r} is not one of mig.config's mig-configs"
+                f"{_did_you_mean(select, names)}"]
+    return []
 
 
 def _driver_choice(driver: Mapping[str, Any]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The node profile's model: immutable sections (driver, labels, cluster, runtime) and the value
+"""The node profile's model: immutable sections (driver, labels, cluster, runtime, mig) and the value
 domains their fields are checked against (nodeprep/profile/rules.py)."""
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class Driver:
 class Labels:
     extra: dict[str, str] = field(default_factory=dict)
     cloud: str = "auto"
+    mig_strategy: str = "none"  # GFD's --mig-strategy
 
 
 @dataclass(frozen=True)
@@ -112,11 +113,18 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class Mig:
+    config: dict[str, Any] | None = None  # mig-parted's document, as profile.migparted checked it
+    select: str | None = None  # the mig-config to apply; None: the only one
+
+
+@dataclass(frozen=True)
 class Profile:
     driver: Driver
     labels: Labels = field(default_factory=Labels)
     cluster: Cluster | None = None
     runtime: Runtime = field(default_factory=Runtime)
+    mig: Mig = field(default_factory=Mig)
     source: str = field(default="profile", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,4 +151,5 @@ def to_plain(value: Any) -> Any:
     return value
 
 
-SECTIONS: dict[str, type] = {"driver": Driver, "labels": Labels, "cluster": Cluster, "runtime": Runtime}
+SECTIONS: dict[str, type] = {"driver": Driver, "labels": Labels, "cluster": Cluster, "runtime": Runtime,
+                             "mig": Mig}

@@ -57,6 +57,33 @@ def config(machine: str) -> Path:
     return root() / "configs" / name
 
 
+DERIVED = Path(__file__).resolve().parents[1] / "fixtures" / "mocknvml"  # patches, README there
+
+
+def _merge(base: object, patch: object) -> object:
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in patch.items()}}
+    return patch
+
+
+def derived(name: str, folder: Path) -> Path:
+    """The profile `tests/fixtures/mocknvml/<name>.yaml` describes (its `base` machine's profile with
+    the rest deep-merged over it; a `devices:` entry merges into the device with its `index`), written
+    to `folder/<name>.yaml`."""
+    import yaml
+
+    patch = yaml.safe_load((DERIVED / f"{name}.yaml").read_text())
+    profile = yaml.safe_load(config(patch.pop("base")).read_text())
+    for entry in patch.pop("devices", []):
+        device = next(d for d in profile["devices"] if d["index"] == entry["index"])
+        device.update(_merge(device, entry))  # type: ignore[arg-type]
+    profile = _merge(profile, patch)
+    out = folder / f"{name}.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(profile, sort_keys=False))
+    return out
+
+
 def env(cache: Path, machine: str | Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """An environment in which NVML is the mock answering as `machine` (a name or a YAML path)."""
     out = dict(base if base is not None else {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})

@@ -37,6 +37,7 @@ FLAG_COMMANDS: dict[str, tuple[str, ...]] = {
     "driver.gpus": ("install", "build-matrix"),  # and `profile check --gpus`
     "driver.branch_policy": ("install", "build-matrix"),
     "labels.cloud": ("labels",),
+    "labels.mig_strategy": ("labels",),
     "cluster.api_server": ("join",),
     "cluster.token_file": ("join", "cloud-init"),
     "cluster.kubernetes_version": ("join",),
@@ -59,6 +60,7 @@ ROLE_VARIABLES: dict[str, str] = {
     "nvidia_driver_branch_policy": "driver.branch_policy",
     "node_labels_extra": "labels.extra",
     "node_labels_cloud": "labels.cloud",
+    "node_labels_mig_strategy": "labels.mig_strategy",
     "kube_join_token_file": "cluster.token_file",
 }
 ROLE_PREFIX = {"nvidia_driver_": "driver", "node_labels_": "labels", "kube_join_": "cluster"}

@@ -346,6 +346,27 @@ def test_minimal_profile_gets_defaults() -> None:
             "runtime.cdi_hook_path: 'nvidia-cdi-hook' must be an absolute path",
             id="cdi-hook-path",
         ),
+        pytest.param(
+            "labels",
+            "mig_strategy",
+            "singel",
+            "labels.mig_strategy: 'singel' is not one of none, single, mixed (did you mean 'single'?)",
+            id="mig-strategy",
+        ),
+        pytest.param(
+            "mig",
+            "config",
+            {"version": "v2", "mig-configs": {"a": [{"devices": "all", "mig-enabled": False}]}},
+            "mig.config: version: 'v2' is not 'v1' (mig-parted's format)",
+            id="mig-config",
+        ),
+        pytest.param(
+            "mig",
+            "select",
+            "no such",
+            "mig.select: 'no such' is not a config name (a label value)",
+            id="mig-select",
+        ),
     ],
 )
 def test_every_field_reports_its_path(section: str, key: str, value: Any, message: str | None) -> None:

@@ -167,7 +167,7 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
         assert second.returncode == 2, second.stderr
         assert steps_of(second) == {"driver": "done", "modules": "done", "labels": "done", "runtime": "done",
                                     "join": "failed"}
-        assert "bootstrap-token" in json.loads(second.stdout)["steps"][4]["error"]
+        assert "bootstrap-token" in json.loads(second.stdout)["steps"][5]["error"]
         driver_tree = tree_state(root, ("opt/nvidia",))
 
         # the token arrives (cloud-init's write_files again): the rerun resumes at the join only
@@ -175,10 +175,10 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
         third = nodeprep(*argv)
         assert third.returncode == 0, third.stderr
         journal = [ln for ln in third.stderr.splitlines() if ln.startswith("bootstrap: ")]
-        done_before = ("driver", "modules", "labels", "runtime")
-        assert journal[:4] == [f"bootstrap: {s}: already done" for s in done_before]
-        assert journal[4].startswith("bootstrap: join: done in ") and "dry run" in journal[4]
-        assert journal[5].startswith("bootstrap: node ready in ")
+        done_before = ("driver", "modules", "mig", "labels", "runtime")
+        assert journal[:5] == [f"bootstrap: {s}: already done" for s in done_before]
+        assert journal[5].startswith("bootstrap: join: done in ") and "dry run" in journal[5]
+        assert journal[6].startswith("bootstrap: node ready in ")
         assert tree_state(root, ("opt/nvidia",)) == driver_tree
         for r in (first, second, third):
             assert TOKEN not in r.stdout + r.stderr
@@ -233,7 +233,7 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
     state = json.loads((root / "var/lib/nodeprep/bootstrap.json").read_text())
     (run,) = state["runs"].values()
     assert {n: s["status"] for n, s in run["steps"].items()} == dict.fromkeys(
-        ("driver", "modules", "labels", "runtime", "join"), "done")
+        ("driver", "modules", "mig", "labels", "runtime", "join"), "done")
 
     # a rerun after success changes nothing
     watched = ("opt", "etc", "var/lib/nodeprep", "usr/local", "lib/modules")

@@ -100,7 +100,7 @@ def test_cloud_init_writes_registry_credentials_and_bootstrap_installs_from_the_
             "--dry-run-join", "--nvidia-smi-xml", FIXTURE, "--json"]
     r = nodeprep(*argv)
     assert r.returncode == 0, r.stderr
-    assert steps_of(r) == {s: "done" for s in ("driver", "modules", "labels", "runtime", "join")}
+    assert steps_of(r) == {s: "done" for s in ("driver", "modules", "mig", "labels", "runtime", "join")}
     assert os.readlink(root / "opt/nvidia/current") == p.version
     assert "s3cret" not in r.stdout + r.stderr
     # bootstrap leaves the kernel hook; the files it records are the node's own (no --root prefix)

@@ -59,8 +59,8 @@ def test_bad_store_fails_the_first_step_and_resumes(tmp_path: Path) -> None:
     data = json.loads(out)
     assert data["ok"] is False and data["exit_code"] == 2
     assert [(s["name"], s["status"]) for s in data["steps"]] == [
-        ("driver", "failed"), ("modules", "pending"), ("labels", "pending"), ("runtime", "pending"),
-        ("join", "pending")]
+        ("driver", "failed"), ("modules", "pending"), ("mig", "pending"), ("labels", "pending"),
+        ("runtime", "pending"), ("join", "pending")]
     assert data["steps"][0]["error"] == f"driver.store: {store} is not a directory"  # a field, no flag
     state = json.loads((root / "var/lib/nodeprep/bootstrap.json").read_text())
     assert state["runs"][data["profile_digest"]]["steps"]["driver"]["status"] == "failed"
@@ -71,10 +71,10 @@ def test_bad_store_fails_the_first_step_and_resumes(tmp_path: Path) -> None:
     lines = [ln for ln in err.splitlines() if ln.startswith("bootstrap: ")]
     assert lines[0].startswith("bootstrap: driver: failed in ") and lines[0].endswith(
         f": driver.store: {store} is not a directory")
-    assert lines[1:5] == [f"bootstrap: {n}: not run (an earlier step failed)"
-                          for n in ("modules", "labels", "runtime", "join")]
-    assert lines[5].startswith("bootstrap: FAILED (rerun to resume) in ")
-    assert "1 failed, 4 pending" in lines[5]
+    assert lines[1:6] == [f"bootstrap: {n}: not run (an earlier step failed)"
+                          for n in ("modules", "mig", "labels", "runtime", "join")]
+    assert lines[6].startswith("bootstrap: FAILED (rerun to resume) in ")
+    assert "1 failed, 5 pending" in lines[6]
 
 
 def test_help_lists_the_steps() -> None:
@@ -132,7 +132,7 @@ def test_dry_run_join_prints_its_warnings_and_a_rerun_joins(tmp_path: Path) -> N
     assert len(warnings) == len(set(warnings))
     assert "bootstrap: join: done in " in err and "the next bootstrap joins" in err
     logged = [ln.split("]: ", 1)[1] for ln in (root / "var/log/nodeprep.log").read_text().splitlines()]
-    assert [ln.split(":")[0] for ln in logged] == ["driver", "modules", "labels", "runtime", "join"]
+    assert [ln.split(":")[0] for ln in logged] == ["driver", "modules", "mig", "labels", "runtime", "join"]
     assert logged[0] == f"driver: 535.309.01 active for kernel {KERNEL}"
     code, _, err = invoke(*args)
     assert "bootstrap: join: already done" not in err
@@ -193,9 +193,10 @@ def test_check_shows_the_whole_plan_and_changes_nothing(tmp_path: Path) -> None:
     assert journal[0].startswith("bootstrap: driver: done in ") and journal[0].endswith(
         f"(would install 535.309.01 for kernel {KERNEL} and activate it)")
     assert "doctor now: 2 finding(s)" in journal[1]
-    assert "would write /etc/containerd/config.toml" in journal[3]
-    assert "would run kubeadm join --config /etc/nodeprep/kubeadm-join.yaml" in journal[4]
-    assert journal[5].startswith("bootstrap: check: plan shown, nothing changed in ")
+    assert journal[2].endswith("(no mig.config in the profile: MIG left as it is)")
+    assert "would write /etc/containerd/config.toml" in journal[4]
+    assert "would run kubeadm join --config /etc/nodeprep/kubeadm-join.yaml" in journal[5]
+    assert journal[6].startswith("bootstrap: check: plan shown, nothing changed in ")
     found = [ln for ln in err.splitlines() if ln.startswith("warning: preflight: ")]
     assert found == [
         "warning: preflight: doctor: state: no NVIDIA driver installed by nodeprep (nodeprep install "
@@ -207,7 +208,7 @@ def test_check_shows_the_whole_plan_and_changes_nothing(tmp_path: Path) -> None:
     assert "warning: moved deprecated kubelet flags into KubeletConfiguration: max-pods" in err
     code, out, _ = invoke(*args, "--json")
     data = json.loads(out)
-    assert code == 0 and data["check"] is True and data["steps"][4]["result"]["written"] == []
+    assert code == 0 and data["check"] is True and data["steps"][5]["result"]["written"] == []
     assert sorted((str(x.relative_to(root)), x.is_dir()) for x in root.rglob("*")) == before
 
 
