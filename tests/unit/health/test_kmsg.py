@@ -28,16 +28,20 @@ def test_recorded_lines_give_code_address_and_time() -> None:
 def test_kmsg_records() -> None:
     x = parse_record("3,1234,917297993,-;NVRM: Xid (PCI:0000:1a:00): 79, pid=2211, name=python3, "
                      "GPU has fallen off the bus.\n SUBSYSTEM=pci\n DEVICE=+pci:0000:1a:00.0")
-    assert x == KernelXid(79, "0000:1a:00", "pid=2211, name=python3, GPU has fallen off the bus.", 917297993)
+    assert x == KernelXid(79, "0000:1a:00", "pid=2211, name=python3, GPU has fallen off the bus.",
+                          917297993)
     assert parse_record("6,99,1,-;nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver") is None
-    assert parse_record("6,99,1,c;NVRM: GPU at PCI:0000:2b:00: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae") is None
+    assert parse_record("6,99,1,c;NVRM: GPU at PCI:0000:2b:00: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae") \
+        is None
 
 
 def test_xid_154_action_is_the_one_the_line_names() -> None:
-    assert action_of(154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)") == "reset"
+    assert action_of(154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)") \
+        == "reset"
     assert action_of(154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x2 (Node Reboot "
                           "Required)") == "reboot"
-    assert action_of(154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)") == "ignore"
+    assert action_of(154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)") \
+        == "ignore"
     assert action_of(154) == "reset"
 
 
@@ -65,7 +69,8 @@ def test_any_text_parses_or_is_none(text: str) -> None:
 def test_reader_of_a_growing_file(tmp_path: Path) -> None:
     """A plain file of records (a capture) is read as lines as it grows; a partial line waits."""
     path = tmp_path / "kmsg"
-    path.write_text("6,1,5,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n3,2,6,-;NVRM: Xid (PCI:0000:4b:00): 7")
+    path.write_text("6,1,5,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n"
+                    "3,2,6,-;NVRM: Xid (PCI:0000:4b:00): 7")
     reader = KmsgReader(path)
     assert reader.read() == []
     with path.open("a") as f:

@@ -101,7 +101,8 @@ def test_mig_children_follow_their_parent() -> None:
     migs = v.to_dict()["gpus"][0]["mig_devices"]
     assert migs == [{"uuid": "MIG-aaaa", "healthy": False, "parent": "GPU-00000000"},
                     {"uuid": "MIG-bbbb", "healthy": False, "parent": "GPU-00000000"}]
-    assert all(m["healthy"] for m in judge(replace(parent, ecc_uncorrected=0)).to_dict()["gpus"][0]["mig_devices"])
+    healed = judge(replace(parent, ecc_uncorrected=0)).to_dict()["gpus"][0]["mig_devices"]
+    assert all(m["healthy"] for m in healed)
 
 
 def test_nvml_unavailable_is_unhealthy() -> None:
