@@ -158,7 +158,7 @@ class Nvml:
             retired = self._call(nv.nvmlDeviceGetRetiredPagesPendingStatus, h) if rows is None else None
             links: list[bool] = []
             errors: dict[str, int] = {}
-            for link in range(MAX_LINKS):
+            for link in range(self._link_count(h)):
                 state = self._call(nv.nvmlDeviceGetNvLinkState, h, link)
                 if state is None:
                     break
@@ -180,6 +180,15 @@ class Nvml:
             remap_pending=bool(rows and rows[2]), remap_failure=bool(rows and rows[3]),
             retired_pending=bool(retired), nvlink_active=tuple(links), nvlink_errors=errors,
             fabric_state=fabric_state, fabric_status=fabric_status, mig_children=children)
+
+    def _link_count(self, h: Any) -> int:
+        """How many NVLinks the GPU has (NVML_FI_DEV_NVLINK_LINK_COUNT), else every index NVML answers
+        for: a link index beyond the GPU's links reads as inactive, not as missing."""
+        nv = self.nv
+        values = self._call(nv.nvmlDeviceGetFieldValues, h, [nv.NVML_FI_DEV_NVLINK_LINK_COUNT])
+        if values and int(values[0].nvmlReturn) == 0:
+            return max(0, min(int(values[0].value.uiVal), MAX_LINKS))
+        return MAX_LINKS
 
     def _mig_children(self, h: Any) -> tuple[str, ...]:
         nv = self.nv

@@ -90,6 +90,7 @@ class GpuVerdict:
     findings: tuple[Finding, ...]
     mig_children: tuple[str, ...] = ()
     recovering: float | None = None  # healthy now, seconds of the hold still to wait
+    observed: Mapping[str, Any] = field(default_factory=dict)  # what was read (counters), for --json
 
     @property
     def healthy(self) -> bool:
@@ -112,6 +113,7 @@ class GpuVerdict:
                 "findings": [f.to_dict() for f in self.findings],
                 "mig_devices": [{"uuid": u, "healthy": self.healthy, "parent": self.uuid}
                                 for u in self.mig_children],
+                "observed": dict(self.observed),
                 **({"recovering_s": round(self.recovering, 1)} if self.recovering is not None else {})}
 
 
@@ -182,6 +184,17 @@ def _findings(g: GpuObservation, xids: list[XidEvent]) -> list[Finding]:
     return out
 
 
+def _observed(g: GpuObservation) -> dict[str, Any]:
+    if g.lost:
+        return {"lost": g.lost}
+    return {"ecc_uncorrected_volatile": g.ecc_uncorrected, "remapped_rows_pending": g.remap_pending,
+            "remapped_rows_failure": g.remap_failure, "retired_pages_pending": g.retired_pending,
+            "nvlink_active": f"{sum(g.nvlink_active)}/{len(g.nvlink_active)}",
+            "nvlink_errors": dict(g.nvlink_errors),
+            "fabric_state": None if g.fabric_state is None
+            else FABRIC_STATES.get(g.fabric_state, g.fabric_state)}
+
+
 def evaluate(obs: Observations, now: float, *, xid_window: float) -> NodeVerdict:
     """The verdict of one pass over `obs` at `now` (no hold: see `settle`)."""
     if obs.nvml_error is not None:
@@ -197,7 +210,8 @@ def evaluate(obs: Observations, now: float, *, xid_window: float) -> NodeVerdict
         else:
             per_gpu.setdefault(g.index, []).append(x)
     gpus = tuple(GpuVerdict(g.index, g.uuid, g.pci, tuple(_findings(g, per_gpu.get(g.index, []))),
-                            g.mig_children) for g in sorted(obs.gpus, key=lambda g: g.index))
+                            g.mig_children, observed=_observed(g))
+                 for g in sorted(obs.gpus, key=lambda g: g.index))
     return node_verdict(gpus, orphans)
 
 
