@@ -100,7 +100,14 @@ def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, check: bool)
 
     cfg = load_kubeconfig(kubeconfig)
     while True:
-        for line in verify_nodes(cfg, check=check):
+        try:
+            lines = verify_nodes(cfg, check=check)
+        except NodeprepError as e:  # the API server away or starting (503): next pass
+            if once or check or isinstance(e, InputError):
+                raise
+            click.echo(f"warning: {e}; next pass in {interval:g}s", err=True)
+            lines = []
+        for line in lines:
             click.echo(line)
         if once or check:
             return
