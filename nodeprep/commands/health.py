@@ -36,7 +36,7 @@ KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
               help="Seconds a GPU must stay healthy before it counts as healthy again (no flapping).")
 @click.option("--xid-window", type=click.FloatRange(1, 7 * 86400), default=3600.0, show_default=True,
               help="Seconds an Xid whose action is not `ignore` keeps its GPU unhealthy.")
-@click.option("--interval", type=click.FloatRange(1, 3600), default=10.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(1, 3600), default=2.0, show_default=True,
               help="--watch: seconds between reads of the GPUs' state when no event comes.")
 @click.option("--kmsg", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Kernel log to read Xid lines from (default /dev/kmsg; a file of records or "

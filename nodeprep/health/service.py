@@ -32,7 +32,7 @@ MAX_XIDS = 256  # Xids remembered (the newest); older ones fall out of the windo
 class Settings:
     hold: float = 60.0  # seconds a GPU must be healthy before it counts as healthy again
     xid_window: float = 3600.0  # seconds an Xid (action other than ignore) keeps its GPU unhealthy
-    interval: float = 10.0  # seconds between reads of the GPUs' state when no event comes
+    interval: float = 2.0  # seconds between reads of the GPUs' state when no event comes
     kmsg: Path | None = KMSG  # None: not read
     settle_ms: int = 500  # one look: how long to wait for events before the final read
 
