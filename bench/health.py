@@ -141,7 +141,8 @@ def main() -> int:
         env = mocknvml.env(cache, "h100")
         env["MOCK_NVML_OVERRIDES"] = str(overrides)
         proc = subprocess.Popen([sys.executable, "-m", "nodeprep.cli", "health", "--watch", "--apply",
-                                 "--kubeconfig", str(kubeconfig), "--node", NODE, "--hold", "1", "--xid-window", "2",
+                                 "--kubeconfig", str(kubeconfig), "--node", NODE, "--hold", "1",
+                                 "--xid-window", "2",
                                  "--interval", f"{args.interval:g}",
                                  "--no-kmsg"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                 stderr=(Path(tmp) / "health.log").open("wb"))
@@ -177,7 +178,8 @@ def main() -> int:
     print(f"  resident memory       {rest_rss:6.1f} MB (goal <= 30 MB)  "
           f"{goals.at_most('RSS at rest <= 30 MB', rest_rss, 30.0)}")
     print(f"per event ({args.events} faults: GPU 0 off the bus with Xid 79, then healed):")
-    print(f"  fault to the API      {max(latencies):6.2f} s worst, {min(latencies):.2f} s best (goal <= 2 s)  "
+    print(f"  fault to the API      {max(latencies):6.2f} s worst, {min(latencies):.2f} s best "
+          "(goal <= 2 s)  "
           f"{goals.at_most('event on the API <= 2 s', max(latencies), 2.0)}")
     print(f"  CPU per event         {max(cpus):6.0f} ms worst, {min(cpus):.0f} ms best (for information)")
     print(f"  resident after events {peak:6.1f} MB (for information)")
