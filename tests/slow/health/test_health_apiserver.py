@@ -10,7 +10,8 @@ process re-reads): no GPU here.
 - GPU 0 falls off the bus with Xid 79: False with reason XID79 naming index, UUID and PCI address;
   the fault cleared: True again after the hold, taint lifted;
 - kube-apiserver stopped and started again: the service keeps running and writes what happened
-  meanwhile once the API server is back.
+  meanwhile once the API server is back;
+- one look (`nodeprep health --apply`, `--check`) on the mock's `example-h100-faults`.
 """
 
 from __future__ import annotations
@@ -158,3 +159,30 @@ def test_condition_and_taint_follow_a_fault_and_survive_the_api_server(
     shutil.copyfile(FIXTURES / "healed.yaml", overrides)
     wait_status(cp, name, "True", "healthy at the end")
     cp.wait("no taint at the end", lambda: not tainted(cp, name), timeout=30)
+
+
+def test_one_look_applies_and_checks(control_plane: ControlPlane, test_cache: Path) -> None:
+    """`nodeprep health --apply` (one look) writes the condition with the node's credential and exits 1
+    on the mock's faults; `--check` prints the condition it would write and changes nothing."""
+    import json
+
+    cp, name = control_plane, "np-health-once"
+    register(cp, name)
+    conf = str(cp.node_credential(name))
+    env = mocknvml.env(test_cache, "example-h100-faults")
+    base = [sys.executable, "-m", "nodeprep.cli", "health", "--json", "--no-kmsg", "--apply", "--kubeconfig",
+            conf, "--node", name]
+    r = subprocess.run([*base, "--check"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    planned = json.loads(r.stdout)["would_write"]["condition"]
+    assert planned["status"] == "False" and planned["reason"] == "RowRemapFailure"
+    assert condition(cp, name) is None  # nothing written
+    r = subprocess.run(base, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    written = condition(cp, name)
+    assert written is not None and written["status"] == "False" and written["reason"] == "RowRemapFailure"
+    assert "GPU 2 (GPU-01000100-0000-0000-0000-000000000002, 00000000:4A:00.0): NVML cannot reach the GPU" \
+        in written["message"]
+    assert f"node {name}: GPUHealthy=False reason RowRemapFailure" in r.stderr
+    conditions = cp.api("GET", f"/api/v1/nodes/{name}").json()["status"]["conditions"]
+    assert [c["type"] for c in conditions] == ["GPUHealthy"]  # merged by type: nothing else added
