@@ -243,17 +243,28 @@ def node_verdict(gpus: tuple[GpuVerdict, ...], orphans: list[XidEvent] | None = 
 @dataclass(frozen=True)
 class Held:
     """What `settle` remembers per GPU (by UUID): its last unhealthy verdict and since when (on the
-    `now` clock) it has been healthy again."""
+    `now` clock) it has been healthy again; and the same for the node when no GPU could be judged
+    (NVML unavailable)."""
 
     last_bad: Mapping[str, GpuVerdict] = field(default_factory=dict)
     healthy_since: Mapping[str, float] = field(default_factory=dict)
+    node_bad: NodeVerdict | None = None
+    node_since: float | None = None
 
 
 def settle(held: Held, verdict: NodeVerdict, now: float, *, hold: float) -> tuple[Held, NodeVerdict]:
     """The verdict to report: a GPU that was unhealthy stays reported unhealthy (with its last
-    findings) until it has been healthy for `hold` seconds without a break."""
+    findings) until it has been healthy for `hold` seconds without a break; so does the node after a
+    verdict without GPUs (NVML unavailable)."""
     if not verdict.gpus:
+        if not verdict.healthy:
+            return replace(held, node_bad=verdict, node_since=None), verdict
         return held, verdict
+    if held.node_bad is not None:
+        start = held.node_since if held.node_since is not None else now
+        if now - start < hold:
+            return replace(held, node_since=start), held.node_bad
+        held = replace(held, node_bad=None, node_since=None)
     last_bad = dict(held.last_bad)
     since = dict(held.healthy_since)
     out = []

@@ -136,3 +136,14 @@ def test_hold_unhealthy_at_once_healthy_after_the_hold() -> None:
     held, v = settle(held, evaluate(good, 56, xid_window=1), 56, hold=30)
     assert v.healthy and v.reason == "GPUsHealthy"
     assert held == Held()
+
+
+def test_hold_after_nvml_was_unavailable() -> None:
+    """NVML gone then back: the node stays unhealthy for the hold, like a GPU."""
+    gone = Observations((), nvml_error="nvmlInit: Driver Not Loaded")
+    held, v = settle(Held(), evaluate(gone, 0, xid_window=1), 0, hold=30)
+    assert v.reason == "NVMLUnavailable"
+    held, v = settle(held, evaluate(Observations(GPUS), 1, xid_window=1), 1, hold=30)
+    assert not v.healthy and v.reason == "NVMLUnavailable"
+    held, v = settle(held, evaluate(Observations(GPUS), 31, xid_window=1), 31, hold=30)
+    assert v.healthy and held == Held()
