@@ -119,11 +119,11 @@ def _watch(settings: Settings, cfg: KubeConfig | None, name: str | None) -> None
         serve(settings, None, echo, Stop())
         return
     from ..health.publish import Publisher
-    from ..kubeapi import api_session
+    from ..kubeapi import connection
 
     publisher = Publisher(cfg, name or "")
-    with api_session(cfg) as session:
-        serve(settings, lambda v: publisher.offer(v, session), echo, Stop())
+    with connection(cfg) as conn:
+        serve(settings, lambda v: publisher.offer(v, conn), echo, Stop())
 
 
 COMMANDS = [health_cmd]

@@ -15,7 +15,6 @@ retries with a backoff (1 s doubling to 30 s), so the service outlives an API se
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -23,10 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-import requests
-
-from ..errors import NetworkError, NodeprepError
-from ..kubeapi import KubeConfig, api_session, status_message
+from ..errors import NodeprepError
+from ..kubeapi import Connection, KubeConfig, connection
 from .verdict import NodeVerdict
 
 log = logging.getLogger(__name__)
@@ -59,36 +56,29 @@ def current_condition(node: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _url(cfg: KubeConfig, node: str, sub: str = "") -> str:
-    return f"{cfg.server}/api/v1/nodes/{quote(node, safe='')}{sub}"
+def _path(node: str, sub: str = "") -> str:
+    return f"/api/v1/nodes/{quote(node, safe='')}{sub}"
 
 
-def write_condition(cfg: KubeConfig, node: str, verdict: NodeVerdict, *, timeout: float = 10.0,
-                    session: requests.Session | None = None) -> dict[str, Any]:
+def write_condition(cfg: KubeConfig, node: str, verdict: NodeVerdict, *,
+                    conn: Connection | None = None) -> dict[str, Any]:
     """GET the Node, PATCH its GPUHealthy condition; the condition written. NetworkError when the API
     server does not answer, NodeprepError when it refuses."""
-    def run(s: requests.Session) -> dict[str, Any]:
-        try:
-            r = s.get(_url(cfg, node), timeout=timeout)
-            if r.status_code != 200:
-                raise NodeprepError(f"{cfg.server}: reading node {node!r} failed (HTTP {r.status_code} "
-                                    f"{status_message(r)})")
-            cond = condition(verdict, current_condition(r.json()), _now())
-            r = s.patch(_url(cfg, node, "/status"), data=json.dumps(status_patch(cond)), timeout=timeout,
-                        headers={"Content-Type": STRATEGIC})
-        except requests.exceptions.SSLError as e:
-            raise NetworkError(f"{cfg.server}: TLS verification failed ({e})") from None
-        except requests.RequestException as e:
-            raise NetworkError(f"{cfg.server}: {type(e).__name__}: {e}") from None
-        if r.status_code != 200:
+    def run(c: Connection) -> dict[str, Any]:
+        status, body, message = c.request("GET", _path(node))
+        if status != 200 or not isinstance(body, dict):
+            raise NodeprepError(f"{cfg.server}: reading node {node!r} failed (HTTP {status} {message})")
+        cond = condition(verdict, current_condition(body), _now())
+        status, _, message = c.request("PATCH", _path(node, "/status"), status_patch(cond), STRATEGIC)
+        if status != 200:
             raise NodeprepError(f"{cfg.server}: patching the status of node {node!r} failed "
-                                f"(HTTP {r.status_code} {status_message(r)})")
+                                f"(HTTP {status} {message})")
         return cond
 
-    if session is not None:
-        return run(session)
-    with api_session(cfg) as s:
-        return run(s)
+    if conn is not None:
+        return run(conn)
+    with connection(cfg) as c:
+        return run(c)
 
 
 @dataclass
@@ -114,13 +104,13 @@ class Publisher:
         key = (verdict.status, verdict.reason, verdict.message)
         return key != self.written or now - self.last_write >= self.heartbeat
 
-    def offer(self, verdict: NodeVerdict, session: requests.Session) -> str | None:
+    def offer(self, verdict: NodeVerdict, conn: Connection) -> str | None:
         """Write `verdict` when it is due; a line saying what happened when something did."""
         if not self.due(verdict):
             return None
         now = self.clock()
         try:
-            cond = write_condition(self.cfg, self.node, verdict, session=session)
+            cond = write_condition(self.cfg, self.node, verdict, conn=conn)
         except NodeprepError as e:
             self.failures += 1
             self.backoff = min(30.0, max(1.0, self.backoff * 2))
