@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests/fixtures/mocknvml"
 
 
-def health(cache: Path, machine: str, *args: str,
+def health(cache: Path, machine: str | Path, *args: str,
            overrides: Path | None = None) -> tuple[int, dict[str, Any]]:
     env = mocknvml.env(cache, machine)
     if overrides is not None:
@@ -114,3 +114,18 @@ def test_bad_input_is_exit_2(test_cache: Path, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "nodeprep.cli", "health", "--hold", "-1"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "error:" in r.stderr
+
+
+def test_mig_mode_without_mig_devices(test_cache: Path, tmp_path: Path) -> None:
+    """The mock's H100 profile with MIG mode on (its `device_defaults.mig` block, written here): NVML
+    says MIG is enabled but the mock simulates no MIG devices (`nvmlDeviceGetMigDeviceHandleByIndex`
+    NOT_FOUND), so there are none to list; the GPUs stay healthy and nothing breaks. That MIG devices
+    carry their parent's verdict is tested on the pure core (test_verdict.py)."""
+    import yaml
+
+    profile = yaml.safe_load(mocknvml.config("h100").read_text())
+    profile["device_defaults"]["mig"].update(mode_current="enabled", mode_pending="enabled")
+    path = tmp_path / "h100-mig.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    code, out = health(test_cache, path, "--no-kmsg")
+    assert code == 0 and out["healthy"] and [g["mig_devices"] for g in out["gpus"]] == [[]] * 8
