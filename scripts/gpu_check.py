@@ -7,6 +7,8 @@ check and a closing summary; exit 0 when every check passed, 1 when one failed.
 2. versions the loaded kernel module, NVML, nvidia-smi and libnvidia-ml.so.1 name one driver version;
             nvidia-smi's CUDA version is the one nodeprep's table gives for that driver
 3. doctor   `nodeprep doctor` on / (gpu + device nodes; every check when nodeprep installed the driver)
+   health   `nodeprep health --json` (read only: NVML, its events for half a second, the kernel log):
+            every GPU healthy (docs/node.md "GPU health after the join")
 4. cdi      the CDI spec generated from the live driver's libraries (mirrored into a driver root under
             --work) is valid against the CDI schema, and its mounts and device nodes exist
 With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPREP_NVIDIA_BIN has them):
@@ -190,6 +192,24 @@ def check_doctor(report: Report, driver: str | None) -> None:
     scope = "all checks" if nodeprep_driver else "gpu, devices (driver not installed by nodeprep)"
     report.line("doctor", r.returncode == 0 and bool(checks) and all(c["ok"] for c in checks),
                 f"[{scope}] {summary}")
+
+
+def check_health(report: Report) -> None:
+    """The GPU health verdict of this machine, read only (nothing is written to a cluster)."""
+    r = nodeprep("health", "--json")
+    try:
+        data = json.loads(r.stdout)
+    except ValueError:
+        report.line("health", False, f"exit {r.returncode}: {r.stderr.strip()[:300]}")
+        return
+    gpus = data.get("gpus", [])
+    cond = data.get("condition", {})
+    names = ", ".join(f"GPU {g['index']} ({g['uuid']}, {g['pci']})" for g in gpus)
+    message = (f"{len(gpus)} GPU(s) healthy: {names}" if data.get("healthy")
+               else f"{cond.get('reason')}: {cond.get('message')}")
+    notes = "; ".join(data.get("notes", []))
+    report.line("health", r.returncode == 0 and bool(data.get("healthy")) and bool(gpus),
+                message + (f" (notes: {notes})" if notes else ""))
 
 
 def mirror_driver_root(root: Path, version: str, libs: dict[str, Path]) -> int:
@@ -454,6 +474,7 @@ def main() -> int:
     nvml, smi = check_labels(report, args.work)
     driver = check_versions(report, nvml, smi, libs)
     check_doctor(report, driver)
+    check_health(report)
     spec = check_cdi(report, args.work, driver, libs)
     if args.nvidia_bin is not None:
         def binary(name: str) -> Path | None:

@@ -92,13 +92,22 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
 @check_option("One pass that prints the taint changes it would make and changes nothing.")
 def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, check: bool) -> None:
     """Cluster side: lift nodeprep.dev/unverified:NoSchedule from nodes whose GPU self-test verdict is
-    valid for their current boot and driver; put it back on GPU nodes without one."""
+    valid for their current boot and driver; put it back on GPU nodes without one. Keep
+    nodeprep.dev/gpu-unhealthy:NoSchedule on nodes whose condition GPUHealthy is False (nodeprep
+    health), and lift it when it is True again."""
     from ..join.verification import verify_nodes
     from ..kubeapi import load_kubeconfig
 
     cfg = load_kubeconfig(kubeconfig)
     while True:
-        for line in verify_nodes(cfg, check=check):
+        try:
+            lines = verify_nodes(cfg, check=check)
+        except NodeprepError as e:  # the API server away or starting (503): next pass
+            if once or check or isinstance(e, InputError):
+                raise
+            click.echo(f"warning: {e}; next pass in {interval:g}s", err=True)
+            lines = []
+        for line in lines:
             click.echo(line)
         if once or check:
             return

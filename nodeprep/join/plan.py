@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, StateError
+from ..health import unit as healthunit
 from ..kubeletflags import SortedArgs, check_version, sort_args
 from ..profile import Cluster, Profile
 from ..profile.load import CA_PIN_REQUIRED
@@ -340,6 +341,21 @@ def kubelet_actions(root: Path, *, changed: bool, joined: bool, live: bool) -> l
     return actions
 
 
+def health_files(root: Path) -> list[FileChange]:
+    """The GPU health service's unit and the kubelet drop-in that wants it (nodeprep.health.unit)."""
+    return [FileChange(under(root, target), target, content, 0o644) for target, content in healthunit.files()]
+
+
+def health_actions(*, changed: bool, live: bool) -> list[Action]:
+    """On a live node whose health unit changed: reload systemd and (re)start the service (after the
+    join: it needs the kubelet's kubeconfig, and retries until that is there). An image root needs
+    nothing: the kubelet wants the service at first boot."""
+    if not (live and changed):
+        return []
+    return [Action(("systemctl", "daemon-reload"), "GPU health unit changed"),
+            Action(("systemctl", "restart", healthunit.UNIT), "GPU health service (nodeprep health --watch)")]
+
+
 def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
     """Everything a join would write and run. Raises InputError for bad input (token, CA pins,
     flags, labels); preflight problems are returned in `plan.preflight`, not raised."""
@@ -369,6 +385,9 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
         actions = kubelet_actions(root, changed=changed, joined=joined, live=options.live)
         record = enablement.record_change(root) if any("enable" in a.argv for a in actions) else None
         files += [record] if record else []  # written before the enable runs
+    health = health_files(root)
+    files += health
+    actions += health_actions(changed=any(f.changed for f in health), live=options.live)
     preflight = list(runtime.preflight) + ([] if options.skip_preflight else probe.doctor_problems(root))
     discovery = None
     if options.discovery and not joined:

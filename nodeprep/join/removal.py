@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..health import unit as healthunit
 from ..node import imagefile, ops
 from ..node.callbacks import Removal, Undo
 from ..node.crash import crash_point
@@ -186,6 +187,8 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
         paths |= {enablement.record_target(root)[1], *(u.target for u in enabled)}
     restart = ("containerd.service",) if any("containerd" in u.target for u in undo) else ()
     stop = (enablement.UNIT,) if any(u.target in kubelet for u in undo) else ()
+    if any(u.target == healthunit.UNIT_PATH for u in undo):  # its unit goes: the service stops first
+        stop = (healthunit.UNIT, *stop)
     return Removal(undo=tuple(undo), kept=tuple(kept), restart=restart, stop=stop,
                    paths=tuple(sorted(paths)))
 

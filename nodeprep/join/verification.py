@@ -14,6 +14,10 @@ the node cannot lift it; plain RBAC cannot limit a credential to one taint on on
   it back on any GPU node without a valid verdict (a reboot or a driver change makes the old digest
   stale; a node that registered anew without the taint gets it back).
 
+The same controller keeps `nodeprep.dev/gpu-unhealthy:NoSchedule` on a node while its condition
+`GPUHealthy` is False (`nodeprep health --apply`/the nodeprep-health service write it on the Node's
+status with the node's own credential) and lifts it when the condition is True again or gone.
+
 The verdict is the node's claim: this protects against broken GPUs and stale state, not against a
 node whose root is compromised (it could publish a valid digest without testing).
 """
@@ -31,10 +35,11 @@ from urllib.parse import quote
 import requests
 
 from ..errors import InputError, NetworkError, NodeprepError
+from ..health.publish import CONDITION
 from ..kubeapi import PATCH_TYPE, KubeConfig, api_session, status_message
 from ..labels.core import PREFIX, VERIFIED_LABEL
 from ..node.selftest import Verdict
-from ..profile import UNVERIFIED_TAINT
+from ..profile import UNHEALTHY_TAINT, UNVERIFIED_TAINT
 
 log = logging.getLogger(__name__)
 
@@ -149,27 +154,60 @@ def is_gpu_node(node: Mapping[str, Any]) -> bool:
     return str(capacity.get(GPU_RESOURCE, "0")) not in ("0", "")
 
 
-def _tainted(node: Mapping[str, Any]) -> bool:
-    return any(t.get("key") == UNVERIFIED_TAINT.key for t in (node.get("spec") or {}).get("taints") or [])
+def _tainted(node: Mapping[str, Any], key: str = UNVERIFIED_TAINT.key) -> bool:
+    return any(t.get("key") == key for t in (node.get("spec") or {}).get("taints") or [])
 
 
-def reconcile(node: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """(merge patch or None, one-line reason) for one Node (pure)."""
-    meta = _meta(node)
-    taints = list((node.get("spec") or {}).get("taints") or [])
-    label = (meta.get("labels") or {}).get(VERIFIED_LABEL)
+def health_of(node: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(status, reason) of the Node's GPUHealthy condition (nodeprep health --apply), None without."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == CONDITION:
+            return str(c.get("status")), str(c.get("reason") or "")
+    return None
+
+
+def _verified_change(node: Mapping[str, Any], taints: list[Any]) -> tuple[list[Any], str | None]:
+    """The unverified taint's rule: lifted by a valid self-test verdict, restored without one."""
+    label = (_meta(node).get("labels") or {}).get(VERIFIED_LABEL)
     want = expected_digest(node)
     valid = want is not None and label == want
     if valid and _tainted(node):
-        kept = [t for t in taints if t.get("key") != UNVERIFIED_TAINT.key]
-        reason = "GPU self-test passed for this boot and driver: taint removed"
-    elif not valid and not _tainted(node) and is_gpu_node(node):
-        kept = [*taints, UNVERIFIED_TAINT.to_dict()]
+        return ([t for t in taints if t.get("key") != UNVERIFIED_TAINT.key],
+                "GPU self-test passed for this boot and driver: taint removed")
+    if not valid and not _tainted(node) and is_gpu_node(node):
         why = ("self-test failed" if label == FAILED else "no verdict" if label is None
                else "verdict is stale (another boot or driver)")
-        reason = f"no valid GPU verdict ({why}): taint added"
-    else:
+        return [*taints, UNVERIFIED_TAINT.to_dict()], f"no valid GPU verdict ({why}): taint added"
+    return taints, None
+
+
+def _health_change(node: Mapping[str, Any], taints: list[Any]) -> tuple[list[Any], str | None]:
+    """The unhealthy taint's rule: on while GPUHealthy is False, off otherwise (True, Unknown, none)."""
+    health = health_of(node)
+    tainted = _tainted(node, UNHEALTHY_TAINT.key)
+    if health is not None and health[0] == "False" and not tainted:
+        return ([*taints, UNHEALTHY_TAINT.to_dict()],
+                f"GPUHealthy=False ({health[1]}): {UNHEALTHY_TAINT} added")
+    if (health is None or health[0] != "False") and tainted:
+        now = f"GPUHealthy={health[0]}" if health else "no GPUHealthy condition"
+        return ([t for t in taints if t.get("key") != UNHEALTHY_TAINT.key],
+                f"{now}: {UNHEALTHY_TAINT} removed")
+    return taints, None
+
+
+def reconcile(node: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """(merge patch or None, one-line reason) for one Node (pure): the unverified taint by the
+    self-test verdict, the unhealthy taint by the GPUHealthy condition."""
+    meta = _meta(node)
+    kept = list((node.get("spec") or {}).get("taints") or [])
+    reasons = []
+    for rule in (_verified_change, _health_change):
+        kept, why = rule(node, kept)
+        if why:
+            reasons.append(why)
+    if not reasons:
         return None, "unchanged"
+    reason = "; ".join(reasons)
     patch: dict[str, Any] = {"spec": {"taints": kept}}
     if meta.get("resourceVersion"):
         patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}

@@ -17,6 +17,7 @@ from .load import DEFAULT_PATH, MAX_PROBLEMS, load_profile, parse_profile, profi
 from .model import (
     GPU_TAINT,
     SECTIONS,
+    UNHEALTHY_TAINT,
     UNVERIFIED_TAINT,
     Cluster,
     Driver,
@@ -37,6 +38,7 @@ __all__ = [
     "SCHEMA_PATH",
     "SECTIONS",
     "SECTION_HELP",
+    "UNHEALTHY_TAINT",
     "UNVERIFIED_TAINT",
     "Cluster",
     "Driver",

@@ -36,6 +36,8 @@ class Taint:
 
 GPU_TAINT = Taint("nvidia.com/gpu", "NoSchedule", "present")
 UNVERIFIED_TAINT = Taint("nodeprep.dev/unverified", "NoSchedule")
+# while the node's condition GPUHealthy is False (nodeprep health; lifted by nodeprep verify-nodes)
+UNHEALTHY_TAINT = Taint("nodeprep.dev/gpu-unhealthy", "NoSchedule")
 
 
 @dataclass(frozen=True)

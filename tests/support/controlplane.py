@@ -320,6 +320,19 @@ class ControlPlane:
         raise RuntimeError(f"kube-apiserver not ready after {START_TIMEOUT:.0f}s ({last})\n"
                            + self.log_tails())
 
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver alone (etcd keeps the cluster's state); `start_apiserver` brings it back."""
+        p = self.procs["kube-apiserver"]
+        procs.terminate_group(p)
+        procs.wait_or_kill_group(p, 10)
+
+    def start_apiserver(self) -> None:
+        """kube-apiserver again, with the flags it had, on the same port; waits until it is ready."""
+        args = self.procs["kube-apiserver"].args
+        argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+        self._spawn("kube-apiserver", argv)
+        self._wait_ready()
+
     def kubeadm(self, *args: str, check: bool = True,
                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
         r = subprocess.run([str(self.bins["kubeadm"]), *args], capture_output=True, text=True,

@@ -23,6 +23,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sources", ("sources",)),
     ("targets", ("targets",)),
     ("join", ("join",)),
+    ("health", ("health",)),
     ("node", ("node",)),
     ("containers", ("containerhooks", "cuda")),
     ("labels", ("labels",)),

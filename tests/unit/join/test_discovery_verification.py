@@ -8,6 +8,7 @@ import datetime
 import hashlib
 import hmac
 import json
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -77,6 +78,32 @@ def test_reconcile() -> None:
     patch, why = reconcile(_node([], None))
     assert patch is not None and "no verdict" in why
     assert reconcile({"metadata": {"name": "cpu-node", "labels": {}}, "spec": {}}) == (None, "unchanged")
+
+
+UNHEALTHY = {"key": "nodeprep.dev/gpu-unhealthy", "effect": "NoSchedule"}
+
+
+def test_reconcile_the_unhealthy_taint_follows_gpuhealthy() -> None:
+    """`nodeprep health` writes GPUHealthy; the controller adds the unhealthy taint while it is False
+    and lifts it when it is True or gone, beside the unverified taint's rule."""
+    good = verdict_digest("n1", "b1", "535.54.03")
+
+    def with_health(node: dict[str, Any], status: str | None) -> dict[str, Any]:
+        if status is not None:
+            node["status"]["conditions"] = [{"type": "Ready", "status": "True"},
+                                            {"type": "GPUHealthy", "status": status, "reason": "XID79"}]
+        return node
+
+    patch, why = reconcile(with_health(_node([OTHER], good), "False"))
+    assert patch is not None and patch["spec"]["taints"] == [OTHER, UNHEALTHY]
+    assert why == "GPUHealthy=False (XID79): nodeprep.dev/gpu-unhealthy:NoSchedule added"
+    assert reconcile(with_health(_node([OTHER, UNHEALTHY], good), "False")) == (None, "unchanged")
+    patch, why = reconcile(with_health(_node([UNHEALTHY, OTHER], good), "True"))
+    assert patch is not None and patch["spec"]["taints"] == [OTHER] and "removed" in why
+    patch, why = reconcile(with_health(_node([UNHEALTHY], good), None))
+    assert patch is not None and patch["spec"]["taints"] == [] and "no GPUHealthy condition" in why
+    patch, why = reconcile(with_health(_node([], None), "False"))  # both rules at once
+    assert patch is not None and patch["spec"]["taints"] == [TAINT, UNHEALTHY] and "no verdict" in why
 
 
 def test_verdict_patch_binds_boot_and_driver() -> None:

@@ -173,7 +173,7 @@ def test_second_run_changes_nothing(node_root: Path, tmp_path: Path, smi_xml: Pa
     prof = profile(tmp_path)
     code, js, _ = run_join(join_args(node_root, prof, smi_xml, "--json"))
     first = json.loads(js)
-    assert code == 0 and first["changed"] is True and len(first["written"]) == 9
+    assert code == 0 and first["changed"] is True and len(first["written"]) == 11
     snapshot = {p: p.read_bytes() for p in node_root.rglob("*") if p.is_file()}
     code, js, _ = run_join(join_args(node_root, prof, smi_xml, "--json"))
     second = json.loads(js)

@@ -290,6 +290,7 @@ def joinable_root(root: Path, mode: str) -> Path:
 
 
 STOP_UNDER_ROOT = "kubelet.service: not stopped: with --root, uninstall never touches the running system"
+HEALTH_UNDER_ROOT = STOP_UNDER_ROOT.replace("kubelet.service", "nodeprep-health.service")
 
 
 @pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
@@ -306,7 +307,11 @@ def test_uninstall_under_a_root_says_it_leaves_the_running_kubelet(store: Path, 
     assert check.exit_code == 0, check.output
     assert STOP_UNDER_ROOT in check.stdout.splitlines() and "systemctl" not in check.stdout
     plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
-    assert plan["notes"] == [STOP_UNDER_ROOT] and not [c for c in plan["commands"] if c[0] == "systemctl"]
+    # join's GPU health service (nodeprep.health.unit) is stopped before its unit goes, then the kubelet
+    assert plan["notes"] == [HEALTH_UNDER_ROOT, STOP_UNDER_ROOT]
+    assert not [c for c in plan["commands"] if c[0] == "systemctl"]
+    assert {"/etc/systemd/system/nodeprep-health.service",
+            "/etc/systemd/system/kubelet.service.d/20-nodeprep-health.conf"} <= set(plan["remove"])
 
 
 def test_the_live_plan_stops_kubelet_before_anything_else() -> None:
