@@ -144,5 +144,8 @@ def build_userspace(run: Path, driver_version: str, dest_dir: Path, *, arch: str
         tree, payload = Path(tmp) / "tree", Path(tmp) / "payload"
         runfile.extract_files(run, sorted({p.src for p in placements if p.src}), tree)
         contents = layout_payload(tree, payload, placements, source=run.name)
+        extra: dict[str, object] = {"source": {"kind": "runfile", "name": run.name}}
+        if "nvidia-persistenced" in contents["bin"]:  # the installer's own: the driver's version
+            extra["persistenced"] = {"version": driver_version, "from": "runfile"}
         return userspace.pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs,
-                                        contents, {"source": {"kind": "runfile", "name": run.name}})
+                                        contents, extra)

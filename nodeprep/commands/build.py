@@ -211,6 +211,18 @@ def _preview(req: Any, in_container: bool, as_json: bool) -> None:
     "--open-source-sha256", default=None, metavar="HEX", help="sha256 of --open-source (required with it)."
 )
 @click.option(
+    "--persistenced-source",
+    default=None,
+    metavar="URL",
+    help="Build nvidia-persistenced from this `git archive` of NVIDIA's nvidia-persistenced tag "
+    "(nvidia-persistenced-<driver>.tar.gz; http(s)://, file:// or a path) at the driver's exact version "
+    "into the user-space artifact, instead of Debian's separately versioned binary.",
+)
+@click.option(
+    "--persistenced-sha256", default=None, metavar="HEX",
+    help="sha256 of --persistenced-source (required with it).",
+)
+@click.option(
     "--driver-suite",
     default=None,
     metavar="SUITE",
@@ -284,6 +296,8 @@ def build_driver_cmd(
     runfile_sha256: str | None,
     open_source: str | None,
     open_source_sha256: str | None,
+    persistenced_source: str | None,
+    persistenced_sha256: str | None,
     driver_suite: str | None,
     jobs: int | None,
     rebuild: bool,
@@ -333,6 +347,8 @@ def build_driver_cmd(
         runfile_sha256=runfile_sha256,
         open_source=open_source,
         open_source_sha256=open_source_sha256,
+        persistenced_source=persistenced_source,
+        persistenced_sha256=persistenced_sha256,
         driver_suite=driver_suite,
         jobs=jobs,
         rebuild=rebuild,

@@ -17,7 +17,7 @@ from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from . import imagefile
 from .crash import crash_point
 from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
-from .layout import UNIT_NAME, Layout
+from .layout import PERSISTENCED_UNIT_NAME, UNIT_NAME, Layout
 
 log = logging.getLogger(__name__)
 
@@ -352,12 +352,52 @@ WantedBy=multi-user.target
 """
 
 
+PERSISTENCED = "/opt/nvidia/current/bin/nvidia-persistenced"
+PERSISTENCED_UNIT = f"""\
+# Written by nodeprep (nodeprep activate): nvidia-persistenced of the active driver
+[Unit]
+Description=NVIDIA Persistence Daemon of the driver in /opt/nvidia/current (nodeprep)
+Documentation=man:nvidia-persistenced(1) file:///opt/nvidia/current/manifest.json
+Requires={UNIT_NAME}
+After={UNIT_NAME}
+PartOf={UNIT_NAME}
+Before=containerd.service kubelet.service
+ConditionPathExists={PERSISTENCED}
+
+[Service]
+Type=forking
+PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid
+ExecStart={PERSISTENCED} --verbose
+ExecStopPost=/bin/rm -rf /run/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def render_persistenced_unit() -> str:
+    """The unit that runs the active version's nvidia-persistenced: through `current`, so it moves with
+    activate, switch and rollback (restarted on a live root, nodeprep.node.plan.persistenced_commands);
+    part of the module-load unit, so stopping that one (to unload the modules) stops it first."""
+    return PERSISTENCED_UNIT
+
+
+def write_persistenced_unit(layout: Layout) -> bool:
+    """The persistenced unit and its multi-user.target.wants link; True when either changed."""
+    changed = atomic_write(layout.persistenced_unit, render_persistenced_unit(),
+                           point="activate:persistenced-unit-tmp")
+    changed |= atomic_symlink(layout.persistenced_wants, f"../{PERSISTENCED_UNIT_NAME}")
+    crash_point("activate:persistenced-unit")
+    return changed
+
+
 def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> tuple[str, ...]:
     """Node paths of the files activation writes whose content differs from what it would write."""
     want = {
         layout.ld_conf: LD_CONF,
         layout.modprobe_conf: MODPROBE_CONF,
         layout.unit: render_unit(nodeprep_command(), modules),
+        layout.persistenced_unit: render_persistenced_unit(),
     }
     out = []
     for path, text in want.items():
