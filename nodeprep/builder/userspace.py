@@ -277,6 +277,11 @@ def persistenced_warning(manifest: Manifest) -> str | None:
     package is versioned apart: bookworm's 535.171.04 beside driver 535.309.01); None when it is, or
     when the artifact records none."""
     rec = manifest.extra.get("persistenced")
+    packages = manifest.extra.get("packages")
+    if rec is None and isinstance(packages, dict) and isinstance(packages.get("nvidia-persistenced"), str):
+        # made before the record was kept: the package list names it
+        debian = packages["nvidia-persistenced"]
+        rec = {"version": upstream_version(debian), "package": f"nvidia-persistenced={debian}"}
     if not isinstance(rec, dict) or not rec.get("version") or rec["version"] == manifest.driver_version:
         return None
     where = f"Debian's {rec['package']}" if rec.get("package") else str(rec.get("from", "unknown"))
