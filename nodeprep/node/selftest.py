@@ -9,8 +9,10 @@ Checks, each one line when it fails:
                retirement (retired-page overflow / pending blacklist);
 - persistence: every GPU's persistence mode is what `driver.persistence_mode` asks (unless `any`).
 
-`gather()` reads the node (sysfs, the driver root, `nvidia-smi -q -x` from the active root, or a
-capture given with `nvidia_smi_xml`); `evaluate()` is the pure verdict over those facts.
+`gather()` reads the node: sysfs, the driver root, and the GPUs from NVML (nvidia-ml-py over the
+host's libnvidia-ml: `nvmlDeviceGetPersistenceMode`, the remapped rows, the retired pages; only with
+the module loaded), else `nvidia-smi -q -x` from this host, or a capture given with `nvidia_smi_xml`;
+`evaluate()` is the pure verdict over those facts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import runner
 from ..errors import InputError
@@ -50,6 +53,7 @@ class SelfTestFacts:
     pci_gpus: tuple[str, ...]  # sysfs bus ids
     gpus: tuple[GpuHealth, ...]
     persistence_mode: str = "any"
+    source: str = "nvidia-smi"  # where `gpus` came from: nvml, nvidia-smi or a capture
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,15 @@ class Verdict:
     checked: tuple[str, ...] = field(default=("module", "visibility", "memory", "persistence"))
     driver_version: str | None = None
 
+    gpus: tuple[GpuHealth, ...] = ()
+    source: str = ""
+
     def to_dict(self) -> dict[str, object]:
         return {"passed": self.passed, "problems": list(self.problems), "checked": list(self.checked),
-                "driver_version": self.driver_version}
+                "driver_version": self.driver_version, "source": self.source,
+                "gpus": [{"bus_id": g.bus_id, "name": g.name,
+                          "persistence": None if g.persistence is None else
+                          ("enabled" if g.persistence else "disabled")} for g in self.gpus]}
 
 
 def _yes_no(text: str | None) -> bool | None:
@@ -150,17 +160,73 @@ def evaluate(f: SelfTestFacts) -> Verdict:
                 problems.append(f"persistence: GPU {g.bus_id} has persistence mode "
                                 f"{'enabled' if g.persistence else 'disabled'}, the profile asks for "
                                 f"{f.persistence_mode}")
-    return Verdict(not problems, tuple(problems), driver_version=f.active_version)
+    return Verdict(not problems, tuple(problems), driver_version=f.active_version, gpus=f.gpus,
+                   source=f.source)
+
+
+def read_nvml() -> tuple[str | None, tuple[GpuHealth, ...]] | None:
+    """(driver version, per-GPU health) from NVML, None when NVML cannot be used here (no nvidia-ml-py,
+    no libnvidia-ml, init fails). A query a GPU does not support is None in its GpuHealth."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        return _nvml_health(pynvml)
+    except pynvml.NVMLError:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _nvml_health(nv: Any) -> tuple[str | None, tuple[GpuHealth, ...]]:  # nv: pynvml, untyped
+    def opt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except nv.NVMLError:
+            return None
+
+    driver = nv.nvmlSystemGetDriverVersion()
+    gpus = []
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        pci = nv.nvmlDeviceGetPciInfo(h)
+        bus = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
+        name = nv.nvmlDeviceGetName(h)
+        mode = opt(nv.nvmlDeviceGetPersistenceMode, h)
+        rows = opt(nv.nvmlDeviceGetRemappedRows, h)  # (corrected, uncorrected, pending, failure)
+        pages = opt(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        gpus.append(GpuHealth(
+            bus_id=normalise_bus_id(bus),
+            name=name.decode() if isinstance(name, bytes) else str(name),
+            persistence=None if mode is None else mode == nv.NVML_FEATURE_ENABLED,
+            remap_pending=None if rows is None else bool(rows[2]),
+            remap_failure=None if rows is None else bool(rows[3]),
+            retirement_pending=None if pages is None else pages == nv.NVML_FEATURE_ENABLED,
+        ))
+    return (driver.decode() if isinstance(driver, bytes) else str(driver)), tuple(gpus)
 
 
 def gather(root: Path, sysfs_root: Path, *, persistence_mode: str = "any", nvidia_smi_xml: Path | None = None,
            timeout: float = 30.0) -> SelfTestFacts:
-    """Read the node. GPU facts from `nvidia_smi_xml` when given (a capture), else from running the
-    active root's nvidia-smi (only when the module is loaded)."""
+    """Read the node. GPU facts from `nvidia_smi_xml` when given (a capture), else (only when the module
+    is loaded) from NVML, else from running this host's nvidia-smi."""
     loaded = sysfs_driver_version(sysfs_root)
     xml: str | bytes | None = None
+    source = "capture" if nvidia_smi_xml is not None else "nvidia-smi"
     if nvidia_smi_xml is not None:
         xml = nvidia_smi_xml.read_bytes()
+    elif loaded is not None and (nvml := read_nvml()) is not None:
+        return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
+                             smi_driver_version=nvml[0], pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=nvml[1],
+                             persistence_mode=persistence_mode, source="nvml")
     elif loaded is not None and (tool := find_nvidia_smi(root)) is not None:
         env = {}
         if str(tool).startswith(str(root / "opt/nvidia")):
@@ -169,4 +235,4 @@ def gather(root: Path, sysfs_root: Path, *, persistence_mode: str = "any", nvidi
     smi_version, gpus = parse_health(xml) if xml is not None else (None, ())
     return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
                          smi_driver_version=smi_version, pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=gpus,
-                         persistence_mode=persistence_mode)
+                         persistence_mode=persistence_mode, source=source)
