@@ -77,7 +77,7 @@ def publish_userspace(
             entry = None
         if (entry and (store.path / name).is_file() and current_userspace(store.path / name)
                 and _same_persistenced(req, store.path / name)):
-            _warn_persistenced(store.path / name, notes)
+            _warn_persistenced(store.path / name)
             return store.path / name
     # User space is distribution-independent: host builds for any OS take it from Debian's archive
     # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
@@ -98,7 +98,7 @@ def publish_userspace(
             log.warning("warning: user-space artifact skipped: %s", e)
             return None
         store.publish(Path(path), manifest)
-    _warn_persistenced(store.path / name, notes)
+    _warn_persistenced(store.path / name)
     return store.path / name
 
 
@@ -116,14 +116,13 @@ def _same_persistenced(req: BuildRequest, path: Path) -> bool:
     return from_source and isinstance(rec, dict) and rec.get("sha256") == want
 
 
-def _warn_persistenced(path: Path, notes: list[str]) -> None:
+def _warn_persistenced(path: Path) -> None:
     """One warning line when the published user space's nvidia-persistenced is not the driver's version."""
     try:
         line = userspace.persistenced_warning(read_manifest(path))
     except ArtifactError:
         return
-    if line:
-        notes.append(f"warning: {line}")
+    if line:  # one line on stderr (not a note as well: it would print twice)
         log.warning("warning: %s", line)
 
 
