@@ -105,4 +105,26 @@ def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, check: bool)
         time.sleep(interval)
 
 
-COMMANDS = [verify_gpus_cmd, verify_nodes_cmd]
+@click.command("fabric-manager")
+@json_option
+@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
+              show_default=True, help="Stands for /sys (the PCI devices and their VPD).")
+@click.option("--condition", is_flag=True,
+              help="Exit 0 when this machine needs Fabric Manager, 1 when not (systemd's ExecCondition).")
+def fabric_manager_cmd(as_json: bool, sysfs_root: Path, condition: bool) -> None:
+    """Say whether this machine needs NVIDIA Fabric Manager, from its PCI devices: NVSwitches (PCI class
+    0x0680, HGX A100/H100/H200) or an NVSwitch management bridge (VPD SW_MNG, HGX B200/B300) need it;
+    GB200/GB300 (switches managed off-host) and everything else do not."""
+    from ..node.fabric import decide, read_pci
+
+    decision = decide(read_pci(sysfs_root))
+    if as_json:
+        emit_json(decision.to_dict())
+    else:
+        says = "needed" if decision.needed else "not needed"
+        click.echo(f"{decision.machine.name}: Fabric Manager {says} ({decision.reason})")
+    if condition and not decision.needed:
+        raise SystemExit(1)
+
+
+COMMANDS = [verify_gpus_cmd, verify_nodes_cmd, fabric_manager_cmd]
