@@ -7,7 +7,10 @@ Checks, each one line when it fails:
                is listed by the driver (nvidia-smi), and the driver lists no GPU the bus lacks;
 - memory:      no GPU has a pending row remap or a row-remap failure, and none has pages pending
                retirement (retired-page overflow / pending blacklist);
-- persistence: every GPU's persistence mode is what `driver.persistence_mode` asks (unless `any`).
+- persistence: every GPU's persistence mode is what `driver.persistence_mode` asks (unless `any`);
+- fabric:      every GPU on an NVLink fabric (NVML's GpuFabricInfo answers) has the fabric state
+               COMPLETED and a successful status: Fabric Manager has registered it (until then CUDA
+               fails to initialise with error 802); the self-test waits for it up to a timeout.
 
 `gather()` reads the node: sysfs, the driver root, and the GPUs from NVML (nvidia-ml-py over the
 host's libnvidia-ml: `nvmlDeviceGetPersistenceMode`, the remapped rows, the retired pages; only with
@@ -17,7 +20,10 @@ the module loaded), else `nvidia-smi -q -x` from this host, or a capture given w
 
 from __future__ import annotations
 
+import ctypes
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +49,8 @@ class GpuHealth:
     remap_pending: bool | None = None
     remap_failure: bool | None = None
     retirement_pending: bool | None = None
+    fabric_state: str | None = None  # NVML's GpuFabricInfo state, as nvidia-smi names it; None: no fabric
+    fabric_status: int = 0  # NVML's return code of the fabric's registration (0: success)
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class SelfTestFacts:
 class Verdict:
     passed: bool
     problems: tuple[str, ...] = ()
-    checked: tuple[str, ...] = field(default=("module", "visibility", "memory", "persistence"))
+    checked: tuple[str, ...] = field(default=("module", "visibility", "memory", "persistence", "fabric"))
     driver_version: str | None = None
 
     gpus: tuple[GpuHealth, ...] = ()
@@ -71,7 +79,8 @@ class Verdict:
                 "driver_version": self.driver_version, "source": self.source,
                 "gpus": [{"bus_id": g.bus_id, "name": g.name,
                           "persistence": None if g.persistence is None else
-                          ("enabled" if g.persistence else "disabled")} for g in self.gpus]}
+                          ("enabled" if g.persistence else "disabled"),
+                          "fabric": g.fabric_state} for g in self.gpus]}
 
 
 def _yes_no(text: str | None) -> bool | None:
@@ -154,6 +163,12 @@ def evaluate(f: SelfTestFacts) -> Verdict:
             problems.append(f"memory: GPU {g.bus_id} had a row-remap failure (replace the GPU)")
         if g.retirement_pending:
             problems.append(f"memory: GPU {g.bus_id} has pages pending retirement (reset the GPU)")
+        if g.fabric_state is not None and g.fabric_state != FABRIC_COMPLETED:
+            problems.append(f"fabric: GPU {g.bus_id} fabric state {g.fabric_state} (Fabric Manager has not "
+                            "registered it; CUDA fails with error 802 until it has)")
+        elif g.fabric_state is not None and g.fabric_status != 0:
+            problems.append(f"fabric: GPU {g.bus_id} fabric state {g.fabric_state} with status "
+                            f"{g.fabric_status} (NVML's return code; see the Fabric Manager log)")
         if f.persistence_mode != "any" and g.persistence is not None:
             want = f.persistence_mode == "enabled"
             if g.persistence != want:
@@ -162,6 +177,17 @@ def evaluate(f: SelfTestFacts) -> Verdict:
                                 f"{f.persistence_mode}")
     return Verdict(not problems, tuple(problems), driver_version=f.active_version, gpus=f.gpus,
                    source=f.source)
+
+
+# NVML's nvmlGpuFabricState_t (0: NOT_SUPPORTED), named as nvidia-smi -q -d FABRIC names them
+FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
+FABRIC_COMPLETED = "Completed"
+FABRIC_PENDING = ("Not Started", "In Progress")
+
+
+def fabric_pending(gpus: tuple[GpuHealth, ...]) -> bool:
+    """Whether some GPU's fabric registration is still under way (worth waiting for)."""
+    return any(g.fabric_state in FABRIC_PENDING for g in gpus)
 
 
 def read_nvml() -> tuple[str | None, tuple[GpuHealth, ...]] | None:
@@ -203,6 +229,10 @@ def _nvml_health(nv: Any) -> tuple[str | None, tuple[GpuHealth, ...]]:  # nv: py
         mode = opt(nv.nvmlDeviceGetPersistenceMode, h)
         rows = opt(nv.nvmlDeviceGetRemappedRows, h)  # (corrected, uncorrected, pending, failure)
         pages = opt(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        fabric = nv.c_nvmlGpuFabricInfo_t()
+        state = None
+        if opt(nv.nvmlDeviceGetGpuFabricInfo, h, ctypes.byref(fabric)) is not None:
+            state = FABRIC_STATES.get(int(fabric.state))
         gpus.append(GpuHealth(
             bus_id=normalise_bus_id(bus),
             name=name.decode() if isinstance(name, bytes) else str(name),
@@ -210,20 +240,39 @@ def _nvml_health(nv: Any) -> tuple[str | None, tuple[GpuHealth, ...]]:  # nv: py
             remap_pending=None if rows is None else bool(rows[2]),
             remap_failure=None if rows is None else bool(rows[3]),
             retirement_pending=None if pages is None else pages == nv.NVML_FEATURE_ENABLED,
+            fabric_state=state,
+            fabric_status=int(fabric.status) if state else 0,
         ))
     return (driver.decode() if isinstance(driver, bytes) else str(driver)), tuple(gpus)
 
 
+NvmlHealth = tuple[str | None, tuple[GpuHealth, ...]]  # (driver version, per-GPU health)
+
+
+def wait_fabric(read: Callable[[], NvmlHealth | None], timeout: float, *, interval: float = 2.0,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> NvmlHealth | None:
+    """`read()` again every `interval` seconds while some GPU's fabric is Not Started or In Progress,
+    for at most `timeout` seconds; the last answer (None: NVML could not be read)."""
+    deadline = clock() + timeout
+    got = read()
+    while got is not None and fabric_pending(got[1]) and clock() < deadline:
+        sleep(max(0.0, min(interval, deadline - clock())))
+        got = read()
+    return got
+
+
 def gather(root: Path, sysfs_root: Path, *, persistence_mode: str = "any", nvidia_smi_xml: Path | None = None,
-           timeout: float = 30.0) -> SelfTestFacts:
+           timeout: float = 30.0, fabric_timeout: float = 0.0) -> SelfTestFacts:
     """Read the node. GPU facts from `nvidia_smi_xml` when given (a capture), else (only when the module
-    is loaded) from NVML, else from running this host's nvidia-smi."""
+    is loaded) from NVML, waiting up to `fabric_timeout` seconds for every fabric registration to
+    finish, else from running this host's nvidia-smi."""
     loaded = sysfs_driver_version(sysfs_root)
     xml: str | bytes | None = None
     source = "capture" if nvidia_smi_xml is not None else "nvidia-smi"
     if nvidia_smi_xml is not None:
         xml = nvidia_smi_xml.read_bytes()
-    elif loaded is not None and (nvml := read_nvml()) is not None:
+    elif loaded is not None and (nvml := wait_fabric(read_nvml, fabric_timeout)) is not None:
         return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
                              smi_driver_version=nvml[0], pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=nvml[1],
                              persistence_mode=persistence_mode, source="nvml")
