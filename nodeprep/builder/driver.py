@@ -26,6 +26,7 @@ from ..progress import Phases, Sink
 from . import buildroot, hostbuild
 from .compile import compile_in_root
 from .publish import (
+    check_fabricmanager,
     check_persistenced,
     pack_and_publish,
     prebuild_userspace,
@@ -126,6 +127,7 @@ def _resolve(
     with phases.phase("resolve", "Resolving and downloading the inputs"):
         plan, src_file = resolve_plan(req, archive, phases)
         check_persistenced(req, plan.driver_version)  # a wrong version refused before the build root
+        check_fabricmanager(req, plan.driver_version)  # so is Fabric Manager's
     runfile_userspace(req, plan.driver_version, phases)
     spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
     if not buildroot.cached(spec, req.cache):

@@ -30,7 +30,17 @@ from ..log import step, timed
 from ..modfacts import read_module
 from ..progress import Phases
 from ..sources import opensource, runfile
-from . import buildroot, hostbuild, kbuild, persistenced, runfileuserspace, signing, smoke, userspace
+from . import (
+    buildroot,
+    fabricmanager,
+    hostbuild,
+    kbuild,
+    persistenced,
+    runfileuserspace,
+    signing,
+    smoke,
+    userspace,
+)
 from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
 log = logging.getLogger(__name__)
@@ -75,8 +85,9 @@ def publish_userspace(
             entry = store.lookup(name)
         except InputError:
             entry = None
-        if (entry and (store.path / name).is_file() and current_userspace(store.path / name)
-                and _same_persistenced(req, store.path / name)):
+        found = store.path / name
+        if (entry and found.is_file() and current_userspace(found) and _same_persistenced(req, found)
+                and _same_fabricmanager(req, found)):
             _warn_persistenced(store.path / name)
             return store.path / name
     # User space is distribution-independent: host builds for any OS take it from Debian's archive
@@ -114,6 +125,26 @@ def _same_persistenced(req: BuildRequest, path: Path) -> bool:
         return not from_source
     want = (req.persistenced_sha256 or "").lower()
     return from_source and isinstance(rec, dict) and rec.get("sha256") == want
+
+
+def _same_fabricmanager(req: BuildRequest, path: Path) -> bool:
+    """A published user space is reused only with the Fabric Manager the request asks for (by sha256)."""
+    try:
+        rec = read_manifest(path).extra.get("fabricmanager")
+    except ArtifactError:
+        return False
+    have = rec.get("sha256") if isinstance(rec, dict) else None
+    return have == (req.fabricmanager_sha256.lower() if req.fabricmanager_sha256 else None)
+
+
+def check_fabricmanager(req: BuildRequest, driver_version: str) -> fabricmanager.FabricManager | None:
+    """With --fabricmanager: the archive fetched (sha256 checked), its version checked against the
+    driver's and its members read, before a build root or a compile; None without one."""
+    if not (req.fabricmanager and req.userspace):
+        return None
+    assert req.fabricmanager_sha256
+    path = fabricmanager.fetch(req.fabricmanager, req.fabricmanager_sha256, req.cache)
+    return fabricmanager.read_archive(path, req.fabricmanager_sha256.lower(), driver_version, req.arch)
 
 
 def _warn_persistenced(path: Path) -> None:
@@ -165,6 +196,7 @@ def _make_userspace(
             run, driver_version, req.cache / "userspace" / "runfile", arch=req.arch, os_name=req.target.name
         )
     built = _built_persistenced(req, archive, driver_version, root)
+    fm = check_fabricmanager(req, driver_version)
     return userspace.build_userspace(
         archive,
         driver_version,
@@ -172,6 +204,7 @@ def _make_userspace(
         arch=req.arch,
         progress=phases.reporter("userspace", "bytes"),
         persistenced=built,
+        fabricmanager=fm,
     )
 
 
@@ -197,7 +230,7 @@ def prebuild_userspace(
     """Make the user-space artifact in the cache in a thread (not published: `publish_userspace`
     does that at the end, then finding it ready by its input digest). Errors are left to that call."""
     published = store.path / artifact_name("userspace", driver_version, arch=req.arch)
-    if not req.userspace or req.runfile or req.persistenced_source or (
+    if not req.userspace or req.runfile or req.persistenced_source or req.fabricmanager or (
             published.exists() and current_userspace(published)):
         return  # a runfile's user space is made before the build root (runfile_userspace); one with
         # nvidia-persistenced from source needs the build root

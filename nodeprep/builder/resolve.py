@@ -56,6 +56,10 @@ class BuildRequest:
     # the build root into the user-space artifact (builder.persistenced) instead of Debian's binary
     persistenced_source: str | None = None
     persistenced_sha256: str | None = None
+    # URL/path of NVIDIA's fabricmanager-linux-<arch>-<version>-archive.tar.xz at the driver's version:
+    # its daemon, library, configuration and topologies go into the user-space artifact
+    fabricmanager: str | None = None
+    fabricmanager_sha256: str | None = None
     jobs: int | None = None
     rebuild: bool = False
     allow_cc_mismatch: bool = False
@@ -243,6 +247,26 @@ def check_persistenced_request(req: BuildRequest) -> None:
                          "the driver's exact version")
 
 
+def check_fabricmanager_request(req: BuildRequest) -> None:
+    """--fabricmanager: pinned, into a user space made from Debian's packages, its name NVIDIA's archive
+    name for the build's arch and, when --driver is an exact version, of that version."""
+    from . import fabricmanager
+
+    if not req.fabricmanager:
+        raise InputError("--fabricmanager-sha256 is only used with --fabricmanager")
+    if not req.fabricmanager_sha256:
+        raise InputError("--fabricmanager needs --fabricmanager-sha256 (the archive's sha256)")
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", req.fabricmanager_sha256):
+        raise InputError(f"--fabricmanager-sha256: {req.fabricmanager_sha256!r} is not a sha256 hex digest "
+                         "(64 hex digits)")
+    if not req.userspace:
+        raise InputError("--fabricmanager goes into the user-space artifact: not with --no-userspace")
+    if req.runfile:
+        raise InputError("--fabricmanager: with a user space from Debian's packages (not yet with --runfile)")
+    exact = req.driver if req.driver and DRIVER_VERSION_RE.fullmatch(req.driver) else None
+    fabricmanager.check_name(fabricmanager.archive_name(req.fabricmanager), exact, req.arch)
+
+
 def check_same_version(release_version: str, release: str, runfile_version: str, run_name: str) -> None:
     """A kmod from an open-source release takes the user space of NVIDIA's runfile of the same
     version: refuse a pair of different versions (before anything is built)."""
@@ -350,6 +374,8 @@ def preview(req: BuildRequest, archive: Any, host_release: str | None = None) ->
         "in_store": (Path(req.store) / name).is_file(), "userspace": (
             artifact_name("userspace", version, arch=req.arch) if req.userspace and version else None),
     }
+    if req.fabricmanager:
+        out["fabricmanager"] = {"archive": req.fabricmanager, "sha256": req.fabricmanager_sha256}
     if req.persistenced_source:
         out["persistenced"] = {"source": req.persistenced_source, "sha256": req.persistenced_sha256,
                                "build_packages": list(req.target.tools_packages)}
@@ -439,6 +465,8 @@ def validate_request(req: BuildRequest) -> None:
             check_same_version(named, release, run_named, run_name)
     if req.persistenced_source or req.persistenced_sha256:
         check_persistenced_request(req)
+    if req.fabricmanager or req.fabricmanager_sha256:
+        check_fabricmanager_request(req)
     if req.sign_key or req.sign_cert:
         if not (req.sign_key and req.sign_cert):
             raise InputError("--sign-key and --sign-cert go together")

@@ -242,14 +242,16 @@ def check_required(libraries: set[str], binaries: list[str], driver_version: str
             raise ArtifactError(f"driver {driver_version}: no {name} ELF binary in {where}")
 
 
-def digest_params(driver_version: str, arch: str,
-                  persistenced: dict[str, Any] | None = None) -> dict[str, object]:
+def digest_params(driver_version: str, arch: str, persistenced: dict[str, Any] | None = None,
+                  fabricmanager: str | None = None) -> dict[str, object]:
     """The build parameters in a user-space artifact's input digest (beside its packages' sha256s);
     `persistenced`: those of an nvidia-persistenced built from source (builder.persistenced)."""
     out: dict[str, object] = {"kind": "userspace", "driver_version": driver_version, "arch": arch,
                               "layout": LAYOUT}
     if persistenced is not None:
         out["persistenced"] = persistenced
+    if fabricmanager is not None:  # its version (the archive is an input)
+        out["fabricmanager"] = fabricmanager
     return out
 
 
@@ -268,7 +270,9 @@ def is_current(manifest: Manifest) -> bool:
         if rec.get("format") != persistenced.FORMAT:
             return False
         built = {k: rec.get(k) for k in PERSISTENCED_PARAMS}
-    params = digest_params(manifest.driver_version, manifest.arch, built)
+    fm = manifest.extra.get("fabricmanager")
+    params = digest_params(manifest.driver_version, manifest.arch, built,
+                           fm.get("version") if isinstance(fm, dict) else None)
     return input_digest(manifest.inputs, params) == manifest.input_digest
 
 
@@ -297,11 +301,13 @@ def build_userspace(
     arch: str = "amd64",
     progress: Callable[[int, int | None], None] | None = None,
     persistenced: Any = None,
+    fabricmanager: Any = None,
 ) -> tuple[Path, Manifest]:
     """Build (or reuse) `nvidia-userspace-<driver>-<arch>.tar.zst` in `dest_dir` from the Debian
     packages of exactly `driver_version`. Same packages -> same input digest -> no rebuild.
     `progress(bytes, total)` follows the packages' download. `persistenced`: an nvidia-persistenced
-    built from NVIDIA's source (builder.persistenced.Built), which replaces Debian's."""
+    built from NVIDIA's source (builder.persistenced.Built), which replaces Debian's; `fabricmanager`:
+    Fabric Manager of the driver's version (builder.fabricmanager.FabricManager), added."""
     archive.update()
     chosen = resolve_packages(archive, driver_version)
     paths = archive.download_many(list(chosen.values()), progress)
@@ -315,9 +321,12 @@ def build_userspace(
                   "package": "=".join(chosen["nvidia-persistenced"])}
     else:
         record = {}
+    if fabricmanager is not None:
+        inputs[fabricmanager.name] = fabricmanager.sha256
     os_name = archive.release.name
-    digest = input_digest(inputs, digest_params(driver_version, arch,
-                                                persistenced.params() if persistenced is not None else None))
+    digest = input_digest(inputs, digest_params(
+        driver_version, arch, persistenced.params() if persistenced is not None else None,
+        fabricmanager.version if fabricmanager is not None else None))
     dest_dir = Path(dest_dir)
     if (done := up_to_date(dest_dir, driver_version, arch, digest)) is not None:
         return done
@@ -335,6 +344,11 @@ def build_userspace(
         extra: dict[str, object] = {"packages": {pkg: version for pkg, version in chosen.values()}}
         if record:
             extra["persistenced"] = record
+        if fabricmanager is not None:
+            from . import fabricmanager as fm
+
+            fm.place(fabricmanager, payload, contents)
+            extra["fabricmanager"] = fabricmanager.record()
         return pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs, contents,
                               extra)
 

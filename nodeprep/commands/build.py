@@ -223,6 +223,18 @@ def _preview(req: Any, in_container: bool, as_json: bool) -> None:
     help="sha256 of --persistenced-source (required with it).",
 )
 @click.option(
+    "--fabricmanager",
+    default=None,
+    metavar="URL",
+    help="NVIDIA's fabricmanager-linux-<arch>-<driver>-archive.tar.xz (http(s)://, file:// or a path): "
+    "Fabric Manager at the driver's exact version into the user-space artifact (another version is "
+    "refused).",
+)
+@click.option(
+    "--fabricmanager-sha256", default=None, metavar="HEX",
+    help="sha256 of --fabricmanager (required with it).",
+)
+@click.option(
     "--driver-suite",
     default=None,
     metavar="SUITE",
@@ -298,6 +310,8 @@ def build_driver_cmd(
     open_source_sha256: str | None,
     persistenced_source: str | None,
     persistenced_sha256: str | None,
+    fabricmanager: str | None,
+    fabricmanager_sha256: str | None,
     driver_suite: str | None,
     jobs: int | None,
     rebuild: bool,
@@ -349,6 +363,8 @@ def build_driver_cmd(
         open_source_sha256=open_source_sha256,
         persistenced_source=persistenced_source,
         persistenced_sha256=persistenced_sha256,
+        fabricmanager=fabricmanager,
+        fabricmanager_sha256=fabricmanager_sha256,
         driver_suite=driver_suite,
         jobs=jobs,
         rebuild=rebuild,

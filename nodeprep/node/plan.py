@@ -190,9 +190,10 @@ def plan_activate(
     return ActivatePlan(version=version, active=state.active, kernels=target.kernels, drift=drift)
 
 
-def persistenced_commands(unit: str, *, live: bool, loaded: bool, unit_changed: bool,
+def daemon_commands(unit: str, *, live: bool, loaded: bool, unit_changed: bool,
                           switched: bool) -> list[list[str]]:
-    """The systemctl commands an activation runs for the persistenced unit `unit` (pure). Under
+    """The systemctl commands an activation runs for the daemon unit `unit` (persistenced, Fabric
+    Manager; pure). Under
     --root none (the unit starts at boot); on a live root a daemon-reload when the unit changed, then,
     with the version's modules loaded, a restart after a switch or a new unit (the daemon runs the
     binary `current` names: the new one), else a start (nothing when it runs already). With another

@@ -292,6 +292,8 @@ def joinable_root(root: Path, mode: str) -> Path:
 STOP_UNDER_ROOT = "kubelet.service: not stopped: with --root, uninstall never touches the running system"
 PERSISTENCED_UNDER_ROOT = ("nodeprep-persistenced.service: not stopped: with --root, uninstall never touches "
                            "the running system")
+FABRICMANAGER_UNDER_ROOT = ("nodeprep-fabricmanager.service: not stopped: with --root, uninstall never "
+                            "touches the running system")
 
 
 @pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
@@ -308,7 +310,7 @@ def test_uninstall_under_a_root_says_it_leaves_the_running_kubelet(store: Path, 
     assert check.exit_code == 0, check.output
     assert STOP_UNDER_ROOT in check.stdout.splitlines() and "systemctl" not in check.stdout
     plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
-    assert plan["notes"] == [STOP_UNDER_ROOT, PERSISTENCED_UNDER_ROOT]
+    assert plan["notes"] == [STOP_UNDER_ROOT, FABRICMANAGER_UNDER_ROOT, PERSISTENCED_UNDER_ROOT]
     assert not [c for c in plan["commands"] if c[0] == "systemctl"]
 
 

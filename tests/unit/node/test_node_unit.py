@@ -6,7 +6,7 @@ import configparser
 from pathlib import Path
 
 from nodeprep.node.layout import Layout
-from nodeprep.node.plan import persistenced_commands
+from nodeprep.node.plan import daemon_commands
 from nodeprep.node.system import command_problem, nodeprep_command, render_persistenced_unit, render_unit
 
 
@@ -68,15 +68,15 @@ def test_persistenced_unit_runs_the_active_versions_daemon_after_the_modules() -
     assert render_persistenced_unit().startswith("# Written by nodeprep")  # how uninstall knows it
 
 
-def test_persistenced_commands_follow_the_switch_on_a_live_root_only() -> None:
+def test_daemon_commands_follow_the_switch_on_a_live_root_only() -> None:
     unit = "nodeprep-persistenced.service"
-    assert persistenced_commands(unit, live=False, loaded=True, unit_changed=True, switched=True) == []
-    assert persistenced_commands(unit, live=True, loaded=True, unit_changed=True, switched=True) == [
+    assert daemon_commands(unit, live=False, loaded=True, unit_changed=True, switched=True) == []
+    assert daemon_commands(unit, live=True, loaded=True, unit_changed=True, switched=True) == [
         ["systemctl", "daemon-reload"], ["systemctl", "restart", unit]]
-    assert persistenced_commands(unit, live=True, loaded=True, unit_changed=False, switched=True) == [
+    assert daemon_commands(unit, live=True, loaded=True, unit_changed=False, switched=True) == [
         ["systemctl", "restart", unit]]  # the switch: the daemon of the new version
-    assert persistenced_commands(unit, live=True, loaded=True, unit_changed=False, switched=False) == [
+    assert daemon_commands(unit, live=True, loaded=True, unit_changed=False, switched=False) == [
         ["systemctl", "start", unit]]  # a re-run: started when it is not running, else nothing
     # another version's module still loaded: the new daemon would refuse it; the reboot starts it
-    assert persistenced_commands(unit, live=True, loaded=False, unit_changed=True, switched=True) == [
+    assert daemon_commands(unit, live=True, loaded=False, unit_changed=True, switched=True) == [
         ["systemctl", "daemon-reload"]]
