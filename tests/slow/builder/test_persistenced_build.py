@@ -98,3 +98,35 @@ def test_without_a_source_the_build_keeps_debians_and_warns_once(real_build) -> 
     assert len(lines) == 1, lines
     assert lines[0].startswith("warning: nvidia-persistenced 535.171.04 (Debian's "), lines
     assert f"is not the driver's {real_build.driver_version}" in lines[0]
+
+
+def test_fabric_manager_of_the_drivers_version_goes_into_the_user_space(real_build, tmp_path: Path) -> None:
+    """NVIDIA's Fabric Manager archive packed in its real layout around stand-in binaries
+    (tests/support/fmarchive.py: no real archive is reachable here), through build-driver on the
+    shared build (modules reused); one of another version is refused before anything is built."""
+    from tests.support import fmarchive
+
+    version = real_build.driver_version
+    archive = fmarchive.pack(tmp_path / "fm", version)
+    sha = artifact.sha256_file(archive)
+    store = tmp_path / "store"
+    r = cli("build-driver", "--driver", version, "--kernel", real_build.kernel_release, "--store", str(store),
+            "--cache", str(real_build.cache), "--no-smoke-test", "--fabricmanager", str(archive),
+            "--fabricmanager-sha256", sha, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    us = Path(json.loads(r.stdout)["userspace"])
+    payload = tmp_path / "payload"
+    payload.mkdir()
+    manifest = artifact.extract(us, payload)
+    assert manifest.extra["fabricmanager"]["version"] == version and manifest.inputs[archive.name] == sha
+    assert (payload / "bin/nv-fabricmanager").read_bytes()[:4] == b"\x7fELF"
+    assert (payload / "share/nvidia/nvswitch/dgxh100_hgxh100_topology").is_file()
+    other = fmarchive.pack(tmp_path / "fm2", "590.48.01")
+    r = cli("build-driver", "--driver", version, "--kernel", real_build.kernel_release, "--store",
+            str(tmp_path / "store2"), "--cache", str(real_build.cache), "--no-smoke-test", "--fabricmanager",
+            str(other), "--fabricmanager-sha256", artifact.sha256_file(other))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: --fabricmanager: {other.name} is Fabric Manager 590.48.01, the driver is {version}: Fabric "
+        "Manager must be the driver's exact version")
+    assert not (tmp_path / "store2").exists()
