@@ -29,10 +29,10 @@ def _boot_id(root: Path) -> str | None:
               help="Read GPU facts from this `nvidia-smi -q -x` capture instead of running nvidia-smi.")
 @click.option("--persistence-mode", type=click.Choice(["any", "enabled", "disabled"]), default=None,
               help="Expected persistence mode (default: the profile's driver.persistence_mode).")
-@click.option("--fabric-timeout", type=click.FloatRange(0, 3600), default=120.0, show_default=True,
-              metavar="SECONDS",
+@click.option("--fabric-timeout", type=click.FloatRange(0, 3600), default=None, metavar="SECONDS",
               help="Wait this long for NVML's fabric state COMPLETED on NVLink-fabric GPUs (Fabric Manager "
-              "registers them); a fabric still in progress then fails the self-test.")
+              "registers them); a fabric still in progress then fails the self-test (default: the "
+              "profile's driver.fabric_timeout, else 120).")
 @click.option("--apply", "do_apply", is_flag=True,
               help="Publish the verdict on the Node (label nodeprep.dev/gpu-verified).")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -42,7 +42,7 @@ def _boot_id(root: Path) -> str | None:
 @check_option("Run the self-test and print the verdict --apply would publish (the Node is read, not "
               "changed).")
 def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root: Path,
-                    nvidia_smi_xml: Path | None, persistence_mode: str | None, fabric_timeout: float,
+                    nvidia_smi_xml: Path | None, persistence_mode: str | None, fabric_timeout: float | None,
                     do_apply: bool,
                     kubeconfig: Path | None, node: str | None, check: bool) -> None:
     """Run the GPU self-test (loaded module = active driver, every GPU on the PCI bus visible, no
@@ -60,7 +60,8 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
         prof = load_profile(path)
     mode = persistence_mode or (prof.driver.persistence_mode if prof else "any")
     verdict = evaluate(gather(root, sysfs_root, persistence_mode=mode, nvidia_smi_xml=nvidia_smi_xml,
-                              fabric_timeout=fabric_timeout))
+                              fabric_timeout=fabric_timeout if fabric_timeout is not None
+                              else prof.driver.fabric_timeout if prof else 120.0))
     result: dict[str, object] = verdict.to_dict()
     problems = list(verdict.problems)
     if do_apply:

@@ -96,3 +96,26 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         "profile asks for enabled"]
     r = CliRunner().invoke(main, [*args, "--apply"])
     assert r.exit_code == 2 and "--apply needs --kubeconfig" in r.stderr
+
+
+def test_the_wait_reads_again_until_the_fabric_completes() -> None:
+    """wait_fabric over its explicit inputs (no GPU, no mock): NVML answers In Progress twice, then
+    Completed; then one that stays In Progress is given up after the timeout."""
+    from nodeprep.node.selftest import GpuHealth, wait_fabric
+
+    answers = iter(["In Progress", "In Progress", "Completed"])
+    now = [0.0]
+    slept: list[float] = []
+
+    def read() -> tuple[str, tuple[GpuHealth, ...]]:
+        return "550.163.01", (GpuHealth("0000:1a:00.0", fabric_state=next(answers)),)
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    got = wait_fabric(read, 10, interval=2, clock=lambda: now[0], sleep=sleep)
+    assert got is not None and got[1][0].fabric_state == "Completed" and slept == [2, 2]
+    stuck = wait_fabric(lambda: ("550.163.01", (GpuHealth("0000:1a:00.0", fabric_state="In Progress"),)), 3,
+                        interval=2, clock=lambda: now[0], sleep=sleep)
+    assert stuck is not None and stuck[1][0].fabric_state == "In Progress"  # gave up after 3 s

@@ -136,23 +136,15 @@ def test_a_fabric_in_progress_fails_and_keeps_the_node_tainted(tmp_path: Path) -
     assert reason == "no valid GPU verdict (self-test failed): taint added"
 
 
-def test_the_wait_reads_again_until_the_fabric_completes() -> None:
-    """wait_fabric over its explicit inputs: NVML answers In Progress twice, then Completed."""
-    from nodeprep.node.selftest import GpuHealth, wait_fabric
 
-    answers = iter(["In Progress", "In Progress", "Completed"])
-    now = [0.0]
-    slept: list[float] = []
-
-    def read() -> tuple[str, tuple[GpuHealth, ...]]:
-        return DRIVER, (GpuHealth("0000:1a:00.0", fabric_state=next(answers)),)
-
-    def sleep(s: float) -> None:
-        slept.append(s)
-        now[0] += s
-
-    got = wait_fabric(read, 10, interval=2, clock=lambda: now[0], sleep=sleep)
-    assert got is not None and got[1][0].fabric_state == "Completed" and slept == [2, 2]
-    stuck = wait_fabric(lambda: (DRIVER, (GpuHealth("0000:1a:00.0", fabric_state="In Progress"),)), 3,
-                        interval=2, clock=lambda: now[0], sleep=sleep)
-    assert stuck is not None and stuck[1][0].fabric_state == "In Progress"  # gave up after 3 s
+def test_the_profile_says_how_long_to_wait(tmp_path: Path) -> None:
+    """driver.fabric_timeout of the node's profile is the wait when no flag says otherwise (the fabric in
+    progress: a YAML derived from the mock's H100 profile)."""
+    data = yaml.safe_load(mocknvml.config("h100").read_text())
+    data["device_defaults"]["fabric"]["state"] = "in_progress"  # derived from the H100 profile
+    derived = tmp_path / "h100-fabric-in-progress.yaml"
+    derived.write_text(yaml.safe_dump(data))
+    prof = tmp_path / "node.yaml"
+    prof.write_text(yaml.safe_dump({"driver": {"version": DRIVER, "fabric_timeout": 0}}))
+    r = verify(tmp_path, derived, "--profile", str(prof))
+    assert r.returncode == 1 and "fabric state In Progress" in r.stderr
