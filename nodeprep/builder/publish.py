@@ -193,7 +193,8 @@ def _make_userspace(
         # its own folder: the Debian-built artifact of the same version has the same name, and each
         # would replace the other in one folder (and be remade on every other build)
         return runfileuserspace.build_userspace(
-            run, driver_version, req.cache / "userspace" / "runfile", arch=req.arch, os_name=req.target.name
+            run, driver_version, req.cache / "userspace" / "runfile", arch=req.arch, os_name=req.target.name,
+            fabricmanager=check_fabricmanager(req, driver_version),
         )
     built = _built_persistenced(req, archive, driver_version, root)
     fm = check_fabricmanager(req, driver_version)

@@ -248,8 +248,8 @@ def check_persistenced_request(req: BuildRequest) -> None:
 
 
 def check_fabricmanager_request(req: BuildRequest) -> None:
-    """--fabricmanager: pinned, into a user space made from Debian's packages, its name NVIDIA's archive
-    name for the build's arch and, when --driver is an exact version, of that version."""
+    """--fabricmanager: pinned, into the user space (Debian's packages or the runfile's), its name
+    NVIDIA's archive name for the build's arch and, when --driver is an exact version, of that version."""
     from . import fabricmanager
 
     if not req.fabricmanager:
@@ -261,9 +261,9 @@ def check_fabricmanager_request(req: BuildRequest) -> None:
                          "(64 hex digits)")
     if not req.userspace:
         raise InputError("--fabricmanager goes into the user-space artifact: not with --no-userspace")
-    if req.runfile:
-        raise InputError("--fabricmanager: with a user space from Debian's packages (not yet with --runfile)")
     exact = req.driver if req.driver and DRIVER_VERSION_RE.fullmatch(req.driver) else None
+    if exact is None and req.runfile:  # the installer's name carries the driver's version
+        exact = _runfile_version(runfile.runfile_name(req.runfile), None)
     fabricmanager.check_name(fabricmanager.archive_name(req.fabricmanager), exact, req.arch)
 
 

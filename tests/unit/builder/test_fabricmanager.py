@@ -93,6 +93,10 @@ FM_URL = f"http://127.0.0.1:9/fabricmanager-linux-x86_64-{VERSION}-archive.tar.x
     (["--fabricmanager", FM_URL, "--fabricmanager-sha256", SHA, "--driver", "580.142"],
      f"error: --fabricmanager: fabricmanager-linux-x86_64-{VERSION}-archive.tar.xz is Fabric Manager "
      f"{VERSION}, the driver is 580.142: Fabric Manager must be the driver's exact version"),
+    (["--fabricmanager", FM_URL, "--fabricmanager-sha256", SHA,
+      "--runfile", "http://127.0.0.1:9/NVIDIA-Linux-x86_64-580.142.run", "--sha256", "cd" * 32],
+     f"error: --fabricmanager: fabricmanager-linux-x86_64-{VERSION}-archive.tar.xz is Fabric Manager "
+     f"{VERSION}, the driver is 580.142: Fabric Manager must be the driver's exact version"),
 ])
 def test_bad_fabricmanager_input(tmp_path: Path, args: list[str], message: str) -> None:
     store, cache = tmp_path / "store", tmp_path / "cache"
