@@ -122,6 +122,7 @@ def _resolve(
         root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
         with phases.phase("resolve", "Resolving and downloading the inputs"):
             plan, src_file = resolve_host_plan(req, archive, release, phases)
+            check_fabricmanager(req, plan.driver_version)  # another version refused before the compile
         runfile_userspace(req, plan.driver_version, phases)
         return plan, src_file, root
     with phases.phase("resolve", "Resolving and downloading the inputs"):

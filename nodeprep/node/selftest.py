@@ -116,8 +116,15 @@ def parse_health(xml: str | bytes) -> tuple[str | None, tuple[GpuHealth, ...]]:
             remap_pending=_yes_no(_text(g, "remapped_rows/remapped_row_pending")),
             remap_failure=_yes_no(_text(g, "remapped_rows/remapped_row_failure")),
             retirement_pending=True if True in retire else (False if False in retire else None),
+            fabric_state=_fabric_state(_text(g, "fabric/state")),
+            fabric_status=0 if _text(g, "fabric/status") in (None, "Success") else -1,
         ))
     return _text(root, "driver_version"), tuple(gpus)
+
+
+def _fabric_state(text: str | None) -> str | None:
+    """nvidia-smi's <fabric><state> as NVML's state names (None: N/A or Not Supported: no fabric)."""
+    return text if text in FABRIC_STATES.values() else None
 
 
 def pci_nvidia_gpus(sysfs_root: Path) -> tuple[str, ...]:
@@ -167,8 +174,9 @@ def evaluate(f: SelfTestFacts) -> Verdict:
             problems.append(f"fabric: GPU {g.bus_id} fabric state {g.fabric_state} (Fabric Manager has not "
                             "registered it; CUDA fails with error 802 until it has)")
         elif g.fabric_state is not None and g.fabric_status != 0:
-            problems.append(f"fabric: GPU {g.bus_id} fabric state {g.fabric_state} with status "
-                            f"{g.fabric_status} (NVML's return code; see the Fabric Manager log)")
+            code = "" if g.fabric_status < 0 else f" {g.fabric_status}"
+            problems.append(f"fabric: GPU {g.bus_id} fabric state {g.fabric_state} with a failed "
+                            f"status{code} (see the Fabric Manager log)")
         if f.persistence_mode != "any" and g.persistence is not None:
             want = f.persistence_mode == "enabled"
             if g.persistence != want:
@@ -280,7 +288,13 @@ def gather(root: Path, sysfs_root: Path, *, persistence_mode: str = "any", nvidi
         env = {}
         if str(tool).startswith(str(root / "opt/nvidia")):
             env["LD_LIBRARY_PATH"] = str(tool.parent.parent / "lib64")
-        xml = runner.run([tool, "-q", "-x"], timeout=timeout, env=env).stdout
+        argv: list[str | Path] = [tool, "-q", "-x"]
+        found = wait_fabric(lambda: parse_health(runner.run(argv, timeout=timeout, env=env).stdout),
+                            fabric_timeout)
+        assert found is not None
+        return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
+                             smi_driver_version=found[0], pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=found[1],
+                             persistence_mode=persistence_mode, source=source)
     smi_version, gpus = parse_health(xml) if xml is not None else (None, ())
     return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
                          smi_driver_version=smi_version, pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=gpus,
