@@ -179,6 +179,14 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
 def with_headers(root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
     """`root` plus the kernel header packages `debs`, as a cached hard-link layer beside it
     (`<root dir>+headers-<key>`, key = the .debs' sha256), so a build only adds its sources."""
+    return with_debs(root, debs, cache, "headers")
+
+
+def with_debs(root: BuildRoot, debs: list[Path], cache: Path, label: str,
+              packages: tuple[str, ...] = ()) -> BuildRoot:
+    """`root` plus the packages `debs` (unpacked, no maintainer scripts), as a cached hard-link layer
+    beside it (`<root dir>+<label>-<key>`, key = the .debs' sha256); `packages` ("name=version" of
+    those debs) are added to the layer's package list (a build's input digest names them)."""
     from .headers import install_into
 
     key = sha256_bytes(
@@ -191,10 +199,11 @@ def with_headers(root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
         )
     )[:16]
     base = cache / "buildroots"
-    final = base / f"{root.path.parent.name}+headers-{key}"
+    final = base / f"{root.path.parent.name}+{label}-{key}"
+    layered = replace(root, path=final / "root", packages=tuple(sorted({*root.packages, *packages})))
     with _flock(base / f".{final.name}.lock"):
         if (final / ".complete").is_file():
-            return replace(root, path=final / "root")
+            return layered
         with _staged(final) as tmp:
             runner.run(["cp", "-al", root.path, tmp / "root"], timeout=600)
             for deb in debs:
@@ -203,7 +212,7 @@ def with_headers(root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
                 install_into(stage, tmp / "root")  # replaces links, never writes through them
                 shutil.rmtree(stage)
             (tmp / ".complete").write_text("\n".join(sorted(d.name for d in debs)) + "\n")
-    return replace(root, path=final / "root")
+    return layered
 
 
 @contextlib.contextmanager

@@ -168,6 +168,12 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
     if req.open_source:
         args += source("--open-source", req.open_source, "--open-source-sha256", req.open_source_sha256,
                        "open-source")
+    if req.persistenced_source:
+        args += source("--persistenced-source", req.persistenced_source, "--persistenced-sha256",
+                       req.persistenced_sha256, "persistenced")
+    if req.fabricmanager:
+        args += source("--fabricmanager", req.fabricmanager, "--fabricmanager-sha256",
+                       req.fabricmanager_sha256, "fabricmanager")
     if req.jobs:
         args += ["--jobs", str(req.jobs)]
     for flag, on in (

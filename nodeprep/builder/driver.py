@@ -25,7 +25,15 @@ from ..log import timed
 from ..progress import Phases, Sink
 from . import buildroot, hostbuild
 from .compile import compile_in_root
-from .publish import pack_and_publish, prebuild_userspace, publish_userspace, runfile_userspace, store_hit
+from .publish import (
+    check_fabricmanager,
+    check_persistenced,
+    pack_and_publish,
+    prebuild_userspace,
+    publish_userspace,
+    runfile_userspace,
+    store_hit,
+)
 from .resolve import (
     AnyRoot,
     BuildRequest,
@@ -114,10 +122,13 @@ def _resolve(
         root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
         with phases.phase("resolve", "Resolving and downloading the inputs"):
             plan, src_file = resolve_host_plan(req, archive, release, phases)
+            check_fabricmanager(req, plan.driver_version)  # another version refused before the compile
         runfile_userspace(req, plan.driver_version, phases)
         return plan, src_file, root
     with phases.phase("resolve", "Resolving and downloading the inputs"):
         plan, src_file = resolve_plan(req, archive, phases)
+        check_persistenced(req, plan.driver_version)  # a wrong version refused before the build root
+        check_fabricmanager(req, plan.driver_version)  # so is Fabric Manager's
     runfile_userspace(req, plan.driver_version, phases)
     spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
     if not buildroot.cached(spec, req.cache):
@@ -141,13 +152,14 @@ def _userspace_last(
     notes: list[str],
     phases: Phases,
     background: list[threading.Thread],
+    root: AnyRoot | None = None,
 ) -> Path | None:
     """Wait for the user-space prebuild, then publish (or reuse) the user-space artifact."""
     for thread in background:
         thread.join()
     if not req.userspace:
         return None
-    return publish_userspace(req, archive, store, plan.driver_version, notes, phases)
+    return publish_userspace(req, archive, store, plan.driver_version, notes, phases, root)
 
 
 def _build_driver(
@@ -176,7 +188,7 @@ def _build_driver(
     hit = None if req.rebuild else store_hit(store, name, digest)
     if hit is not None:
         log.info("%s is up to date in %s (input digest %s…): nothing to build", name, store.path, digest[:12])
-        us = _userspace_last(req, archive, store, plan, notes, phases, background)
+        us = _userspace_last(req, archive, store, plan, notes, phases, background, root)
         return BuildResult(
             hit,
             read_manifest(hit),
@@ -200,7 +212,7 @@ def _build_driver(
             req, plan, src_file, root, archive, store, inputs, digest, name, modules_dir, info, phases=phases,
             timings=timings,
         )
-        us = _userspace_last(req, archive, store, plan, notes, phases, background)
+        us = _userspace_last(req, archive, store, plan, notes, phases, background, root)
         return BuildResult(
             store.path / name,
             manifest,

@@ -29,8 +29,18 @@ from ..errors import ArtifactError, BuildError, InputError, NodeprepError
 from ..log import step, timed
 from ..modfacts import read_module
 from ..progress import Phases
-from ..sources import runfile
-from . import buildroot, hostbuild, kbuild, runfileuserspace, signing, smoke, userspace
+from ..sources import opensource, runfile
+from . import (
+    buildroot,
+    fabricmanager,
+    hostbuild,
+    kbuild,
+    persistenced,
+    runfileuserspace,
+    signing,
+    smoke,
+    userspace,
+)
 from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
 log = logging.getLogger(__name__)
@@ -64,16 +74,21 @@ def publish_userspace(
     driver_version: str,
     notes: list[str],
     phases: Phases | None = None,
+    root: AnyRoot | None = None,
 ) -> Path | None:
     """The user-space artifact of `driver_version` in the store: reused when current, else built
-    and published; None (with a note) when it is skipped."""
+    and published; None (with a note) when it is skipped. `root`: the build root nvidia-persistenced
+    is built in (--persistenced-source)."""
     name = artifact_name("userspace", driver_version, arch=req.arch)
     if not req.rebuild:
         try:
             entry = store.lookup(name)
         except InputError:
             entry = None
-        if entry and (store.path / name).is_file() and current_userspace(store.path / name):
+        found = store.path / name
+        if (entry and found.is_file() and current_userspace(found) and _same_persistenced(req, found)
+                and _same_fabricmanager(req, found)):
+            _warn_persistenced(store.path / name)
             return store.path / name
     # User space is distribution-independent: host builds for any OS take it from Debian's archive
     # when Debian serves that driver version; where Debian (or apt) is out of reach, it is skipped.
@@ -88,17 +103,87 @@ def publish_userspace(
     text = f"Building the user-space artifact for {driver_version}"
     with step(text), phases.phase("userspace", text):
         try:
-            path, manifest = _make_userspace(req, archive, driver_version, phases)
+            path, manifest = _make_userspace(req, archive, driver_version, phases, root)
         except soft as e:
             notes.append(f"user-space artifact skipped: {e}")
             log.warning("warning: user-space artifact skipped: %s", e)
             return None
         store.publish(Path(path), manifest)
+    _warn_persistenced(store.path / name)
     return store.path / name
 
 
+def _same_persistenced(req: BuildRequest, path: Path) -> bool:
+    """A published user space is reused only when its nvidia-persistenced came from what the request
+    asks: the --persistenced-source archive (by sha256), or no source when none is given."""
+    try:
+        rec = read_manifest(path).extra.get("persistenced")
+    except ArtifactError:
+        return False
+    from_source = isinstance(rec, dict) and rec.get("from") == "source"
+    if not req.persistenced_source:
+        return not from_source
+    want = (req.persistenced_sha256 or "").lower()
+    return from_source and isinstance(rec, dict) and rec.get("sha256") == want
+
+
+def _same_fabricmanager(req: BuildRequest, path: Path) -> bool:
+    """A published user space is reused only with the Fabric Manager the request asks for (by sha256)."""
+    try:
+        rec = read_manifest(path).extra.get("fabricmanager")
+    except ArtifactError:
+        return False
+    have = rec.get("sha256") if isinstance(rec, dict) else None
+    return have == (req.fabricmanager_sha256.lower() if req.fabricmanager_sha256 else None)
+
+
+def check_fabricmanager(req: BuildRequest, driver_version: str) -> fabricmanager.FabricManager | None:
+    """With --fabricmanager: the archive fetched (sha256 checked), its version checked against the
+    driver's and its members read, before a build root or a compile; None without one."""
+    if not (req.fabricmanager and req.userspace):
+        return None
+    assert req.fabricmanager_sha256
+    path = fabricmanager.fetch(req.fabricmanager, req.fabricmanager_sha256, req.cache)
+    return fabricmanager.read_archive(path, req.fabricmanager_sha256.lower(), driver_version, req.arch)
+
+
+def _warn_persistenced(path: Path) -> None:
+    """One warning line when the published user space's nvidia-persistenced is not the driver's version."""
+    try:
+        line = userspace.persistenced_warning(read_manifest(path))
+    except ArtifactError:
+        return
+    if line:  # one line on stderr (not a note as well: it would print twice)
+        log.warning("warning: %s", line)
+
+
+def check_persistenced(req: BuildRequest, driver_version: str) -> Path | None:
+    """With --persistenced-source: the archive fetched (sha256 checked) and its version checked against
+    the driver's, before a build root or a compile (InputError naming both); None without one."""
+    if not (req.persistenced_source and req.userspace):
+        return None
+    assert req.persistenced_sha256
+    src = opensource.fetch(req.persistenced_source, req.persistenced_sha256, req.cache,
+                           flag="--persistenced-source")
+    persistenced.check_version(persistenced.source_version(src), driver_version, src.name)
+    return src
+
+
+def _built_persistenced(req: BuildRequest, archive: Any, driver_version: str,
+                        root: AnyRoot | None) -> persistenced.Built | None:
+    src = check_persistenced(req, driver_version)
+    if src is None:
+        return None
+    if not isinstance(root, buildroot.BuildRoot):
+        raise InputError("--persistenced-source: built in the chroot build root, which this build lacks")
+    assert req.persistenced_sha256
+    with step(f"Building nvidia-persistenced {driver_version} from {src.name}"):
+        return persistenced.build(src, req.persistenced_sha256.lower(), driver_version, root, archive,
+                                  req.target, req.cache, arch=req.arch, jobs=req.jobs, rebuild=req.rebuild)
+
+
 def _make_userspace(
-    req: BuildRequest, archive: Any, driver_version: str, phases: Phases
+    req: BuildRequest, archive: Any, driver_version: str, phases: Phases, root: AnyRoot | None = None,
 ) -> tuple[Path, Manifest]:
     """The user-space artifact of `driver_version` in the cache: from the runfile's own files when
     the request has one, else from Debian's packages."""
@@ -108,14 +193,19 @@ def _make_userspace(
         # its own folder: the Debian-built artifact of the same version has the same name, and each
         # would replace the other in one folder (and be remade on every other build)
         return runfileuserspace.build_userspace(
-            run, driver_version, req.cache / "userspace" / "runfile", arch=req.arch, os_name=req.target.name
+            run, driver_version, req.cache / "userspace" / "runfile", arch=req.arch, os_name=req.target.name,
+            fabricmanager=check_fabricmanager(req, driver_version),
         )
+    built = _built_persistenced(req, archive, driver_version, root)
+    fm = check_fabricmanager(req, driver_version)
     return userspace.build_userspace(
         archive,
         driver_version,
         req.cache / "userspace",
         arch=req.arch,
         progress=phases.reporter("userspace", "bytes"),
+        persistenced=built,
+        fabricmanager=fm,
     )
 
 
@@ -141,8 +231,10 @@ def prebuild_userspace(
     """Make the user-space artifact in the cache in a thread (not published: `publish_userspace`
     does that at the end, then finding it ready by its input digest). Errors are left to that call."""
     published = store.path / artifact_name("userspace", driver_version, arch=req.arch)
-    if not req.userspace or req.runfile or (published.exists() and current_userspace(published)):
-        return  # a runfile's user space is made before the build root (runfile_userspace)
+    if not req.userspace or req.runfile or req.persistenced_source or req.fabricmanager or (
+            published.exists() and current_userspace(published)):
+        return  # a runfile's user space is made before the build root (runfile_userspace); one with
+        # nvidia-persistenced from source needs the build root
 
     def run() -> None:
         text = "User-space artifact (while the build root is made)"

@@ -27,7 +27,7 @@ from ..node.fsutil import atomic_write
 from ..progress import Phases
 from ..sources import drivers, opensource, runfile
 from ..targets import TargetOS
-from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION, FLAVOURS
+from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION, DRIVER_VERSION_RE, FLAVOURS
 from . import buildroot, headers, hostbuild
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
@@ -52,6 +52,14 @@ class BuildRequest:
     # with `runfile` too, that runfile is the user space's and must be of the same version
     open_source: str | None = None
     open_source_sha256: str | None = None
+    # URL/path of a `git archive` of NVIDIA's nvidia-persistenced at the driver's version: built in
+    # the build root into the user-space artifact (builder.persistenced) instead of Debian's binary
+    persistenced_source: str | None = None
+    persistenced_sha256: str | None = None
+    # URL/path of NVIDIA's fabricmanager-linux-<arch>-<version>-archive.tar.xz at the driver's version:
+    # its daemon, library, configuration and topologies go into the user-space artifact
+    fabricmanager: str | None = None
+    fabricmanager_sha256: str | None = None
     jobs: int | None = None
     rebuild: bool = False
     allow_cc_mismatch: bool = False
@@ -213,6 +221,52 @@ def _fetch_source_file(req: BuildRequest, phases: Phases | None) -> Path | None:
     return release
 
 
+def check_persistenced_request(req: BuildRequest) -> None:
+    """--persistenced-source: pinned, built in the chroot build root, for a user space made from Debian's
+    packages (a runfile ships the driver's own), its version the driver's when both names carry one."""
+    if not req.persistenced_source:
+        raise InputError("--persistenced-sha256 is only used with --persistenced-source")
+    if not req.persistenced_sha256:
+        raise InputError("--persistenced-source needs --persistenced-sha256 (the archive's sha256)")
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", req.persistenced_sha256):
+        raise InputError(f"--persistenced-sha256: {req.persistenced_sha256!r} is not a sha256 hex digest "
+                         "(64 hex digits)")
+    if req.builder == "host":
+        raise InputError("--persistenced-source: built with the target OS's toolchain in the chroot build "
+                         "root, not with --builder host")
+    if req.runfile:
+        raise InputError("--persistenced-source: not with --runfile (the installer's own nvidia-persistenced "
+                         "is the driver's version)")
+    if not req.userspace:
+        raise InputError("--persistenced-source goes into the user-space artifact: not with --no-userspace")
+    named = opensource.name_version(opensource.release_name(req.persistenced_source, "--persistenced-source"),
+                                    "nvidia-persistenced")
+    if named and req.driver and DRIVER_VERSION_RE.fullmatch(req.driver) and named != req.driver:
+        raise InputError(f"--persistenced-source: {opensource.release_name(req.persistenced_source)} is "
+                         f"nvidia-persistenced {named}, the driver is {req.driver}: persistenced must be "
+                         "the driver's exact version")
+
+
+def check_fabricmanager_request(req: BuildRequest) -> None:
+    """--fabricmanager: pinned, into the user space (Debian's packages or the runfile's), its name
+    NVIDIA's archive name for the build's arch and, when --driver is an exact version, of that version."""
+    from . import fabricmanager
+
+    if not req.fabricmanager:
+        raise InputError("--fabricmanager-sha256 is only used with --fabricmanager")
+    if not req.fabricmanager_sha256:
+        raise InputError("--fabricmanager needs --fabricmanager-sha256 (the archive's sha256)")
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", req.fabricmanager_sha256):
+        raise InputError(f"--fabricmanager-sha256: {req.fabricmanager_sha256!r} is not a sha256 hex digest "
+                         "(64 hex digits)")
+    if not req.userspace:
+        raise InputError("--fabricmanager goes into the user-space artifact: not with --no-userspace")
+    exact = req.driver if req.driver and DRIVER_VERSION_RE.fullmatch(req.driver) else None
+    if exact is None and req.runfile:  # the installer's name carries the driver's version
+        exact = _runfile_version(runfile.runfile_name(req.runfile), None)
+    fabricmanager.check_name(fabricmanager.archive_name(req.fabricmanager), exact, req.arch)
+
+
 def check_same_version(release_version: str, release: str, runfile_version: str, run_name: str) -> None:
     """A kmod from an open-source release takes the user space of NVIDIA's runfile of the same
     version: refuse a pair of different versions (before anything is built)."""
@@ -320,6 +374,11 @@ def preview(req: BuildRequest, archive: Any, host_release: str | None = None) ->
         "in_store": (Path(req.store) / name).is_file(), "userspace": (
             artifact_name("userspace", version, arch=req.arch) if req.userspace and version else None),
     }
+    if req.fabricmanager:
+        out["fabricmanager"] = {"archive": req.fabricmanager, "sha256": req.fabricmanager_sha256}
+    if req.persistenced_source:
+        out["persistenced"] = {"source": req.persistenced_source, "sha256": req.persistenced_sha256,
+                               "build_packages": list(req.target.tools_packages)}
     if req.builder != "host":
         spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
         out["build_root"] = {"key": spec.key, "cached": buildroot.cached(spec, req.cache)}
@@ -404,6 +463,10 @@ def validate_request(req: BuildRequest) -> None:
         named, run_named = opensource.name_version(release), _runfile_version(run_name, None)
         if named and run_named:
             check_same_version(named, release, run_named, run_name)
+    if req.persistenced_source or req.persistenced_sha256:
+        check_persistenced_request(req)
+    if req.fabricmanager or req.fabricmanager_sha256:
+        check_fabricmanager_request(req)
     if req.sign_key or req.sign_cert:
         if not (req.sign_key and req.sign_cert):
             raise InputError("--sign-key and --sign-cert go together")

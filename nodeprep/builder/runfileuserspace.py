@@ -18,6 +18,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .. import sonames
 from ..artifact import Manifest, input_digest
@@ -132,11 +133,15 @@ def layout_payload(tree: Path, payload: Path, placements: tuple[Placement, ...],
 
 
 def build_userspace(run: Path, driver_version: str, dest_dir: Path, *, arch: str = "amd64",
-                    os_name: str) -> tuple[Path, Manifest]:
+                    os_name: str, fabricmanager: Any = None) -> tuple[Path, Manifest]:
     """Build (or reuse) `nvidia-userspace-<driver>-<arch>.tar.zst` in `dest_dir` from the installer
-    `run`. Same installer -> same input digest -> no rebuild."""
+    `run`. Same installer -> same input digest -> no rebuild. `fabricmanager`: Fabric Manager of the
+    driver's version (builder.fabricmanager.FabricManager), added."""
     inputs = {run.name: sha256_file(run)}
-    digest = input_digest(inputs, digest_params(driver_version, arch))
+    if fabricmanager is not None:
+        inputs[fabricmanager.name] = fabricmanager.sha256
+    digest = input_digest(inputs, digest_params(driver_version, arch, None,
+                                                fabricmanager.version if fabricmanager is not None else None))
     if (done := userspace.up_to_date(dest_dir, driver_version, arch, digest)) is not None:
         return done
     placements = plan_layout(runfile.read_manifest(run), driver_version, arch, source=run.name)
@@ -144,5 +149,13 @@ def build_userspace(run: Path, driver_version: str, dest_dir: Path, *, arch: str
         tree, payload = Path(tmp) / "tree", Path(tmp) / "payload"
         runfile.extract_files(run, sorted({p.src for p in placements if p.src}), tree)
         contents = layout_payload(tree, payload, placements, source=run.name)
+        extra: dict[str, object] = {"source": {"kind": "runfile", "name": run.name}}
+        if "nvidia-persistenced" in contents["bin"]:  # the installer's own: the driver's version
+            extra["persistenced"] = {"version": driver_version, "from": "runfile"}
+        if fabricmanager is not None:
+            from . import fabricmanager as fm
+
+            fm.place(fabricmanager, payload, contents)
+            extra["fabricmanager"] = fabricmanager.record()
         return userspace.pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs,
-                                        contents, {"source": {"kind": "runfile", "name": run.name}})
+                                        contents, extra)

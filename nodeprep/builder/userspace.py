@@ -242,16 +242,55 @@ def check_required(libraries: set[str], binaries: list[str], driver_version: str
             raise ArtifactError(f"driver {driver_version}: no {name} ELF binary in {where}")
 
 
-def digest_params(driver_version: str, arch: str) -> dict[str, object]:
-    """The build parameters in a user-space artifact's input digest (beside its packages' sha256s)."""
-    return {"kind": "userspace", "driver_version": driver_version, "arch": arch, "layout": LAYOUT}
+def digest_params(driver_version: str, arch: str, persistenced: dict[str, Any] | None = None,
+                  fabricmanager: str | None = None) -> dict[str, object]:
+    """The build parameters in a user-space artifact's input digest (beside its packages' sha256s);
+    `persistenced`: those of an nvidia-persistenced built from source (builder.persistenced)."""
+    out: dict[str, object] = {"kind": "userspace", "driver_version": driver_version, "arch": arch,
+                              "layout": LAYOUT}
+    if persistenced is not None:
+        out["persistenced"] = persistenced
+    if fabricmanager is not None:  # its version (the archive is an input)
+        out["fabricmanager"] = fabricmanager
+    return out
+
+
+PERSISTENCED_PARAMS = ("format", "version", "build_root", "packages_sha256")
 
 
 def is_current(manifest: Manifest) -> bool:
     """Whether an existing user-space artifact was made the way this nodeprep makes it: its input
-    digest, recomputed from its own recorded inputs with today's parameters, is unchanged."""
-    params = digest_params(manifest.driver_version, manifest.arch)
+    digest, recomputed from its own recorded inputs with today's parameters, is unchanged (an
+    nvidia-persistenced built from source: with the parameters its record keeps, its FORMAT today's)."""
+    from . import persistenced
+
+    rec = manifest.extra.get("persistenced")
+    built = None
+    if isinstance(rec, dict) and rec.get("from") == "source":
+        if rec.get("format") != persistenced.FORMAT:
+            return False
+        built = {k: rec.get(k) for k in PERSISTENCED_PARAMS}
+    fm = manifest.extra.get("fabricmanager")
+    params = digest_params(manifest.driver_version, manifest.arch, built,
+                           fm.get("version") if isinstance(fm, dict) else None)
     return input_digest(manifest.inputs, params) == manifest.input_digest
+
+
+def persistenced_warning(manifest: Manifest) -> str | None:
+    """One line when the user space's nvidia-persistenced is not the driver's version (Debian's
+    package is versioned apart: bookworm's 535.171.04 beside driver 535.309.01); None when it is, or
+    when the artifact records none."""
+    rec = manifest.extra.get("persistenced")
+    packages = manifest.extra.get("packages")
+    if rec is None and isinstance(packages, dict) and isinstance(packages.get("nvidia-persistenced"), str):
+        # made before the record was kept: the package list names it
+        debian = packages["nvidia-persistenced"]
+        rec = {"version": upstream_version(debian), "package": f"nvidia-persistenced={debian}"}
+    if not isinstance(rec, dict) or not rec.get("version") or rec["version"] == manifest.driver_version:
+        return None
+    where = f"Debian's {rec['package']}" if rec.get("package") else str(rec.get("from", "unknown"))
+    return (f"nvidia-persistenced {rec['version']} ({where}) is not the driver's {manifest.driver_version}: "
+            "kept as it is; --persistenced-source builds it from NVIDIA's source at the driver's version")
 
 
 def build_userspace(
@@ -261,17 +300,33 @@ def build_userspace(
     *,
     arch: str = "amd64",
     progress: Callable[[int, int | None], None] | None = None,
+    persistenced: Any = None,
+    fabricmanager: Any = None,
 ) -> tuple[Path, Manifest]:
     """Build (or reuse) `nvidia-userspace-<driver>-<arch>.tar.zst` in `dest_dir` from the Debian
     packages of exactly `driver_version`. Same packages -> same input digest -> no rebuild.
-    `progress(bytes, total)` follows the packages' download."""
+    `progress(bytes, total)` follows the packages' download. `persistenced`: an nvidia-persistenced
+    built from NVIDIA's source (builder.persistenced.Built), which replaces Debian's; `fabricmanager`:
+    Fabric Manager of the driver's version (builder.fabricmanager.FabricManager), added."""
     archive.update()
     chosen = resolve_packages(archive, driver_version)
     paths = archive.download_many(list(chosen.values()), progress)
     debs = dict(zip(chosen, paths, strict=True))
     inputs = {Path(deb).name: sha256_file(Path(deb)) for deb in debs.values()}
+    if persistenced is not None:
+        inputs[persistenced.source] = persistenced.sha256
+        record: dict[str, Any] = persistenced.record()
+    elif "nvidia-persistenced" in chosen:
+        record = {"version": upstream_version(chosen["nvidia-persistenced"][1]), "from": "debian",
+                  "package": "=".join(chosen["nvidia-persistenced"])}
+    else:
+        record = {}
+    if fabricmanager is not None:
+        inputs[fabricmanager.name] = fabricmanager.sha256
     os_name = archive.release.name
-    digest = input_digest(inputs, digest_params(driver_version, arch))
+    digest = input_digest(inputs, digest_params(
+        driver_version, arch, persistenced.params() if persistenced is not None else None,
+        fabricmanager.version if fabricmanager is not None else None))
     dest_dir = Path(dest_dir)
     if (done := up_to_date(dest_dir, driver_version, arch, digest)) is not None:
         return done
@@ -281,8 +336,21 @@ def build_userspace(
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             list(pool.map(lambda deb: archive.extract(Path(deb), tree), debs.values()))
         contents = layout_payload(tree, payload, driver_version, arch)
+        if persistenced is not None:
+            dest = payload / "bin" / "nvidia-persistenced"
+            dest.unlink(missing_ok=True)
+            place(Path(persistenced.binary), dest, 0o755)
+            contents["bin"] = sorted({*contents["bin"], "nvidia-persistenced"})
+        extra: dict[str, object] = {"packages": {pkg: version for pkg, version in chosen.values()}}
+        if record:
+            extra["persistenced"] = record
+        if fabricmanager is not None:
+            from . import fabricmanager as fm
+
+            fm.place(fabricmanager, payload, contents)
+            extra["fabricmanager"] = fabricmanager.record()
         return pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs, contents,
-                              {"packages": {pkg: version for pkg, version in chosen.values()}})
+                              extra)
 
 
 def up_to_date(dest_dir: Path, driver_version: str, arch: str, digest: str) -> tuple[Path, Manifest] | None:

@@ -211,6 +211,30 @@ def _preview(req: Any, in_container: bool, as_json: bool) -> None:
     "--open-source-sha256", default=None, metavar="HEX", help="sha256 of --open-source (required with it)."
 )
 @click.option(
+    "--persistenced-source",
+    default=None,
+    metavar="URL",
+    help="Build nvidia-persistenced from this `git archive` of NVIDIA's nvidia-persistenced tag "
+    "(nvidia-persistenced-<driver>.tar.gz; http(s)://, file:// or a path) at the driver's exact version "
+    "into the user-space artifact, instead of Debian's separately versioned binary.",
+)
+@click.option(
+    "--persistenced-sha256", default=None, metavar="HEX",
+    help="sha256 of --persistenced-source (required with it).",
+)
+@click.option(
+    "--fabricmanager",
+    default=None,
+    metavar="URL",
+    help="NVIDIA's fabricmanager-linux-<arch>-<driver>-archive.tar.xz (http(s)://, file:// or a path): "
+    "Fabric Manager at the driver's exact version into the user-space artifact (another version is "
+    "refused).",
+)
+@click.option(
+    "--fabricmanager-sha256", default=None, metavar="HEX",
+    help="sha256 of --fabricmanager (required with it).",
+)
+@click.option(
     "--driver-suite",
     default=None,
     metavar="SUITE",
@@ -284,6 +308,10 @@ def build_driver_cmd(
     runfile_sha256: str | None,
     open_source: str | None,
     open_source_sha256: str | None,
+    persistenced_source: str | None,
+    persistenced_sha256: str | None,
+    fabricmanager: str | None,
+    fabricmanager_sha256: str | None,
     driver_suite: str | None,
     jobs: int | None,
     rebuild: bool,
@@ -333,6 +361,10 @@ def build_driver_cmd(
         runfile_sha256=runfile_sha256,
         open_source=open_source,
         open_source_sha256=open_source_sha256,
+        persistenced_source=persistenced_source,
+        persistenced_sha256=persistenced_sha256,
+        fabricmanager=fabricmanager,
+        fabricmanager_sha256=fabricmanager_sha256,
         driver_suite=driver_suite,
         jobs=jobs,
         rebuild=rebuild,

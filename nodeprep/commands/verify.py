@@ -29,6 +29,10 @@ def _boot_id(root: Path) -> str | None:
               help="Read GPU facts from this `nvidia-smi -q -x` capture instead of running nvidia-smi.")
 @click.option("--persistence-mode", type=click.Choice(["any", "enabled", "disabled"]), default=None,
               help="Expected persistence mode (default: the profile's driver.persistence_mode).")
+@click.option("--fabric-timeout", type=click.FloatRange(0, 3600), default=None, metavar="SECONDS",
+              help="Wait this long for NVML's fabric state COMPLETED on NVLink-fabric GPUs (Fabric Manager "
+              "registers them); a fabric still in progress then fails the self-test (default: the "
+              "profile's driver.fabric_timeout, else 120).")
 @click.option("--apply", "do_apply", is_flag=True,
               help="Publish the verdict on the Node (label nodeprep.dev/gpu-verified).")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -38,10 +42,12 @@ def _boot_id(root: Path) -> str | None:
 @check_option("Run the self-test and print the verdict --apply would publish (the Node is read, not "
               "changed).")
 def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root: Path,
-                    nvidia_smi_xml: Path | None, persistence_mode: str | None, do_apply: bool,
+                    nvidia_smi_xml: Path | None, persistence_mode: str | None, fabric_timeout: float | None,
+                    do_apply: bool,
                     kubeconfig: Path | None, node: str | None, check: bool) -> None:
     """Run the GPU self-test (loaded module = active driver, every GPU on the PCI bus visible, no
-    pending row remaps or page retirements, persistence mode as configured); exit 1 when it fails.
+    pending row remaps or page retirements, persistence mode as configured, every NVLink fabric
+    registered: NVML's fabric state COMPLETED, waited for); exit 1 when it fails.
     With --apply, publish the verdict so `nodeprep verify-nodes` can lift the node's taint."""
     from ..node.selftest import evaluate, gather
     from ..profile import load_profile, profile_path
@@ -53,7 +59,9 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
     if profile is not None or path.is_file():
         prof = load_profile(path)
     mode = persistence_mode or (prof.driver.persistence_mode if prof else "any")
-    verdict = evaluate(gather(root, sysfs_root, persistence_mode=mode, nvidia_smi_xml=nvidia_smi_xml))
+    verdict = evaluate(gather(root, sysfs_root, persistence_mode=mode, nvidia_smi_xml=nvidia_smi_xml,
+                              fabric_timeout=fabric_timeout if fabric_timeout is not None
+                              else prof.driver.fabric_timeout if prof else 120.0))
     result: dict[str, object] = verdict.to_dict()
     problems = list(verdict.problems)
     if do_apply:
@@ -114,4 +122,26 @@ def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, check: bool)
         time.sleep(interval)
 
 
-COMMANDS = [verify_gpus_cmd, verify_nodes_cmd]
+@click.command("fabric-manager")
+@json_option
+@click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
+              show_default=True, help="Stands for /sys (the PCI devices and their VPD).")
+@click.option("--condition", is_flag=True,
+              help="Exit 0 when this machine needs Fabric Manager, 1 when not (systemd's ExecCondition).")
+def fabric_manager_cmd(as_json: bool, sysfs_root: Path, condition: bool) -> None:
+    """Say whether this machine needs NVIDIA Fabric Manager, from its PCI devices: NVSwitches (PCI class
+    0x0680, HGX A100/H100/H200) or an NVSwitch management bridge (VPD SW_MNG, HGX B200/B300) need it;
+    GB200/GB300 (switches managed off-host) and everything else do not."""
+    from ..node.fabric import decide, read_pci
+
+    decision = decide(read_pci(sysfs_root))
+    if as_json:
+        emit_json(decision.to_dict())
+    else:
+        says = "needed" if decision.needed else "not needed"
+        click.echo(f"{decision.machine.name}: Fabric Manager {says} ({decision.reason})")
+    if condition and not decision.needed:
+        raise SystemExit(1)
+
+
+COMMANDS = [verify_gpus_cmd, verify_nodes_cmd, fabric_manager_cmd]

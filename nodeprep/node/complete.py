@@ -10,6 +10,7 @@ root is refused with ArtifactError (exit 2) naming what is missing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -18,6 +19,7 @@ from pathlib import Path
 from .. import runner, sonames
 from ..artifact import REQUIRED_BINARIES, REQUIRED_LIBRARIES
 from ..errors import ArtifactError, CommandError
+from . import imagefile
 from .layout import Layout
 
 
@@ -34,9 +36,31 @@ def _regular(path: Path) -> bool:
         return False
 
 
+def fabricmanager_problem(vdir: Path, version: str) -> str | None:
+    """Why the Fabric Manager of the driver root `vdir` must not run beside driver `version`: its
+    recorded version (the user-space manifest's `fabricmanager` record) is another, or a root that
+    ships bin/nv-fabricmanager records none. None when it has none, or the driver's."""
+    try:
+        raw = imagefile.read(vdir / "manifest.json", limit=16 << 20, what="driver manifest")
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        data = {}
+    extra = data.get("extra") if isinstance(data, dict) else None
+    rec = extra.get("fabricmanager") if isinstance(extra, dict) else None
+    found = rec.get("version") if isinstance(rec, dict) else None
+    if found is None:
+        shipped = os.path.lexists(vdir / "bin/nv-fabricmanager")
+        return "bin/nv-fabricmanager has no recorded version" if shipped else None
+    if found != version:
+        return f"its Fabric Manager is {found}, the driver is {version} (it must be the driver's version)"
+    return None
+
+
 def problems(layout: Layout, vdir: Path, version: str) -> list[str]:
     """What makes the driver root `vdir` (a directory under layout.opt) incomplete; empty: nothing."""
     found = [f"{rel} is missing" for rel in required_files(version) if not _regular(vdir / rel)]
+    if fm := fabricmanager_problem(vdir, version):
+        found.append(fm)
     lib64 = vdir / "lib64"
     unsafe = sonames.tree_problems(vdir, layout.node_path(vdir))  # lib64's links may lead anywhere in it
     if unsafe:  # ldconfig, here or when activated, would make links where the SONAME says

@@ -5,6 +5,8 @@
 /etc/ld.so.conf.d/00-nvidia.conf
 /etc/modprobe.d/nodeprep-nvidia.conf
 /etc/systemd/system/nodeprep-nvidia.service (+ multi-user.target.wants link)
+/etc/systemd/system/nodeprep-persistenced.service (+ multi-user.target.wants link)
+/etc/systemd/system/nodeprep-fabricmanager.service (+ multi-user.target.wants link)
 /lib/modules/<kernel-release>/updates/nodeprep/<module>.ko -> /opt/nvidia/current/modules/<rel>/<module>.ko
 /lib/firmware/nvidia/<driver> -> /opt/nvidia/<driver>/firmware/nvidia/<driver>
 /var/lib/nodeprep/{state.json,lock}
@@ -25,6 +27,8 @@ from ..rootpath import beneath
 from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE
 
 UNIT_NAME = "nodeprep-nvidia.service"
+PERSISTENCED_UNIT_NAME = "nodeprep-persistenced.service"
+FABRICMANAGER_UNIT_NAME = "nodeprep-fabricmanager.service"
 LD_CONF_NAME = "00-nvidia.conf"
 MODPROBE_CONF_NAME = "nodeprep-nvidia.conf"
 MODULE_SUBDIR = "updates/nodeprep"
@@ -86,6 +90,22 @@ class Layout:
     @property
     def unit_wants(self) -> Path:
         return self.resolved("/etc/systemd/system/multi-user.target.wants") / UNIT_NAME
+
+    @property
+    def persistenced_unit(self) -> Path:
+        return self.resolved("/etc/systemd/system") / PERSISTENCED_UNIT_NAME
+
+    @property
+    def persistenced_wants(self) -> Path:
+        return self.resolved("/etc/systemd/system/multi-user.target.wants") / PERSISTENCED_UNIT_NAME
+
+    @property
+    def fabricmanager_unit(self) -> Path:
+        return self.resolved("/etc/systemd/system") / FABRICMANAGER_UNIT_NAME
+
+    @property
+    def fabricmanager_wants(self) -> Path:
+        return self.resolved("/etc/systemd/system/multi-user.target.wants") / FABRICMANAGER_UNIT_NAME
 
     def module_links(self, kernel: str) -> Path:
         return self.resolved(f"/lib/modules/{check_kernel(kernel)}/{MODULE_SUBDIR}")

@@ -47,12 +47,21 @@ from .kmod import (
     target_kernel,
     vermagic_problem,
 )
-from .layout import MODULE_SUBDIR, TEMP_PREFIXES, UNIT_NAME, Layout, check_version
+from .layout import (
+    FABRICMANAGER_UNIT_NAME,
+    MODULE_SUBDIR,
+    PERSISTENCED_UNIT_NAME,
+    TEMP_PREFIXES,
+    UNIT_NAME,
+    Layout,
+    check_version,
+)
 from .lock import locked
 from .plan import (
     InstallPlan,
     InstallRequest,
     UninstallPlan,
+    daemon_commands,
     needs_index,
     plan_activate,
     plan_install,
@@ -132,6 +141,10 @@ def clean_leftovers(layout: Layout) -> list[Path]:
         layout.modprobe_conf,
         layout.unit,
         layout.unit_wants,
+        layout.persistenced_unit,
+        layout.persistenced_wants,
+        layout.fabricmanager_unit,
+        layout.fabricmanager_wants,
         layout.state_file,
         layout.current,
     )
@@ -376,6 +389,8 @@ def _writes(layout: Layout, kernels: Sequence[str]) -> list[Path]:
     """Host paths an install or activation may write for `kernels` (not the entry points): what
     created.note looks above for folders it makes."""
     return [layout.opt / "current", layout.ld_conf, layout.modprobe_conf, layout.unit, layout.unit_wants,
+            layout.persistenced_unit, layout.persistenced_wants, layout.fabricmanager_unit,
+            layout.fabricmanager_wants,
             *(layout.module_links(rel) / "nvidia.ko" for rel in kernels),
             layout.resolved("/lib/firmware/nvidia") / "x", gpufacts.path(layout), layout.download_dir / "x",
             *(kernelhook.hook_path(layout, e) for e in kernelhook.EVENTS),
@@ -503,6 +518,9 @@ def _activate(
     changed |= system.write_modprobe_conf(layout)
     crash_point("activate:modprobe-conf")
     changed |= system.write_unit(layout, modules)
+    persistenced_unit = system.write_persistenced_unit(layout)
+    fabricmanager_unit = system.write_fabricmanager_unit(layout)
+    changed |= persistenced_unit or fabricmanager_unit
     if problem := system.command_problem(layout):  # the unit runs the root's own nodeprep
         notes.append(f"warning: {problem}")
     old_kernels = set(system.linked_kernels(layout))
@@ -534,6 +552,9 @@ def _activate(
         notes.append(f"module loading skipped (--root {layout.root}): the unit loads them at boot")
     else:
         loaded = _reload(version, modules, notes)
+    for unit, unit_changed in ((PERSISTENCED_UNIT_NAME, persistenced_unit),
+                               (FABRICMANAGER_UNIT_NAME, fabricmanager_unit)):  # persistenced first
+        _daemon(layout, unit, loaded=loaded, unit_changed=unit_changed, switched=flipped, notes=notes)
     changed |= gpufacts.refresh(layout, notes)  # after the reload: NVML of the new driver
     crash_point("activate:gpu-facts")
     if flipped:
@@ -548,6 +569,19 @@ def _activate(
         loaded=loaded,
         notes=tuple(notes),
     )
+
+
+def _daemon(layout: Layout, unit: str, *, loaded: bool, unit_changed: bool, switched: bool,
+            notes: list[str]) -> None:
+    """Run a daemon unit's commands of this activation (a live root only)."""
+    argvs = daemon_commands(unit, live=layout.live, loaded=loaded, unit_changed=unit_changed,
+                            switched=switched)
+    if argvs and runner.which("systemctl") is None:
+        notes.append(f"systemctl not found: {unit} not started")
+        return
+    for argv in argvs:
+        if runner.run(argv, timeout=360, check=False).returncode != 0:
+            notes.append(f"`{' '.join(argv)}` failed (journalctl -u {unit})")
 
 
 def _follow_entry_points(layout: Layout, version: str, recorded: tuple[str, ...],
@@ -835,6 +869,10 @@ def _survey(
     s.file(layout.host_path(kernelhook.HOLD_FILE), lambda raw: raw.startswith(_HEADER))
     s.link(layout.unit_wants, lambda text: text == f"../{UNIT_NAME}")
     s.file(layout.unit, lambda raw: raw.startswith(_HEADER))
+    s.link(layout.persistenced_wants, lambda text: text == f"../{PERSISTENCED_UNIT_NAME}")
+    s.file(layout.persistenced_unit, lambda raw: raw.startswith(_HEADER))
+    s.link(layout.fabricmanager_wants, lambda text: text == f"../{FABRICMANAGER_UNIT_NAME}")
+    s.file(layout.fabricmanager_unit, lambda raw: raw.startswith(_HEADER))
     s.file(layout.ld_conf, lambda raw: raw == system.LD_CONF.encode())
     s.file(layout.modprobe_conf, lambda raw: raw == system.MODPROBE_CONF.encode())
     kernels = system.linked_kernels(layout)
@@ -885,8 +923,12 @@ def _survey(
     depmod = sorted((set(kernels) | set(_stale_module_index(layout))) - set(fresh))
     todo = plan_uninstall(
         remove, sorted(restore), s.kept, loaded=_loaded_modules() if layout.live else (),
-        kernels=tuple(depmod), restart=above.restart,
-        ldconfig=ldconfig, unit=s.node(layout.unit), stop=above.stop, after=after)
+        kernels=tuple(depmod), restart=above.restart, ldconfig=ldconfig, unit=s.node(layout.unit),
+        # the daemon holds the GPUs open: stopped before the modules are unloaded
+        stop=above.stop + tuple(name for name, path in ((FABRICMANAGER_UNIT_NAME, layout.fabricmanager_unit),
+                                                        (PERSISTENCED_UNIT_NAME, layout.persistenced_unit))
+                                if s.node(path) in remove),
+        after=after, units=(s.node(layout.persistenced_unit), s.node(layout.fabricmanager_unit)))
     return todo, restore, folders
 
 

@@ -190,6 +190,23 @@ def plan_activate(
     return ActivatePlan(version=version, active=state.active, kernels=target.kernels, drift=drift)
 
 
+def daemon_commands(unit: str, *, live: bool, loaded: bool, unit_changed: bool,
+                          switched: bool) -> list[list[str]]:
+    """The systemctl commands an activation runs for the daemon unit `unit` (persistenced, Fabric
+    Manager; pure). Under
+    --root none (the unit starts at boot); on a live root a daemon-reload when the unit changed, then,
+    with the version's modules loaded, a restart after a switch or a new unit (the daemon runs the
+    binary `current` names: the new one), else a start (nothing when it runs already). With another
+    version's module still loaded, nothing: the new daemon would refuse the old module, and the
+    restart of the module-load unit (or the reboot) the activation asks for restarts it too."""
+    if not live:
+        return []
+    out = [["systemctl", "daemon-reload"]] if unit_changed else []
+    if loaded:
+        out.append(["systemctl", "restart" if switched or unit_changed else "start", unit])
+    return out
+
+
 def rollback_target(state: State) -> str:
     """The version a rollback activates."""
     if not state.previous:
@@ -303,13 +320,15 @@ class UninstallPlan:
 
 def plan_uninstall(remove: list[str], restore: list[str], kept: list[str], *, loaded: tuple[str, ...],
                    kernels: tuple[str, ...], restart: tuple[str, ...], ldconfig: bool,
-                   unit: str, stop: tuple[str, ...] = (), after: Sequence[str] = ()) -> UninstallPlan:
+                   unit: str, stop: tuple[str, ...] = (), after: Sequence[str] = (),
+                   units: tuple[str, ...] = ()) -> UninstallPlan:
     """The uninstall of what the survey found: `remove` and `restore` (node paths, in order), `kept`
     (lines), the nvidia modules `loaded` now (live root), the `kernels` whose module links go, the
     units join asks to restart, and to `stop` first, whether the ld cache names what goes
     (`ldconfig`), the unit's node path (its removal needs a daemon-reload) and what goes once
-    ldconfig ran (`after`)."""
+    ldconfig ran (`after`); `units`: the node paths of nodeprep's other units (persistenced)."""
     return UninstallPlan(
         remove=tuple(remove), restore=tuple(restore), kept=tuple(kept), unload=loaded,
-        ldconfig=ldconfig, after=tuple(after), depmod=kernels, daemon_reload=unit in remove,
+        ldconfig=ldconfig, after=tuple(after), depmod=kernels,
+        daemon_reload=unit in remove or any(u in remove for u in units),
         restart=restart if remove or restore else (), stop=stop if remove or restore else ())

@@ -7,17 +7,26 @@ Checks, each one line when it fails:
                is listed by the driver (nvidia-smi), and the driver lists no GPU the bus lacks;
 - memory:      no GPU has a pending row remap or a row-remap failure, and none has pages pending
                retirement (retired-page overflow / pending blacklist);
-- persistence: every GPU's persistence mode is what `driver.persistence_mode` asks (unless `any`).
+- persistence: every GPU's persistence mode is what `driver.persistence_mode` asks (unless `any`);
+- fabric:      every GPU on an NVLink fabric (NVML's GpuFabricInfo answers) has the fabric state
+               COMPLETED and a successful status: Fabric Manager has registered it (until then CUDA
+               fails to initialise with error 802); the self-test waits for it up to a timeout.
 
-`gather()` reads the node (sysfs, the driver root, `nvidia-smi -q -x` from the active root, or a
-capture given with `nvidia_smi_xml`); `evaluate()` is the pure verdict over those facts.
+`gather()` reads the node: sysfs, the driver root, and the GPUs from NVML (nvidia-ml-py over the
+host's libnvidia-ml: `nvmlDeviceGetPersistenceMode`, the remapped rows, the retired pages; only with
+the module loaded), else `nvidia-smi -q -x` from this host, or a capture given with `nvidia_smi_xml`;
+`evaluate()` is the pure verdict over those facts.
 """
 
 from __future__ import annotations
 
+import ctypes
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import runner
 from ..errors import InputError
@@ -40,6 +49,8 @@ class GpuHealth:
     remap_pending: bool | None = None
     remap_failure: bool | None = None
     retirement_pending: bool | None = None
+    fabric_state: str | None = None  # NVML's GpuFabricInfo state, as nvidia-smi names it; None: no fabric
+    fabric_status: int = 0  # NVML's return code of the fabric's registration (0: success)
 
 
 @dataclass(frozen=True)
@@ -50,18 +61,26 @@ class SelfTestFacts:
     pci_gpus: tuple[str, ...]  # sysfs bus ids
     gpus: tuple[GpuHealth, ...]
     persistence_mode: str = "any"
+    source: str = "nvidia-smi"  # where `gpus` came from: nvml, nvidia-smi or a capture
 
 
 @dataclass(frozen=True)
 class Verdict:
     passed: bool
     problems: tuple[str, ...] = ()
-    checked: tuple[str, ...] = field(default=("module", "visibility", "memory", "persistence"))
+    checked: tuple[str, ...] = field(default=("module", "visibility", "memory", "persistence", "fabric"))
     driver_version: str | None = None
+
+    gpus: tuple[GpuHealth, ...] = ()
+    source: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return {"passed": self.passed, "problems": list(self.problems), "checked": list(self.checked),
-                "driver_version": self.driver_version}
+                "driver_version": self.driver_version, "source": self.source,
+                "gpus": [{"bus_id": g.bus_id, "name": g.name,
+                          "persistence": None if g.persistence is None else
+                          ("enabled" if g.persistence else "disabled"),
+                          "fabric": g.fabric_state} for g in self.gpus]}
 
 
 def _yes_no(text: str | None) -> bool | None:
@@ -97,8 +116,15 @@ def parse_health(xml: str | bytes) -> tuple[str | None, tuple[GpuHealth, ...]]:
             remap_pending=_yes_no(_text(g, "remapped_rows/remapped_row_pending")),
             remap_failure=_yes_no(_text(g, "remapped_rows/remapped_row_failure")),
             retirement_pending=True if True in retire else (False if False in retire else None),
+            fabric_state=_fabric_state(_text(g, "fabric/state")),
+            fabric_status=0 if _text(g, "fabric/status") in (None, "Success") else -1,
         ))
     return _text(root, "driver_version"), tuple(gpus)
+
+
+def _fabric_state(text: str | None) -> str | None:
+    """nvidia-smi's <fabric><state> as NVML's state names (None: N/A or Not Supported: no fabric)."""
+    return text if text in FABRIC_STATES.values() else None
 
 
 def pci_nvidia_gpus(sysfs_root: Path) -> tuple[str, ...]:
@@ -144,29 +170,132 @@ def evaluate(f: SelfTestFacts) -> Verdict:
             problems.append(f"memory: GPU {g.bus_id} had a row-remap failure (replace the GPU)")
         if g.retirement_pending:
             problems.append(f"memory: GPU {g.bus_id} has pages pending retirement (reset the GPU)")
+        if g.fabric_state is not None and g.fabric_state != FABRIC_COMPLETED:
+            problems.append(f"fabric: GPU {g.bus_id} fabric state {g.fabric_state} (Fabric Manager has not "
+                            "registered it; CUDA fails with error 802 until it has)")
+        elif g.fabric_state is not None and g.fabric_status != 0:
+            code = "" if g.fabric_status < 0 else f" {g.fabric_status}"
+            problems.append(f"fabric: GPU {g.bus_id} fabric state {g.fabric_state} with a failed "
+                            f"status{code} (see the Fabric Manager log)")
         if f.persistence_mode != "any" and g.persistence is not None:
             want = f.persistence_mode == "enabled"
             if g.persistence != want:
                 problems.append(f"persistence: GPU {g.bus_id} has persistence mode "
                                 f"{'enabled' if g.persistence else 'disabled'}, the profile asks for "
                                 f"{f.persistence_mode}")
-    return Verdict(not problems, tuple(problems), driver_version=f.active_version)
+    return Verdict(not problems, tuple(problems), driver_version=f.active_version, gpus=f.gpus,
+                   source=f.source)
+
+
+# NVML's nvmlGpuFabricState_t (0: NOT_SUPPORTED), named as nvidia-smi -q -d FABRIC names them
+FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
+FABRIC_COMPLETED = "Completed"
+FABRIC_PENDING = ("Not Started", "In Progress")
+
+
+def fabric_pending(gpus: tuple[GpuHealth, ...]) -> bool:
+    """Whether some GPU's fabric registration is still under way (worth waiting for)."""
+    return any(g.fabric_state in FABRIC_PENDING for g in gpus)
+
+
+def read_nvml() -> tuple[str | None, tuple[GpuHealth, ...]] | None:
+    """(driver version, per-GPU health) from NVML, None when NVML cannot be used here (no nvidia-ml-py,
+    no libnvidia-ml, init fails). A query a GPU does not support is None in its GpuHealth."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        return _nvml_health(pynvml)
+    except pynvml.NVMLError:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _nvml_health(nv: Any) -> tuple[str | None, tuple[GpuHealth, ...]]:  # nv: pynvml, untyped
+    def opt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except nv.NVMLError:
+            return None
+
+    driver = nv.nvmlSystemGetDriverVersion()
+    gpus = []
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        pci = nv.nvmlDeviceGetPciInfo(h)
+        bus = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
+        name = nv.nvmlDeviceGetName(h)
+        mode = opt(nv.nvmlDeviceGetPersistenceMode, h)
+        rows = opt(nv.nvmlDeviceGetRemappedRows, h)  # (corrected, uncorrected, pending, failure)
+        pages = opt(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        fabric = nv.c_nvmlGpuFabricInfo_t()
+        state = None
+        if opt(nv.nvmlDeviceGetGpuFabricInfo, h, ctypes.byref(fabric)) is not None:
+            state = FABRIC_STATES.get(int(fabric.state))
+        gpus.append(GpuHealth(
+            bus_id=normalise_bus_id(bus),
+            name=name.decode() if isinstance(name, bytes) else str(name),
+            persistence=None if mode is None else mode == nv.NVML_FEATURE_ENABLED,
+            remap_pending=None if rows is None else bool(rows[2]),
+            remap_failure=None if rows is None else bool(rows[3]),
+            retirement_pending=None if pages is None else pages == nv.NVML_FEATURE_ENABLED,
+            fabric_state=state,
+            fabric_status=int(fabric.status) if state else 0,
+        ))
+    return (driver.decode() if isinstance(driver, bytes) else str(driver)), tuple(gpus)
+
+
+NvmlHealth = tuple[str | None, tuple[GpuHealth, ...]]  # (driver version, per-GPU health)
+
+
+def wait_fabric(read: Callable[[], NvmlHealth | None], timeout: float, *, interval: float = 2.0,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> NvmlHealth | None:
+    """`read()` again every `interval` seconds while some GPU's fabric is Not Started or In Progress,
+    for at most `timeout` seconds; the last answer (None: NVML could not be read)."""
+    deadline = clock() + timeout
+    got = read()
+    while got is not None and fabric_pending(got[1]) and clock() < deadline:
+        sleep(max(0.0, min(interval, deadline - clock())))
+        got = read()
+    return got
 
 
 def gather(root: Path, sysfs_root: Path, *, persistence_mode: str = "any", nvidia_smi_xml: Path | None = None,
-           timeout: float = 30.0) -> SelfTestFacts:
-    """Read the node. GPU facts from `nvidia_smi_xml` when given (a capture), else from running the
-    active root's nvidia-smi (only when the module is loaded)."""
+           timeout: float = 30.0, fabric_timeout: float = 0.0) -> SelfTestFacts:
+    """Read the node. GPU facts from `nvidia_smi_xml` when given (a capture), else (only when the module
+    is loaded) from NVML, waiting up to `fabric_timeout` seconds for every fabric registration to
+    finish, else from running this host's nvidia-smi."""
     loaded = sysfs_driver_version(sysfs_root)
     xml: str | bytes | None = None
+    source = "capture" if nvidia_smi_xml is not None else "nvidia-smi"
     if nvidia_smi_xml is not None:
         xml = nvidia_smi_xml.read_bytes()
+    elif loaded is not None and (nvml := wait_fabric(read_nvml, fabric_timeout)) is not None:
+        return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
+                             smi_driver_version=nvml[0], pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=nvml[1],
+                             persistence_mode=persistence_mode, source="nvml")
     elif loaded is not None and (tool := find_nvidia_smi(root)) is not None:
         env = {}
         if str(tool).startswith(str(root / "opt/nvidia")):
             env["LD_LIBRARY_PATH"] = str(tool.parent.parent / "lib64")
-        xml = runner.run([tool, "-q", "-x"], timeout=timeout, env=env).stdout
+        argv: list[str | Path] = [tool, "-q", "-x"]
+        found = wait_fabric(lambda: parse_health(runner.run(argv, timeout=timeout, env=env).stdout),
+                            fabric_timeout)
+        assert found is not None
+        return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
+                             smi_driver_version=found[0], pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=found[1],
+                             persistence_mode=persistence_mode, source=source)
     smi_version, gpus = parse_health(xml) if xml is not None else (None, ())
     return SelfTestFacts(active_version=active_version(Layout(root)), loaded_version=loaded,
                          smi_driver_version=smi_version, pci_gpus=pci_nvidia_gpus(sysfs_root), gpus=gpus,
-                         persistence_mode=persistence_mode)
+                         persistence_mode=persistence_mode, source=source)

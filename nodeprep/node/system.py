@@ -17,7 +17,7 @@ from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from . import imagefile
 from .crash import crash_point
 from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
-from .layout import UNIT_NAME, Layout
+from .layout import FABRICMANAGER_UNIT_NAME, PERSISTENCED_UNIT_NAME, UNIT_NAME, Layout
 
 log = logging.getLogger(__name__)
 
@@ -352,12 +352,94 @@ WantedBy=multi-user.target
 """
 
 
+PERSISTENCED = "/opt/nvidia/current/bin/nvidia-persistenced"
+PERSISTENCED_UNIT = f"""\
+# Written by nodeprep (nodeprep activate): nvidia-persistenced of the active driver
+[Unit]
+Description=NVIDIA Persistence Daemon of the driver in /opt/nvidia/current (nodeprep)
+Documentation=man:nvidia-persistenced(1) file:///opt/nvidia/current/manifest.json
+Requires={UNIT_NAME}
+After={UNIT_NAME}
+PartOf={UNIT_NAME}
+Before=containerd.service kubelet.service
+ConditionPathExists={PERSISTENCED}
+
+[Service]
+Type=forking
+PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid
+ExecStart={PERSISTENCED} --verbose
+ExecStopPost=/bin/rm -rf /run/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def render_persistenced_unit() -> str:
+    """The unit that runs the active version's nvidia-persistenced: through `current`, so it moves with
+    activate, switch and rollback (restarted on a live root, nodeprep.node.plan.persistenced_commands);
+    part of the module-load unit, so stopping that one (to unload the modules) stops it first."""
+    return PERSISTENCED_UNIT
+
+
+def write_persistenced_unit(layout: Layout) -> bool:
+    """The persistenced unit and its multi-user.target.wants link; True when either changed."""
+    changed = atomic_write(layout.persistenced_unit, render_persistenced_unit(),
+                           point="activate:persistenced-unit-tmp")
+    changed |= atomic_symlink(layout.persistenced_wants, f"../{PERSISTENCED_UNIT_NAME}")
+    crash_point("activate:persistenced-unit")
+    return changed
+
+
+FABRICMANAGER = "/opt/nvidia/current/bin/nv-fabricmanager"
+FABRICMANAGER_CONFIG = "/opt/nvidia/current/share/nvidia/nvswitch/fabricmanager.cfg"
+
+
+def render_fabricmanager_unit(command: str) -> str:
+    """The unit that runs the active version's Fabric Manager where the machine needs it: `command
+    fabric-manager --condition` (nodeprep.node.fabric's decision from the PCI devices) is its
+    ExecCondition, so on a machine without an NVSwitch fabric (or a GB200/GB300, whose switches are
+    managed off-host) systemd skips it instead of failing it; ordered after the modules and
+    persistenced and before the runtime and kubelet (the self-test waits for its fabric)."""
+    return f"""\
+# Written by nodeprep (nodeprep activate): NVIDIA Fabric Manager of the active driver
+[Unit]
+Description=NVIDIA Fabric Manager of the driver in /opt/nvidia/current (nodeprep)
+Documentation=file:///opt/nvidia/current/manifest.json
+Requires={UNIT_NAME}
+After={UNIT_NAME} {PERSISTENCED_UNIT_NAME}
+PartOf={UNIT_NAME}
+Before=containerd.service kubelet.service
+ConditionPathExists={FABRICMANAGER}
+
+[Service]
+Type=forking
+ExecCondition={command} fabric-manager --condition
+ExecStart={FABRICMANAGER} -c {FABRICMANAGER_CONFIG}
+TimeoutStartSec=300
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def write_fabricmanager_unit(layout: Layout) -> bool:
+    """The Fabric Manager unit and its multi-user.target.wants link; True when either changed."""
+    changed = atomic_write(layout.fabricmanager_unit, render_fabricmanager_unit(nodeprep_command()),
+                           point="activate:fabricmanager-unit-tmp")
+    changed |= atomic_symlink(layout.fabricmanager_wants, f"../{FABRICMANAGER_UNIT_NAME}")
+    crash_point("activate:fabricmanager-unit")
+    return changed
+
+
 def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> tuple[str, ...]:
     """Node paths of the files activation writes whose content differs from what it would write."""
     want = {
         layout.ld_conf: LD_CONF,
         layout.modprobe_conf: MODPROBE_CONF,
         layout.unit: render_unit(nodeprep_command(), modules),
+        layout.persistenced_unit: render_persistenced_unit(),
+        layout.fabricmanager_unit: render_fabricmanager_unit(nodeprep_command()),
     }
     out = []
     for path, text in want.items():

@@ -29,7 +29,7 @@ from .checks import (
 from .migparted import NAME_RE as MIG_CONFIG_NAME_RE
 from .migparted import mig_parted
 from .model import CA_HASH_RE, K8S_VERSION_RE
-from .rules import Rule, boolean, enum, list_of, mapping, string
+from .rules import Rule, boolean, enum, integer, list_of, mapping, string
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,13 @@ FIELDS: tuple[Field, ...] = (
         "persistence_mode",
         enum("any", "enabled", "disabled"),
         "GPU persistence mode the self-test (nodeprep verify-gpus) expects on every GPU",
+    ),
+    Field(
+        "driver",
+        "fabric_timeout",
+        integer(0, 3600),
+        "Seconds the GPU self-test (nodeprep verify-gpus) waits for NVML's fabric state COMPLETED on "
+        "NVLink-fabric GPUs (Fabric Manager registers them) before a fabric still in progress fails it",
     ),
     Field(
         "driver",

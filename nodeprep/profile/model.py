@@ -51,6 +51,7 @@ class Driver:
     ca_file: str | None = None
     insecure_http: bool = False
     persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
+    fabric_timeout: int = 120  # seconds the GPU self-test waits for the NVLink fabric to complete
     keep_boot_kernel: bool = False  # kernel hook: keep booting a kernel that has the driver
     branch: str | None = None  # "580": a version of this branch (the policy's, running the GPUs)
     gpus: str | None = None  # "node" or "10de:2335,...": the version and flavour follow these GPUs

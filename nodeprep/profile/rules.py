@@ -1,7 +1,7 @@
 """Validation rules of the profile's fields, each with the JSON Schema fragment that accepts the same
 shapes. A Rule is called as `rule(value) -> (parsed, problems)`; problems are messages without the
 field's path (the parser prefixes `section.key: `). The combinators (string, enum, boolean, list_of,
-mapping) build both halves from the same arguments, so the published schema cannot disagree with
+mapping, integer) build both halves from the same arguments, so the published schema cannot disagree with
 the parser about types, patterns, choices or item shapes; a rule with a check the schema cannot say
 (a host:port, a label key) keeps the schema of its shape.
 """
@@ -119,6 +119,19 @@ def _bool(value: Any) -> tuple[Any, Problems]:
 
 
 boolean = Rule(_bool, {"type": "boolean"})
+
+
+def integer(low: int, high: int) -> Rule:
+    """A whole number from `low` to `high` (a bool is none)."""
+
+    def parse(value: Any) -> tuple[Any, Problems]:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return value, [f"expected a whole number, got {type_name(value)}"]
+        if not low <= value <= high:
+            return value, [f"{value} is not from {low} to {high}"]
+        return value, []
+
+    return Rule(parse, {"type": "integer", "minimum": low, "maximum": high})
 
 
 def list_of(item: Rule) -> Rule:

@@ -23,7 +23,7 @@ from ..errors import ArtifactError, InputError
 from ..safetar import name_problem
 from ..vocab import DRIVER_VERSION
 
-TOP_RE = re.compile(rf"^open-gpu-kernel-modules-(?P<version>{DRIVER_VERSION})$")
+PROJECT = "open-gpu-kernel-modules"
 VERSION_RE = re.compile(r"^NVIDIA_VERSION\s*[:?]?=\s*(\S+)\s*$", re.M)
 OUTPUT_DIR = "kernel-open"  # where `make modules` leaves the .ko files, relative to the top
 # What `make modules` runs beyond kbuild's toolchain: xz (src/nvidia-modeset compresses its shaders)
@@ -49,22 +49,23 @@ def cxx_of(c_compiler: str) -> str:
     return f"{head}g++{tail}"
 
 
-def release_name(url: str) -> str:
+def release_name(url: str, flag: str = "--open-source") -> str:
     name = Path(unquote(urlparse(url).path)).name
     if not name:
-        raise InputError(f"--open-source: {url!r} does not name a file")
+        raise InputError(f"{flag}: {url!r} does not name a file")
     return name
 
 
-def name_version(name: str) -> str | None:
+def name_version(name: str, project: str = PROJECT) -> str | None:
     """The version a release's file name carries ('open-gpu-kernel-modules-580.142.tar.gz'), or None."""
-    m = re.match(rf"^open-gpu-kernel-modules-({DRIVER_VERSION})\.(?:tar(?:\.\w+)?|tgz)$", name)
+    m = re.match(rf"^{re.escape(project)}-({DRIVER_VERSION})\.(?:tar(?:\.\w+)?|tgz)$", name)
     return m[1] if m else None
 
 
-def fetch(url: str, sha256: str, cache: Path, *, progress: dl.Progress | None = None) -> Path:
+def fetch(url: str, sha256: str, cache: Path, *, progress: dl.Progress | None = None,
+          flag: str = "--open-source") -> Path:
     """The release tarball at `url` (URL or path), downloaded into `cache` and checked against `sha256`."""
-    dest = cache / "open-source" / sha256.lower() / release_name(url)
+    dest = cache / "open-source" / sha256.lower() / release_name(url, flag)
     return dl.download(url, dest, sha256=sha256, progress=progress, insecure_http=True)
 
 
@@ -89,12 +90,12 @@ def _checked(path: Path, member: tarfile.TarInfo, top: str | None) -> tuple[str,
     return first, PurePosixPath(rest)
 
 
-def _top_version(path: Path, top: str) -> str:
-    m = TOP_RE.match(top)
+def _top_version(path: Path, top: str, project: str = PROJECT) -> str:
+    m = re.fullmatch(rf"{re.escape(project)}-(?P<version>{DRIVER_VERSION})", top)
     if not m:
         raise InputError(
-            f"{path.name}: top directory {top!r} is not open-gpu-kernel-modules-<version> "
-            "(an NVIDIA open-gpu-kernel-modules release)"
+            f"{path.name}: top directory {top!r} is not {project}-<version> "
+            f"(a `git archive` of an NVIDIA {project} tag)"
         )
     return m["version"]
 
@@ -109,8 +110,9 @@ def _check_version_mk(path: Path, text: str, version: str) -> None:
         )
 
 
-def read_version(path: Path) -> str:
-    """The driver version of the release at `path`: its top directory's, checked against version.mk."""
+def read_version(path: Path, project: str = PROJECT) -> str:
+    """The driver version of the release at `path`: its top directory's, checked against version.mk.
+    `project`: the top directory's name before `-<version>` (nvidia-persistenced's archives too)."""
     top: str | None = None
     version: str | None = None
     with _open(path) as tar:
@@ -118,7 +120,7 @@ def read_version(path: Path) -> str:
             for member in tar:
                 first, rest = _checked(path, member, top)
                 if top is None:
-                    top, version = first, _top_version(path, first)
+                    top, version = first, _top_version(path, first, project)
                 if str(rest) == "version.mk" and member.isreg():
                     if member.size > MAX_VERSION_MK:
                         raise InputError(f"{path.name}: version.mk is larger than {MAX_VERSION_MK} bytes")
@@ -128,11 +130,13 @@ def read_version(path: Path) -> str:
                     return version
         except (tarfile.TarError, EOFError, OSError) as e:
             raise ArtifactError(f"{path.name}: damaged archive ({e})") from None
-    raise InputError(f"{path.name}: no version.mk (not an open-gpu-kernel-modules release)")
+    raise InputError(f"{path.name}: no version.mk (not an NVIDIA {project} release)")
 
 
-def extract_tree(path: Path, dest: Path) -> Path:
-    """Unpack the release's top directory as `dest` (a new directory); returns `dest`.
+def extract_tree(path: Path, dest: Path, project: str = PROJECT,
+                 needs: tuple[str, ...] = ("Makefile", f"{OUTPUT_DIR}/Kbuild")) -> Path:
+    """Unpack the release's top directory as `dest` (a new directory); returns `dest`. `needs`: the
+    files an archive of `project` has (else InputError).
 
     Regular files and directories only, each created afresh (O_EXCL, no links followed): nothing
     lands outside `dest` and no member replaces another."""
@@ -145,7 +149,7 @@ def extract_tree(path: Path, dest: Path) -> Path:
                 first, rest = _checked(path, member, top)
                 if top is None:
                     top = first
-                    _top_version(path, first)
+                    _top_version(path, first, project)
                 count += 1
                 size += member.size
                 if count > MAX_MEMBERS or size > MAX_BYTES:
@@ -170,8 +174,6 @@ def extract_tree(path: Path, dest: Path) -> Path:
                 os.chmod(target, mode)
         except (tarfile.TarError, EOFError) as e:
             raise ArtifactError(f"{path.name}: damaged archive ({e})") from None
-    if top is None or not (dest / "Makefile").is_file() or not (dest / OUTPUT_DIR / "Kbuild").is_file():
-        raise InputError(
-            f"{path.name}: no Makefile and {OUTPUT_DIR}/Kbuild (not an open-gpu-kernel-modules release)"
-        )
+    if top is None or not all((dest / n).is_file() for n in needs):
+        raise InputError(f"{path.name}: no {' and '.join(needs)} (not an NVIDIA {project} release)")
     return dest

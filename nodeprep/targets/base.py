@@ -59,6 +59,11 @@ class TargetOS:
     suite: str | None = None  # Debian codename of the OS itself (chroot build root, archive)
     security_suite: str | None = None
     buildroot_packages: tuple[str, ...] = ()  # chroot builder: packages besides minbase
+    # What the user-space tools built from NVIDIA's sources (nvidia-persistenced: plain make, RPC
+    # over libtirpc, its man page through m4) need besides the build root's own packages: added as
+    # a cached layer over the build root (buildroot.with_debs), so the kmod builds' roots and input
+    # digests stay as they are.
+    tools_packages: tuple[str, ...] = ("libtirpc-dev", "m4")
     # Where driver sources and user space come from: the target itself, or another target whose
     # archive it borrows (host builds for Ubuntu/RHEL take Debian 12's driver sources).
     sources_from: str | None = None

@@ -263,6 +263,20 @@ def test_minimal_profile_gets_defaults() -> None:
             id="persistence-mode",
         ),
         pytest.param(
+            "driver",
+            "fabric_timeout",
+            7200,
+            "driver.fabric_timeout: 7200 is not from 0 to 3600",
+            id="fabric-timeout",
+        ),
+        pytest.param(
+            "driver",
+            "fabric_timeout",
+            "2m",
+            "driver.fabric_timeout: expected a whole number, got string",
+            id="fabric-timeout-string",
+        ),
+        pytest.param(
             "cluster",
             "cri_socket",
             "/run/containerd/containerd.sock",
@@ -411,7 +425,7 @@ def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
     assert problems == ["driver.zzz: unknown key (allowed: version, branch, gpus, branch_policy, flavour, "
                         "store, registry_auth, ca_file, "
-                        "insecure_http, kernel, modules, persistence_mode, keep_boot_kernel)"]
+                        "insecure_http, kernel, modules, persistence_mode, fabric_timeout, keep_boot_kernel)"]
 
 
 def test_missing_driver_and_bad_top_level() -> None:

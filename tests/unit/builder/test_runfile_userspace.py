@@ -237,3 +237,27 @@ def test_open_source_kmod_takes_the_runfile_user_space_of_its_version_only(
         assert errors == [f"error: {run.name}: .manifest is driver 595.45.04, not 580.142: the kernel "
                           "modules and the user space must be the same version"]
         assert not made.exists() and not (cache / "kmod-builds").exists()  # nothing compiled
+
+
+def test_fabric_manager_goes_into_the_runfile_user_space(installer: Path, tmp_path: Path) -> None:
+    """NVIDIA's Fabric Manager archive packed in its real layout around stand-in binaries
+    (tests/support/fmarchive.py) beside the installer: its files and record in the artifact, the
+    archive an input; the root installs and passes doctor."""
+    from nodeprep.builder import fabricmanager
+    from tests.support import fmarchive
+
+    archive = fmarchive.pack(tmp_path / "fm", V)
+    fm = fabricmanager.read_archive(archive, artifact.sha256_file(archive), V, "amd64")
+    store, root = tmp_path / "store", tmp_path / "root"
+    us, usm = rus.build_userspace(installer, V, store, os_name="debian-12", fabricmanager=fm)
+    assert usm.extra["fabricmanager"]["version"] == V and usm.inputs[archive.name] == fm.sha256
+    assert {"bin/nv-fabricmanager", "lib64/libnvfm.so.1", "share/nvidia/nvswitch/fabricmanager.cfg"} <= set(
+        usm.files)
+    ra.store_with(store, [(us, usm), standin_kmod(tmp_path / "ko", V, store)])
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "etc").mkdir()
+    res = invoke("install", "--store", str(store), "--driver", V, "--kernel", KERNEL, "--root", str(root),
+                 "--activate")
+    assert res.exit_code == 0, res.output
+    assert (root / "opt/nvidia" / V / "bin/nv-fabricmanager").is_file()
+    assert (root / "etc/systemd/system/nodeprep-fabricmanager.service").is_file()

@@ -94,7 +94,7 @@ def _fragment(name: str) -> dict[str, Any]:
 
 
 # driver fields the node's GPU self-test reads, not install
-NOT_INSTALLED = {"driver.persistence_mode"}
+NOT_INSTALLED = {"driver.persistence_mode", "driver.fabric_timeout"}
 
 
 def test_every_driver_field_is_an_option_of_the_driver_module_and_role(collection_on_path: Path) -> None:

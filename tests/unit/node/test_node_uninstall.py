@@ -291,6 +291,10 @@ def joinable_root(root: Path, mode: str) -> Path:
 
 STOP_UNDER_ROOT = "kubelet.service: not stopped: with --root, uninstall never touches the running system"
 HEALTH_UNDER_ROOT = STOP_UNDER_ROOT.replace("kubelet.service", "nodeprep-health.service")
+PERSISTENCED_UNDER_ROOT = ("nodeprep-persistenced.service: not stopped: with --root, uninstall never touches "
+                           "the running system")
+FABRICMANAGER_UNDER_ROOT = ("nodeprep-fabricmanager.service: not stopped: with --root, uninstall never "
+                            "touches the running system")
 
 
 @pytest.mark.parametrize("mode", ["kubeadm", "kubelet"])
@@ -307,8 +311,10 @@ def test_uninstall_under_a_root_says_it_leaves_the_running_kubelet(store: Path, 
     assert check.exit_code == 0, check.output
     assert STOP_UNDER_ROOT in check.stdout.splitlines() and "systemctl" not in check.stdout
     plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
-    # join's GPU health service (nodeprep.health.unit) is stopped before its unit goes, then the kubelet
-    assert plan["notes"] == [HEALTH_UNDER_ROOT, STOP_UNDER_ROOT]
+    # join's GPU health service (nodeprep.health.unit) is stopped before its unit goes, then the kubelet,
+    # then the activation's daemons
+    assert plan["notes"] == [HEALTH_UNDER_ROOT, STOP_UNDER_ROOT, FABRICMANAGER_UNDER_ROOT,
+                             PERSISTENCED_UNDER_ROOT]
     assert not [c for c in plan["commands"] if c[0] == "systemctl"]
     assert {"/etc/systemd/system/nodeprep-health.service",
             "/etc/systemd/system/kubelet.service.d/20-nodeprep-health.conf"} <= set(plan["remove"])
@@ -364,3 +370,31 @@ def test_join_files_from_before_the_header_are_named_once_with_how_to_remove_the
         assert named == [line], r.output
         assert (root / rel).read_text() == old[rel]
     assert not (root / "opt/nvidia").exists()  # the rest went
+
+
+def test_the_persistenced_unit_moves_with_activation_and_goes_with_uninstall(store: Path,
+                                                                             tmp_path: Path) -> None:
+    """Activation writes nodeprep-persistenced.service and its wants link; uninstall removes both and,
+    on the running system, stops the daemon before the modules are unloaded (here under --root: the
+    plan says it is not stopped)."""
+    root = debian_root(tmp_path / "root")
+    install_everything(store, root)
+    unit = root / "etc/systemd/system/nodeprep-persistenced.service"
+    wants = root / "etc/systemd/system/multi-user.target.wants/nodeprep-persistenced.service"
+    assert "ExecStart=/opt/nvidia/current/bin/nvidia-persistenced" in unit.read_text()
+    assert os.readlink(wants) == "../nodeprep-persistenced.service"
+    plan = json.loads(invoke("uninstall", "--check", "--json", "--root", str(root)).stdout)
+    assert {"/etc/systemd/system/nodeprep-persistenced.service",
+            "/etc/systemd/system/multi-user.target.wants/nodeprep-persistenced.service"} <= {*plan["remove"]}
+    assert PERSISTENCED_UNDER_ROOT in plan["notes"]
+    live = plan_uninstall(["/etc/systemd/system/nodeprep-persistenced.service"], [], [], loaded=("nvidia",),
+                          kernels=(), restart=(), ldconfig=False,
+                          unit="/etc/systemd/system/nodeprep-nvidia.service",
+                          stop=("nodeprep-persistenced.service",),
+                          units=("/etc/systemd/system/nodeprep-persistenced.service",))
+    assert live.commands(live=True)[:2] == [["systemctl", "stop", "nodeprep-persistenced.service"],
+                                            ["modprobe", "-r", "nvidia"]]
+    assert ["systemctl", "daemon-reload"] in live.commands(live=True)
+    r = invoke("uninstall", "--root", str(root))
+    assert r.exit_code == 0, r.output
+    assert not os.path.lexists(unit) and not os.path.lexists(wants)

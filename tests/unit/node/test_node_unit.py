@@ -6,7 +6,8 @@ import configparser
 from pathlib import Path
 
 from nodeprep.node.layout import Layout
-from nodeprep.node.system import command_problem, nodeprep_command, render_unit
+from nodeprep.node.plan import daemon_commands
+from nodeprep.node.system import command_problem, nodeprep_command, render_persistenced_unit, render_unit
 
 
 def parse(text: str) -> configparser.ConfigParser:
@@ -51,3 +52,31 @@ def test_command_problem_follows_the_roots_links_and_interpreter(tmp_path: Path)
     (tmp_path / "usr/bin/python3.11").write_text("")
     (venv / "python3").symlink_to("/usr/bin/python3.11")
     assert command_problem(layout) is None
+
+
+def test_persistenced_unit_runs_the_active_versions_daemon_after_the_modules() -> None:
+    """The unit runs nvidia-persistenced through /opt/nvidia/current (so it follows every switch),
+    needs the module-load unit and is part of it (stopping that one stops the daemon first)."""
+    unit = parse(render_persistenced_unit())
+    assert unit["Service"]["ExecStart"] == "/opt/nvidia/current/bin/nvidia-persistenced --verbose"
+    assert unit["Service"]["Type"] == "forking"
+    assert unit["Unit"]["ConditionPathExists"] == "/opt/nvidia/current/bin/nvidia-persistenced"
+    for key in ("Requires", "After", "PartOf"):
+        assert unit["Unit"][key] == "nodeprep-nvidia.service", key
+    assert unit["Unit"]["Before"].split() == ["containerd.service", "kubelet.service"]
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+    assert render_persistenced_unit().startswith("# Written by nodeprep")  # how uninstall knows it
+
+
+def test_daemon_commands_follow_the_switch_on_a_live_root_only() -> None:
+    unit = "nodeprep-persistenced.service"
+    assert daemon_commands(unit, live=False, loaded=True, unit_changed=True, switched=True) == []
+    assert daemon_commands(unit, live=True, loaded=True, unit_changed=True, switched=True) == [
+        ["systemctl", "daemon-reload"], ["systemctl", "restart", unit]]
+    assert daemon_commands(unit, live=True, loaded=True, unit_changed=False, switched=True) == [
+        ["systemctl", "restart", unit]]  # the switch: the daemon of the new version
+    assert daemon_commands(unit, live=True, loaded=True, unit_changed=False, switched=False) == [
+        ["systemctl", "start", unit]]  # a re-run: started when it is not running, else nothing
+    # another version's module still loaded: the new daemon would refuse it; the reboot starts it
+    assert daemon_commands(unit, live=True, loaded=False, unit_changed=True, switched=True) == [
+        ["systemctl", "daemon-reload"]]

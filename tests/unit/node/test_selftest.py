@@ -96,3 +96,50 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         "profile asks for enabled"]
     r = CliRunner().invoke(main, [*args, "--apply"])
     assert r.exit_code == 2 and "--apply needs --kubeconfig" in r.stderr
+
+
+def test_the_wait_reads_again_until_the_fabric_completes() -> None:
+    """wait_fabric over its explicit inputs (no GPU, no mock): NVML answers In Progress twice, then
+    Completed; then one that stays In Progress is given up after the timeout."""
+    from nodeprep.node.selftest import GpuHealth, wait_fabric
+
+    answers = iter(["In Progress", "In Progress", "Completed"])
+    now = [0.0]
+    slept: list[float] = []
+
+    def read() -> tuple[str, tuple[GpuHealth, ...]]:
+        return "550.163.01", (GpuHealth("0000:1a:00.0", fabric_state=next(answers)),)
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    got = wait_fabric(read, 10, interval=2, clock=lambda: now[0], sleep=sleep)
+    assert got is not None and got[1][0].fabric_state == "Completed" and slept == [2, 2]
+    stuck = wait_fabric(lambda: ("550.163.01", (GpuHealth("0000:1a:00.0", fabric_state="In Progress"),)), 3,
+                        interval=2, clock=lambda: now[0], sleep=sleep)
+    assert stuck is not None and stuck[1][0].fabric_state == "In Progress"  # gave up after 3 s
+
+
+H200 = Path(__file__).resolve().parents[2] / "fixtures" / "gpu-machine" / "h200_580.159.04.xml"
+
+
+def test_the_fabric_state_of_an_nvidia_smi_capture_is_read_too(tmp_path: Path) -> None:
+    """Where NVML cannot be loaded, nvidia-smi's <fabric><state> says the same: the recorded H200
+    capture has none (N/A: no NVLink fabric) and passes; a capture derived from it by this test with
+    `In Progress` (Fabric Manager not done) fails with the state in the problem."""
+    root, sysfs = node(tmp_path, "580.159.04", "580.159.04", ["0000:00:06.0"])
+    args = ["verify-gpus", "--root", str(root), "--sysfs-root", str(sysfs)]
+    r = CliRunner().invoke(main, [*args, "--nvidia-smi-xml", str(H200)])
+    assert r.exit_code == 0, r.output
+    derived = tmp_path / "h200-fabric-in-progress.xml"
+    text = H200.read_text()
+    head, tail = text.split("<fabric>", 1)
+    state = tail.index("<state>N/A</state>")
+    derived.write_text(head + "<fabric>" + tail[:state] + "<state>In Progress</state>"
+                       + tail[state + len("<state>N/A</state>"):])
+    r = CliRunner().invoke(main, [*args, "--nvidia-smi-xml", str(derived)])
+    assert r.exit_code == 1
+    assert r.stderr.strip().splitlines() == [
+        "error: GPU self-test failed: fabric: GPU 0000:00:06.0 fabric state In Progress (Fabric Manager has "
+        "not registered it; CUDA fails with error 802 until it has)"]
