@@ -355,25 +355,15 @@ def reload_cmd(
 ) -> None:
     """Replace the loaded nvidia modules with VERSION's in place when nothing holds them (reference
     counts, holders, processes with /dev/nvidia* open); otherwise report that a reboot is needed."""
-    from ..node.devices import load_modules
-    from ..upgrade import reload as rl
+    from ..upgrade.nodeside import replace
     from .install import _modules, _node_settings
 
     mods = _modules(_node_settings(root, None, modules=modules)["driver.modules"])
-    facts = rl.survey(sysfs_root or root / "sys", root / "proc")
-    decision = rl.decide(facts, target)
-    done: list[str] = []
-    if not check and decision.action in (rl.RELOAD, rl.LOAD):
-        if root.resolve() != Path("/"):
-            done.append(f"--root {root}: modules are not loaded for an image (the unit loads them at boot)")
-        else:
-            if decision.action == rl.RELOAD:
-                done = rl.reload(facts, mods, load_modules)
-            else:
-                made = load_modules(mods)
-                done = [f"loaded {', '.join(mods)}; created {', '.join(made) or 'no new device nodes'}"]
-    result = {**decision.to_dict(), "check": check, "done": done, "survey": facts.to_dict()}
-    _emit(result, [f"{decision.action}: {r}" for r in decision.reasons] + done, as_json)
+    res = replace(root, target, sysfs_root=sysfs_root, modules=mods, check=check)
+    lines = [f"{res.decision.action}: {r}" for r in res.decision.reasons] + list(res.done)
+    if not check and not res.done and res.decision.action in ("reload", "load"):
+        lines.append(f"--root {root}: modules are not loaded for an image (the unit loads them at boot)")
+    _emit(res.to_dict(), lines, as_json)
 
 
 @upgrade_group.command("revert")
@@ -385,30 +375,15 @@ def reload_cmd(
 def revert_cmd(root: Path, target: str, no_load: bool, check: bool, as_json: bool) -> None:
     """Roll a failed upgrade back: `nodeprep rollback` when VERSION is the active driver (nothing when
     the upgrade never switched)."""
-    from ..join.activation import CALLBACKS
-    from ..node import oplog, ops
-    from ..node.state import load_state
-    from .install import _activation_changes, _modules, _node_settings
+    from ..node import oplog
+    from ..upgrade.nodeside import revert
+    from .install import _modules, _node_settings
 
-    state = load_state(root)
-    if state.active != target:
-        _emit(
-            {"changed": False, "active": state.active, "reverted": False},
-            [f"unchanged: {target} is not active (active: {state.active or 'none'})"],
-            as_json,
-        )
-        return
-    if check:
-        _emit(
-            {"changed": True, "active": state.active, "reverted": False, "check": True},
-            [f"would roll {target} back to {state.previous or 'none'}"],
-            as_json,
-        )
-        return
     mods = _modules(_node_settings(root, None, modules=None)["driver.modules"])
-    result = ops.rollback(root, load=not no_load, modules=mods, callbacks=CALLBACKS)
-    oplog.record(root, "upgrade revert", _activation_changes(result))
-    _emit({**result.to_dict(), "reverted": True}, [f"rolled {target} back: active {result.version}"], as_json)
+    res = revert(root, target, load=not no_load, modules=mods, check=check)
+    if res.changed and not check:
+        oplog.record(root, "upgrade revert", [f"activated {res.active} (previous: {target})"])
+    _emit(res.to_dict(), list(res.notes[:1]), as_json)
 
 
 COMMANDS: list[click.Command] = [upgrade_group]

@@ -38,18 +38,20 @@ TARGET = "515.105.01"  # the capture's driver: the validation's self-test passes
 MERGE = "application/merge-patch+json"
 
 
+def rollout_credential(cp: ControlPlane) -> Path:
+    """A kubeconfig for user nodeprep-upgrade bound to examples/upgrade-rbac.yaml's ClusterRole (once
+    the default service account, which pods need, exists)."""
+    docs = yaml.safe_load_all((REPO / "examples/upgrade-rbac.yaml").read_text())
+    cp.wait(
+        "the default service account (pods need it)",
+        lambda: cp.api("GET", "/api/v1/namespaces/default/serviceaccounts/default").status_code == 200,
+    )
+    return cp.user_kubeconfig("nodeprep-upgrade", next(d for d in docs if d["kind"] == "ClusterRole"))
+
+
 @pytest.fixture(scope="module")
 def upgrader(control_plane: ControlPlane) -> Path:
-    docs = yaml.safe_load_all((REPO / "examples/upgrade-rbac.yaml").read_text())
-    control_plane.wait(
-        "the default service account (pods need it)",
-        lambda: (
-            control_plane.api("GET", "/api/v1/namespaces/default/serviceaccounts/default").status_code == 200
-        ),
-    )
-    return control_plane.user_kubeconfig(
-        "nodeprep-upgrade", next(d for d in docs if d["kind"] == "ClusterRole")
-    )
+    return rollout_credential(control_plane)
 
 
 def cli(*args: str) -> tuple[int, str, str]:

@@ -79,9 +79,12 @@ def test_reload_decision_reads_refcounts_under_root(tmp_path: Path) -> None:
     os.unlink(root / "proc/9/fd/3")
     code, out, _ = cli("upgrade", "reload", "--root", str(root), "--version", V_NEW, "--json")
     doc = json.loads(out)
-    assert doc["action"] == "reload" and doc["done"] == [
-        f"--root {root}: modules are not loaded for an image (the unit loads them at boot)"
-    ]
+    assert doc["action"] == "reload" and doc["done"] == [] and not doc["changed"]
+    code, out, _ = cli("upgrade", "reload", "--root", str(root), "--version", V_NEW)
+    assert (
+        out.splitlines()[-1]
+        == f"--root {root}: modules are not loaded for an image (the unit loads them at boot)"
+    )
 
 
 def test_revert_rolls_back_only_the_target(tmp_path: Path) -> None:
