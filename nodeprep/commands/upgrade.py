@@ -326,7 +326,7 @@ def budget_cmd(
     message = policy.budget_spent(sorted(failed), failure_budget)
     _emit(
         {"failed": sorted(failed), "failure_budget": failure_budget, "paused": message is not None},
-        [message or f"{len(failed)} failed node(s), failure budget {failure_budget}"],
+        [] if message else [f"{len(failed)} failed node(s), failure budget {failure_budget}"],
         as_json,
     )
     if message:

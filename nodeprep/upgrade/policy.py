@@ -117,7 +117,7 @@ def plan(
     done, failed, begun, cordoned, fresh = [], [], [], [], []
     for n in nodes:
         point = resume_point(n, target)
-        if point == DONE and n.driver in (None, target):
+        if point == DONE:
             done.append(n.name)
         elif point == FAILED:
             failed.append(n.name)

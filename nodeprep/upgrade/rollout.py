@@ -199,6 +199,14 @@ def finish(c: Cluster, node: str, target: str, opts: Options = Options(), *, che
     res = Result(node, point, check=check)
     if point in (st.DONE, st.FAILED):
         return res
+    if check and point not in (st.POD_RESTART, *st.AFTER_NODE):  # planned as after a prepare
+        res.lines.append("would validate" + (" (GPU self-test)" if opts.require_selftest else ""))
+        if st.uncordon_patch(v) is not None or not v.unschedulable:
+            res.lines.append("would uncordon")
+        elif v.unschedulable:
+            res.lines.append("would leave it cordoned: this rollout did not cordon it")
+        _record(c, res, st.DONE, target, check=True)
+        return res
     if point not in (st.POD_RESTART, *st.AFTER_NODE):
         raise NodeprepError(
             f"node {node} is in {point}: its cluster steps before the driver change have not "
