@@ -73,7 +73,8 @@ class Steps:
 def nodeprep(*args: str) -> float:
     t = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "nodeprep", "-q", *args], check=True, cwd=REPO, stdout=subprocess.DEVNULL
+        [sys.executable, "-m", "nodeprep", "-q", *args], check=True, cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return time.monotonic() - t
 

@@ -28,8 +28,9 @@ def run(module):
     root = Path(p["root"])
     try:
         if p["action"] == "reload":
-            res = nodeside.replace(root, p["version"], sysfs_root=Path(p["sysfs_root"]) if p["sysfs_root"] else None,
-                                   modules=tuple(p["modules"]), check=module.check_mode)
+            sysfs = Path(p["sysfs_root"]) if p["sysfs_root"] else None
+            res = nodeside.replace(root, p["version"], sysfs_root=sysfs, modules=tuple(p["modules"]),
+                                   check=module.check_mode)
         else:
             res = nodeside.revert(root, p["version"], load=p["load"], modules=tuple(p["modules"]),
                                   check=module.check_mode)
