@@ -90,3 +90,53 @@ def revert(root: Path, target: str, *, load: bool, modules: tuple[str, ...], che
     return Reverted(
         target, result.version, True, (f"rolled {target} back: active {result.version}", *result.notes)
     )
+
+
+@dataclass(frozen=True)
+class SelfTested:
+    node: str
+    label: str
+    passed: bool
+    problems: tuple[str, ...]
+    check: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "label": self.label,
+            "passed": self.passed,
+            "problems": list(self.problems),
+            "changed": not self.check,
+            "check": self.check,
+        }
+
+
+def selftest(
+    root: Path,
+    *,
+    kubeconfig: Path,
+    node: str,
+    sysfs_root: Path | None = None,
+    persistence_mode: str = "any",
+    nvidia_smi_xml: Path | None = None,
+    check: bool = False,
+) -> SelfTested:
+    """What `nodeprep verify-gpus --apply` does: the GPU self-test, its verdict published on the Node
+    with the node's own credential (`check`: the verdict it would publish, nothing patched)."""
+    from ..join.verification import publish_verdict, verdict_patch
+    from ..kubeapi import load_kubeconfig, read_node
+    from ..node.selftest import evaluate, gather
+    from ..sysfs import read_attr
+
+    verdict = evaluate(
+        gather(
+            root, sysfs_root or root / "sys", persistence_mode=persistence_mode, nvidia_smi_xml=nvidia_smi_xml
+        )
+    )
+    boot = (read_attr(root / "proc/sys/kernel/random/boot_id") or "").strip() or None
+    cfg = load_kubeconfig(kubeconfig)
+    if check:
+        _, pub = verdict_patch(read_node(cfg, node), verdict, boot)
+    else:
+        pub = publish_verdict(cfg, node, verdict, boot)
+    return SelfTested(pub.node, pub.value, pub.passed, pub.problems, check)

@@ -27,8 +27,16 @@ import yaml
 from click.testing import CliRunner
 
 from nodeprep.cli import main
+from nodeprep.upgrade import nodeside
 from nodeprep.upgrade import states as st
-from tests.slow.join.test_gpu_verification import controller_credential, register, verify_gpus, verify_nodes
+from tests.slow.join.test_gpu_verification import (
+    T4,
+    controller_credential,
+    node_dirs,
+    register,
+    verify_gpus,
+    verify_nodes,
+)
 from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.slow
@@ -345,3 +353,27 @@ def test_max_unavailable_counts_nodes_cordoned_by_others(control_plane: ControlP
     doc = json.loads(out)
     # the cordoned node goes first (it costs nothing) and fills a batch with one more
     assert doc["batches"] == [[names[4], names[0], names[1]], [names[2], names[3]]], doc
+
+
+def test_the_node_side_self_test_publishes_the_verdict_finish_waits_for(
+    control_plane: ControlPlane, upgrader: Path, tmp_path: Path
+) -> None:
+    """nodeprep.upgrade.nodeside.selftest (the module's action selftest) over a tree with the recorded
+    capture: --check publishes nothing, the real run publishes the verdict with the node's credential,
+    verify-nodes lifts the taint and finish completes."""
+    cp, name, boot = control_plane, uniq("up-st"), str(uuid.uuid4())
+    register(cp, name, boot)
+    assert upgrade(upgrader, "prepare", name)[0] == 0
+    root, sysfs = node_dirs(tmp_path / name, boot)
+    args = {"kubeconfig": cp.node_credential(name), "node": name, "sysfs_root": sysfs, "nvidia_smi_xml": T4}
+    planned = nodeside.selftest(root, check=True, **args)
+    assert (
+        planned.passed
+        and planned.check
+        and "nodeprep.dev/gpu-verified" not in node(cp, name)["metadata"]["labels"]
+    )
+    res = nodeside.selftest(root, **args)
+    assert res.passed and node(cp, name)["metadata"]["labels"]["nodeprep.dev/gpu-verified"] == res.label
+    verify_nodes(controller_credential(cp))
+    code, out, err = upgrade(upgrader, "finish", name, "--validation-timeout", "30")
+    assert code == 0 and out["state"] == "upgrade-done", err

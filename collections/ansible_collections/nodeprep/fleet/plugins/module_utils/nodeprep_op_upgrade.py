@@ -11,11 +11,15 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_hos
 
 def argument_spec():
     return host.node_argument_spec(
-        action={"type": "str", "required": True, "choices": ["reload", "revert"]},
+        action={"type": "str", "required": True, "choices": ["reload", "revert", "selftest"]},
         version={"type": "str", "required": True},
         sysfs_root={"type": "str"},
         modules={"type": "list", "elements": "str", "default": ["nvidia", "nvidia-uvm", "nvidia-modeset"]},
         load={"type": "bool", "default": True},
+        kubeconfig={"type": "str", "default": "/etc/kubernetes/kubelet.conf"},
+        node={"type": "str"},
+        persistence_mode={"type": "str", "choices": ["any", "enabled", "disabled"], "default": "any"},
+        nvidia_smi_xml={"type": "str"},
     )
 
 
@@ -26,11 +30,19 @@ def run(module):
     from pathlib import Path
 
     root = Path(p["root"])
+    sysfs = Path(p["sysfs_root"]) if p["sysfs_root"] else None
     try:
         if p["action"] == "reload":
-            sysfs = Path(p["sysfs_root"]) if p["sysfs_root"] else None
             res = nodeside.replace(root, p["version"], sysfs_root=sysfs, modules=tuple(p["modules"]),
                                    check=module.check_mode)
+        elif p["action"] == "selftest":
+            if not p["node"]:
+                module.fail_json(msg="node: required with action selftest", exit_code=2)
+            res = nodeside.selftest(root, kubeconfig=Path(p["kubeconfig"]), node=p["node"], sysfs_root=sysfs,
+                                    persistence_mode=p["persistence_mode"], check=module.check_mode,
+                                    nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None)
+            if not res.passed and not module.check_mode:
+                module.fail_json(msg="GPU self-test failed: " + "; ".join(res.problems), **res.to_dict())
         else:
             res = nodeside.revert(root, p["version"], load=p["load"], modules=tuple(p["modules"]),
                                   check=module.check_mode)

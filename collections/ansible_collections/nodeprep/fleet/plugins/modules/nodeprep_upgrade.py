@@ -15,13 +15,16 @@ description:
   - V(revert) calls C(nodeprep.upgrade.nodeside.revert), as C(nodeprep upgrade revert) does - rolls
     O(version) back to the previous driver when it is the active one (nodeprep rollback); nothing
     otherwise.
+  - V(selftest) calls C(nodeprep.upgrade.nodeside.selftest), as C(nodeprep verify-gpus --apply) does -
+    runs the GPU self-test and publishes its verdict on the Node with the node's own credential, so
+    C(nodeprep verify-nodes) lifts the C(nodeprep.dev/unverified) taint; fails listing the problems.
 version_added: "0.1.0"
 options:
   action:
     description: The step.
     type: str
     required: true
-    choices: [reload, revert]
+    choices: [reload, revert, selftest]
   version:
     description: The driver version the rollout installs.
     type: str
@@ -38,6 +41,21 @@ options:
     description: With V(revert), load the previous version's modules.
     type: bool
     default: true
+  kubeconfig:
+    description: With V(selftest) - the node's own credential.
+    type: str
+    default: /etc/kubernetes/kubelet.conf
+  node:
+    description: With V(selftest) - the Node's name.
+    type: str
+  persistence_mode:
+    description: With V(selftest) - the persistence mode every GPU must have.
+    type: str
+    choices: [any, enabled, disabled]
+    default: any
+  nvidia_smi_xml:
+    description: With V(selftest) - read GPU facts from this C(nvidia-smi -q -x) capture on the node.
+    type: str
 attributes:
   diff_mode:
     support: none
@@ -78,6 +96,14 @@ reverted:
 active:
   description: With V(revert) - the active version afterwards.
   returned: action is revert
+  type: str
+passed:
+  description: With V(selftest) - whether the self-test passed.
+  returned: action is selftest
+  type: bool
+label:
+  description: With V(selftest) - the verdict label published (a digest, or failed).
+  returned: action is selftest
   type: str
 """
 
