@@ -13,7 +13,10 @@ One rollout, batch 1, failure budget 1: node2 was cordoned by someone else (it g
 capacity) and stays cordoned; node1's store serves a corrupted artifact: its install fails, nothing
 switched, it is labelled upgrade-failed with the reason and left cordoned, and the rollout pauses at
 the budget; node3 never started. The re-run with budget 2 resumes: node1 stays failed, node2 stays done,
-node3 is upgraded with only its GPU pod evicted. A third run changes nothing (changed=0).
+node3 is upgraded with only its GPU pod evicted. Before that re-run, a run is interrupted (killed
+after 60 s while a PodDisruptionBudget blocks node3's eviction): node3 stays in pod-deletion-required,
+cordoned by the rollout, on its old driver, and the re-run resumes it there. A third run changes
+nothing (changed=0).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeprep.errors import CommandError
 from nodeprep.upgrade import states as st
 from tests.slow.upgrade.test_rollout_apiserver import (
     make_node,
@@ -38,6 +42,8 @@ from .conftest import IMAGE_ROOT, Store, fleet_vars, write_inventory
 from .test_upgrade import _corrupt_copy, _state
 
 pytestmark = pytest.mark.slow
+
+MERGE = "application/merge-patch+json"
 
 
 def test_rollout_with_a_cluster(
@@ -99,6 +105,48 @@ def test_rollout_with_a_cluster(
         assert _state(node2)["active"] == new
         assert _state(node1)["active"] == old and new not in _state(node1)["installed"]  # nothing switched
         assert _state(node3)["active"] == old and pod_exists(cp, "train")
+
+        # an interrupted run: a budget blocks node3's GPU pod; the run is killed while it waits
+        r = cp.api(
+            "PATCH",
+            "/api/v1/namespaces/default/pods/train",
+            {"metadata": {"labels": {"app": "train"}}},
+            content_type=MERGE,
+        )
+        assert r.status_code == 200, r.text
+        pdb = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "train"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+        }
+        assert (
+            cp.api("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", pdb).status_code == 201
+        )
+        cp.wait(
+            "the budget's status",
+            lambda: (
+                (
+                    cp.api("GET", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/train")
+                    .json()
+                    .get("status")
+                    or {}
+                ).get("currentHealthy")
+                == 1
+            ),
+        )
+        with pytest.raises(CommandError, match="timed out"):
+            testhosts.ansible_playbook(
+                fleet3,
+                "playbooks/upgrade-driver.yml",
+                inventory,
+                timeout=60,
+                extra_vars={**cluster, "upgrade_failure_budget": 2, "upgrade_drain_timeout": 600},
+            )
+        v3 = view(cp, node3.name)
+        assert v3.state == st.POD_DELETION and v3.unschedulable and v3.cordoned_by_rollout, v3
+        assert pod_exists(cp, "train") and _state(node3)["active"] == old
+        assert cp.api("DELETE", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/train").ok
 
         resumed = testhosts.ansible_playbook(
             fleet3,
