@@ -11,14 +11,14 @@ from typing import Any
 import click
 
 from . import __version__
-from .commands import bootstrap, build, health, install, join, labels, mig, profile, smoke, verify
+from .commands import bootstrap, build, health, install, join, labels, mig, profile, smoke, upgrade, verify
 from .commands.usage import usage_line
 from .errors import NodeprepError
 from .log import setup_logging
 
 log = logging.getLogger("nodeprep")
 
-COMMAND_MODULES = (build, install, labels, join, profile, smoke, bootstrap, verify, mig, health)
+COMMAND_MODULES = (build, install, labels, join, profile, smoke, bootstrap, verify, mig, health, upgrade)
 
 
 class NodeprepGroup(click.Group):

@@ -45,8 +45,8 @@ def load(name: str) -> ModuleType:
 
 def test_every_bench_is_listed_in_the_readme() -> None:
     readme = (BENCH / "README.md").read_text()
-    assert BENCHES == ["bootstrap", "build", "container_start", "daemons", "fleet", "health", "install",
-                       "labels", "profile", "smoke", "store"]
+    assert BENCHES == ["bootstrap", "build", "container_start", "daemons", "fleet", "fleet_upgrade", "health",
+                       "install", "labels", "profile", "smoke", "store"]
     for name in BENCHES:
         assert f"`bench/{name}.py`" in readme
 
@@ -135,3 +135,18 @@ def test_container_start_compares_with_the_spec_nvidia_writes_on_a_gpu_node(tmp_
     assert [h["args"][:2] for h in hooks] == [h["args"][:2] for h in theirs]
     assert [h["env"] for h in hooks] == [h["env"] for h in theirs]
     assert hooks[1]["args"] == [a.replace("580.159.04", bench.VERSION) for a in theirs[1]["args"]]
+
+
+def test_fleet_upgrade_simulation_pauses_at_the_failure_budget() -> None:
+    """bench/fleet_upgrade.py's simulate over the library's planner: no failures complete the rollout;
+    with failures it pauses after the first batch whose failures reach the budget, having upgraded only
+    the nodes that did not fail in the batches run."""
+    bench = load("fleet_upgrade")
+    steps = bench.Steps(install=8, revert=1, selftest=0.5, cluster=2, reload=20, grace=30, verify_wait=7.5,
+                        reboot_rate=0.0, reboot=300, source={})
+    done = bench.simulate(200, "10%", 0.0, 3, 25, steps)
+    assert done.paused is None and done.upgraded == 200 and done.batches_run == done.batches == 10
+    paused = bench.simulate(200, "10%", 0.2, 3, 25, steps)
+    assert paused.paused and paused.batches_run == paused.expected_pause_batch == 1
+    assert paused.upgraded + paused.failed == 20 and paused.failed >= 3
+    assert paused.wall < done.wall

@@ -17,8 +17,9 @@ NODEPREP = Path(__file__).resolve().parents[2] / "nodeprep"
 # The floors, top to bottom: the one place that says the order. A module belongs to the floor of
 # the entry that names it or the package it is in ("__init__" is nodeprep/__init__.py alone).
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("front-ends", ("cli", "commands")),
+    ("front-ends", ("cli", "commands", "__main__")),
     ("bootstrap", ("bootstrap", "cloudinit")),
+    ("upgrade", ("upgrade",)),
     ("build", ("builder",)),
     ("sources", ("sources",)),
     ("targets", ("targets",)),

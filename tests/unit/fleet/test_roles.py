@@ -60,6 +60,14 @@ def _tasks(data):  # type: ignore[no-untyped-def]
                 yield from _tasks(item.get(key))
 
 
+def _controller_upgrade(argv: object) -> bool:
+    """An argv (a template) running the controller's `nodeprep upgrade` cluster verbs."""
+    text = str(argv)
+    return "upgrade_nodeprep_controller" in text and any(
+        f"'upgrade', '{verb}'" in text for verb in ("plan", "prepare", "finish", "fail", "budget")
+    ) or ("'upgrade', 'plan'" in text and "'-m', 'nodeprep'" in text)
+
+
 @pytest.mark.parametrize("path", ALL_TASK_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_tasks_use_fqcn_and_no_shell_for_library_work(path: Path) -> None:
     known = {
@@ -101,8 +109,10 @@ def test_tasks_use_fqcn_and_no_shell_for_library_work(path: Path) -> None:
         assert len(actions) <= 1, f"{path}: {task.get('name')}: {actions}"
         for action in actions:
             assert action.count(".") >= 2, f"{path}: {task.get('name')}: {action} is not fully qualified"
-            if action.split(".")[-1] == "command" and task[action].get("argv", [""])[0] == "kubectl":
-                # cordon/drain/uncordon: cluster API calls from the controller, not node work
+            argv = task[action].get("argv", [""]) if isinstance(task[action], dict) else [""]
+            if action.split(".")[-1] == "command" and (argv[0] == "kubectl" or _controller_upgrade(argv)):
+                # cordon/drain/uncordon, `nodeprep upgrade` plan/prepare/finish/fail/budget: cluster API
+                # calls from the controller, not node work
                 assert task.get("delegate_to") == "localhost" and "changed_when" in task, task.get("name")
                 continue
             assert action.split(".")[-1] not in ("shell", "command", "raw", "script"), (

@@ -1,0 +1,5 @@
+"""python -m nodeprep: the command line."""
+
+from .cli import main
+
+main()

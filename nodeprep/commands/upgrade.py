@@ -1,0 +1,389 @@
+"""`nodeprep upgrade …`: the steps of a driver rollout that playbooks/upgrade-driver.yml calls.
+
+Cluster side (where the kubeconfig is, the Ansible controller): `plan`, `prepare`, `finish`, `fail`,
+`budget`. Node side: `reload` (reload the modules in place or say reboot) and `revert` (roll a failed
+version back). Thin: options, one call into nodeprep.upgrade, rendering (docs/fleet.md, "Upgrades")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InputError, NodeprepError
+from .options import check_option, emit_json, json_option, root_option
+
+kubeconfig_option = click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Credentials allowed to read and patch nodes, list pods and create pods/eviction.",
+)
+node_option = click.option("--node", required=True, help="The Node's name in the cluster.")
+version_option = click.option(
+    "--version",
+    "target",
+    required=True,
+    metavar="VERSION",
+    help="The driver version the rollout installs (its state refers to it).",
+)
+
+
+def _nodes(values: tuple[str, ...]) -> list[str]:
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if not names:
+        raise InputError("at least one node name is needed", flag="--node")
+    if len(set(names)) != len(names):
+        raise InputError("a node is named twice", flag="--node")
+    return names
+
+
+def _cluster(kubeconfig: Path) -> Any:
+    from ..kubeapi import load_kubeconfig
+    from ..upgrade.cluster import connect
+
+    return connect(load_kubeconfig(kubeconfig))
+
+
+def _emit(result: dict[str, Any], lines: list[str], as_json: bool) -> None:
+    if as_json:
+        emit_json(result)
+    else:
+        for line in lines:
+            click.echo(line)
+
+
+def _options(**kw: Any) -> Any:
+    from ..upgrade.rollout import Options
+
+    return Options(**{k: v for k, v in kw.items() if v is not None})
+
+
+@click.group("upgrade")
+def upgrade_group() -> None:
+    """Driver rollouts across a fleet: a per-node state label (nodeprep.dev/upgrade-state), only GPU
+    pods evicted, batches and budgets (docs/fleet.md, "Upgrades")."""
+
+
+@upgrade_group.command("plan")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read each node's state from the cluster (without: every node is to do, none unschedulable).",
+)
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    required=True,
+    metavar="NAME[,NAME…]",
+    help="The nodes of the rollout, in inventory order (repeatable).",
+)
+@version_option
+@click.option(
+    "--batch", default="1", show_default=True, help="Nodes per batch: a count or a percentage (5%)."
+)
+@click.option(
+    "--max-unavailable",
+    default="25%",
+    show_default=True,
+    help="Unschedulable nodes at most across these nodes (a count or a percentage); nodes already "
+    "unschedulable count.",
+)
+@click.option(
+    "--failure-budget",
+    type=int,
+    default=1,
+    show_default=True,
+    help="The rollout pauses once this many nodes failed.",
+)
+@click.option("--mark", is_flag=True, help="Label the planned nodes upgrade-required.")
+@check_option("With --mark: say which nodes would be labelled, label none.")
+@json_option
+def plan_cmd(
+    kubeconfig: Path | None,
+    nodes: tuple[str, ...],
+    target: str,
+    batch: str,
+    max_unavailable: str,
+    failure_budget: int,
+    mark: bool,
+    check: bool,
+    as_json: bool,
+) -> None:
+    """The batches of a rollout and their order; exit 1 when the failure budget is spent already."""
+    from ..upgrade import policy, rollout
+    from ..upgrade.states import NodeView
+
+    names = _nodes(nodes)
+    if mark and kubeconfig is None:
+        raise InputError("--mark needs --kubeconfig FILE")
+    marked: list[str] = []
+    if kubeconfig is None:
+        views = [NodeView(n, None, None, None, False, False) for n in names]
+        p = policy.plan(
+            views, target, batch=batch, max_unavailable=max_unavailable, failure_budget=failure_budget
+        )
+    else:
+        with _cluster(kubeconfig) as c:
+            views = rollout.status(c, names)
+            p = policy.plan(
+                views, target, batch=batch, max_unavailable=max_unavailable, failure_budget=failure_budget
+            )
+            if mark and not p.paused:
+                marked = rollout.mark_required(
+                    c, views, [n for b in p.batches for n in b], target, check=check
+                )
+    result = {**p.to_dict(), "marked": marked, "nodes": [v.to_dict() for v in views]}
+    lines = p.render() + (
+        [f"{'would label' if check else 'labelled'} upgrade-required: {', '.join(marked)}"] if marked else []
+    )
+    _emit(result, lines, as_json)
+    if p.paused:
+        raise NodeprepError(policy.budget_spent(p.failed, failure_budget) or "rollout paused")
+
+
+@upgrade_group.command("prepare")
+@kubeconfig_option
+@node_option
+@version_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0, 86400),
+    default=600.0,
+    show_default=True,
+    help="Seconds an eviction may be refused by a PodDisruptionBudget, and evicted pods may take to go.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 600),
+    default=5.0,
+    show_default=True,
+    help="Seconds between refused evictions.",
+)
+@click.option(
+    "--full-drain", is_flag=True, help="Evict every pod (not DaemonSets, mirror pods), not only GPU pods."
+)
+@click.option(
+    "--opt-out-label",
+    default=None,
+    metavar="KEY",
+    help="Pods with KEY=true are never evicted [default: nodeprep.dev/upgrade-skip-eviction].",
+)
+@click.option(
+    "--wait-for-jobs",
+    default=None,
+    metavar="SELECTOR",
+    help="Before evicting, wait for the node's pods matching this label selector to finish.",
+)
+@click.option(
+    "--jobs-timeout",
+    type=click.FloatRange(0, 86400),
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait for them (then go on).",
+)
+@click.option(
+    "--grace-period",
+    type=click.IntRange(0, 86400),
+    default=None,
+    help="Seconds evicted pods get to stop (default: each pod's own).",
+)
+@check_option("Print the steps and the pods that would be evicted; change nothing.")
+@json_option
+def prepare_cmd(
+    kubeconfig: Path,
+    node: str,
+    target: str,
+    timeout: float,
+    interval: float,
+    full_drain: bool,
+    opt_out_label: str | None,
+    wait_for_jobs: str | None,
+    jobs_timeout: float,
+    grace_period: int | None,
+    check: bool,
+    as_json: bool,
+) -> None:
+    """From the node's state on: cordon (recorded as the rollout's), wait for jobs, evict the GPU pods
+    (Eviction API, disruption budgets honoured), drain; up to pod-restart-required."""
+    from ..upgrade import rollout
+
+    opts = _options(
+        timeout=timeout,
+        interval=interval,
+        full_drain=full_drain,
+        opt_out_label=opt_out_label,
+        wait_for_jobs=wait_for_jobs,
+        jobs_timeout=jobs_timeout,
+        grace_seconds=grace_period,
+    )
+    with _cluster(kubeconfig) as c:
+        res = rollout.prepare(c, node, target, opts, check=check)
+    _emit(
+        res.to_dict(),
+        [f"node {node}: {line}" for line in res.lines + [f"kept {k}" for k in res.kept]]
+        + [f"node {node}: {res.state}"],
+        as_json,
+    )
+
+
+@upgrade_group.command("finish")
+@kubeconfig_option
+@node_option
+@version_option
+@click.option(
+    "--validation-timeout",
+    type=click.FloatRange(0, 86400),
+    default=600.0,
+    show_default=True,
+    help="Seconds the GPU self-test verdict may take to lift the nodeprep.dev/unverified taint.",
+)
+@click.option(
+    "--no-selftest",
+    is_flag=True,
+    help="Do not wait for the GPU self-test verdict (nodes without verify-gpus; the doctor gate only).",
+)
+@check_option("Print the steps; change nothing.")
+@json_option
+def finish_cmd(
+    kubeconfig: Path,
+    node: str,
+    target: str,
+    validation_timeout: float,
+    no_selftest: bool,
+    check: bool,
+    as_json: bool,
+) -> None:
+    """After the node's driver changed: validation, uncordon (only a node the rollout cordoned),
+    upgrade-done. Exit 1 when validation fails (the node stays cordoned)."""
+    from ..upgrade import rollout
+
+    opts = _options(validation_timeout=validation_timeout, require_selftest=not no_selftest)
+    with _cluster(kubeconfig) as c:
+        res = rollout.finish(c, node, target, opts, check=check)
+    _emit(
+        res.to_dict(), [f"node {node}: {line}" for line in res.lines] + [f"node {node}: {res.state}"], as_json
+    )
+
+
+@upgrade_group.command("fail")
+@kubeconfig_option
+@node_option
+@version_option
+@click.option("--reason", required=True, help="Why (kept in the nodeprep.dev/upgrade-reason annotation).")
+@check_option("Print the state it would set; change nothing.")
+@json_option
+def fail_cmd(kubeconfig: Path, node: str, target: str, reason: str, check: bool, as_json: bool) -> None:
+    """Mark the node upgrade-failed with the reason; it stays cordoned."""
+    from ..upgrade import rollout
+
+    with _cluster(kubeconfig) as c:
+        res = rollout.fail(c, node, target, reason, check=check)
+    _emit(
+        res.to_dict(), [f"node {node}: {line}" for line in res.lines] + [f"node {node}: {res.state}"], as_json
+    )
+
+
+@upgrade_group.command("budget")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Count the nodes labelled upgrade-failed for VERSION in the cluster too.",
+)
+@click.option(
+    "--node", "nodes", multiple=True, metavar="NAME[,NAME…]", help="The rollout's nodes (repeatable)."
+)
+@click.option(
+    "--failed",
+    "failed_now",
+    multiple=True,
+    metavar="NAME[,NAME…]",
+    help="Nodes that failed in this run (repeatable).",
+)
+@version_option
+@click.option("--failure-budget", type=click.IntRange(1), default=1, show_default=True)
+@json_option
+def budget_cmd(
+    kubeconfig: Path | None,
+    nodes: tuple[str, ...],
+    failed_now: tuple[str, ...],
+    target: str,
+    failure_budget: int,
+    as_json: bool,
+) -> None:
+    """Exit 1 with the failed nodes listed once they reach the failure budget (the rollout pauses)."""
+    from ..upgrade import policy, rollout
+    from ..upgrade.states import FAILED, resume_point
+
+    failed = {n.strip() for v in failed_now for n in v.split(",") if n.strip()}
+    if kubeconfig is not None and nodes:
+        with _cluster(kubeconfig) as c:
+            failed |= {v.name for v in rollout.status(c, _nodes(nodes)) if resume_point(v, target) == FAILED}
+    message = policy.budget_spent(sorted(failed), failure_budget)
+    _emit(
+        {"failed": sorted(failed), "failure_budget": failure_budget, "paused": message is not None},
+        [] if message else [f"{len(failed)} failed node(s), failure budget {failure_budget}"],
+        as_json,
+    )
+    if message:
+        raise NodeprepError(message)
+
+
+@upgrade_group.command("reload")
+@root_option
+@click.option(
+    "--sysfs-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Stands for /sys (SYSFS/module/*/refcnt, holders) [default: ROOT/sys].",
+)
+@version_option
+@click.option(
+    "--modules",
+    default=None,
+    metavar="LIST",
+    help="Modules to load after the unload [default: driver.modules of the profile].",
+)
+@check_option("Print the decision (reload, reboot, load, none) and its reasons; change nothing.")
+@json_option
+def reload_cmd(
+    root: Path, sysfs_root: Path | None, target: str, modules: str | None, check: bool, as_json: bool
+) -> None:
+    """Replace the loaded nvidia modules with VERSION's in place when nothing holds them (reference
+    counts, holders, processes with /dev/nvidia* open); otherwise report that a reboot is needed."""
+    from ..upgrade.nodeside import replace
+    from .install import _modules, _node_settings
+
+    mods = _modules(_node_settings(root, None, modules=modules)["driver.modules"])
+    res = replace(root, target, sysfs_root=sysfs_root, modules=mods, check=check)
+    lines = [f"{res.decision.action}: {r}" for r in res.decision.reasons] + list(res.done)
+    if not check and not res.done and res.decision.action in ("reload", "load"):
+        lines.append(f"--root {root}: modules are not loaded for an image (the unit loads them at boot)")
+    _emit(res.to_dict(), lines, as_json)
+
+
+@upgrade_group.command("revert")
+@root_option
+@version_option
+@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@check_option("Print whether VERSION would be rolled back; change nothing.")
+@json_option
+def revert_cmd(root: Path, target: str, no_load: bool, check: bool, as_json: bool) -> None:
+    """Roll a failed upgrade back: `nodeprep rollback` when VERSION is the active driver (nothing when
+    the upgrade never switched)."""
+    from ..node import oplog
+    from ..upgrade.nodeside import revert
+    from .install import _modules, _node_settings
+
+    mods = _modules(_node_settings(root, None, modules=None)["driver.modules"])
+    res = revert(root, target, load=not no_load, modules=mods, check=check)
+    if res.changed and not check:
+        oplog.record(root, "upgrade revert", [f"activated {res.active} (previous: {target})"])
+    _emit(res.to_dict(), list(res.notes[:1]), as_json)
+
+
+COMMANDS: list[click.Command] = [upgrade_group]
