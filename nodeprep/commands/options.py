@@ -88,21 +88,28 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+def _flag_given(ctx: click.Context, param: click.Parameter, value: bool) -> bool | None:
+    return True if value else None  # a flag not given leaves the profile's value
+
+
 def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """click decorator: one option per field path, from the table's `flag` (default None = not
-    given). The command passes its kwargs through `pop_overrides()` and then `with_overrides()`."""
+    """click decorator: one option per field path, from the table's `flag`, `metavar` and `envvar`
+    (default None = not given; a boolean field is a flag, an enum a choice). The command passes its
+    kwargs through `pop_overrides()` and then `with_overrides()` (or `driver_with()`)."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for path in reversed(paths):
             f = field_by_path(path)
             if f.flag is None:
                 raise ValueError(f"{path} has no command-line flag in nodeprep.profile.FIELDS")
-            fn = click.option(
-                f.flag,
-                path.replace(".", "__"),
-                default=None,
-                metavar="VALUE",
-                help=f"{f.help} (overrides {path})",
-            )(fn)
+            kind: dict[str, Any] = {"metavar": f.metavar}
+            if f.schema.get("type") == "boolean":
+                kind = {"is_flag": True, "callback": _flag_given}
+            elif "enum" in f.schema:
+                kind = {"type": click.Choice(list(f.schema["enum"]))}
+            if f.envvar:
+                kind.update(envvar=f.envvar, show_envvar=True)
+            fn = click.option(f.flag, path.replace(".", "__"), default=None,
+                              help=f"{f.help} (overrides {path})", **kind)(fn)
         return fn
 
     return decorate
