@@ -69,3 +69,17 @@ def test_no_package_init_holds_code_unless_listed() -> None:
     listed = _listed_inits()
     assert holding - listed == set(), f"list these in docs/architecture.md or empty them: {holding - listed}"
     assert listed - holding == set(), f"listed in docs/architecture.md but hold nothing: {listed - holding}"
+
+
+def test_the_nvidia_pci_vendor_id_is_spelled_once() -> None:
+    """0x10de (as a number, "10de" or "0x10de") only in nodeprep/pci.py, whose enumeration every
+    reader of the PCI bus uses."""
+    found = []
+    for path in sorted(NODEPREP.rglob("*.py")):
+        if path == NODEPREP / "pci.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and (node.value == 0x10DE or (
+                    isinstance(node.value, str) and node.value.lower() in ("10de", "0x10de"))):
+                found.append(f"{path.relative_to(NODEPREP)}:{node.lineno}")
+    assert found == [], f"use nodeprep.pci.NVIDIA_VENDOR / NVIDIA_VENDOR_ID: {found}"
