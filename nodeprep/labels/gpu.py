@@ -211,7 +211,7 @@ def _nvml_gpu(nv: Any, handle: Any, sysfs_root: Path) -> Gpu:  # nv: pynvml, unt
     pci = opt(nv.nvmlDeviceGetPciInfo, handle)
     brand = opt(nv.nvmlDeviceGetBrand, handle) if hasattr(nv, "nvmlDeviceGetBrand") else None  # nvml 3xx+
     bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
-    pci_device = f"10de:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
+    pci_device = f"{NVIDIA_VENDOR_ID}:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
     mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
     migs: list[MigDevice] = []
     if mig_enabled:
@@ -335,7 +335,7 @@ def parse_nvidia_smi_xml(text: str | bytes, *, sysfs_root: Path | None = None,
             mig_capable=current_mig is not None,
             mig_enabled=current_mig == "Enabled",
             pci_class=_pci_class_of(sysfs_root, bus_id) if sysfs_root else None,
-            pci_device=f"10de:{device}" if device else None,
+            pci_device=f"{NVIDIA_VENDOR_ID}:{device}" if device else None,
             bus_id=bus_id,
             mig_devices=migs if current_mig == "Enabled" else (),
             brand=brand_from_smi(_text(g, "product_brand")),
