@@ -33,6 +33,7 @@ from .options import (
     pop_overrides,
     profile_option,
     root_option,
+    section_flags,
 )
 
 log = logging.getLogger("nodeprep")
@@ -80,7 +81,7 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 
 
 @click.command("install")
-@override_options("driver.store", "driver.version", "driver.kernel", "driver.flavour")
+@override_options(*section_flags("driver"))  # every driver field with a flag: a new one appears here
 @click.option("--arch", default="amd64", show_default=True)
 @click.option("--activate", "do_activate", is_flag=True, help="Activate the version after installing it.")
 @click.option(
@@ -88,14 +89,11 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 )
 @check_option("Print what would change (the plan) and change nothing; no artifact is fetched.",
               dest="check_only")
-@override_options("driver.keep_boot_kernel")
 @click.option(
     "--node-store", default=None, metavar="DIR|URL",
     help="The store the booted node will reach, recorded for the kernel hook instead of --store "
     "(needed with --root when --store is a directory of this machine, not of the image).",
 )
-@override_options("driver.gpus", "driver.branch", "driver.branch_policy", "driver.modules",
-                  "driver.registry_auth", "driver.ca_file", "driver.insecure_http")
 @profile_option
 @root_option
 @json_option

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..profile import field_by_path
+from ..profile.fields import FIELDS, field_by_path
 
 log = logging.getLogger("nodeprep")
 
@@ -113,6 +113,11 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
         return fn
 
     return decorate
+
+
+def section_flags(section: str) -> tuple[str, ...]:
+    """The field paths of `section` that have a command-line flag, in the table's order."""
+    return tuple(f.path for f in FIELDS if f.section == section and f.flag is not None)
 
 
 def pop_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:
