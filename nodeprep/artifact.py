@@ -22,9 +22,9 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import tarfile
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
@@ -33,6 +33,7 @@ from typing import Any, Literal, cast, overload
 import zstandard
 
 from . import sonames, sysfs
+from .atomicfile import atomic_stream, atomic_write
 from .digests import CHUNK, SHA256_RE, canonical_json, sha256_bytes, sha256_file
 from .errors import ArtifactError, ChecksumError, InputError
 from .safetar import LIMITS, MANIFEST, Beneath, Limits, MemberRules, link_problem
@@ -288,27 +289,20 @@ def pack(
     dest = dest_dir / manifest.name
     dirs = sorted({str(PurePosixPath(p).parent) for p in files} - {"."})
     all_dirs = sorted({str(a) for d in dirs for a in [PurePosixPath(d), *PurePosixPath(d).parents]} - {"."})
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest_dir)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            cctx = compressor(threads)
-            with cctx.stream_writer(raw, closefd=False) as zf, \
-                    tarfile.open(fileobj=zf, mode="w|", format=tarfile.GNU_FORMAT) as tar:
-                data = manifest.to_json()
-                tar.addfile(_tarinfo(MANIFEST, size=len(data)), io.BytesIO(data))
-                for d in all_dirs:
-                    tar.addfile(_tarinfo(d + "/", mode=0o755, kind=tarfile.DIRTYPE))
-                for rel, entry in sorted(files.items()):
-                    if entry.target is not None:
-                        tar.addfile(_tarinfo(rel, mode=0o777, kind=tarfile.SYMTYPE, linkname=entry.target))
-                    else:
-                        with open(payload / rel, "rb") as f:
-                            tar.addfile(_tarinfo(rel, size=entry.size, mode=entry.mode), f)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_stream(dest) as raw:
+        cctx = compressor(threads)
+        with cctx.stream_writer(raw, closefd=False) as zf, \
+                tarfile.open(fileobj=zf, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+            data = manifest.to_json()
+            tar.addfile(_tarinfo(MANIFEST, size=len(data)), io.BytesIO(data))
+            for d in all_dirs:
+                tar.addfile(_tarinfo(d + "/", mode=0o755, kind=tarfile.DIRTYPE))
+            for rel, entry in sorted(files.items()):
+                if entry.target is not None:
+                    tar.addfile(_tarinfo(rel, mode=0o777, kind=tarfile.SYMTYPE, linkname=entry.target))
+                else:
+                    with open(payload / rel, "rb") as f:
+                        tar.addfile(_tarinfo(rel, size=entry.size, mode=entry.mode), f)
     return dest, manifest
 
 
@@ -698,25 +692,12 @@ class LocalStore:
         with self._lock():
             dest = self.path / manifest.name
             if artifact.resolve() != dest.resolve():
-                fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=self.path)
-                os.close(fd)
-                try:
-                    import shutil
-
-                    shutil.copyfile(artifact, tmp)
-                    os.chmod(tmp, 0o644)
-                    os.replace(tmp, dest)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
+                with atomic_stream(dest) as out, open(artifact, "rb") as src:
+                    shutil.copyfileobj(src, out, CHUNK)
             entry = IndexEntry.for_artifact(dest, manifest)
             entries = [e for e in self.entries() if e.name != entry.name] + [entry]
             self._write_index(entries)
             return entry
 
     def _write_index(self, entries: list[IndexEntry]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".index.", dir=self.path)
-        with os.fdopen(fd, "wb") as f:
-            f.write(render_index(entries))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.path / INDEX)
+        atomic_write(self.path / INDEX, render_index(entries))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from .atomicfile import publish_file
 from .digests import sha256_file
 from .errors import ChecksumError, InputError, NetworkError
 from .stores import redirects
@@ -632,5 +633,5 @@ def _finish(part: Path, dest: Path, sha256: str, what: str, actual: str | None =
     if actual != sha256:
         part.unlink(missing_ok=True)
         raise ChecksumError(f"{what}: sha256 {actual} does not match the expected {sha256}")
-    os.replace(part, dest)
+    publish_file(part, dest)
     return dest

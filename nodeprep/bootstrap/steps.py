@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError, StateError
+from ..errors import StateError
 from .engine import Step
 
 if TYPE_CHECKING:
@@ -73,64 +73,25 @@ def _under(root: Path, target: str) -> Path:
     return beneath(root, target, follow_last=False)
 
 
-def _kernel(ctx: Context) -> str | None:
-    """The profile's driver.kernel; on a live system None (the running kernel); with --root the one
-    kernel installed in the image (ROOT/lib/modules/<release>)."""
-    kernel = ctx.profile.driver.kernel
-    if kernel or ctx.live:
-        return kernel
-    found = sorted({p.name for d in ("lib/modules", "usr/lib/modules") if (ctx.root / d).is_dir()
-                    for p in (ctx.root / d).iterdir() if p.is_dir()})
-    if len(found) != 1:
-        raise InputError(f"driver.kernel: required with --root {ctx.root} (kernels in the image: "
-                         f"{', '.join(found) or 'none'})")
-    return found[0]
-
-
 def _load(ctx: Context) -> bool:
     return ctx.live if ctx.options.load_modules is None else ctx.options.load_modules
 
 
 def step_driver(ctx: Context) -> dict[str, Any]:
     """Install user space + kmod of driver.version (or of the version driver.branch / driver.gpus
-    choose: nodeprep.node.branch.pick) from driver.store and make it the active root."""
-    from ..node.ops import install
+    choose) from driver.store and make it the active root: nodeprep.node.usecase.install_driver."""
+    from ..join.activation import CALLBACKS
+    from ..node.usecase import DriverInstall, Planned, install_driver
 
-    drv = ctx.profile.driver
-    if not drv.store:
-        raise InputError(f"{ctx.profile_path}: driver.store is not set (where the artifacts come from)")
-    from ..stores.oci import Options as StoreOptions
-
-    def on_node(path: str | None) -> str | None:  # profile paths name files on the node (under --root)
-        return str(ctx.root / path.lstrip("/")) if path else None
-
-    options = StoreOptions(registry_auth=on_node(drv.registry_auth), ca_file=on_node(drv.ca_file),
-                           insecure_http=drv.insecure_http)
-    version: str | None = drv.version
-    flavour: str | None = drv.flavour
-    if drv.gpus is not None or drv.branch is not None:
-        from ..node.branch import pick
-        from ..stores.store import Store
-
-        version, flavour = pick(Store(drv.store, options), ctx.root, version=drv.version, branch=drv.branch,
-                                gpus=drv.gpus, kernel=_kernel(ctx), flavour=drv.flavour,
-                                policy=drv.branch_policy, sys_dir=ctx.options.sysfs_root)
-    assert version is not None  # the profile has driver.version unless driver.branch or .gpus chose it
-    if ctx.check:
-        from ..node.ops import plan
-
-        _, todo = plan(ctx.root, drv.store, version, kernel=_kernel(ctx), flavour=flavour,
-                       activate=True, modules=tuple(drv.modules), store_options=options,
-                       keep_boot_kernel=drv.keep_boot_kernel)
+    request = DriverInstall(ctx.profile.driver, activate=True, load=False, check=ctx.check,
+                            sys_dir=ctx.options.sysfs_root, image_kernel=True)
+    result = install_driver(ctx.root, request, callbacks=CALLBACKS)
+    if isinstance(result, Planned):
+        todo, version = result.plan, result.version
         data = todo.to_dict()
         data["summary"] = (f"would install {version} for kernel {todo.request.kernel} and activate it"
                            if todo.changes else f"{version} for kernel {todo.request.kernel}: unchanged")
         return data
-    from ..join.activation import CALLBACKS
-
-    result = install(ctx.root, drv.store, version, kernel=_kernel(ctx), flavour=flavour,
-                     activate=True, load=False, modules=tuple(drv.modules), store_options=options,
-                     callbacks=CALLBACKS, keep_boot_kernel=drv.keep_boot_kernel)
     data = result.to_dict()
     data["summary"] = (f"{result.version} active for kernel {result.kernel}"
                        + ("" if result.changed else " (already installed)"))

@@ -10,13 +10,13 @@ from __future__ import annotations
 import gzip
 import io
 import logging
-import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ..atomicfile import atomic_write
 from ..errors import ArtifactError, InputError
 from ..modfacts import module_bytes, module_name
 
@@ -224,8 +224,6 @@ def build_initramfs(dest: Path, busybox: Path, init: str, modules: Mapping[str, 
     data = buf.getvalue()
     if compress:
         data = gzip.compress(data, compresslevel=1, mtime=0)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dest)
+    atomic_write(dest, data)
     log.debug("initramfs %s: %d modules, %d bytes", dest, len(modules), len(data))
     return dest

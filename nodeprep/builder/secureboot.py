@@ -3,12 +3,12 @@ operator's certificate in db, so the kernel boots locked down and trusts the mod
 
 from __future__ import annotations
 
-import os
 import struct
 import tempfile
 from pathlib import Path
 
 from .. import runner
+from ..atomicfile import publish_file
 from ..errors import ArtifactError, InputError, NodeprepError
 from .kernelfetch import Kernel
 
@@ -74,5 +74,5 @@ def secure_boot_vars(kernel: Kernel, trusted_cert: Path, cache: Path) -> Path:
                     "--enroll-generate", "nodeprep smoke test", "--no-microsoft",
                     "--add-db", SB_OWNER_GUID, signer, "--add-db", SB_OWNER_GUID, trusted_cert,
                     "--secure-boot"])
-        os.replace(out, dest)
+        publish_file(out, dest)
     return dest

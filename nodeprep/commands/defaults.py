@@ -1,43 +1,42 @@
-"""The node commands' settings from the profile: a field the command line leaves out comes from the
-profile (`--profile`, else /etc/nodeprep/node.yaml under --root when it exists); a flag overrides it.
-One table of names: each setting is a profile field, given on the command line as its `flag`."""
+"""The node commands' profile: a driver setting the command line leaves out comes from the profile
+(`--profile`, else /etc/nodeprep/node.yaml under --root when it exists) when the file sets it; a flag
+(the field table's, nodeprep/profile/fields.py) overrides it. The result is the typed Driver section
+the use cases (nodeprep/node/usecase.py) take."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..profile.fields import field_by_path, field_error
 from ..profile.load import parse_profile, profile_path, read_profile
+from ..profile.model import Driver, Profile
+from ..profile.overrides import driver_with
+
+# What the command line starts from: the profile's defaults, but no flavour (whichever the store has)
+UNSET = Driver(flavour=None)
 
 
-def from_profile(root: Path, profile: Path | None, given: dict[str, Any]) -> dict[str, Any]:
-    """`given` (field path -> command-line value, None when not given) with each None replaced by
-    the profile's value when the profile file sets that field. An explicit --profile must exist; a
-    profile is validated whole (exit 2 naming the file and field)."""
+def node_profile(root: Path, profile: Path | None) -> tuple[Profile, set[str]] | None:
+    """The profile and the driver keys its file sets; None without one. An explicit --profile must
+    exist; a profile is validated whole (exit 2 naming the file and field)."""
     path = profile_path(root, profile)
     if profile is None and not path.is_file():
-        return dict(given)
+        return None
     _, document = read_profile(path)
     # driver commands do not judge the cluster's CA pin: `join` refuses a kubeadm join without one
     prof = parse_profile(document.data, str(path), document, insecure_skip_ca_verification=True)
-    out = dict(given)
-    for field_path, value in given.items():
-        f = field_by_path(field_path)
-        section = document.data.get(f.section) if isinstance(document.data, dict) else None
-        if value is None and isinstance(section, dict) and f.key in section:
-            out[field_path] = getattr(getattr(prof, f.section), f.key)
-    return out
+    section = document.data.get("driver") if isinstance(document.data, dict) else None
+    return prof, set(section) if isinstance(section, dict) else set()
 
 
-def required(values: dict[str, Any], field_path: str, *, given_as: str | None = None) -> Any:
-    """The value of `field_path`, or an error naming its flag (or `given_as`, an argument) and field
-    when neither the command line nor the profile gives it."""
-    value = values.get(field_path)
-    if value is None:
-        message = f"missing (give it or set {field_path} in the profile)"
-        if given_as:
-            raise InputError(message, field=field_path, flag=given_as)
-        raise field_error(field_path, message)
-    return value
+def node_driver(root: Path, profile: Path | None, overrides: dict[str, Any]) -> Driver:
+    """The Driver section: the profile file's fields over UNSET, the flags (`overrides`, field path ->
+    value, None when not given) over those."""
+    base = UNSET
+    found = node_profile(root, profile)
+    if found is not None:
+        prof, keys = found
+        base = replace(UNSET, **{f.name: getattr(prof.driver, f.name) for f in fields(Driver)
+                                 if f.name in keys})
+    return driver_with(base, overrides)

@@ -12,19 +12,28 @@ import click
 from ..errors import InputError
 from ..join.activation import CALLBACKS
 from ..node import oplog, ops, preview
-from ..node.branch import POLICIES
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.plan import ActivatePlan, InstallPlan
-from ..vocab import DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
-from .defaults import from_profile, required
+from ..node.usecase import (
+    FILE_FIELDS,
+    DriverActivate,
+    DriverInstall,
+    Planned,
+    activate_driver,
+    install_driver,
+)
+from ..profile.model import Driver
+from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
+from .defaults import node_driver, node_profile
 from .options import (
     check_option,
     emit_json,
     json_option,
+    override_options,
+    pop_overrides,
     profile_option,
-    registry_options,
     root_option,
-    store_options,
+    section_flags,
 )
 
 log = logging.getLogger("nodeprep")
@@ -40,24 +49,12 @@ def _modules(value: str) -> tuple[str, ...]:
     return names
 
 
-modules_option = click.option(
-    "--modules",
-    default=None,
-    metavar="LIST",
-    help="Modules the boot unit loads, in order (add nvidia-drm, nvidia-peermem when wanted) "
-    f"[default: driver.modules of the profile, else {','.join(DEFAULT_MODULES)}].",
-)
-
-
-def _node_settings(root: Path, profile: Path | None, **given: Any) -> dict[str, Any]:
-    """The command line's values by field path (`driver_store` -> driver.store), the profile's
-    where a flag is not given; driver.modules as the command line spells it (a comma list)."""
-    values = from_profile(root, profile, {"driver." + k.removeprefix("driver_"): v for k, v in given.items()})
-    if isinstance(values.get("driver.modules"), tuple):
-        values["driver.modules"] = ",".join(values["driver.modules"])
-    if "driver.modules" in values and values["driver.modules"] is None:
-        values["driver.modules"] = ",".join(DEFAULT_MODULES)
-    return values
+def _driver(root: Path, profile: Path | None, overrides: dict[str, Any]) -> Driver:
+    """The typed Driver section of the profile with the flags over it (--modules as the command line
+    spells it, a comma list, parsed here)."""
+    if overrides.get("driver.modules") is not None:
+        overrides = {**overrides, "driver.modules": _modules(overrides["driver.modules"])}
+    return node_driver(root, profile, overrides)
 
 
 def _activation_changes(result: ops.ActivateResult | None) -> list[str]:
@@ -84,28 +81,7 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 
 
 @click.command("install")
-@click.option(
-    "--store", default=None, metavar="DIR|URL",
-    help="Artifact store: a directory, http(s) base URL, or oci://HOST[:PORT]/REPO[@sha256:DIGEST] "
-    "(default: driver.store of the profile).",
-)
-@click.option(
-    "--driver", "version", default=None, metavar="VERSION",
-    help="Driver version, e.g. 535.309.01 (default: driver.version of the profile).",
-)
-@click.option(
-    "--kernel",
-    default=None,
-    metavar="RELEASE",
-    help="Kernel release to install modules for (default: driver.kernel of the profile, else the "
-    "running kernel; required with --root).",
-)
-@click.option(
-    "--flavour",
-    type=click.Choice(FLAVOURS),
-    default=None,
-    help="Kernel module flavour when the store has both (default: driver.flavour of the profile).",
-)
+@override_options(*section_flags("driver"))  # every driver field with a flag: a new one appears here
 @click.option("--arch", default="amd64", show_default=True)
 @click.option("--activate", "do_activate", is_flag=True, help="Activate the version after installing it.")
 @click.option(
@@ -114,100 +90,44 @@ def _print_notes(notes: tuple[str, ...]) -> None:
 @check_option("Print what would change (the plan) and change nothing; no artifact is fetched.",
               dest="check_only")
 @click.option(
-    "--keep-boot-kernel", is_flag=True,
-    help="When a kernel installed later has no modules in the store, the kernel hook keeps the boot "
-    "default (GRUB) on a kernel that has them.",
-)
-@click.option(
     "--node-store", default=None, metavar="DIR|URL",
     help="The store the booted node will reach, recorded for the kernel hook instead of --store "
     "(needed with --root when --store is a directory of this machine, not of the image).",
 )
-@click.option(
-    "--gpus", default=None, metavar="node|10de:DEVICE,...",
-    help="Choose the driver version and flavour for these GPUs ('node': the PCI devices under --root) "
-    "from the store's user-space artifacts' supported-GPU lists, instead of --driver (default: "
-    "driver.gpus of the profile).",
-)
-@click.option(
-    "--branch", default=None, metavar="BRANCH",
-    help="Install a version of this driver branch (e.g. 580): the --branch-policy's one in the store "
-    "(that runs --gpus) (default: driver.branch of the profile).",
-)
-@click.option(
-    "--branch-policy", type=click.Choice(POLICIES), default=None,
-    help="With --gpus or --branch: the newest or the oldest version that fits [default: "
-    "driver.branch_policy of the profile, else newest].",
-)
-@modules_option
-@registry_options
 @profile_option
 @root_option
 @json_option
 def install_cmd(
-    store: str | None,
-    version: str | None,
-    kernel: str | None,
-    flavour: str | None,
     arch: str,
     do_activate: bool,
     no_load: bool,
     check_only: bool,
-    keep_boot_kernel: bool,
     node_store: str | None,
-    gpus: str | None,
-    branch: str | None,
-    branch_policy: str | None,
-    modules: str | None,
-    registry_auth: str | None,
-    ca_file: str | None,
-    insecure_http: bool,
     profile: Path | None,
     root: Path,
     as_json: bool,
+    **overrides: Any,
 ) -> None:
     """Install a driver version from a store into /opt/nvidia/VERSION (side by side). Settings not
     given come from the profile's driver section (--profile, else /etc/nodeprep/node.yaml under
     --root when it exists); with --gpus, the version and flavour follow the GPUs, with --branch the
-    version is one of that branch."""
-    if gpus is not None and version is not None:
+    version is one of that branch. --registry-auth and --ca-file name files of this machine (as
+    --store does); the profile's name the node's, read beneath --root."""
+    given = pop_overrides(overrides)
+    if given["driver.gpus"] is not None and given["driver.version"] is not None:
         raise InputError("--gpus chooses the driver version: not with --driver")
-    s = _node_settings(root, profile, store=store, version=version, kernel=kernel, flavour=flavour,
-                       modules=modules, registry_auth=registry_auth, ca_file=ca_file,
-                       insecure_http=insecure_http or None, keep_boot_kernel=keep_boot_kernel or None,
-                       branch=branch, gpus=gpus, branch_policy=branch_policy)
-    if s["driver.gpus"] is not None or s["driver.branch"] is not None:
-        s["driver.version"], s["driver.flavour"] = _choose(root, s, arch)
-    store, version = required(s, "driver.store"), required(s, "driver.version")
-    kernel, flavour, modules = s["driver.kernel"], s["driver.flavour"], s["driver.modules"]
-    registry_auth, ca_file = s["driver.registry_auth"], s["driver.ca_file"]
-    insecure_http, keep_boot_kernel = bool(s["driver.insecure_http"]), bool(s["driver.keep_boot_kernel"])
-    if check_only:
-        _, todo = ops.plan(
-            root, store, version, kernel=kernel, flavour=flavour, arch=arch, activate=do_activate,
-            modules=_modules(modules), store_options=store_options(registry_auth, ca_file, insecure_http),
-            keep_boot_kernel=keep_boot_kernel, node_store=node_store,
-        )
-        if as_json:
-            emit_json(todo.to_dict())
-        else:
-            _print_plan(todo)
-        return
-    result = ops.install(
-        root,
-        store,
-        version,
-        kernel=kernel,
-        flavour=flavour,
-        arch=arch,
-        activate=do_activate,
-        load=not no_load,
-        modules=_modules(modules),
-        store_options=store_options(registry_auth, ca_file, insecure_http),
-        callbacks=CALLBACKS,
-        keep_boot_kernel=keep_boot_kernel,
+    request = DriverInstall(
+        _driver(root, profile, given), arch=arch, activate=do_activate, load=not no_load, check=check_only,
         node_store=node_store,
+        host_files=frozenset(k for k in FILE_FIELDS if given[f"driver.{k}"] is not None),
     )
+    result = install_driver(root, request, callbacks=CALLBACKS)
+    if isinstance(result, Planned):
+        if as_json:
+            emit_json(result.plan.to_dict())
+        else:
+            _print_plan(result.plan)
+        return
     oplog.record(root, "install", _install_changes(root, result))
     if as_json:
         emit_json(result.to_dict())
@@ -220,19 +140,6 @@ def install_cmd(
     _print_notes(tuple(n for n in result.notes if not n.endswith("is already installed")))
     if result.activation:
         _print_activation(result.activation)
-
-
-def _choose(root: Path, s: dict[str, Any], arch: str) -> tuple[str, str | None]:
-    """(version, flavour) nodeprep.node.branch.pick chooses from the store for the settings' GPUs and
-    branch (a pinned driver.version is kept, checked against the GPUs)."""
-    from ..node import branch
-    from ..stores.store import Store
-
-    options = store_options(s["driver.registry_auth"], s["driver.ca_file"], bool(s["driver.insecure_http"]))
-    src = Store(required(s, "driver.store"), options)
-    return branch.pick(src, root, version=s["driver.version"], branch=s["driver.branch"],
-                       gpus=s["driver.gpus"], kernel=s["driver.kernel"], flavour=s["driver.flavour"],
-                       policy=s["driver.branch_policy"] or "newest", arch=arch)
 
 
 def _print_plan(todo: InstallPlan) -> None:
@@ -281,59 +188,53 @@ def _print_activation_plan(act: ActivatePlan, as_json: bool) -> None:
         click.echo("nothing to do")
 
 
-@click.command("activate")
-@click.argument("version", required=False)
-@click.option("--kernel", default=None, metavar="RELEASE", help="Require modules for this kernel release.")
-@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
-@check_option("Print what activating VERSION would change and change nothing.")
-@modules_option
-@profile_option
-@root_option
-@json_option
-def activate_cmd(
-    version: str | None, kernel: str | None, no_load: bool, check: bool, modules: str | None,
-    profile: Path | None, root: Path, as_json: bool
-) -> None:
-    """Make an installed VERSION (default: driver.version of the profile) the active driver (atomic
-    switch of /opt/nvidia/current)."""
-    s = _node_settings(root, profile, version=version, kernel=kernel, modules=modules)
-    version = required(s, "driver.version", given_as="VERSION")
-    kernel, modules = s["driver.kernel"], s["driver.modules"]
-    if check:
-        _print_activation_plan(preview.activation(root, version, kernel=kernel, modules=_modules(modules)),
-                               as_json)
+def _activate(root: Path, request: DriverActivate, as_json: bool, verb: str) -> None:
+    result = activate_driver(root, request, callbacks=CALLBACKS)
+    if isinstance(result, ActivatePlan):
+        _print_activation_plan(result, as_json)
         return
-    result = ops.activate(
-        root, version, kernel=kernel, load=not no_load, modules=_modules(modules), callbacks=CALLBACKS
-    )
-    oplog.record(root, "activate", _activation_changes(result))
+    oplog.record(root, verb, _activation_changes(result))
     if as_json:
         emit_json(result.to_dict())
     else:
         _print_activation(result)
+
+
+@click.command("activate")
+@click.argument("version", required=False)
+@override_options("driver.kernel")
+@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@check_option("Print what activating VERSION would change and change nothing.")
+@override_options("driver.modules")
+@profile_option
+@root_option
+@json_option
+def activate_cmd(
+    version: str | None, no_load: bool, check: bool, profile: Path | None, root: Path, as_json: bool,
+    **overrides: Any,
+) -> None:
+    """Make an installed VERSION (default: driver.version of the profile) the active driver (atomic
+    switch of /opt/nvidia/current)."""
+    driver = _driver(root, profile, {"driver.version": version, **pop_overrides(overrides)})
+    if driver.version is None:
+        raise InputError("missing (give it or set driver.version in the profile)", field="driver.version",
+                         flag="VERSION")
+    request = DriverActivate(driver, driver.version, load=not no_load, check=check)
+    _activate(root, request, as_json, "activate")
 
 
 @click.command("rollback")
 @click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
 @check_option("Print what the rollback would change and change nothing.")
-@modules_option
+@override_options("driver.modules")
 @profile_option
 @root_option
 @json_option
-def rollback_cmd(
-    no_load: bool, check: bool, modules: str | None, profile: Path | None, root: Path, as_json: bool
-) -> None:
+def rollback_cmd(no_load: bool, check: bool, profile: Path | None, root: Path, as_json: bool,
+                 **overrides: Any) -> None:
     """Activate the previously active driver version."""
-    modules = _node_settings(root, profile, modules=modules)["driver.modules"]
-    if check:
-        _print_activation_plan(preview.activation(root, None, modules=_modules(modules)), as_json)
-        return
-    result = ops.rollback(root, load=not no_load, modules=_modules(modules), callbacks=CALLBACKS)
-    oplog.record(root, "rollback", _activation_changes(result))
-    if as_json:
-        emit_json(result.to_dict())
-    else:
-        _print_activation(result)
+    driver = _driver(root, profile, pop_overrides(overrides))
+    _activate(root, DriverActivate(driver, None, load=not no_load, check=check), as_json, "rollback")
 
 
 @click.command("list")
@@ -344,7 +245,7 @@ def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
     """Installed driver versions (* active, < previous): size, install time, kernels and their
     module flavour; --json adds what doctor works from."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
-        from_profile(root, profile, {})
+        node_profile(root, profile)
     from ..node.inventory import inventory, render
 
     doc = inventory(root)
@@ -367,7 +268,7 @@ def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
 def remove_cmd(version: str, check: bool, profile: Path | None, root: Path, as_json: bool) -> None:
     """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
-        from_profile(root, profile, {})
+        node_profile(root, profile)
     if check:
         todo = preview.removal(root, version)
         if as_json:
@@ -452,7 +353,7 @@ def doctor_cmd(
     """Check the active driver (loaded module vs user space, device nodes, ld cache, CUDA) and the
     node's container hooks."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
-        from_profile(root, profile, {})
+        node_profile(root, profile)
     from ..join.hookaudit import inheriting_hooks
 
     report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version,
@@ -466,13 +367,13 @@ def doctor_cmd(
 
 
 @click.command("load-modules")
-@modules_option
+@override_options("driver.modules")
 @json_option
-def load_modules_cmd(modules: str | None, as_json: bool) -> None:
+def load_modules_cmd(as_json: bool, **overrides: Any) -> None:
     """Load the active driver's modules and create /dev/nvidia* (run by nodeprep-nvidia.service)."""
     from ..node.devices import load_modules
 
-    modules = modules or ",".join(DEFAULT_MODULES)
+    modules = pop_overrides(overrides)["driver.modules"] or ",".join(DEFAULT_MODULES)
 
     made = load_modules(_modules(modules))
     if as_json:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..profile import field_by_path
+from ..profile.fields import FIELDS, field_by_path
 
 log = logging.getLogger("nodeprep")
 
@@ -88,24 +88,36 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+def _flag_given(ctx: click.Context, param: click.Parameter, value: bool) -> bool | None:
+    return True if value else None  # a flag not given leaves the profile's value
+
+
 def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """click decorator: one option per field path, from the table's `flag` (default None = not
-    given). The command passes its kwargs through `pop_overrides()` and then `with_overrides()`."""
+    """click decorator: one option per field path, from the table's `flag`, `metavar` and `envvar`
+    (default None = not given; a boolean field is a flag, an enum a choice). The command passes its
+    kwargs through `pop_overrides()` and then `with_overrides()` (or `driver_with()`)."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for path in reversed(paths):
             f = field_by_path(path)
             if f.flag is None:
                 raise ValueError(f"{path} has no command-line flag in nodeprep.profile.FIELDS")
-            fn = click.option(
-                f.flag,
-                path.replace(".", "__"),
-                default=None,
-                metavar="VALUE",
-                help=f"{f.help} (overrides {path})",
-            )(fn)
+            kind: dict[str, Any] = {"metavar": f.metavar}
+            if f.schema.get("type") == "boolean":
+                kind = {"is_flag": True, "callback": _flag_given}
+            elif "enum" in f.schema:
+                kind = {"type": click.Choice(list(f.schema["enum"]))}
+            if f.envvar:
+                kind.update(envvar=f.envvar, show_envvar=True)
+            fn = click.option(f.flag, path.replace(".", "__"), default=None,
+                              help=f"{f.help} (overrides {path})", **kind)(fn)
         return fn
 
     return decorate
+
+
+def section_flags(section: str) -> tuple[str, ...]:
+    """The field paths of `section` that have a command-line flag, in the table's order."""
+    return tuple(f.path for f in FIELDS if f.section == section and f.flag is not None)
 
 
 def pop_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:

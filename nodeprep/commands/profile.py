@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..profile import load_profile, profile_path, render_schema
-from .options import emit_json, json_option, profile_option, root_option, store_options
+from .options import emit_json, json_option, profile_option, root_option
 
 
 @click.group("profile")
@@ -44,7 +44,7 @@ def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
     a version of driver.branch (any when unset) that runs them must be in the store (for
     driver.kernel when set, else for any kernel)."""
     from ..errors import InputError
-    from ..node import branch
+    from ..node import branch, usecase
     from ..stores.store import Store
     from ..urls import redact_url
 
@@ -52,7 +52,7 @@ def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
     if not d.store:
         raise InputError("--gpus checks the driver against driver.store's lists: the profile sets no store")
     ids = branch.gpu_ids(root, gpus)
-    store = Store(d.store, store_options(d.registry_auth, d.ca_file, d.insecure_http))
+    store = Store(d.store, usecase.store_options(root, usecase.DriverInstall(d)))  # the node's files
     if d.version is None:
         if d.branch and not branch.branch_versions(store, d.branch, d.kernel):
             raise InputError(f"driver.branch: {d.branch} has no version in the store "

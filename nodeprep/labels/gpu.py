@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner
+from ..pci import NVIDIA_VENDOR_ID, PciDevice, devices_dir, nvidia_gpus
 from ..sysfs import read_attr
 from . import pciids
 
@@ -26,7 +27,6 @@ log = logging.getLogger(__name__)
 
 PCI_CLASS_VGA = 0x0300
 PCI_CLASS_3D = 0x0302
-GPU_CLASSES = (PCI_CLASS_VGA, PCI_CLASS_3D)
 MIG_CAPABLE_CHIPS = frozenset({"GA100", "GH100", "GB100", "GB102"})
 
 # nvidia-smi's <product_architecture> -> GFD family name.
@@ -173,7 +173,7 @@ def sysfs_driver_version(sysfs_root: Path, problems: list[str] | None = None) ->
 def _pci_class_of(sysfs_root: Path, bus_id: str | None) -> int | None:
     if not bus_id:
         return None
-    value = _read_hex(sysfs_root / "bus" / "pci" / "devices" / bus_id / "class")
+    value = PciDevice(devices_dir(sysfs_root) / bus_id).hex("class")
     return value >> 8 if value is not None else None
 
 
@@ -234,7 +234,7 @@ def _nvml_gpu(nv: Any, handle: Any, sysfs_root: Path) -> Gpu:  # nv: pynvml, unt
     pci = opt(nv.nvmlDeviceGetPciInfo, handle)
     brand = opt(nv.nvmlDeviceGetBrand, handle) if hasattr(nv, "nvmlDeviceGetBrand") else None  # nvml 3xx+
     bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
-    pci_device = f"10de:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
+    pci_device = f"{NVIDIA_VENDOR_ID}:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
     mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
     fabric, fabric_error = _nvml_fabric(nv, handle)
     migs: list[MigDevice] = []
@@ -365,7 +365,8 @@ def parse_nvidia_smi_xml(text: str | bytes, *, sysfs_root: Path | None = None,
     gpus = []
     for g in root.findall("gpu"):
         dev_id = (_text(g, "pci/pci_device_id") or "").lower()
-        device = dev_id[:4] if len(dev_id) == 8 and dev_id[4:] == "10de" and dev_id[:4] != "0000" else None
+        nvidia = len(dev_id) == 8 and dev_id[4:] == NVIDIA_VENDOR_ID
+        device = dev_id[:4] if nvidia and dev_id[:4] != "0000" else None
         arch = _text(g, "product_architecture")
         current_mig = _text(g, "mig_mode/current_mig")
         bus_id = normalise_bus_id(g.get("id") or _text(g, "pci/pci_bus_id") or "") or None
@@ -382,7 +383,7 @@ def parse_nvidia_smi_xml(text: str | bytes, *, sysfs_root: Path | None = None,
             mig_capable=current_mig is not None,
             mig_enabled=current_mig == "Enabled",
             pci_class=_pci_class_of(sysfs_root, bus_id) if sysfs_root else None,
-            pci_device=f"10de:{device}" if device else None,
+            pci_device=f"{NVIDIA_VENDOR_ID}:{device}" if device else None,
             bus_id=bus_id,
             mig_devices=migs if current_mig == "Enabled" else (),
             brand=brand_from_smi(_text(g, "product_brand")),
@@ -425,31 +426,19 @@ def from_nvidia_smi_file(path: Path, sysfs_root: Path | None = None, pci_ids: Pa
 
 # --- PCI sysfs -------------------------------------------------------------------------------------
 
-def _read_hex(path: Path, problems: list[str] | None = None) -> int | None:
-    text = read_attr(path, problems)
-    try:
-        return int(text.strip(), 16) if text is not None else None
-    except ValueError:
-        if problems is not None:
-            problems.append(f"{path}: not a hexadecimal number; ignored")
-        return None
-
-
 def from_sysfs(sysfs_root: Path, pci_ids: Path | None = None) -> GpuFacts:
     """NVIDIA display/3D controllers under <sysfs>/bus/pci/devices (NVSwitch bridges are skipped)."""
-    devices_dir = sysfs_root / "bus" / "pci" / "devices"
-    if not devices_dir.is_dir():
-        raise GpuSourceUnavailable(f"{devices_dir} does not exist")
+    folder = devices_dir(sysfs_root)
+    if not folder.is_dir():
+        raise GpuSourceUnavailable(f"{folder} does not exist")
     names = pciids.nvidia_devices(pci_ids)
     gpus = []
     problems: list[str] = []
-    for dev in sorted(devices_dir.iterdir()):
-        if _read_hex(dev / "vendor", problems) != 0x10DE:
-            continue
-        cls = _read_hex(dev / "class", problems)
-        if cls is None or (cls >> 8) not in GPU_CLASSES:
-            continue
-        device_id = _read_hex(dev / "device", problems)
+    for pci in nvidia_gpus(sysfs_root, problems):
+        dev = pci.path
+        cls = pci.hex("class")
+        assert cls is not None  # nvidia_gpus read it
+        device_id = pci.hex("device", problems)
         did = f"{device_id:04x}" if device_id is not None else None
         pci_name = names.get(did or "")
         chip = pciids.chip_of(pci_name) if pci_name else None
@@ -459,7 +448,7 @@ def from_sysfs(sysfs_root: Path, pci_ids: Path | None = None) -> GpuFacts:
             compute=pciids.CHIP_COMPUTE.get(chip or ""),
             mig_capable=(chip in MIG_CAPABLE_CHIPS) if chip else None,
             pci_class=cls >> 8,
-            pci_device=f"10de:{did}" if did else None,
+            pci_device=f"{NVIDIA_VENDOR_ID}:{did}" if did else None,
             bus_id=dev.name,
             brand=brand_from_name(name),
         ))

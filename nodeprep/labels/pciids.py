@@ -11,11 +11,12 @@ import re
 import zlib
 from pathlib import Path
 
+from ..pci import NVIDIA_VENDOR_ID
 from ..sysfs import UnsafeFile, read_bytes
 
 log = logging.getLogger(__name__)
 
-NVIDIA_VENDOR = "10de"
+NVIDIA_VENDOR = NVIDIA_VENDOR_ID
 MAX_PCI_IDS = 16 << 20  # the full database is ~1.4 MB
 SEARCH_PATHS = (
     "/usr/share/misc/pci.ids",

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..sysfs import read_attr, read_bytes
+from ..pci import devices_dir, nvidia_devices
+from ..sysfs import read_bytes
 
-NVIDIA_VENDOR = "0x10de"
 STATUS, STATUS_CAP_LIST, CAP_POINTER, CAP_VENDOR = 0x06, 0x10, 0x34, 0x09
 RECORDS_START, FIELD_LEN = 5, 10
 CONFIG_MAX = 4096  # PCIe extended configuration space
@@ -68,15 +68,13 @@ def host_driver(capability: bytes) -> tuple[str, str] | None:
 
 def read_vgpu(sysfs_root: Path, problems: list[str]) -> VgpuFacts | None:
     """vGPU facts of this machine, or None when GFD would set no vGPU label (reason in `problems`)."""
-    devices = sysfs_root / "bus" / "pci" / "devices"
+    devices = devices_dir(sysfs_root)
     if not devices.is_dir():
         problems.append(f"{devices} does not exist")
         return None
     found: list[tuple[str, str] | None] = []
-    for dev in sorted(devices.iterdir()):
-        vendor = read_attr(dev / "vendor", problems)
-        if vendor is None or vendor.strip() != NVIDIA_VENDOR:
-            continue
+    for nvidia in nvidia_devices(sysfs_root, problems):
+        dev = nvidia.path
         try:
             config = read_bytes(dev / "config", limit=CONFIG_MAX)
         except (FileNotFoundError, NotADirectoryError):  # no config space at all: silently, as sysfs.py

@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import cuda
 from ..errors import CommandError, InputError
+from ..pci import DISPLAY_CLASS, nvidia_devices
 from ..sysfs import read_attr
 from . import support, system
 from .devices import parse_gpu_minors
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 
 ALL_CHECKS = ("state", "gpu", "module", "kmod", "devices", "ldcache", "cuda", "support", "hooks")
 LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
-NV_VENDOR = "0x10de"
 PROC_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -87,15 +87,8 @@ class DoctorReport:
 
 def gpus_present(root: Path) -> list[str]:
     """PCI addresses of NVIDIA display/3D controllers under ROOT/sys."""
-    found = []
-    base = root / "sys" / "bus" / "pci" / "devices"
-    if base.is_dir():
-        for dev in sorted(base.iterdir()):
-            vendor = (read_attr(dev / "vendor") or "").strip()
-            klass = (read_attr(dev / "class") or "").strip()
-            if vendor == NV_VENDOR and klass.startswith("0x03"):
-                found.append(dev.name)
-    return found
+    return [d.bus_id for d in nvidia_devices(root / "sys")
+            if (cls := d.hex("class")) is not None and cls >> 16 == DISPLAY_CLASS]
 
 
 def loaded_version(root: Path) -> str | None:

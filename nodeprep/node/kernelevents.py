@@ -26,7 +26,7 @@ from .kernelhook import HOLD_FILE, LOUD, HookConfig
 from .kmod import running_kernel
 from .layout import Layout, check_kernel
 from .lock import locked
-from .ops import install
+from .ops import InstallInput, install
 from .state import load_state
 
 
@@ -157,10 +157,11 @@ def kernel_installed(root: Path, kernel: str, *, callbacks: ActivationCallbacks)
                           boot_hold=_node(layout, hold),
                           message=f"nodeprep kernel hook: {version} already has modules for {kernel}")
     try:
-        install(layout.root, config.store, version, kernel=kernel, flavour=_flavour(layout, version, have),
-                arch=config.arch, activate=False, kernel_hook=False, callbacks=callbacks,
-                store_options=Options(registry_auth=config.registry_auth, ca_file=config.ca_file,
-                                      insecure_http=config.insecure_http))
+        options = Options(registry_auth=config.registry_auth, ca_file=config.ca_file,
+                          insecure_http=config.insecure_http)
+        install(layout.root, InstallInput(config.store, version, kernel=kernel, arch=config.arch,
+                                          flavour=_flavour(layout, version, have), kernel_hook=False,
+                                          store_options=options), callbacks=callbacks)
     except NodeprepError as e:
         return _missing(layout, kernel, version, have, config, str(e))
     hold = release_hold(layout, (*have, kernel))

@@ -224,57 +224,57 @@ def _plan_install(
                         kernel_hook=record, hook_drift=hook_drift)
 
 
-def plan(
-    root: Path,
-    store: str,
-    version: str,
-    *,
-    kernel: str | None = None,
-    flavour: str | None = None,
-    arch: str = "amd64",
-    activate: bool = False,
-    modules: tuple[str, ...] = DEFAULT_MODULES,
-    store_options: StoreOptions | None = None,
-    keep_boot_kernel: bool = False,
-    kernel_hook: bool = True,
-    node_store: str | None = None,
-) -> tuple[State, InstallPlan]:
-    """What install() with these arguments would change (nothing written, no artifact fetched):
-    the node's state now and the plan. `nodeprep install --check` and Ansible's check mode."""
+@dataclass(frozen=True)
+class InstallInput:
+    """What install() and plan_install_of() work from: the version chosen (node/usecase.py chooses
+    it from the profile's driver section) and how to reach the store.
+    `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py), the
+    files as this machine reads them; `kernel_hook`: record the store and write the kernel hooks
+    (kernelhook.py) that install this driver's modules for kernels installed later; `keep_boot_kernel`
+    is the hook's boot-default choice; `node_store`: the store the booted node reaches, recorded
+    instead of `store` (kernelhook.node_store)."""
+
+    store: str
+    version: str
+    kernel: str | None = None
+    flavour: str | None = None
+    arch: str = "amd64"
+    activate: bool = False
+    load: bool = True
+    modules: tuple[str, ...] = DEFAULT_MODULES
+    store_options: StoreOptions | None = None
+    keep_boot_kernel: bool = False
+    kernel_hook: bool = True
+    node_store: str | None = None
+
+
+def plan(root: Path, store: str, version: str, **given: Any) -> tuple[State, InstallPlan]:
+    """plan_install_of() with InstallInput's fields as keywords (the library's plan tests)."""
+    return plan_install_of(root, InstallInput(store, version, **given))
+
+
+def plan_install_of(root: Path, given: InstallInput) -> tuple[State, InstallPlan]:
+    """What install() with `given` would change (nothing written, no artifact fetched): the node's
+    state now and the plan. `nodeprep install --check` and Ansible's check mode."""
     layout = Layout(Path(root))
-    request = _request(layout, version, kernel, flavour, arch, activate)
+    request = _request(layout, given.version, given.kernel, given.flavour, given.arch, given.activate)
     state = load_state(layout.root)
-    src = Store(store, store_options or StoreOptions())
-    hook = (_hook_config(layout, src.location, arch, store_options, keep_boot_kernel, node_store)
-            if kernel_hook else None)
-    todo = _plan_install(layout, src.entries, request, modules, hook)
-    return state, replace(todo, notes=todo.notes + _hook_notes(layout, src.location, node_store, kernel_hook,
-                                                                hook))
+    src = Store(given.store, given.store_options or StoreOptions())
+    hook = (_hook_config(layout, src.location, given.arch, given.store_options, given.keep_boot_kernel,
+                         given.node_store) if given.kernel_hook else None)
+    todo = _plan_install(layout, src.entries, request, given.modules, hook)
+    return state, replace(todo, notes=todo.notes + _hook_notes(layout, src.location, given.node_store,
+                                                                given.kernel_hook, hook))
 
 
-def install(
-    root: Path,
-    store: str,
-    version: str,
-    *,
-    callbacks: ActivationCallbacks,
-    kernel: str | None = None,
-    flavour: str | None = None,
-    arch: str = "amd64",
-    activate: bool = False,
-    load: bool = True,
-    modules: tuple[str, ...] = DEFAULT_MODULES,
-    store_options: StoreOptions | None = None,
-    keep_boot_kernel: bool = False,
-    kernel_hook: bool = True,
-    node_store: str | None = None,
-) -> InstallResult:
-    """Install user space + kmod of `version` from `store` into ROOT/opt/nvidia/<version>.
-    `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py);
-    `callbacks`: what follows an activation above the node (nodeprep.join.activation.CALLBACKS);
-    `kernel_hook`: record the store and write the kernel hooks (kernelhook.py) that install this
-    driver's modules for kernels installed later; `keep_boot_kernel` is the hook's boot-default choice;
-    `node_store`: the store the booted node reaches, recorded instead of `store` (kernelhook.node_store)."""
+def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) -> InstallResult:
+    """Install user space + kmod of `given.version` from `given.store` into ROOT/opt/nvidia/<version>
+    (and activate it when `given.activate`). `callbacks`: what follows an activation above the node
+    (nodeprep.join.activation.CALLBACKS)."""
+    store, version, kernel, flavour = given.store, given.version, given.kernel, given.flavour
+    arch = given.arch
+    activate, load, modules, store_options = given.activate, given.load, given.modules, given.store_options
+    keep_boot_kernel, kernel_hook, node_store = given.keep_boot_kernel, given.kernel_hook, given.node_store
     layout = Layout(Path(root))
     request = _request(layout, version, kernel, flavour, arch, activate)
     rel = request.kernel

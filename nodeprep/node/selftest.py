@@ -31,11 +31,10 @@ from typing import Any
 from .. import runner
 from ..errors import InputError
 from ..labels.gpu import find_nvidia_smi, normalise_bus_id, sysfs_driver_version
+from ..pci import nvidia_gpus
 from .layout import Layout
 from .state import active_version
 
-NVIDIA_VENDOR = 0x10DE
-GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
 PERSISTENCE = ("any", "enabled", "disabled")
 
 
@@ -129,17 +128,7 @@ def _fabric_state(text: str | None) -> str | None:
 
 def pci_nvidia_gpus(sysfs_root: Path) -> tuple[str, ...]:
     """Bus ids of the NVIDIA display/3D controllers in sysfs, sorted."""
-    out = []
-    devices = sysfs_root / "bus" / "pci" / "devices"
-    for d in sorted(devices.iterdir()) if devices.is_dir() else []:
-        try:
-            vendor = int((d / "vendor").read_text().strip(), 16)
-            cls = int((d / "class").read_text().strip(), 16) >> 8
-        except (OSError, ValueError):
-            continue
-        if vendor == NVIDIA_VENDOR and cls in GPU_CLASSES:
-            out.append(d.name.lower())
-    return tuple(out)
+    return tuple(d.bus_id.lower() for d in nvidia_gpus(sysfs_root))
 
 
 def evaluate(f: SelfTestFacts) -> Verdict:

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..sysfs import read_attr, read_bytes
+from ..pci import NVIDIA_VENDOR_ID, nvidia_gpus
+from ..sysfs import read_bytes
 
 MAX_LIST = 16 << 20  # supported-gpus.json (~1 MiB for 590) or a modules manifest
 
 log = logging.getLogger(__name__)
 
 SUPPORT_FILE = "share/supported-gpus.json"  # inside the user-space artifact / a version root
-GPU_CLASSES = (0x0300, 0x0302)  # VGA and 3D controllers (NVSwitch bridges are not GPUs)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class PciId:
     def parse(cls, text: str) -> PciId:
         """'10de:2330' or '10de:2330:10de:16c1' (vendor:device[:subvendor:subdevice])."""
         parts = text.lower().split(":")
-        if len(parts) not in (2, 4) or parts[0] != "10de":
+        if len(parts) not in (2, 4) or parts[0] != NVIDIA_VENDOR_ID:
             raise InputError(f"{text!r}: not an NVIDIA PCI id (10de:DEVICE[:SUBVENDOR:SUBDEVICE])")
         try:
             nums = [int(p, 16) for p in parts[1:]]
@@ -162,27 +162,8 @@ def check_support(
 def node_pci_ids(root: Path, sys_dir: Path | None = None) -> list[str]:
     """'10de:DEVICE:SUBVENDOR:SUBDEVICE' of the NVIDIA GPUs under SYS/bus/pci/devices (`sys_dir`,
     default ROOT/sys)."""
-    devices = Path(sys_dir if sys_dir is not None else Path(root) / "sys") / "bus" / "pci" / "devices"
-    out = []
-    for dev in sorted(devices.iterdir()) if devices.is_dir() else []:
-        vals = {}
-        for attr in ("vendor", "class", "device", "subsystem_vendor", "subsystem_device"):
-            text = read_attr(dev / attr)
-            try:
-                vals[attr] = int(text.strip(), 16) if text else None
-            except ValueError:
-                vals[attr] = None
-        if vals["vendor"] != 0x10DE or vals["class"] is None or (vals["class"] >> 8) not in GPU_CLASSES:
-            continue
-        if vals["device"] is None:
-            continue
-        sub = (
-            f":{vals['subsystem_vendor']:04x}:{vals['subsystem_device']:04x}"
-            if vals["subsystem_vendor"] is not None and vals["subsystem_device"] is not None
-            else ""
-        )
-        out.append(f"10de:{vals['device']:04x}{sub}")
-    return out
+    found = nvidia_gpus(Path(sys_dir if sys_dir is not None else Path(root) / "sys"))
+    return [pci_id for pci_id in (d.pci_id() for d in found) if pci_id is not None]
 
 
 def installed_flavours(version_dir: Path) -> set[str]:
@@ -262,7 +243,7 @@ def needs_open(pci_id: str) -> bool:
     kernel modules (Blackwell and Grace Hopper); False for anything else, malformed ids included."""
     parts = pci_id.lower().split(":")
     try:
-        device = int(parts[1], 16) if len(parts) >= 2 and parts[0] == "10de" else None
+        device = int(parts[1], 16) if len(parts) >= 2 and parts[0] == NVIDIA_VENDOR_ID else None
     except ValueError:
         return False
     return device is not None and (device >= OPEN_ONLY_FROM_DEVICE or device in OPEN_ONLY_DEVICES)

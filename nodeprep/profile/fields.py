@@ -40,6 +40,8 @@ class Field:
     help: str
     required: bool = False
     flag: str | None = None  # command-line option that overrides this field, e.g. "--driver-version"
+    metavar: str = "VALUE"  # how the flag's value is shown in --help
+    envvar: str | None = None  # an environment variable that gives the flag's value
 
     @property
     def path(self) -> str:
@@ -61,7 +63,7 @@ FIELDS: tuple[Field, ...] = (
         string(DRIVER_VERSION_RE, "is not a full driver version (expected e.g. 550.90.07)", nullable=True),
         "NVIDIA driver version to install, e.g. 535.309.01 (required unless driver.branch or "
         "driver.gpus chooses it; with driver.branch, a version of that branch)",
-        flag="--driver",
+        flag="--driver", metavar="VERSION",
     ),
     Field(
         "driver",
@@ -69,7 +71,7 @@ FIELDS: tuple[Field, ...] = (
         string(DRIVER_BRANCH_RE, "is not a driver branch (its major number, e.g. 580)", nullable=True),
         "Driver branch to install the newest (driver.branch_policy) version of that the store has "
         "(and that runs driver.gpus), e.g. 580",
-        flag="--branch",
+        flag="--branch", metavar="BRANCH",
     ),
     Field(
         "driver",
@@ -78,7 +80,7 @@ FIELDS: tuple[Field, ...] = (
                nullable=True),
         "GPUs the driver version and flavour follow, by each version's supported-GPU list in the store: "
         "node (the node's NVIDIA PCI devices) or 10de:DEVICE,...",
-        flag="--gpus",
+        flag="--gpus", metavar="node|10de:DEVICE,...",
     ),
     Field(
         "driver",
@@ -100,7 +102,7 @@ FIELDS: tuple[Field, ...] = (
         string(check=store, nullable=True),
         "Artifact store: a directory, file:// or http(s):// base URL with index.json, or an OCI registry "
         "repository oci://HOST[:PORT]/REPO[@sha256:DIGEST]",
-        flag="--store",
+        flag="--store", metavar="DIR|URL",
     ),
     Field(
         "driver",
@@ -108,14 +110,14 @@ FIELDS: tuple[Field, ...] = (
         string(check=abs_path, nullable=True),
         "Docker-style config.json with the registry's credentials (mode 0600; never the credentials "
         "themselves in the profile)",
-        flag="--registry-auth",
+        flag="--registry-auth", metavar="FILE", envvar="NODEPREP_REGISTRY_AUTH",
     ),
     Field(
         "driver",
         "ca_file",
         string(check=abs_path, nullable=True),
         "CA bundle (PEM) for the store's TLS certificate (default: the system's CAs)",
-        flag="--ca-file",
+        flag="--ca-file", metavar="FILE",
     ),
     Field(
         "driver",
@@ -129,14 +131,14 @@ FIELDS: tuple[Field, ...] = (
         "kernel",
         string(KERNEL_RELEASE_RE, "is not a kernel release (e.g. 6.1.0-28-amd64)", nullable=True),
         "Kernel release to install modules for (default: the running kernel)",
-        flag="--kernel",
+        flag="--kernel", metavar="RELEASE",
     ),
     Field(
         "driver",
         "modules",
         modules,
         "Kernel modules to load, in order",
-        flag="--modules",
+        flag="--modules", metavar="LIST",
     ),
     Field(
         "driver",

@@ -43,7 +43,9 @@ UNHEALTHY_TAINT = Taint("nodeprep.dev/gpu-unhealthy", "NoSchedule")
 @dataclass(frozen=True)
 class Driver:
     version: str | None = None  # None: driver.branch or driver.gpus chooses it from the store
-    flavour: str = DEFAULT_FLAVOUR
+    # None: whichever flavour the store has for the version and kernel (the command line's and the
+    # role's default); a profile without driver.flavour has DEFAULT_FLAVOUR
+    flavour: str | None = DEFAULT_FLAVOUR
     store: str | None = None
     kernel: str | None = None
     modules: tuple[str, ...] = DEFAULT_MODULES

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .fields import field_by_path
 from .load import parse_profile
-from .model import Profile
+from .model import Driver, Profile
 
 
 def with_overrides(profile: Profile, overrides: Mapping[str, Any], *,
@@ -23,3 +24,13 @@ def with_overrides(profile: Profile, overrides: Mapping[str, Any], *,
         data.setdefault(f.section, {})[f.key] = value
     return parse_profile(data, f"{profile.source} + command line",
                          insecure_skip_ca_verification=insecure_skip_ca_verification)
+
+
+def driver_with(base: Driver, overrides: Mapping[str, Any]) -> Driver:
+    """`base` with the `driver.KEY` values given (None: not given) in place of its fields: the one way
+    a front-end's flags or task options become the typed section (node/usecase.py's requests)."""
+    given = {field_by_path(path).key: value for path, value in overrides.items() if value is not None}
+    unknown = [path for path in overrides if not path.startswith("driver.")]
+    if unknown:
+        raise KeyError(", ".join(unknown))
+    return replace(base, **given)

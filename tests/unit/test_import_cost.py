@@ -21,6 +21,7 @@ LIGHT = {
     "nodeprep.join.activation": ["nodeprep.join.plan", "nodeprep.join.cdi", "nodeprep.node.ops"],
     "nodeprep.labels.gpu": ["nodeprep.labels.cloud", "nodeprep.labels.apply", "nodeprep.labels.core"],
     "nodeprep.node.fsutil": ["nodeprep.node.ops", "nodeprep.node.state"],
+    "nodeprep.atomicfile": ["nodeprep.node.ops", "nodeprep.node.state", "nodeprep.artifact"],
     # hashing a file needs none of the artifact format
     "nodeprep.digests": ["nodeprep.artifact", "tarfile", "zstandard"],
     "nodeprep.download": ["nodeprep.artifact", "tarfile", "zstandard"],

@@ -32,8 +32,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared", ("profile", "labelrules", "kubeletflags", "vocab", "kubeapi")),
     # stores/ref.py parses oci:// store locations as urls.py parses http(s) ones: the profile's checks
     # refuse a driver.store with them, so both sit below the profile
-    ("edges", ("__init__", "runner", "log", "progress", "errors", "paths", "rootpath", "sysfs", "yamlinput",
-               "urls", "stores.ref")),
+    ("edges", ("__init__", "runner", "log", "progress", "errors", "paths", "rootpath", "sysfs", "pci",
+               "atomicfile", "crash", "yamlinput", "urls", "stores.ref")),
 )
 
 # Imports that go up a floor on purpose, each with its reason: (importer, imported).

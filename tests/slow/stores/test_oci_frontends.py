@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -39,7 +40,11 @@ REPO = Path(__file__).resolve().parents[3]
 def test_ansible_role_installs_from_the_registry(published: Published, tmp_path: Path) -> None:
     p = published
     root = tmp_path / "image"
-    root.mkdir()
+    # the task's registry_auth and ca_file name files on the node: in the image, read beneath its root
+    (root / "etc/nodeprep").mkdir(parents=True)
+    shutil.copyfile(p.auth, root / "etc/nodeprep/registry-auth.json")
+    (root / "etc/nodeprep/registry-auth.json").chmod(0o600)
+    shutil.copyfile(p.registry.ca, root / "etc/nodeprep/store-ca.pem")
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"gpu-node-1": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
@@ -48,7 +53,8 @@ def test_ansible_role_installs_from_the_registry(published: Published, tmp_path:
                                          "roles": [{"role": "nvidia_driver"}]}]))
     extra = {
         "nvidia_driver_version": p.version, "nvidia_driver_store": p.location,
-        "nvidia_driver_registry_auth": str(p.auth), "nvidia_driver_ca_file": str(p.registry.ca),
+        "nvidia_driver_registry_auth": "/etc/nodeprep/registry-auth.json",
+        "nvidia_driver_ca_file": "/etc/nodeprep/store-ca.pem",
         "nvidia_driver_root": str(root), "nvidia_driver_kernel": p.kernel,
         "nvidia_driver_doctor_checks": ["state"], "nvidia_driver_nodeprep_path": str(REPO),
         "nvidia_driver_keep_boot_kernel": True,
@@ -64,7 +70,7 @@ def test_ansible_role_installs_from_the_registry(published: Published, tmp_path:
     # the role leaves the kernel hook, with what it needs recorded (tests/slow/node/test_kernel_hook.py)
     assert os.access(root / "etc/kernel/postinst.d/nodeprep", os.X_OK)
     hook = json.loads((root / "var/lib/nodeprep/state.json").read_text())["kernel_hook"]
-    assert hook["store"] == p.location and hook["registry_auth"] == str(p.auth)
+    assert hook["store"] == p.location and hook["registry_auth"] == "/etc/nodeprep/registry-auth.json"
     assert hook["keep_boot_kernel"] is True
     second = runner.run(argv, check=False, timeout=600, cwd=REPO, env=env, inherit_env=True)
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-2000:]

@@ -31,7 +31,7 @@ def _sha256_file(path):
 def _write_atomically(dest, data):
     """dest gets data (mode 0755) or keeps its old bytes: a temporary beside it, then rename.
 
-    Not nodeprep.node.fsutil.atomic_write: this runs on the controller, where nodeprep is the source
+    Not nodeprep.atomicfile.atomic_write: this runs on the controller, where nodeprep is the source
     tree being packed, not a library this Python can import. The temporary starts at mkstemp's 0600
     (never wider than the 0755 asked for; the zipapp holds no secret)."""
     directory = os.path.dirname(dest) or "."

@@ -156,7 +156,7 @@ def read_text(path):
 
 def write_if_changed(module, path, content, mode=0o644):
     """Write `content` to `path` when it differs (not in check mode), with nodeprep's one atomic
-    writer (nodeprep.node.fsutil.atomic_write: created with `mode`, fsynced, renamed, directory
+    writer (nodeprep.atomicfile.atomic_write: created with `mode`, fsynced, renamed, directory
     fsynced; a link at `path` replaced, never followed). The library must be importable (after
     import_nodeprep, or nodeprep_unpack's freshly unpacked tree).
 
@@ -168,7 +168,7 @@ def write_if_changed(module, path, content, mode=0o644):
     if changed and not module.check_mode:
         from pathlib import Path
 
-        from nodeprep.node.fsutil import atomic_write
+        from nodeprep.atomicfile import atomic_write
 
         try:
             atomic_write(Path(path), content, mode=mode)

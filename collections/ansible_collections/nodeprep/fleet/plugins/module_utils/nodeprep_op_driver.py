@@ -53,12 +53,27 @@ def snapshot(state):
     }
 
 
+# the options that are the profile's driver fields (driver.KEY), through nodeprep.profile.overrides
+DRIVER_FIELDS = ("version", "branch", "gpus", "branch_policy", "store", "registry_auth", "ca_file",
+                 "insecure_http", "kernel", "flavour", "modules", "keep_boot_kernel")
+
+
+def request_of(p, usecase, model, overrides):
+    """The nodeprep.node.usecase request for the task's options: the profile's typed Driver section
+    (no flavour: whichever the store has), the options over it as flags over a profile."""
+    given = {f"driver.{k}": tuple(p[k]) if k == "modules" else p[k] for k in DRIVER_FIELDS}
+    driver = overrides.driver_with(model.Driver(flavour=None), given)
+    return usecase.DriverInstall(driver, arch=p["arch"], activate=p["state"] == "active", load=p["load"])
+
+
 def run(module):
     """The nodeprep_driver task on a validated AnsibleModule (see modules/nodeprep_driver.py)."""
     p = module.params
-    ops, state_mod, oci, join_activation = host.import_nodeprep(
-        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.stores.oci", "nodeprep.join.activation"
+    ops, state_mod, usecase, model, overrides, join_activation = host.import_nodeprep(
+        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.usecase", "nodeprep.profile.model",
+        "nodeprep.profile.overrides", "nodeprep.join.activation",
     )
+    from dataclasses import replace
     from pathlib import Path
 
     root = Path(p["root"])
@@ -66,23 +81,12 @@ def run(module):
         uninstall(module, ops, join_activation.CALLBACKS, root)
         return
     activate = p["state"] == "active"
-    request = {
-        "kernel": p["kernel"],
-        "flavour": p["flavour"],
-        "arch": p["arch"],
-        "activate": activate,
-        "modules": tuple(p["modules"]),
-        "store_options": oci.Options(
-            registry_auth=p["registry_auth"], ca_file=p["ca_file"], insecure_http=p["insecure_http"]
-        ),
-        "keep_boot_kernel": p["keep_boot_kernel"],
-    }
+    request = request_of(p, usecase, model, overrides)
     try:
-        version = p["version"]
-        if p["gpus"] or p["branch"]:  # nodeprep install --gpus/--branch: the same chooser, the same fields
-            version, request["flavour"] = choose(module, root, p, request["store_options"])
         if module.check_mode:  # the library's own plan: what install would change
-            before, plan = ops.plan(root, p["store"], version, **request)
+            planned = usecase.install_driver(root, replace(request, check=True),
+                                             callbacks=join_activation.CALLBACKS)
+            before, plan, version = planned.before, planned.plan, planned.version
             after = plan.after(before)
             findings = []
             if p["doctor"]:  # the gate the real run ends with, on the node as it is now
@@ -105,9 +109,8 @@ def run(module):
                 diff={"before": snapshot(before), "after": snapshot(after)},
             )
         before = state_mod.load_state(root)
-        result = ops.install(
-            root, p["store"], version, load=p["load"], callbacks=join_activation.CALLBACKS, **request
-        )
+        result = usecase.install_driver(root, request, callbacks=join_activation.CALLBACKS)
+        version = result.version
         after = state_mod.load_state(root)
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e, version=p["version"])
@@ -139,15 +142,6 @@ def run(module):
         if problems:
             module.fail_json(msg="doctor: " + "; ".join(problems), **out)
     module.exit_json(**out)
-
-
-def choose(module, root, p, store_options):
-    """(version, flavour) nodeprep.node.branch.pick chooses from the store for `gpus` and `branch`, as
-    `nodeprep install --gpus/--branch` and bootstrap do (a pinned version is checked against the GPUs)."""
-    branch, store_mod = host.import_nodeprep(module, "nodeprep.node.branch", "nodeprep.stores.store")
-    return branch.pick(store_mod.Store(p["store"], store_options), root, version=p["version"],
-                       branch=p["branch"], gpus=p["gpus"], kernel=p["kernel"], flavour=p["flavour"],
-                       policy=p["branch_policy"], arch=p["arch"])
 
 
 def uninstall(module, ops, callbacks, root):
