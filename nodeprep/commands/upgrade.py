@@ -356,9 +356,9 @@ def reload_cmd(
     """Replace the loaded nvidia modules with VERSION's in place when nothing holds them (reference
     counts, holders, processes with /dev/nvidia* open); otherwise report that a reboot is needed."""
     from ..upgrade.nodeside import replace
-    from .install import _modules, _node_settings
+    from .install import _driver
 
-    mods = _modules(_node_settings(root, None, modules=modules)["driver.modules"])
+    mods = _driver(root, None, {"driver.modules": modules}).modules
     res = replace(root, target, sysfs_root=sysfs_root, modules=mods, check=check)
     lines = [f"{res.decision.action}: {r}" for r in res.decision.reasons] + list(res.done)
     if not check and not res.done and res.decision.action in ("reload", "load"):
@@ -377,9 +377,9 @@ def revert_cmd(root: Path, target: str, no_load: bool, check: bool, as_json: boo
     the upgrade never switched)."""
     from ..node import oplog
     from ..upgrade.nodeside import revert
-    from .install import _modules, _node_settings
+    from .install import _driver
 
-    mods = _modules(_node_settings(root, None, modules=None)["driver.modules"])
+    mods = _driver(root, None, {}).modules
     res = revert(root, target, load=not no_load, modules=mods, check=check)
     if res.changed and not check:
         oplog.record(root, "upgrade revert", [f"activated {res.active} (previous: {target})"])

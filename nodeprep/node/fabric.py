@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import sysfs
+from ..pci import NVIDIA_VENDOR as NVIDIA
 
-NVIDIA = 0x10DE
 MELLANOX = 0x15B3
 NVSWITCH_CLASS = 0x0680
 OFF_HOST = {0x2941: "GB200", 0x31C2: "GB300", 0x31C3: "GB300"}
