@@ -168,6 +168,11 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
     if req.open_source:
         args += source("--open-source", req.open_source, "--open-source-sha256", req.open_source_sha256,
                        "open-source")
+    for name, url, sha in req.companions:
+        from ..sources.companions import COMPANIONS
+
+        option = COMPANIONS[name].option
+        args += source(option, url, f"{option}-sha256", sha, name)
     if req.jobs:
         args += ["--jobs", str(req.jobs)]
     for flag, on in (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tarfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
@@ -136,6 +137,18 @@ def extract_tree(path: Path, dest: Path) -> Path:
 
     Regular files and directories only, each created afresh (O_EXCL, no links followed): nothing
     lands outside `dest` and no member replaces another."""
+    top = extract_top_dir(path, dest, _top_version)
+    if top is None or not (dest / "Makefile").is_file() or not (dest / OUTPUT_DIR / "Kbuild").is_file():
+        raise InputError(
+            f"{path.name}: no Makefile and {OUTPUT_DIR}/Kbuild (not an open-gpu-kernel-modules release)"
+        )
+    return dest
+
+
+def extract_top_dir(path: Path, dest: Path, check_top: Callable[[Path, str], object]) -> str | None:
+    """Unpack the one top directory of the source tarball `path` as `dest` (a new directory), by the
+    rules above (regular files and directories only, created afresh, bounded); `check_top(path, top)`
+    refuses a top directory of the wrong name. Returns the top directory's name (None: empty)."""
     dest.mkdir(parents=True)
     top: str | None = None
     count = size = 0
@@ -145,7 +158,7 @@ def extract_tree(path: Path, dest: Path) -> Path:
                 first, rest = _checked(path, member, top)
                 if top is None:
                     top = first
-                    _top_version(path, first)
+                    check_top(path, first)
                 count += 1
                 size += member.size
                 if count > MAX_MEMBERS or size > MAX_BYTES:
@@ -170,8 +183,4 @@ def extract_tree(path: Path, dest: Path) -> Path:
                 os.chmod(target, mode)
         except (tarfile.TarError, EOFError) as e:
             raise ArtifactError(f"{path.name}: damaged archive ({e})") from None
-    if top is None or not (dest / "Makefile").is_file() or not (dest / OUTPUT_DIR / "Kbuild").is_file():
-        raise InputError(
-            f"{path.name}: no Makefile and {OUTPUT_DIR}/Kbuild (not an open-gpu-kernel-modules release)"
-        )
-    return dest
+    return top
