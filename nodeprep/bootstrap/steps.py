@@ -119,7 +119,7 @@ def step_driver(ctx: Context) -> dict[str, Any]:
         from ..node.ops import plan
 
         _, todo = plan(ctx.root, drv.store, version, kernel=_kernel(ctx), flavour=flavour,
-                       activate=True, modules=tuple(drv.modules), store_options=options,
+                       activate=True, modules=drv.load_order, store_options=options,
                        keep_boot_kernel=drv.keep_boot_kernel)
         data = todo.to_dict()
         data["summary"] = (f"would install {version} for kernel {todo.request.kernel} and activate it"
@@ -128,7 +128,7 @@ def step_driver(ctx: Context) -> dict[str, Any]:
     from ..join.activation import CALLBACKS
 
     result = install(ctx.root, drv.store, version, kernel=_kernel(ctx), flavour=flavour,
-                     activate=True, load=False, modules=tuple(drv.modules), store_options=options,
+                     activate=True, load=False, modules=drv.load_order, store_options=options,
                      callbacks=CALLBACKS, keep_boot_kernel=drv.keep_boot_kernel)
     data = result.to_dict()
     data["summary"] = (f"{result.version} active for kernel {result.kernel}"
@@ -144,7 +144,7 @@ def step_modules(ctx: Context) -> dict[str, Any]:
     made: list[str] = []
     loaded = _load(ctx) and not ctx.check
     if loaded:
-        made = load_modules(tuple(ctx.profile.driver.modules), root=ctx.root)
+        made = load_modules(ctx.profile.driver.load_order, root=ctx.root)
     # Offline (--root): no GPU, module or device nodes to look at; the image's driver root and ld cache are.
     checks = None if ctx.live else {"state", "ldcache", "kmod"}
     report = doctor(ctx.root, checks=checks)

@@ -13,6 +13,7 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_hos
 DEFAULT_MODULES = ["nvidia", "nvidia-uvm", "nvidia-modeset"]
 FLAVOURS = ["proprietary", "open"]
 BRANCH_POLICIES = ["newest", "oldest"]
+GPUDIRECT_MODULES = ["nvidia-peermem", "nvidia-fs", "gdrdrv"]  # nodeprep.vocab.GPUDIRECT_MODULES
 
 
 def argument_spec():
@@ -31,6 +32,7 @@ def argument_spec():
         arch={"type": "str", "default": "amd64"},
         load={"type": "bool", "default": False},
         modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
+        gpudirect={"type": "list", "elements": "str", "choices": list(GPUDIRECT_MODULES), "default": []},
         doctor={"type": "bool", "default": False},
         doctor_checks={"type": "list", "elements": "str", "default": []},
         require_cuda={"type": "str"},
@@ -71,7 +73,7 @@ def run(module):
         "flavour": p["flavour"],
         "arch": p["arch"],
         "activate": activate,
-        "modules": tuple(p["modules"]),
+        "modules": load_order(p["modules"], p["gpudirect"]),
         "store_options": oci.Options(
             registry_auth=p["registry_auth"], ca_file=p["ca_file"], insecure_http=p["insecure_http"]
         ),
@@ -139,6 +141,14 @@ def run(module):
         if problems:
             module.fail_json(msg="doctor: " + "; ".join(problems), **out)
     module.exit_json(**out)
+
+
+def load_order(modules, gpudirect):
+    """`modules` with the chosen GPUDirect modules after them (nodeprep.profile.model.Driver.load_order)."""
+    chosen = [m for m in GPUDIRECT_MODULES if m in gpudirect and m not in modules]
+    if chosen and "nvidia" not in modules:
+        modules = ["nvidia", *modules]
+    return tuple([*modules, *chosen])
 
 
 def choose(module, root, p, store_options):
