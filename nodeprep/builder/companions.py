@@ -18,7 +18,9 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,22 @@ def _build_one(name: str, kdir: str, clone: Path, release: str, p2p_dir: str, fl
     return f"{kdir}/nvidia-fs.ko"
 
 
+def _build_in(name: str, tarball: Path, clone: Path, work: Path, release: str, p2p_dir: str, flavour: str,
+              jobs: int, log_dir: Path, timings: dict[str, float]) -> str:
+    """Unpack companion `name` under `work` and build it (_build_one); BuildError naming its log."""
+    kdir = sources.extract(sources.COMPANIONS[name], tarball, work / name)
+    inside = "/" + kdir.relative_to(clone).as_posix()
+    start = time.monotonic()
+    try:
+        return _build_one(name, inside, clone, release, p2p_dir, flavour, jobs, log_dir)
+    except CommandError as e:
+        where = Path(e.log_path) if e.log_path else log_dir / f"{name}.log"
+        raise BuildError(f"compiling {name} failed (exit {e.returncode}); full log: {where}",
+                         hint=_tail(where)) from None
+    finally:
+        timings[f"companions_make_{name}"] = round(time.monotonic() - start, 2)
+
+
 def compile_companions(files: Mapping[str, Path], *, clone: Path, tree: Path, driver_dir: Path,
                        driver_key: str, kernel_release: str, flavour: str, build_root: list[str],
                        cache: Path, jobs: int, log_dir: Path, rebuild: bool,
@@ -161,17 +179,12 @@ def compile_companions(files: Mapping[str, Path], *, clone: Path, tree: Path, dr
         log_dir.mkdir(parents=True, exist_ok=True)
         built = []
         with timed(timings, "companions_make", f"Compiling {', '.join(sorted(files))} for {kernel_release}"):
-            for name, tarball in sorted(files.items()):
-                companion = sources.COMPANIONS[name]
-                kdir = sources.extract(companion, tarball, work / name)
-                inside = "/" + kdir.relative_to(clone).as_posix()
-                try:
-                    built.append(_build_one(name, inside, clone, kernel_release, p2p_dir, flavour, jobs,
-                                            log_dir))
-                except CommandError as e:
-                    where = Path(e.log_path) if e.log_path else log_dir / f"{name}.log"
-                    raise BuildError(f"compiling {name} failed (exit {e.returncode}); full log: {where}",
-                                     hint=_tail(where)) from None
+            # side by side: their probes are mostly one-file kbuild runs, one after another
+            with ThreadPoolExecutor(max_workers=len(files)) as pool:
+                jobs_of = {name: pool.submit(_build_in, name, tarball, clone, work, kernel_release, p2p_dir,
+                                             flavour, jobs, log_dir, timings)
+                           for name, tarball in sorted(files.items())}
+                built = [jobs_of[name].result() for name in sorted(files)]
         runner.run(["strip", "--strip-debug", *built], root=clone, timeout=600)
         staging = buildroot.private_dir(cache / "tmp", "modules")
         try:
