@@ -227,7 +227,8 @@ def ensure_gpudirect_build(cache: Path, key: Path, cert: Path):  # type: ignore[
         req, archive = real_build_request(cache)
         req = dataclasses.replace(
             req, store=base / "store", userspace=False, smoke_test=True, sign_key=key, sign_cert=cert,
-            companions=tuple((n, str(p), companions.ARCHIVES[COMPANION_ARCHIVES[n]]) for n, p in found.items()))
+            companions=tuple((n, str(p), companions.ARCHIVES[COMPANION_ARCHIVES[n]])
+                             for n, p in found.items()))
         result = build_driver(req, archive=archive)
         made = result.timings.get("companions_make")
         if made is not None:
