@@ -52,11 +52,21 @@ modules_option = click.option(
 def _node_settings(root: Path, profile: Path | None, **given: Any) -> dict[str, Any]:
     """The command line's values by field path (`driver_store` -> driver.store), the profile's
     where a flag is not given; driver.modules as the command line spells it (a comma list)."""
-    values = from_profile(root, profile, {"driver." + k.removeprefix("driver_"): v for k, v in given.items()})
+    fields = {"driver." + k.removeprefix("driver_"): v for k, v in given.items()}
+    from_file = "driver.modules" in fields and fields["driver.modules"] is None
+    if from_file:  # no --modules: the profile's driver.modules and driver.gpudirect (its load order)
+        fields["driver.gpudirect"] = None
+    values = from_profile(root, profile, fields)
+    gpudirect = values.pop("driver.gpudirect", None)
     if isinstance(values.get("driver.modules"), tuple):
         values["driver.modules"] = ",".join(values["driver.modules"])
     if "driver.modules" in values and values["driver.modules"] is None:
         values["driver.modules"] = ",".join(DEFAULT_MODULES)
+    if from_file and gpudirect:
+        from ..profile.model import Driver
+
+        order = Driver(modules=_modules(values["driver.modules"]), gpudirect=tuple(gpudirect)).load_order
+        values["driver.modules"] = ",".join(order)
     return values
 
 

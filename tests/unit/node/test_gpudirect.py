@@ -101,3 +101,14 @@ def test_the_profile_chooses_the_gpudirect_modules_default_none() -> None:
     assert d.load_order == ("nvidia", "gdrdrv")
     with pytest.raises(ProfileError, match="driver.gpudirect"):
         _driver(gpudirect=["nvidia-peer-mem"])
+
+
+def test_install_commands_take_the_profiles_load_order_unless_modules_is_given(tmp_path: Path) -> None:
+    from nodeprep.commands.install import _node_settings
+
+    prof = tmp_path / "node.yaml"
+    prof.write_text("driver:\n  version: 535.309.01\n  modules: [nvidia, nvidia-uvm]\n"
+                    "  gpudirect: [gdrdrv, nvidia-fs]\n")
+    got = _node_settings(tmp_path, prof, modules=None)["driver.modules"]
+    assert got == "nvidia,nvidia-uvm,nvidia-fs,gdrdrv"
+    assert _node_settings(tmp_path, prof, modules="nvidia,gdrdrv")["driver.modules"] == "nvidia,gdrdrv"
