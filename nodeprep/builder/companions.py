@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Mapping
@@ -131,7 +132,9 @@ def _build_one(name: str, kdir: str, clone: Path, release: str, p2p_dir: str, fl
     # gds-nvidia-fs: its ./configure (config-host.h), then its Makefile's kbuild flags
     runner.run(["env", "-C", kdir, "sh", "./configure", release], root=clone, env=kbuild.REPRODUCIBLE_ENV,
                timeout=kbuild.MAKE_TIMEOUT, log_path=log_dir / f"{name}-configure.log")
-    version = (clone / kdir.lstrip("/") / "GDS_VERSION").read_text().strip()
+    version = (clone / kdir.lstrip("/") / "GDS_VERSION").read_text(errors="replace").strip()
+    if not re.fullmatch(r"\d+(\.\d+){0,3}", version):
+        raise InputError(f"gds-nvidia-fs: src/GDS_VERSION {version[:40]!r} is not a version")
     cppflags = (f"-DCONFIG_NVFS_STATS=y -DGDS_VERSION={version} -DNVFS_ENABLE_KERN_RDMA_SUPPORT "
                 "-DNVFS_BATCH_SUPPORT=y")
     _make(clone, ["make", *common, f"KCPPFLAGS={cppflags}", "CONFIG_NVFS_BATCH_SUPPORT=y",
