@@ -52,6 +52,8 @@ _SECTION_CLASSES = {
     2: (64, "IIQQQQIIQQ", 24, "IBBHQQ"),
 }
 _SYM_FIELDS = {1: (0, 3, 5), 2: (0, 1, 3)}
+_SYM_VALUE = {1: 1, 2: 4}  # st_value's place in each class's symbol layout
+SHN_ABS = 0xFFF1
 
 
 def is_elf(head: bytes) -> bool:
@@ -244,6 +246,10 @@ class Sections:
 
     def symbols(self, section: Section) -> list[tuple[str, int, int]]:
         """(name, st_info, st_shndx) of every named entry of the symbol table `section`."""
+        return [(name, info, shndx) for name, info, shndx, _ in self.symbol_values(section)]
+
+    def symbol_values(self, section: Section) -> list[tuple[str, int, int, int]]:
+        """(name, st_info, st_shndx, st_value) of every named entry of the symbol table `section`."""
         if section.entsize != self._symsize:
             raise ElfError(f"symbol table entry size {section.entsize}, expected {self._symsize}")
         if section.link >= len(self.table):
@@ -251,12 +257,14 @@ class Sections:
         strings = self.data(self.table[section.link])
         entries = self.data(section)
         name_i, info_i, shndx_i = _SYM_FIELDS[self.elfclass]
+        value_i = _SYM_VALUE[self.elfclass]
         out = []
         try:
             for fields in struct.iter_unpack(self.byteorder + self._symfmt,
                                              entries[:len(entries) - len(entries) % self._symsize]):
                 if fields[name_i]:
-                    out.append((_name_at(strings, fields[name_i]), fields[info_i], fields[shndx_i]))
+                    out.append((_name_at(strings, fields[name_i]), fields[info_i], fields[shndx_i],
+                                fields[value_i]))
         except struct.error as e:
             raise ElfError(f"malformed symbol table ({e})") from None
         return out

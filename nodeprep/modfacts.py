@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .elf import ElfError, Sections
+from .elf import SHN_ABS, ElfError, Sections
 from .errors import InputError
 from .sysfs import open_regular
 
@@ -71,6 +71,8 @@ class ModuleFacts:
     undefined: list[str] = field(default_factory=list)  # symbols it needs, sorted
     exports: list[str] = field(default_factory=list)  # symbols it exports, sorted
     versions: dict[str, int] = field(default_factory=dict)  # symbol -> CRC it was built against
+    export_crcs: dict[str, int] = field(default_factory=dict)  # exported symbol -> its CRC (modversions)
+    gpl_exports: list[str] = field(default_factory=list)  # exports in __ksymtab_gpl, sorted
 
     def field(self, key: str) -> str:
         values = self.modinfo.get(key, [])
@@ -121,12 +123,21 @@ def module_facts(read: Callable[[int, int], bytes], size: int, name: str) -> Mod
                 modinfo.setdefault(k, []).append(v)
     undefined: set[str] = set()
     exports: set[str] = set()
+    gpl: set[str] = set()
+    crcs: dict[str, int] = {}
+    section_data: dict[int, bytes] = {}
     if (symtab := secs.by_name.get(".symtab")) is not None:
-        for sym, info_byte, shndx in secs.symbols(symtab):
+        for sym, info_byte, shndx, value in secs.symbol_values(symtab):
             if shndx == 0 and (info_byte & 0xF) != 4:  # SHN_UNDEF, not STT_FILE
                 undefined.add(sym)
             elif sym.startswith("__ksymtab_") and sym not in ("__ksymtab_gpl", "__ksymtab_strings"):
                 exports.add(sym.removeprefix("__ksymtab_"))
+                if shndx < len(secs.table) and secs.table[shndx].name == "__ksymtab_gpl":
+                    gpl.add(sym.removeprefix("__ksymtab_"))
+            elif sym.startswith("__crc_"):
+                crc = _crc_value(secs, shndx, value, section_data)
+                if crc is not None:
+                    crcs[sym.removeprefix("__crc_")] = crc
     versions: dict[str, int] = {}
     if (vers := secs.by_name.get("__versions")) is not None:
         raw = secs.data(vers)
@@ -137,7 +148,25 @@ def module_facts(read: Callable[[int, int], bytes], size: int, name: str) -> Mod
             versions[sym] = crc & 0xFFFFFFFF
     signed = size >= len(SIG_MAGIC) and read(size - len(SIG_MAGIC), len(SIG_MAGIC)) == SIG_MAGIC
     return ModuleFacts(name=name, modinfo=modinfo, signed=signed, undefined=sorted(undefined),
-                       exports=sorted(exports), versions=versions)
+                       exports=sorted(exports), versions=versions,
+                       export_crcs={k: v for k, v in sorted(crcs.items()) if k in exports},
+                       gpl_exports=sorted(gpl))
+
+
+def _crc_value(secs: Sections, shndx: int, value: int, cache: dict[int, bytes]) -> int | None:
+    """The CRC a `__crc_<sym>` symbol stands for: its value when absolute (kernels before 5.19), else
+    the 32-bit word at its offset in its section (`__kcrctab*`, 5.19 and later); None when neither."""
+    if shndx == SHN_ABS:
+        return value & 0xFFFFFFFF
+    if not 0 < shndx < len(secs.table):
+        return None
+    if shndx not in cache:
+        cache[shndx] = secs.data(secs.table[shndx])
+    data = cache[shndx]
+    if value + 4 > len(data):
+        return None
+    crc, = struct.unpack_from(secs.byteorder + "I", data, value)
+    return int(crc)
 
 
 def parse_module(data: bytes, name: str) -> ModuleFacts:

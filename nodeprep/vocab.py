@@ -37,8 +37,12 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
-# Kernel modules an artifact may ship, in load order (nvidia first: the others depend on it).
-KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem")
+# Kernel modules an artifact may ship, in load order (nvidia first: the others depend on it);
+# nvidia-fs (GPUDirect Storage) and gdrdrv (gdrcopy) are built beside the driver when asked for.
+KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem", "nvidia-fs",
+                  "gdrdrv")
+# The GPUDirect modules a profile may choose (driver.gpudirect, default none), in load order, after nvidia.
+GPUDIRECT_MODULES = ("nvidia-peermem", "nvidia-fs", "gdrdrv")
 
 # What a GPU compute node loads by default: the control and GPU devices (nvidia), CUDA's unified
 # memory (nvidia-uvm) and /dev/nvidia-modeset (nvidia-modeset). nvidia-drm is the display (DRM/KMS)

@@ -106,7 +106,7 @@ def step_modules(ctx: Context) -> dict[str, Any]:
     made: list[str] = []
     loaded = _load(ctx) and not ctx.check
     if loaded:
-        made = load_modules(tuple(ctx.profile.driver.modules), root=ctx.root)
+        made = load_modules(ctx.profile.driver.load_order, root=ctx.root)
     # Offline (--root): no GPU, module or device nodes to look at; the image's driver root and ld cache are.
     checks = None if ctx.live else {"state", "ldcache", "kmod"}
     report = doctor(ctx.root, checks=checks)

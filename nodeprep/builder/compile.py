@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from ..errors import BuildError, CommandError, InputError
 from ..log import timed
 from ..progress import Phases
 from ..sources import opensource, runfile
-from . import buildroot, cc, hostbuild, kbuild
+from . import buildroot, cc, companions, hostbuild, kbuild
 from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
 
 log = logging.getLogger(__name__)
@@ -104,11 +105,14 @@ def compile_in_root(
     phases: Phases | None = None,
     timings: dict[str, float] | None = None,
     cleanup: list[threading.Thread] | None = None,
+    companion_files: Mapping[str, Path] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Compile + strip in a clone of the build root (host: in a private work directory on this
     system). Returns (dir with stripped .ko, build info).
 
-    The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild)."""
+    The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild).
+    `companion_files` (name -> tarball, builder/companions.py) are compiled next in the same clone,
+    against the driver's tree and nvidia.ko; their directory and facts are in info["companions"]."""
     timings = timings if timings is not None else {}
     phases = phases or Phases()
     what = f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release}"
@@ -135,6 +139,18 @@ def compile_in_root(
             result = _compile_in_clone(
                 req, plan, src_file, root, clone, log_path=log_path, phases=phases, timings=timings
             )
+        if companion_files:
+            names = ", ".join(sorted(companion_files))
+            with phases.phase("compile", f"Compiling {names} against {plan.driver_version}"):
+                kept, cinfo = companions.compile_companions(
+                    companion_files, clone=clone, tree=clone / kbuild.BUILD_DIR.lstrip("/"),
+                    driver_dir=result[0], driver_key=result[1]["compile_key"],
+                    kernel_release=plan.kernel_release, flavour=plan.flavour, build_root=list(root.packages),
+                    cache=req.cache, jobs=req.jobs or os.cpu_count() or 1,
+                    log_dir=log_path.parent / f"{log_path.name.removesuffix('.log')}.companions",
+                    rebuild=req.rebuild, timings=timings,
+                )
+            result[1]["companions"] = {"dir": str(kept), **cinfo}
         t = time.monotonic()
     timings["cleanup"] = round(time.monotonic() - t, 2)
     return result

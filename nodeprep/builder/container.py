@@ -174,6 +174,11 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
     if req.fabricmanager:
         args += source("--fabricmanager", req.fabricmanager, "--fabricmanager-sha256",
                        req.fabricmanager_sha256, "fabricmanager")
+    for name, url, sha in req.companions:
+        from ..sources.companions import COMPANIONS
+
+        option = COMPANIONS[name].option
+        args += source(option, url, f"{option}-sha256", sha, name)
     if req.jobs:
         args += ["--jobs", str(req.jobs)]
     for flag, on in (

@@ -41,6 +41,7 @@ from .resolve import (
     Plan,
     build_params,
     buildroot_extra,
+    fetch_companions,
     open_archive,
     resolve_host_plan,
     resolve_plan,
@@ -174,9 +175,11 @@ def _build_driver(
 
     buildroot.sweep_stale(req.cache / "tmp")
     plan, src_file, root = _resolve(req, archive, store, phases, background)
+    companion_files = fetch_companions(req, phases)
     inputs = {Path(p).name: sha256_file(Path(p)) for p in plan.debs.values()}
     if src_file is not None:
         inputs[src_file.name] = sha256_file(src_file)
+    inputs |= {p.name: sha256_file(p) for p in companion_files.values()}
     params = build_params(req, plan, root)
     digest = input_digest(inputs, params)
     name = artifact_name(
@@ -206,7 +209,8 @@ def _build_driver(
     cleanup: list[threading.Thread] = []  # the workspace is deleted while we pack
     try:
         modules_dir, info = compile_in_root(
-            req, plan, src_file, root, log_path=log_path, phases=phases, timings=timings, cleanup=cleanup
+            req, plan, src_file, root, log_path=log_path, phases=phases, timings=timings, cleanup=cleanup,
+            companion_files=companion_files,
         )
         manifest = pack_and_publish(
             req, plan, src_file, root, archive, store, inputs, digest, name, modules_dir, info, phases=phases,

@@ -282,6 +282,12 @@ def pack_and_publish(
         for ko in json.loads((modules_dir / "modules.json").read_text())["modules"]:
             shutil.copyfile(modules_dir / ko, mod_dir / ko)
             os.chmod(mod_dir / ko, 0o644)
+        companions = info.get("companions")
+        if companions:  # the GPUDirect modules, compiled beside the driver (builder/companions.py)
+            cdir = Path(companions["dir"])
+            for ko in json.loads((cdir / "modules.json").read_text())["modules"]:
+                shutil.copyfile(cdir / ko, mod_dir / ko)
+                os.chmod(mod_dir / ko, 0o644)
         vermagic = read_module(mod_dir / "nvidia.ko").vermagic.strip()
         extra: dict[str, Any] = {
             "source": {k: v for k, v in plan.source.items() if k != "url"}
@@ -305,6 +311,10 @@ def pack_and_publish(
                 **({"cc_mismatch": info["cc_mismatch"]} if "cc_mismatch" in info else {}),
             },
         }
+        if companions:
+            extra["companions"] = {"compile_key": companions["compile_key"], "modules": companions["modules"],
+                                   "sources": {n: {"name": Path(u).name, "sha256": sha}
+                                               for n, u, sha in req.companions}}
         if req.sign_key and req.sign_cert:
             with timed(timings, "sign", "Signing the modules"), _headers_tree(req, plan, root) as hdir:
                 extra["signing"] = signing.sign_modules(

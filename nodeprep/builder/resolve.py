@@ -72,6 +72,9 @@ class BuildRequest:
     headers_dir: Path | None = None  # --builder host: the headers tree (default: discovered)
     # a Debian suite of the target (TargetOS.driver_suites) the driver sources and user space come from
     driver_suite: str | None = None
+    # GPUDirect companion modules compiled beside the driver into the same kmod artifact:
+    # (name of sources.companions.COMPANIONS, URL or path of its tarball, sha256)
+    companions: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -360,6 +363,7 @@ def preview(req: BuildRequest, archive: Any, host_release: str | None = None) ->
     else:
         version, source = _driver_source(req, archive, None)
         fetch = [f"{source['package']}={source['version']}"]
+    fetch += [f"{url} (sha256 {sha})" for _, url, sha in req.companions]
     if host_release is not None:
         release, header_packages = host_release, []
     else:
@@ -402,7 +406,50 @@ def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]
         ),
         "smoke_test": bool(req.smoke_test),
         "allow_cc_mismatch": req.allow_cc_mismatch,
-    }
+    } | _companion_params(req)
+
+
+def _companion_params(req: BuildRequest) -> dict[str, Any]:
+    """The companions' part of the parameters: only when there are any (other builds keep their digest)."""
+    if not req.companions:
+        return {}
+    from .companions import FORMAT
+
+    return {"companions": {"format": FORMAT, "names": sorted(n for n, _, _ in req.companions)}}
+
+
+def validate_companions(req: BuildRequest) -> None:
+    """Each companion once, known, with a sha256 and a tarball of its project's name; chroot builds only."""
+    from ..sources import companions
+
+    seen: set[str] = set()
+    for name, url, sha in req.companions:
+        if name not in companions.COMPANIONS:
+            raise InputError(f"companion {name!r} is not one of {', '.join(companions.COMPANIONS)}")
+        option = companions.COMPANIONS[name].option
+        if name in seen:
+            raise InputError(f"{option}: given twice")
+        seen.add(name)
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", sha or ""):
+            raise InputError(f"{option}-sha256: {sha!r} is not a sha256 hex digest (64 hex digits)")
+        companions.check_name(companions.COMPANIONS[name], url)
+    if req.companions and req.builder == "host":
+        option = companions.COMPANIONS[req.companions[0][0]].option
+        raise InputError(f"{option}: the GPUDirect modules are built in the build root "
+                         "(--builder chroot, podman or docker), not with --builder host")
+
+
+def fetch_companions(req: BuildRequest, phases: Phases | None = None) -> dict[str, Path]:
+    """The companions' tarballs, downloaded into the cache and sha256-checked (name -> path)."""
+    from ..sources import companions
+
+    out = {}
+    for name, url, sha in req.companions:
+        companion = companions.COMPANIONS[name]
+        with step(f"Fetching {companions.archive_name(url, companion.option)}"):
+            out[name] = companions.fetch(companion, url, sha, req.cache,
+                                         progress=phases.reporter("resolve", "bytes") if phases else None)
+    return out
 
 
 def buildroot_extra(req: BuildRequest) -> tuple[str, ...]:
@@ -467,6 +514,7 @@ def validate_request(req: BuildRequest) -> None:
         check_persistenced_request(req)
     if req.fabricmanager or req.fabricmanager_sha256:
         check_fabricmanager_request(req)
+    validate_companions(req)
     if req.sign_key or req.sign_cert:
         if not (req.sign_key and req.sign_cert):
             raise InputError("--sign-key and --sign-cert go together")

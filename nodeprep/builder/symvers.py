@@ -34,9 +34,10 @@ def parse_symvers(text: str) -> dict[str, Export]:
 def check_symbols(module: ModuleFacts, symvers: Mapping[str, Export],
                   providers: Iterable[ModuleFacts] = ()) -> list[str]:
     """Problems the kernel would report when loading `module` after `providers`: undefined symbols
-    nobody exports, CRC mismatches against the kernel's exports, GPL-only symbols used by a
+    nobody exports, CRC mismatches against the kernel's and the providers' exports, GPL-only symbols used by a
     module whose licence is not GPL-compatible. Empty list: every symbol resolves."""
     provided = {sym: p.name for p in providers for sym in p.exports}
+    provided_crcs = {sym: (p.name, crc) for p in providers for sym, crc in p.export_crcs.items()}
     problems: list[str] = []
     layout = module.versions.get("module_layout")
     if layout is not None and "module_layout" in symvers and symvers["module_layout"].crc != layout:
@@ -44,6 +45,11 @@ def check_symbols(module: ModuleFacts, symvers: Mapping[str, Export],
                         f"(module 0x{layout:08x}, kernel 0x{symvers['module_layout'].crc:08x})")
     for sym in module.undefined:
         if sym in provided:
+            crc = module.versions.get(sym)
+            if crc is not None and sym in provided_crcs and provided_crcs[sym][1] != crc:
+                by, theirs = provided_crcs[sym]
+                problems.append(f"{module.name}: disagrees about version of symbol {sym} "
+                                f"(module 0x{crc:08x}, {by} 0x{theirs:08x})")
             continue
         export = symvers.get(sym)
         if export is None:

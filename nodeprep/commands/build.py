@@ -235,6 +235,24 @@ def _preview(req: Any, in_container: bool, as_json: bool) -> None:
     help="sha256 of --fabricmanager (required with it).",
 )
 @click.option(
+    "--nvidia-fs",
+    default=None,
+    metavar="URL",
+    help="Also build nvidia-fs (GPUDirect Storage) from this gds-nvidia-fs-<version>.tar.gz release "
+    "(http(s)://, file:// or a path) against the driver's tree, into the same kmod artifact.",
+)
+@click.option(
+    "--nvidia-fs-sha256", default=None, metavar="HEX", help="sha256 of --nvidia-fs (required with it)."
+)
+@click.option(
+    "--gdrcopy",
+    default=None,
+    metavar="URL",
+    help="Also build gdrdrv (GPUDirect RDMA copies) from this gdrcopy-<version>.tar.gz release "
+    "(http(s)://, file:// or a path) against the driver's tree, into the same kmod artifact.",
+)
+@click.option("--gdrcopy-sha256", default=None, metavar="HEX", help="sha256 of --gdrcopy (required with it).")
+@click.option(
     "--driver-suite",
     default=None,
     metavar="SUITE",
@@ -312,6 +330,10 @@ def build_driver_cmd(
     persistenced_sha256: str | None,
     fabricmanager: str | None,
     fabricmanager_sha256: str | None,
+    nvidia_fs: str | None,
+    nvidia_fs_sha256: str | None,
+    gdrcopy: str | None,
+    gdrcopy_sha256: str | None,
     driver_suite: str | None,
     jobs: int | None,
     rebuild: bool,
@@ -346,6 +368,15 @@ def build_driver_cmd(
         flavour = "open"  # a release of the open kernel modules: the open flavour unless told otherwise
     if headers_dir is not None and builder != "host":
         raise InputError("--headers-dir is only used with --builder host")
+    companions = []
+    for name, option, url, sha in (("nvidia-fs", "--nvidia-fs", nvidia_fs, nvidia_fs_sha256),
+                                   ("gdrdrv", "--gdrcopy", gdrcopy, gdrcopy_sha256)):
+        if sha and not url:
+            raise InputError(f"{option}-sha256 is only used with {option}")
+        if url and not sha:
+            raise InputError(f"{option} needs {option}-sha256 (the release tarball's sha256)")
+        if url and sha:
+            companions.append((name, url, sha))
     options = store_options(registry_auth, ca_file, insecure_http)
     store_dir, registry = publish.staging_target(store, cache, options)
     target = targets.get(os_name)
@@ -376,6 +407,7 @@ def build_driver_cmd(
         smoke_test=smoke_test,
         builder=container.request_builder(builder, target),
         headers_dir=headers_dir,
+        companions=tuple(companions),
     )
     validate_request(req)
     in_container = builder in container.ENGINES

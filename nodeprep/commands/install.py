@@ -52,8 +52,9 @@ def _modules(value: str) -> tuple[str, ...]:
 def _driver(root: Path, profile: Path | None, overrides: dict[str, Any]) -> Driver:
     """The typed Driver section of the profile with the flags over it (--modules as the command line
     spells it, a comma list, parsed here)."""
-    if overrides.get("driver.modules") is not None:
-        overrides = {**overrides, "driver.modules": _modules(overrides["driver.modules"])}
+    if overrides.get("driver.modules") is not None:  # --modules given: exactly that load order
+        overrides = {**overrides, "driver.modules": _modules(overrides["driver.modules"]),
+                     "driver.gpudirect": ()}
     return node_driver(root, profile, overrides)
 
 

@@ -118,7 +118,7 @@ def install_input(root: Path, request: DriverInstall) -> InstallInput:
     if version is None:
         raise field_error("driver.version", "missing (give it or set driver.version in the profile)")
     return InstallInput(drv.store, version, kernel=kernel, flavour=flavour, arch=request.arch,
-                        activate=request.activate, load=request.load, modules=tuple(drv.modules),
+                        activate=request.activate, load=request.load, modules=drv.load_order,
                         store_options=options, keep_boot_kernel=drv.keep_boot_kernel,
                         node_store=request.node_store)
 
@@ -145,7 +145,7 @@ class DriverActivate:
 def activate_driver(root: Path, request: DriverActivate, *,
                     callbacks: ActivationCallbacks) -> ActivatePlan | ActivateResult:
     """Activate request.version (None: the previous one, a rollback); with request.check its plan."""
-    drv, modules = request.driver, tuple(request.driver.modules)
+    drv, modules = request.driver, request.driver.load_order
     if request.check:
         return activation(root, request.version, kernel=drv.kernel if request.version else None,
                           modules=modules)

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..vocab import BRANCH_POLICIES, DRIVER_BRANCH_RE, DRIVER_VERSION_RE, FLAVOURS, GPUS_RE, KERNEL_RELEASE_RE
+from ..vocab import (
+    BRANCH_POLICIES,
+    DRIVER_BRANCH_RE,
+    DRIVER_VERSION_RE,
+    FLAVOURS,
+    GPUDIRECT_MODULES,
+    GPUS_RE,
+    KERNEL_RELEASE_RE,
+)
 from .checks import (
     abs_path,
     api_server,
@@ -139,6 +147,14 @@ FIELDS: tuple[Field, ...] = (
         modules,
         "Kernel modules to load, in order",
         flag="--modules", metavar="LIST",
+    ),
+    Field(
+        "driver",
+        "gpudirect",
+        list_of(enum(*GPUDIRECT_MODULES)),
+        "GPUDirect modules loaded after nvidia (default none): nvidia-fs (GPUDirect Storage) and gdrdrv "
+        "(gdrcopy, makes /dev/gdrdrv) need an artifact built with them; nvidia-peermem loads only where "
+        "the InfiniBand stack exports the peer-memory API, else DMA-BUF is the path",
     ),
     Field(
         "driver",

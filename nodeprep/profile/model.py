@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES
+from ..vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES, GPUDIRECT_MODULES
 
 K8S_VERSION_RE = re.compile(r"^v?(1)\.(\d{1,2})(?:\.(\d{1,3}))?$")
 CA_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -52,12 +52,24 @@ class Driver:
     registry_auth: str | None = None
     ca_file: str | None = None
     insecure_http: bool = False
+    # GPUDirect modules loaded after nvidia (vocab.GPUDIRECT_MODULES; node/gpudirect.py), default none
+    gpudirect: tuple[str, ...] = ()
     persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
     fabric_timeout: int = 120  # seconds the GPU self-test waits for the NVLink fabric to complete
     keep_boot_kernel: bool = False  # kernel hook: keep booting a kernel that has the driver
     branch: str | None = None  # "580": a version of this branch (the policy's, running the GPUs)
     gpus: str | None = None  # "node" or "10de:2335,...": the version and flavour follow these GPUs
     branch_policy: str = "newest"
+
+    @property
+    def load_order(self) -> tuple[str, ...]:
+        """What the node loads: `modules` with the chosen GPUDirect modules appended in
+        GPUDIRECT_MODULES' order (each once, after nvidia; node/gpudirect.py, node/devices.py)."""
+        chosen = [m for m in GPUDIRECT_MODULES if m in self.gpudirect and m not in self.modules]
+        if not chosen:
+            return self.modules
+        head = self.modules if "nvidia" in self.modules else ("nvidia", *self.modules)
+        return (*head, *chosen)
 
 
 @dataclass(frozen=True)

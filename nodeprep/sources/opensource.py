@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tarfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
@@ -140,6 +141,16 @@ def extract_tree(path: Path, dest: Path, project: str = PROJECT,
 
     Regular files and directories only, each created afresh (O_EXCL, no links followed): nothing
     lands outside `dest` and no member replaces another."""
+    top = extract_top_dir(path, dest, lambda p, first: _top_version(p, first, project))
+    if top is None or not all((dest / n).is_file() for n in needs):
+        raise InputError(f"{path.name}: no {' and '.join(needs)} (not an NVIDIA {project} release)")
+    return dest
+
+
+def extract_top_dir(path: Path, dest: Path, check_top: Callable[[Path, str], object]) -> str | None:
+    """Unpack the one top directory of the source tarball `path` as `dest` (a new directory), by the
+    rules above (regular files and directories only, created afresh, bounded); `check_top(path, top)`
+    refuses a top directory of the wrong name. Returns the top directory's name (None: empty)."""
     dest.mkdir(parents=True)
     top: str | None = None
     count = size = 0
@@ -149,7 +160,7 @@ def extract_tree(path: Path, dest: Path, project: str = PROJECT,
                 first, rest = _checked(path, member, top)
                 if top is None:
                     top = first
-                    _top_version(path, first, project)
+                    check_top(path, first)
                 count += 1
                 size += member.size
                 if count > MAX_MEMBERS or size > MAX_BYTES:
@@ -174,6 +185,4 @@ def extract_tree(path: Path, dest: Path, project: str = PROJECT,
                 os.chmod(target, mode)
         except (tarfile.TarError, EOFError) as e:
             raise ArtifactError(f"{path.name}: damaged archive ({e})") from None
-    if top is None or not all((dest / n).is_file() for n in needs):
-        raise InputError(f"{path.name}: no {' and '.join(needs)} (not an NVIDIA {project} release)")
-    return dest
+    return top

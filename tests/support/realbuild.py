@@ -195,3 +195,42 @@ def cell_request(cache: Path, cell: str, *, userspace: bool = False):  # type: i
 def ensure_cell(cache: Path, cell: str, *, userspace: bool = False) -> RealBuild:
     """Build (once per cache) or find the real build of `cell` (see CELLS)."""
     return _locked_build(Path(cache), cell, lambda: (cell_request(cache, cell, userspace=userspace), None))
+
+
+# The GPUDirect companions (issue 39) built beside the shared build's driver: the same request plus
+# nvidia-fs and gdrdrv from NODEPREP_NVIDIA_COMPANIONS, signed with `key`/`cert`, smoke-tested, into
+# `<cache>/real-build-debian12-gpudirect/store`. The driver is a compile-cache hit of the shared build
+# (same tree, headers and build root): only the companions compile, once per cache.
+GPUDIRECT = "debian12-gpudirect"
+COMPANION_ARCHIVES = {"nvidia-fs": "gds-nvidia-fs-2.28.4.tar.gz", "gdrdrv": "gdrcopy-2.6.tar.gz"}
+
+
+def ensure_gpudirect_build(cache: Path, key: Path, cert: Path):  # type: ignore[no-untyped-def]
+    """(the BuildResult, the companions' seconds of make when this call compiled them, else None); a
+    RuntimeError naming what is missing when the companion archives are not at hand."""
+    import dataclasses
+
+    from nodeprep.builder.driver import build_driver
+
+    from . import companions
+    from .supporttable import cell_dir, record_companions
+
+    found = {name: companions.archive(file) for name, file in COMPANION_ARCHIVES.items()}
+    missing = [str(p) for p in found.values() if isinstance(p, str)]
+    if missing:
+        raise RuntimeError(missing[0])
+    ensure_real_build(cache)
+    base = cell_dir(cache, GPUDIRECT)
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        req, archive = real_build_request(cache)
+        req = dataclasses.replace(
+            req, store=base / "store", userspace=False, smoke_test=True, sign_key=key, sign_cert=cert,
+            companions=tuple((n, str(p), companions.ARCHIVES[COMPANION_ARCHIVES[n]])
+                             for n, p in found.items()))
+        result = build_driver(req, archive=archive)
+        made = result.timings.get("companions_make")
+        if made is not None:
+            record_companions(cache, SHARED, make_s=made, jobs=req.jobs or os.cpu_count() or 1)
+    return result, made

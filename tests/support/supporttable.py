@@ -61,6 +61,11 @@ def record_build(cache: Path, cell: str, *, make_s: float, total_s: float, jobs:
                                 "cpus": os.cpu_count()})
 
 
+def record_companions(cache: Path, cell: str, *, make_s: float, jobs: int) -> None:
+    """Keep how long the GPUDirect companions' compile beside `cell`'s driver took (when it compiled)."""
+    _update(cache, cell, companions={"make_s": round(make_s, 1), "jobs": jobs, "cpus": os.cpu_count()})
+
+
 def record_smoke(cache: Path, cell: str, *, kmod: Path, input_digest: str, verdict: str) -> None:
     _update(cache, cell, smoke={"kmod": str(kmod), "input_digest": input_digest, "verdict": verdict})
 

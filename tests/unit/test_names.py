@@ -55,6 +55,7 @@ ROLE_VARIABLES: dict[str, str] = {
     "nvidia_driver_kernel": "driver.kernel",
     "nvidia_driver_modules": "driver.modules",
     "nvidia_driver_keep_boot_kernel": "driver.keep_boot_kernel",
+    "nvidia_driver_gpudirect": "driver.gpudirect",
     "nvidia_driver_branch": "driver.branch",
     "nvidia_driver_gpus": "driver.gpus",
     "nvidia_driver_branch_policy": "driver.branch_policy",

@@ -125,8 +125,16 @@ def test_minimal_profile_gets_defaults() -> None:
             "modules",
             ["nvidia", "nvidia-foo"],
             "driver.modules[1]: 'nvidia-foo' is not one of "
-            "nvidia, nvidia-uvm, nvidia-modeset, nvidia-drm, nvidia-peermem (did you mean 'nvidia'?)",
+            "nvidia, nvidia-uvm, nvidia-modeset, nvidia-drm, nvidia-peermem, nvidia-fs, gdrdrv "
+            "(did you mean 'nvidia-fs'?)",
             id="modules-unknown",
+        ),
+        pytest.param(
+            "driver",
+            "gpudirect",
+            ["gdrcopy"],
+            "driver.gpudirect[0]: 'gdrcopy' is not one of nvidia-peermem, nvidia-fs, gdrdrv",
+            id="gpudirect-unknown",
         ),
         pytest.param(
             "driver", "modules", "nvidia", "driver.modules: expected a list, got string", id="modules-type"
@@ -425,7 +433,8 @@ def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
     assert problems == ["driver.zzz: unknown key (allowed: version, branch, gpus, branch_policy, flavour, "
                         "store, registry_auth, ca_file, "
-                        "insecure_http, kernel, modules, persistence_mode, fabric_timeout, keep_boot_kernel)"]
+                        "insecure_http, kernel, modules, gpudirect, persistence_mode, fabric_timeout, "
+                        "keep_boot_kernel)"]
 
 
 def test_missing_driver_and_bad_top_level() -> None:

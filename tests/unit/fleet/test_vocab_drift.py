@@ -10,7 +10,14 @@ from typing import Any
 import yaml
 
 from nodeprep.profile.fields import FIELDS
-from nodeprep.vocab import BRANCH_POLICIES, DEFAULT_FLAVOUR, DEFAULT_MODULES, FLAVOURS, KERNEL_MODULES
+from nodeprep.vocab import (
+    BRANCH_POLICIES,
+    DEFAULT_FLAVOUR,
+    DEFAULT_MODULES,
+    FLAVOURS,
+    GPUDIRECT_MODULES,
+    KERNEL_MODULES,
+)
 
 from .conftest import ROLES
 
@@ -26,6 +33,8 @@ def test_nvidia_driver_role_follows_the_vocabulary() -> None:
     assert defaults["nvidia_driver_modules"] == list(DEFAULT_MODULES)
     assert options["nvidia_driver_modules"]["default"] == list(DEFAULT_MODULES)
     assert set(defaults["nvidia_driver_modules"]) <= set(KERNEL_MODULES)
+    assert defaults["nvidia_driver_gpudirect"] == options["nvidia_driver_gpudirect"]["default"] == []
+    assert options["nvidia_driver_gpudirect"]["choices"] == list(GPUDIRECT_MODULES)
     # "" = whichever flavour the store has
     assert options["nvidia_driver_flavour"]["choices"] == ["", *FLAVOURS]
     assert options["nvidia_driver_branch_policy"]["choices"] == list(BRANCH_POLICIES)
@@ -54,6 +63,8 @@ def test_driver_and_build_modules_follow_the_vocabulary(collection_on_path: Path
         assert options["flavour"]["choices"] == list(FLAVOURS)
         assert options["branch_policy"]["choices"] == list(BRANCH_POLICIES)
         assert options["branch_policy"]["default"] == BRANCH_POLICIES[0]
+        assert options["gpudirect"]["choices"] == list(GPUDIRECT_MODULES)
+        assert options["gpudirect"]["default"] == []
     for options in _module("nodeprep_build"):
         assert options["flavour"]["choices"] == list(FLAVOURS)
         assert options["flavour"]["default"] == DEFAULT_FLAVOUR

@@ -13,6 +13,7 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_hos
 DEFAULT_MODULES = ["nvidia", "nvidia-uvm", "nvidia-modeset"]
 FLAVOURS = ["proprietary", "open"]
 BRANCH_POLICIES = ["newest", "oldest"]
+GPUDIRECT_MODULES = ["nvidia-peermem", "nvidia-fs", "gdrdrv"]  # nodeprep.vocab.GPUDIRECT_MODULES
 
 
 def argument_spec():
@@ -31,6 +32,7 @@ def argument_spec():
         arch={"type": "str", "default": "amd64"},
         load={"type": "bool", "default": False},
         modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
+        gpudirect={"type": "list", "elements": "str", "choices": list(GPUDIRECT_MODULES), "default": []},
         doctor={"type": "bool", "default": False},
         doctor_checks={"type": "list", "elements": "str", "default": []},
         require_cuda={"type": "str"},
@@ -55,13 +57,13 @@ def snapshot(state):
 
 # the options that are the profile's driver fields (driver.KEY), through nodeprep.profile.overrides
 DRIVER_FIELDS = ("version", "branch", "gpus", "branch_policy", "store", "registry_auth", "ca_file",
-                 "insecure_http", "kernel", "flavour", "modules", "keep_boot_kernel")
+                 "insecure_http", "kernel", "flavour", "modules", "gpudirect", "keep_boot_kernel")
 
 
 def request_of(p, usecase, model, overrides):
     """The nodeprep.node.usecase request for the task's options: the profile's typed Driver section
     (no flavour: whichever the store has), the options over it as flags over a profile."""
-    given = {f"driver.{k}": tuple(p[k]) if k == "modules" else p[k] for k in DRIVER_FIELDS}
+    given = {f"driver.{k}": tuple(p[k]) if k in ("modules", "gpudirect") else p[k] for k in DRIVER_FIELDS}
     driver = overrides.driver_with(model.Driver(flavour=None), given)
     return usecase.DriverInstall(driver, arch=p["arch"], activate=p["state"] == "active", load=p["load"])
 

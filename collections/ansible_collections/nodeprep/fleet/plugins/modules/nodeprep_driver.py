@@ -110,6 +110,17 @@ options:
     type: list
     elements: str
     default: [nvidia, nvidia-uvm, nvidia-modeset]
+  gpudirect:
+    description:
+      - GPUDirect modules loaded after nvidia and O(modules) (the profile's C(driver.gpudirect)).
+        C(nvidia-fs) and C(gdrdrv) need a kmod artifact built with them (C(build-driver --nvidia-fs),
+        C(--gdrcopy)); C(/dev/gdrdrv) is made on load. C(nvidia-peermem) loads only where the
+        InfiniBand stack exports C(ib_register_peer_memory_client); elsewhere one line says DMA-BUF
+        is the path.
+    type: list
+    elements: str
+    choices: [nvidia-peermem, nvidia-fs, gdrdrv]
+    default: []
   doctor:
     description:
       - When this call changes nothing, also run C(nodeprep doctor) in the same round trip and fail
