@@ -153,9 +153,9 @@ def gpu_processes(proc_root: Path) -> list[GpuProcess]:
 
 
 def unload_order(loaded: Sequence[str]) -> list[str]:
-    """The loaded stack modules, holders before what they hold (nvidia last)."""
-    order = ("nvidia_peermem", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia")
-    return [m for m in order if m in loaded]
+    """The loaded stack modules, holders before what they hold (nvidia last): KERNEL_MODULES is in
+    load order, so its reverse unloads the GPUDirect modules and nvidia-drm before what they hold."""
+    return [m for m in reversed(STACK) if m in loaded]
 
 
 def reload(survey_: Survey, modules: tuple[str, ...], load: Any) -> list[str]:

@@ -42,8 +42,8 @@ def test_an_open_device_a_foreign_holder_or_a_gpu_process_means_reboot() -> None
     open_fd = Survey("535.2", (ModuleUse("nvidia", 3, ("nvidia_modeset", "nvidia_uvm")),), ())
     d = decide(open_fd, "550.1")
     assert d.action == REBOOT and "module nvidia is in use (reference count 3, 2 of them" in d.reasons[1]
-    foreign = Survey("535.2", (ModuleUse("nvidia", 1, ("nvidia_fs",)),), ())
-    assert "module nvidia is held by nvidia_fs" in decide(foreign, "550.1").reasons
+    foreign = Survey("535.2", (ModuleUse("nvidia", 1, ("nv_peer_mem",)),), ())
+    assert "module nvidia is held by nv_peer_mem" in decide(foreign, "550.1").reasons
     proc = Survey("535.2", (ModuleUse("nvidia", 0, ()),), (GpuProcess(42, "python3", "/dev/nvidia0"),))
     assert decide(proc, "550.1").reasons[-1] == "process 42 (python3) has /dev/nvidia0 open"
 
@@ -82,6 +82,8 @@ def test_a_missing_refcount_is_a_reason_to_reboot(tmp_path: Path) -> None:
 
 
 def test_unload_order_holders_first() -> None:
+    assert unload_order(["nvidia", "gdrdrv", "nvidia_fs", "nvidia_uvm"]) == [
+        "gdrdrv", "nvidia_fs", "nvidia_uvm", "nvidia"]
     assert unload_order(["nvidia", "nvidia_uvm", "nvidia_drm", "nvidia_modeset"]) == [
         "nvidia_drm",
         "nvidia_modeset",
