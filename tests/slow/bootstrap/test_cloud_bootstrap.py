@@ -153,8 +153,8 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
                 "--dry-run-join", "--nvidia-smi-xml", FIXTURE]
         first = nodeprep(*argv, "--json")
         assert first.returncode != 0
-        assert steps_of(first) == {"driver": "failed", "modules": "pending", "labels": "pending",
-                                   "runtime": "pending", "join": "pending"}
+        assert steps_of(first) == {"driver": "failed", "modules": "pending", "mig": "pending",
+                                   "labels": "pending", "runtime": "pending", "join": "pending"}
         assert "index.json" in json.loads(first.stdout)["steps"][0]["error"]
         assert not (root / "opt/nvidia").exists()
 
@@ -165,8 +165,8 @@ def test_user_data_to_ready_node_resumes_and_is_idempotent(real_build, test_cach
         node_token.unlink()
         second = nodeprep(*argv, "--json")
         assert second.returncode == 2, second.stderr
-        assert steps_of(second) == {"driver": "done", "modules": "done", "labels": "done", "runtime": "done",
-                                    "join": "failed"}
+        assert steps_of(second) == {"driver": "done", "modules": "done", "mig": "done", "labels": "done",
+                                    "runtime": "done", "join": "failed"}
         assert "bootstrap-token" in json.loads(second.stdout)["steps"][5]["error"]
         driver_tree = tree_state(root, ("opt/nvidia",))
 
