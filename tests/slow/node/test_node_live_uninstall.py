@@ -88,13 +88,17 @@ def test_uninstall_stops_an_active_kubelet_before_its_files_go(host: Path) -> No
     check = inside(host, "uninstall", "--check")
     assert check.returncode == 0, check.stderr
     runs = [x for x in check.stdout.splitlines() if x.startswith("would run ")]
-    assert runs[0] == "would run systemctl stop kubelet.service", check.stdout
+    # join's GPU health service goes first (nodeprep.health.unit), then the kubelet, then the daemons
+    assert runs[:2] == ["would run systemctl stop nodeprep-health.service",
+                        "would run systemctl stop kubelet.service"], check.stdout
     assert "kubelet.service: stopped before its files go, only when systemd says it is active" in check.stdout
     assert not (host / LOG).exists()  # the plan asks systemd nothing
     done = inside(host, "uninstall")
     assert done.returncode == 0, done.stderr
     calls = (host / LOG).read_text().splitlines()
-    assert calls[:2] == ["is-active --quiet kubelet.service (present)",
+    assert calls[:4] == ["is-active --quiet nodeprep-health.service (present)",
+                         "stop nodeprep-health.service (present)",
+                         "is-active --quiet kubelet.service (present)",
                          "stop kubelet.service (present)"], calls
     assert "try-restart containerd.service (gone)" in calls
     assert not (host / CONFIG).exists() and not (host / "etc/kubernetes/bootstrap-kubelet.conf").exists()
@@ -105,7 +109,8 @@ def test_an_inactive_kubelet_is_not_stopped(host: Path) -> None:
     done = inside(host, "uninstall")
     assert done.returncode == 0, done.stderr
     calls = (host / LOG).read_text().splitlines()
-    assert calls[0] == "is-active --quiet kubelet.service (present)", calls
+    assert calls[:2] == ["is-active --quiet nodeprep-health.service (present)",
+                         "is-active --quiet kubelet.service (present)"], calls
     assert not [c for c in calls if c.startswith("stop ")], calls
     assert not (host / CONFIG).exists()
 
