@@ -182,6 +182,18 @@ def _built_persistenced(req: BuildRequest, archive: Any, driver_version: str,
                                   req.target, req.cache, arch=req.arch, jobs=req.jobs, rebuild=req.rebuild)
 
 
+def _userspace_cache(req: BuildRequest) -> Path:
+    """The cache folder of the request's user-space artifact. Every variant has the same artifact name,
+    so each has its own folder (in one, each would replace the other and be remade on every other
+    build): a runfile's, and one with a persistenced built from source or a Fabric Manager archive,
+    named by those inputs' digests."""
+    folder = req.cache / "userspace" / "runfile" if req.runfile else req.cache / "userspace"
+    extras = [f"{name}-{sha.lower()[:16]}" for name, sha in
+              (("persistenced", req.persistenced_sha256 if req.persistenced_source else None),
+               ("fabricmanager", req.fabricmanager_sha256 if req.fabricmanager else None)) if sha]
+    return folder / "+".join(extras) if extras else folder
+
+
 def _make_userspace(
     req: BuildRequest, archive: Any, driver_version: str, phases: Phases, root: AnyRoot | None = None,
 ) -> tuple[Path, Manifest]:
@@ -190,10 +202,8 @@ def _make_userspace(
     if req.runfile:
         assert req.runfile_sha256
         run = runfile.fetch(req.runfile, req.runfile_sha256, req.cache)  # a cache hit: fetched by the plan
-        # its own folder: the Debian-built artifact of the same version has the same name, and each
-        # would replace the other in one folder (and be remade on every other build)
         return runfileuserspace.build_userspace(
-            run, driver_version, req.cache / "userspace" / "runfile", arch=req.arch, os_name=req.target.name,
+            run, driver_version, _userspace_cache(req), arch=req.arch, os_name=req.target.name,
             fabricmanager=check_fabricmanager(req, driver_version),
         )
     built = _built_persistenced(req, archive, driver_version, root)
@@ -201,7 +211,7 @@ def _make_userspace(
     return userspace.build_userspace(
         archive,
         driver_version,
-        req.cache / "userspace",
+        _userspace_cache(req),
         arch=req.arch,
         progress=phases.reporter("userspace", "bytes"),
         persistenced=built,
