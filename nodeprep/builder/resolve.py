@@ -224,16 +224,22 @@ def _fetch_source_file(req: BuildRequest, phases: Phases | None) -> Path | None:
     return release
 
 
+def _check_pinned(option: str, source: str | None, sha_option: str, sha: str | None) -> str:
+    """`source`, given by `option` and pinned: both given, the sha256 as 64 hex digits."""
+    if not source:
+        raise InputError(f"{sha_option} is only used with {option}")
+    if not sha:
+        raise InputError(f"{option} needs {sha_option} (the archive's sha256)")
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", sha):
+        raise InputError(f"{sha_option}: {sha!r} is not a sha256 hex digest (64 hex digits)")
+    return source
+
+
 def check_persistenced_request(req: BuildRequest) -> None:
     """--persistenced-source: pinned, built in the chroot build root, for a user space made from Debian's
     packages (a runfile ships the driver's own), its version the driver's when both names carry one."""
-    if not req.persistenced_source:
-        raise InputError("--persistenced-sha256 is only used with --persistenced-source")
-    if not req.persistenced_sha256:
-        raise InputError("--persistenced-source needs --persistenced-sha256 (the archive's sha256)")
-    if not re.fullmatch(r"[0-9a-fA-F]{64}", req.persistenced_sha256):
-        raise InputError(f"--persistenced-sha256: {req.persistenced_sha256!r} is not a sha256 hex digest "
-                         "(64 hex digits)")
+    source = _check_pinned("--persistenced-source", req.persistenced_source, "--persistenced-sha256",
+                  req.persistenced_sha256)
     if req.builder == "host":
         raise InputError("--persistenced-source: built with the target OS's toolchain in the chroot build "
                          "root, not with --builder host")
@@ -242,10 +248,10 @@ def check_persistenced_request(req: BuildRequest) -> None:
                          "is the driver's version)")
     if not req.userspace:
         raise InputError("--persistenced-source goes into the user-space artifact: not with --no-userspace")
-    named = opensource.name_version(opensource.release_name(req.persistenced_source, "--persistenced-source"),
+    named = opensource.name_version(opensource.release_name(source, "--persistenced-source"),
                                     "nvidia-persistenced")
     if named and req.driver and DRIVER_VERSION_RE.fullmatch(req.driver) and named != req.driver:
-        raise InputError(f"--persistenced-source: {opensource.release_name(req.persistenced_source)} is "
+        raise InputError(f"--persistenced-source: {opensource.release_name(source)} is "
                          f"nvidia-persistenced {named}, the driver is {req.driver}: persistenced must be "
                          "the driver's exact version")
 
@@ -255,19 +261,14 @@ def check_fabricmanager_request(req: BuildRequest) -> None:
     NVIDIA's archive name for the build's arch and, when --driver is an exact version, of that version."""
     from . import fabricmanager
 
-    if not req.fabricmanager:
-        raise InputError("--fabricmanager-sha256 is only used with --fabricmanager")
-    if not req.fabricmanager_sha256:
-        raise InputError("--fabricmanager needs --fabricmanager-sha256 (the archive's sha256)")
-    if not re.fullmatch(r"[0-9a-fA-F]{64}", req.fabricmanager_sha256):
-        raise InputError(f"--fabricmanager-sha256: {req.fabricmanager_sha256!r} is not a sha256 hex digest "
-                         "(64 hex digits)")
+    source = _check_pinned("--fabricmanager", req.fabricmanager, "--fabricmanager-sha256",
+                           req.fabricmanager_sha256)
     if not req.userspace:
         raise InputError("--fabricmanager goes into the user-space artifact: not with --no-userspace")
     exact = req.driver if req.driver and DRIVER_VERSION_RE.fullmatch(req.driver) else None
     if exact is None and req.runfile:  # the installer's name carries the driver's version
         exact = _runfile_version(runfile.runfile_name(req.runfile), None)
-    fabricmanager.check_name(fabricmanager.archive_name(req.fabricmanager), exact, req.arch)
+    fabricmanager.check_name(fabricmanager.archive_name(source), exact, req.arch)
 
 
 def check_same_version(release_version: str, release: str, runfile_version: str, run_name: str) -> None:
