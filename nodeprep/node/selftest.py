@@ -4,7 +4,8 @@ Checks, each one line when it fails:
 - module:      the loaded kernel module's version (/sys/module/nvidia/version) is the active driver
                root's (/opt/nvidia/current -> <version>), and nvidia-smi reports that version too;
 - visibility:  every NVIDIA display/3D controller on the PCI bus (vendor 0x10de, class 0x0300/0x0302)
-               is listed by the driver (nvidia-smi), and the driver lists no GPU the bus lacks;
+               is listed by the driver (nvidia-smi), the driver lists no GPU the bus lacks, and NVML
+               calls no GPU lost (NVML_ERROR_GPU_IS_LOST);
 - memory:      no GPU has a pending row remap or a row-remap failure, and none has pages pending
                retirement (retired-page overflow / pending blacklist);
 - persistence: every GPU's persistence mode is what `driver.persistence_mode` asks (unless `any`);
@@ -50,6 +51,7 @@ class GpuHealth:
     retirement_pending: bool | None = None
     fabric_state: str | None = None  # NVML's GpuFabricInfo state, as nvidia-smi names it; None: no fabric
     fabric_status: int = 0  # NVML's return code of the fabric's registration (0: success)
+    lost: bool = False  # a query answered NVML_ERROR_GPU_IS_LOST (fallen off the bus, needs a reset)
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,8 @@ def evaluate(f: SelfTestFacts) -> Verdict:
     for bus in sorted(seen - set(f.pci_gpus)):
         problems.append(f"visibility: the driver lists GPU {bus}, which is not on the PCI bus")
     for g in f.gpus:
+        if g.lost:
+            problems.append(f"visibility: GPU {g.bus_id} is lost (NVML: GPU is lost; reset or replace it)")
         if g.remap_pending:
             problems.append(f"memory: GPU {g.bus_id} has a pending row remap (reset the GPU)")
         if g.remap_failure:
@@ -210,10 +214,14 @@ def read_nvml() -> tuple[str | None, tuple[GpuHealth, ...]] | None:
 
 
 def _nvml_health(nv: Any) -> tuple[str | None, tuple[GpuHealth, ...]]:  # nv: pynvml, untyped
+    lost: set[int] = set()  # indices of GPUs a query called lost
+
     def opt(fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
-        except nv.NVMLError:
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) == nv.NVML_ERROR_GPU_IS_LOST:
+                lost.add(i)
             return None
 
     driver = nv.nvmlSystemGetDriverVersion()
@@ -239,6 +247,7 @@ def _nvml_health(nv: Any) -> tuple[str | None, tuple[GpuHealth, ...]]:  # nv: py
             retirement_pending=None if pages is None else pages == nv.NVML_FEATURE_ENABLED,
             fabric_state=state,
             fabric_status=int(fabric.status) if state else 0,
+            lost=i in lost,
         ))
     return (driver.decode() if isinstance(driver, bytes) else str(driver)), tuple(gpus)
 

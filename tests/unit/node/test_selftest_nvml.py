@@ -148,3 +148,13 @@ def test_the_profile_says_how_long_to_wait(tmp_path: Path) -> None:
     prof.write_text(yaml.safe_dump({"driver": {"version": DRIVER, "fabric_timeout": 0}}))
     r = verify(tmp_path, derived, "--profile", str(prof))
     assert r.returncode == 1 and "fabric state In Progress" in r.stderr
+
+
+def test_a_lost_gpu_fails_the_self_test(tmp_path: Path) -> None:
+    """tests/fixtures/mocknvml/h100-gpu-lost.yaml (derived from the mock's H100 profile: GPU 2 lost): NVML
+    still lists it, its queries answer NVML_ERROR_GPU_IS_LOST; the self-test names it, the others pass."""
+    r = verify(tmp_path, mocknvml.derived("h100-gpu-lost", tmp_path / "profiles"), "--fabric-timeout", "0")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["source"] == "nvml" and len(out["gpus"]) == 8
+    assert out["problems"] == ["visibility: GPU 0000:4a:00.0 is lost (NVML: GPU is lost; reset or replace it)"]
