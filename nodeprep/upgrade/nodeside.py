@@ -1,8 +1,11 @@
 """The node's own steps of an upgrade, for the CLI and the Ansible module alike: `replace` (reload the
-modules in place when nothing holds them, else say reboot) and `revert` (roll a failed version back)."""
+modules in place when nothing holds them, else say reboot), `selftest` (the GPU self-test, its verdict
+published) and `revert` (roll a failed version back)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,7 @@ from ..node import ops
 from ..node.devices import load_modules
 from ..node.state import load_state
 from . import reload as rl
+from .states import DRIVER_LABEL
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class SelfTested:
     passed: bool
     problems: tuple[str, ...]
     check: bool = False
+    published: bool = True  # False: no cluster, the verdict was not published
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,35 +111,52 @@ class SelfTested:
             "label": self.label,
             "passed": self.passed,
             "problems": list(self.problems),
-            "changed": not self.check,
+            "changed": self.published and not self.check,
             "check": self.check,
+            "published": self.published,
         }
 
 
 def selftest(
     root: Path,
     *,
-    kubeconfig: Path,
+    kubeconfig: Path | None,
     node: str,
     sysfs_root: Path | None = None,
     persistence_mode: str = "any",
     nvidia_smi_xml: Path | None = None,
+    label_timeout: float = 0.0,
     check: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> SelfTested:
     """What `nodeprep verify-gpus --apply` does: the GPU self-test, its verdict published on the Node
-    with the node's own credential (`check`: the verdict it would publish, nothing patched)."""
-    from ..join.verification import publish_verdict, verdict_patch
-    from ..kubeapi import load_kubeconfig, read_node
+    with the node's own credential (`check`: the verdict it would publish, nothing patched). Without a
+    `kubeconfig` (a rollout without a cluster) the self-test only: nothing is published.
+
+    A verdict only passes when the Node's driver-version label is the tested driver; that label comes
+    from the labels file node_labels wrote, through NFD, a while later: up to `label_timeout` seconds
+    are waited for it before the verdict is published."""
     from ..node.selftest import evaluate, gather
-    from ..sysfs import read_attr
 
     verdict = evaluate(
         gather(
             root, sysfs_root or root / "sys", persistence_mode=persistence_mode, nvidia_smi_xml=nvidia_smi_xml
         )
     )
+    if kubeconfig is None:
+        return SelfTested(node, "", verdict.passed, verdict.problems, check, published=False)
+    from ..join.verification import publish_verdict, verdict_patch
+    from ..kubeapi import load_kubeconfig, read_node
+    from ..sysfs import read_attr
+
     boot = (read_attr(root / "proc/sys/kernel/random/boot_id") or "").strip() or None
     cfg = load_kubeconfig(kubeconfig)
+    deadline = time.monotonic() + label_timeout
+    while not check and verdict.passed and time.monotonic() < deadline:
+        labels = (read_node(cfg, node).get("metadata") or {}).get("labels") or {}
+        if labels.get(DRIVER_LABEL) == verdict.driver_version:
+            break
+        sleep(2.0)
     if check:
         _, pub = verdict_patch(read_node(cfg, node), verdict, boot)
     else:

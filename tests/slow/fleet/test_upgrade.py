@@ -1,6 +1,8 @@
 """playbooks/upgrade-driver.yml for real against three test hosts: a rolling upgrade (serial 1,
 max_fail_percentage 0) where the second host's artifact is corrupted. The first batch upgrades, the
-second fails on the checksum and keeps its old driver, the third is never touched."""
+second fails on the checksum and keeps its old driver, the third is never touched. No GPU, nothing
+GPU-like: upgrade_gpu_selftest is off (the doctor gate validates); the self-test's path runs on NVIDIA's
+NVML mock in tests/slow/fleet/test_upgrade_cluster.py."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from tests.support import testhosts
 from .conftest import IMAGE_ROOT, Store, fleet_vars, write_inventory
 
 pytestmark = pytest.mark.slow
+NO_SELFTEST = {"upgrade_gpu_selftest": False}
 
 
 def _state(host: testhosts.TestHost) -> dict[str, object]:
@@ -57,12 +60,17 @@ def test_failed_batch_stops_the_rollout(
         group_vars = fleet_vars(tmp_path, source_snapshot, old, kernel)
         inventory = write_inventory(fleet3, tmp_path / "inventory.yml", group_vars, host_vars)
 
-        first = testhosts.ansible_playbook(fleet3, "playbooks/upgrade-driver.yml", inventory)
+        first = testhosts.ansible_playbook(
+            fleet3, "playbooks/upgrade-driver.yml", inventory, extra_vars=NO_SELFTEST
+        )
         assert first.returncode == 0, first.output[-6000:]
         assert all(_state(h)["active"] == old for h in fleet3.hosts)
 
         upgrade = testhosts.ansible_playbook(
-            fleet3, "playbooks/upgrade-driver.yml", inventory, extra_vars={"nvidia_driver_version": new}
+            fleet3,
+            "playbooks/upgrade-driver.yml",
+            inventory,
+            extra_vars={**NO_SELFTEST, "nvidia_driver_version": new},
         )
     assert upgrade.returncode != 0, upgrade.output[-6000:]
     print("install run:", first.recap, "\nupgrade run:", upgrade.recap)

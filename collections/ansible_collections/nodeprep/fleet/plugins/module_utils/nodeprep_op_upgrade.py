@@ -20,6 +20,7 @@ def argument_spec():
         node={"type": "str"},
         persistence_mode={"type": "str", "choices": ["any", "enabled", "disabled"], "default": "any"},
         nvidia_smi_xml={"type": "str"},
+        label_timeout={"type": "float", "default": 0},
     )
 
 
@@ -38,8 +39,10 @@ def run(module):
         elif p["action"] == "selftest":
             if not p["node"]:
                 module.fail_json(msg="node: required with action selftest", exit_code=2)
-            res = nodeside.selftest(root, kubeconfig=Path(p["kubeconfig"]), node=p["node"], sysfs_root=sysfs,
+            res = nodeside.selftest(root, kubeconfig=Path(p["kubeconfig"]) if p["kubeconfig"] else None,
+                                    node=p["node"], sysfs_root=sysfs,
                                     persistence_mode=p["persistence_mode"], check=module.check_mode,
+                                    label_timeout=p["label_timeout"],
                                     nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None)
             if not res.passed and not module.check_mode:
                 module.fail_json(msg="GPU self-test failed: " + "; ".join(res.problems), **res.to_dict())

@@ -18,6 +18,7 @@ description:
   - V(selftest) calls C(nodeprep.upgrade.nodeside.selftest), as C(nodeprep verify-gpus --apply) does -
     runs the GPU self-test and publishes its verdict on the Node with the node's own credential, so
     C(nodeprep verify-nodes) lifts the C(nodeprep.dev/unverified) taint; fails listing the problems.
+    With O(kubeconfig) empty (no cluster) the self-test only, nothing published.
 version_added: "0.1.0"
 options:
   action:
@@ -42,7 +43,7 @@ options:
     type: bool
     default: true
   kubeconfig:
-    description: With V(selftest) - the node's own credential.
+    description: With V(selftest) - the node's own credential; empty - publish nothing (no cluster).
     type: str
     default: /etc/kubernetes/kubelet.conf
   node:
@@ -56,6 +57,13 @@ options:
   nvidia_smi_xml:
     description: With V(selftest) - read GPU facts from this C(nvidia-smi -q -x) capture on the node.
     type: str
+  label_timeout:
+    description:
+      - With V(selftest) and a O(kubeconfig) - seconds to wait for the Node's C(nodeprep.dev/driver-version)
+        label to name the tested driver (NFD publishes it from the labels file a while after it changed)
+        before the verdict is published; a verdict for another label is C(failed).
+    type: float
+    default: 0
 attributes:
   diff_mode:
     support: none
@@ -102,9 +110,13 @@ passed:
   returned: action is selftest
   type: bool
 label:
-  description: With V(selftest) - the verdict label published (a digest, or failed).
+  description: With V(selftest) - the verdict label published (a digest, or failed; empty when not published).
   returned: action is selftest
   type: str
+published:
+  description: With V(selftest) - whether the verdict was published on the Node.
+  returned: action is selftest
+  type: bool
 """
 
 from ansible_collections.nodeprep.fleet.plugins.module_utils.nodeprep_op_upgrade import main
