@@ -1,8 +1,9 @@
 """`nodeprep upgrade …`: the steps of a driver rollout that playbooks/upgrade-driver.yml calls.
 
-Cluster side (where the kubeconfig is, the Ansible controller): `plan`, `prepare`, `finish`, `fail`,
-`budget`. Node side: `reload` (reload the modules in place or say reboot) and `revert` (roll a failed
-version back). Thin: options, one call into nodeprep.upgrade, rendering (docs/fleet.md, "Upgrades")."""
+Cluster side (where the kubeconfig is, the Ansible controller): `plan`, `admit` (a batch re-planned
+before it starts), `prepare`, `finish`, `fail`, `budget`. Node side: `reload` (reload the modules in
+place or say reboot) and `revert` (roll a failed version back). Thin: options, one call into
+nodeprep.upgrade, rendering (docs/fleet.md, "Upgrades")."""
 
 from __future__ import annotations
 
@@ -143,6 +144,62 @@ def plan_cmd(
     _emit(result, lines, as_json)
     if p.paused:
         raise NodeprepError(policy.budget_spent(p.failed, failure_budget) or "rollout paused")
+
+
+@upgrade_group.command("admit")
+@kubeconfig_option
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    required=True,
+    metavar="NAME[,NAME…]",
+    help="All the rollout's nodes, in inventory order (repeatable).",
+)
+@click.option(
+    "--batch-nodes",
+    "batch_nodes",
+    multiple=True,
+    required=True,
+    metavar="NAME[,NAME…]",
+    help="The nodes of the batch about to start (repeatable).",
+)
+@version_option
+@click.option(
+    "--max-unavailable",
+    default="25%",
+    show_default=True,
+    help="Unschedulable nodes at most across the rollout's nodes (a count or a percentage).",
+)
+@click.option("--failure-budget", type=click.IntRange(1), default=1, show_default=True)
+@json_option
+def admit_cmd(
+    kubeconfig: Path,
+    nodes: tuple[str, ...],
+    batch_nodes: tuple[str, ...],
+    target: str,
+    max_unavailable: str,
+    failure_budget: int,
+    as_json: bool,
+) -> None:
+    """Re-plan a batch before it starts, from the cluster's state now: which of its nodes may start
+    (nodes that became unschedulable meanwhile count against --max-unavailable, failed nodes against
+    the failure budget); exit 1 when the failure budget is spent (the rollout pauses). Reads only."""
+    from ..upgrade import policy, rollout
+
+    names = _nodes(nodes)
+    batch = _nodes(batch_nodes)
+    with _cluster(kubeconfig) as c:
+        a = policy.admit(
+            rollout.status(c, names),
+            batch,
+            target,
+            max_unavailable=max_unavailable,
+            failure_budget=failure_budget,
+        )
+    _emit(a.to_dict(), a.render(), as_json)
+    if a.paused:
+        raise NodeprepError(policy.budget_spent(a.failed, failure_budget) or "rollout paused")
 
 
 @upgrade_group.command("prepare")

@@ -176,3 +176,84 @@ def budget_spent(failed: Sequence[str], budget: int) -> str | None:
         f"rollout paused: {len(failed)} failed node(s) reach the failure budget {budget}: "
         f"{', '.join(sorted(failed))}"
     )
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Which nodes of the batch about to start may start, re-planned from the cluster's state now."""
+
+    admitted: tuple[str, ...]
+    waiting: tuple[str, ...]  # max_unavailable has no room for them now (a later run takes them)
+    settled: tuple[str, ...]  # done or failed meanwhile: nothing to do
+    failed: tuple[str, ...]  # every node of the rollout failed for the target, this batch's or not
+    unavailable: tuple[str, ...]  # unschedulable nodes outside this batch (counted)
+    max_unavailable: int
+    failure_budget: int
+
+    @property
+    def paused(self) -> bool:
+        return len(self.failed) >= self.failure_budget
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "admitted": list(self.admitted),
+            "waiting": list(self.waiting),
+            "settled": list(self.settled),
+            "failed": list(self.failed),
+            "unavailable": list(self.unavailable),
+            "max_unavailable": self.max_unavailable,
+            "failure_budget": self.failure_budget,
+            "paused": self.paused,
+        }
+
+    def render(self) -> list[str]:
+        lines = [f"admitted: {', '.join(self.admitted) or 'none'}"]
+        if self.waiting:
+            lines.append(
+                f"waiting (max unavailable {self.max_unavailable}, {len(self.unavailable)} unschedulable "
+                f"outside this batch: {', '.join(self.unavailable)}): {', '.join(self.waiting)}"
+            )
+        if self.settled:
+            lines.append(f"done or failed meanwhile: {', '.join(self.settled)}")
+        return lines
+
+
+def admit(
+    nodes: Sequence[NodeView],
+    batch: Sequence[str],
+    target: str,
+    *,
+    max_unavailable: str | int = "25%",
+    failure_budget: int = 1,
+) -> Admission:
+    """Re-plan one batch before it starts, from `nodes` as the cluster shows them now (all the rollout's
+    nodes): a node that became unschedulable meanwhile counts against `max_unavailable` like any other
+    outside the batch, every node failed for `target` counts against the failure budget (all wait once
+    it is spent), a node done or failed meanwhile is left alone, and the batch's nodes start in order
+    while they fit."""
+    by_name = {n.name: n for n in nodes}
+    unknown = [b for b in batch if b not in by_name]
+    if unknown:
+        raise InputError(f"not among the rollout's nodes: {', '.join(unknown)}", flag="--batch-nodes")
+    limit = parse_size(max_unavailable, len(nodes), name="--max-unavailable")
+    failed = tuple(n.name for n in nodes if resume_point(n, target) == FAILED)
+    members = set(batch)
+    others = tuple(n.name for n in nodes if n.unschedulable and n.name not in members)
+    room = limit - len(others)
+    admitted: list[str] = []
+    waiting: list[str] = []
+    settled: list[str] = []
+    for name in batch:
+        n = by_name[name]
+        if resume_point(n, target) in (DONE, FAILED):
+            settled.append(name)
+        elif len(failed) >= failure_budget:
+            waiting.append(name)
+        elif not n.unschedulable and room < 1:
+            waiting.append(name)
+        else:
+            room -= 0 if n.unschedulable else 1
+            admitted.append(name)
+    return Admission(
+        tuple(admitted), tuple(waiting), tuple(settled), failed, others, limit, failure_budget
+    )

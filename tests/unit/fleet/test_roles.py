@@ -64,7 +64,7 @@ def _controller_upgrade(argv: object) -> bool:
     """An argv (a template) running the controller's `nodeprep upgrade` cluster verbs."""
     text = str(argv)
     return "upgrade_nodeprep_controller" in text and any(
-        f"'upgrade', '{verb}'" in text for verb in ("plan", "prepare", "finish", "fail", "budget")
+        f"'upgrade', '{verb}'" in text for verb in ("plan", "admit", "prepare", "finish", "fail", "budget")
     ) or ("'upgrade', 'plan'" in text and "'-m', 'nodeprep'" in text)
 
 
@@ -111,7 +111,7 @@ def test_tasks_use_fqcn_and_no_shell_for_library_work(path: Path) -> None:
             assert action.count(".") >= 2, f"{path}: {task.get('name')}: {action} is not fully qualified"
             argv = task[action].get("argv", [""]) if isinstance(task[action], dict) else [""]
             if action.split(".")[-1] == "command" and (argv[0] == "kubectl" or _controller_upgrade(argv)):
-                # cordon/drain/uncordon, `nodeprep upgrade` plan/prepare/finish/fail/budget: cluster API
+                # cordon/drain/uncordon, `nodeprep upgrade` plan/admit/prepare/finish/fail/budget: cluster API
                 # calls from the controller, not node work
                 assert task.get("delegate_to") == "localhost" and "changed_when" in task, task.get("name")
                 continue

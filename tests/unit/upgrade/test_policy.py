@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.upgrade.policy import budget_spent, parse_size, plan
+from nodeprep.upgrade.policy import admit, budget_spent, parse_size, plan
 from nodeprep.upgrade.states import NodeView
 
 
@@ -116,3 +116,47 @@ def test_a_fleet_of_7500_plans_in_1_percent_batches() -> None:
     nodes = [nv(f"gpu-{i:04d}") for i in range(7500)]
     p = plan(nodes, "9", batch="1%", max_unavailable="25%")
     assert len(p.batches) == 100 and {len(b) for b in p.batches} == {75}
+
+
+def test_a_batch_is_replanned_from_the_cluster_before_it_starts() -> None:
+    """Planned once: n1..n4 in batches of 2 under max_unavailable 2. Before the second batch (n3, n4)
+    someone cordoned n5 and n1 failed (left cordoned): two unschedulable nodes outside the batch use the
+    room up, so n3 and n4 wait; n2 done and uncordoned costs nothing."""
+    t = "550.163.01"
+    fresh = [nv(f"n{i}") for i in range(1, 6)]
+    assert plan(fresh, t, batch=2, max_unavailable=2, failure_budget=2).batches == (
+        ("n1", "n2"),
+        ("n3", "n4"),
+        ("n5",),
+    )
+    now = [
+        nv("n1", state="upgrade-failed", target=t, unschedulable=True, ours=True),
+        nv("n2", state="upgrade-done", target=t),
+        nv("n3"),
+        nv("n4"),
+        nv("n5", unschedulable=True),  # cordoned by someone else meanwhile
+    ]
+    a = admit(now, ["n3", "n4"], t, max_unavailable=2, failure_budget=2)
+    assert a.admitted == () and a.waiting == ("n3", "n4") and not a.paused
+    assert a.unavailable == ("n1", "n5") and a.failed == ("n1",)
+    assert "waiting (max unavailable 2, 2 unschedulable outside this batch: n1, n5): n3, n4" in a.render()
+    # with room for one more: n3 starts, n4 waits; a batch node cordoned already costs nothing
+    a = admit(now, ["n3", "n4"], t, max_unavailable=3, failure_budget=2)
+    assert a.admitted == ("n3",) and a.waiting == ("n4",)
+    now[3] = nv("n4", unschedulable=True, ours=True, state="pod-deletion-required", target=t)
+    assert admit(now, ["n3", "n4"], t, max_unavailable=3, failure_budget=2).admitted == ("n3", "n4")
+
+
+def test_failures_meanwhile_spend_the_budget_before_a_batch() -> None:
+    t = "550.163.01"
+    now = [
+        nv("n1", state="upgrade-failed", target=t, unschedulable=True),
+        nv("n2", state="upgrade-failed", target=t, unschedulable=True),
+        nv("n3"),
+        nv("n4", state="upgrade-done", target=t),
+    ]
+    a = admit(now, ["n3", "n4"], t, max_unavailable="100%", failure_budget=2)
+    assert a.paused and a.admitted == () and a.waiting == ("n3",) and a.settled == ("n4",)
+    assert not admit(now, ["n3"], t, max_unavailable="100%", failure_budget=3).paused
+    with pytest.raises(InputError, match="not among the rollout's nodes: n9"):
+        admit(now, ["n9"], t)
