@@ -157,4 +157,5 @@ def test_a_lost_gpu_fails_the_self_test(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
     assert out["source"] == "nvml" and len(out["gpus"]) == 8
-    assert out["problems"] == ["visibility: GPU 0000:4a:00.0 is lost (NVML: GPU is lost; reset or replace it)"]
+    lost = "visibility: GPU 0000:4a:00.0 is lost (NVML: GPU is lost; reset or replace it)"
+    assert out["problems"] == [lost]
