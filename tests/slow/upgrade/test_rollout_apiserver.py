@@ -377,3 +377,31 @@ def test_the_node_side_self_test_publishes_the_verdict_finish_waits_for(
     verify_nodes(controller_credential(cp))
     code, out, err = upgrade(upgrader, "finish", name, "--validation-timeout", "30")
     assert code == 0 and out["state"] == "upgrade-done", err
+
+
+def test_a_batch_is_re_planned_from_the_cluster_before_it_starts(
+    control_plane: ControlPlane, upgrader: Path
+) -> None:
+    """`nodeprep upgrade admit`: planned as batches of 2 under max_unavailable 3, the second batch (n2,
+    n3) is about to start when someone has cordoned n0 and n1 has failed (left cordoned, as the rollout
+    leaves it): one node of room is left, so n2 starts and n3 waits; with a budget of 1 nothing starts."""
+    cp = control_plane
+    names = [uniq("up-adm") for _ in range(4)]
+    for n in names:
+        make_node(cp, n, unschedulable=n in names[:2])
+    code, res, err = upgrade(upgrader, "fail", names[1], "--reason", "doctor gate")
+    assert code == 0, err
+    common = ["--kubeconfig", str(upgrader), "--node", ",".join(names), "--version", TARGET]
+    batch = ["--batch-nodes", ",".join(names[2:]), "--max-unavailable", "3"]
+    code, out, err = cli("upgrade", "admit", *common, *batch, "--failure-budget", "2", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["admitted"] == [names[2]] and doc["waiting"] == [names[3]], doc
+    assert doc["unavailable"] == names[:2] and doc["failed"] == [names[1]] and not doc["paused"]
+    code, out, err = cli("upgrade", "admit", *common, *batch, "--failure-budget", "2")
+    assert code == 0, err
+    print(out)
+    assert out.splitlines()[0] == f"admitted: {names[2]}"
+    code, out, err = cli("upgrade", "admit", *common, *batch, "--failure-budget", "1")
+    assert code == 1 and f"rollout paused: 1 failed node(s) reach the failure budget 1: {names[1]}" in err
+    assert all(view(cp, n).state is None for n in (names[0], names[2], names[3]))  # it only reads
