@@ -32,7 +32,8 @@ rollout, on its old driver, and the re-run resumes it there. A third run changes
 Last, node1 is retried (its label removed, its store fixed) on a mock whose GPU 2 is lost
 (tests/fixtures/mocknvml/h100-gpu-lost.yaml): its self-test fails, the new version is rolled back, the
 node is labelled upgrade-failed with the self-test's reason and left cordoned and tainted, and the
-rollout pauses at the budget of 1.
+rollout pauses at the budget of 1. That last run reads the rollout's variables (upgrade_kubeconfig among
+them) from the inventory, not -e: the playbook's own defaults must not outrank them.
 """
 
 from __future__ import annotations
@@ -348,10 +349,10 @@ def test_rollout_with_a_cluster(
         assert r.status_code == 200, r.text
         shutil.copy(lost, node1.root / MOCK_DIR / "profile.yaml")
         host_vars[node1.name]["nvidia_driver_store"] = urls[node1.name] + "/good"
-        write_inventory(fleet3, inventory, group_vars, host_vars)
-        failed = testhosts.ansible_playbook(
-            fleet3, "playbooks/upgrade-driver.yml", inventory, extra_vars=cluster
-        )
+        # the rollout's variables from the inventory this time (the playbook's own defaults rank lower)
+        inventory_vars = {**group_vars, **cluster}
+        write_inventory(fleet3, inventory, inventory_vars, host_vars)
+        failed = testhosts.ansible_playbook(fleet3, "playbooks/upgrade-driver.yml", inventory)
     print("lost GPU:", failed.recap)
     assert failed.returncode != 0, failed.output[-6000:]
     assert "rollout paused: 1 failed node(s) reach the failure budget 1: node1" in failed.output, (
