@@ -447,8 +447,8 @@ def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
     assert problems == ["driver.zzz: unknown key (allowed: version, branch, gpus, branch_policy, flavour, "
                         "store, registry_auth, ca_file, "
-                        "insecure_http, kernel, modules, gpudirect, persistenced, fabricmanager, persistence_mode, "
-                        "fabric_timeout, "
+                        "insecure_http, kernel, modules, gpudirect, persistenced, fabricmanager, "
+                        "persistence_mode, fabric_timeout, "
                         "keep_boot_kernel)"]
 
 

@@ -35,7 +35,8 @@ def argument_spec():
         modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
         gpudirect={"type": "list", "elements": "str", "choices": list(GPUDIRECT_MODULES), "default": []},
         persistenced={"type": "bool", "default": True},
-        fabricmanager={"type": "str", "choices": list(FABRICMANAGER_MODES), "default": FABRICMANAGER_MODES[0]},
+        fabricmanager={"type": "str", "choices": list(FABRICMANAGER_MODES),
+                       "default": FABRICMANAGER_MODES[0]},
         doctor={"type": "bool", "default": False},
         doctor_checks={"type": "list", "elements": "str", "default": []},
         require_cuda={"type": "str"},
@@ -60,8 +61,8 @@ def snapshot(state):
 
 # the options that are the profile's driver fields (driver.KEY), through nodeprep.profile.overrides
 DRIVER_FIELDS = ("version", "branch", "gpus", "branch_policy", "store", "registry_auth", "ca_file",
-                 "insecure_http", "kernel", "flavour", "modules", "gpudirect", "persistenced", "fabricmanager",
-                 "keep_boot_kernel")
+                 "insecure_http", "kernel", "flavour", "modules", "gpudirect", "persistenced",
+                 "fabricmanager", "keep_boot_kernel")
 
 
 def request_of(p, usecase, model, overrides):
