@@ -43,6 +43,9 @@ KERNEL_MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidi
                   "gdrdrv")
 # The GPUDirect modules a profile may choose (driver.gpudirect, default none), in load order, after nvidia.
 GPUDIRECT_MODULES = ("nvidia-peermem", "nvidia-fs", "gdrdrv")
+# Where a node runs Fabric Manager (driver.fabricmanager): auto = where the machine needs it (the unit's
+# ExecCondition, nodeprep.node.fabric), always, never (no unit). The first is the default.
+FABRICMANAGER_MODES = ("auto", "always", "never")
 
 # What a GPU compute node loads by default: the control and GPU devices (nvidia), CUDA's unified
 # memory (nvidia-uvm) and /dev/nvidia-modeset (nvidia-modeset). nvidia-drm is the display (DRM/KMS)

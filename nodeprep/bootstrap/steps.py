@@ -36,6 +36,7 @@ class Options:
     nvidia_smi_xml: Path | None = None  # GPU facts from this capture instead of asking the driver
     load_modules: bool | None = None  # None: only when root is / (never modprobe for an image)
     mig: bool | None = None  # put mig.config in place through this host's NVML; None: only when root is /
+    nvml: bool | None = None  # label from this host's NVML (its GPUs are the root's); None: root is /
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def step_labels(ctx: Context) -> dict[str, Any]:
     from ..node.gpufacts import record as record_gpu_facts
 
     opts = label_options(ctx.root, ProfileLabels.of(ctx.profile), sysfs_root=ctx.options.sysfs_root,
-                         nvidia_smi_xml=ctx.options.nvidia_smi_xml,
+                         nvidia_smi_xml=ctx.options.nvidia_smi_xml, use_nvml=ctx.options.nvml,
                          kernel=ctx.results.get("driver", {}).get("kernel"))  # None: the profile's
     result = node_labels(opts)  # its warnings are in this step's result; the front-end prints them
     labels = dict(sorted(result.labels.items()))

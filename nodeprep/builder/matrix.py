@@ -12,6 +12,12 @@
       - {driver: "535", flavour: open}
     open_source:                   # optional: NVIDIA open-gpu-kernel-modules releases, built for every kernel
       - {release: https://…/open-gpu-kernel-modules-580.142.tar.gz, sha256: 644c…}
+    companions:                    # optional: per exact driver version, what its cells build beside it
+      "535.309.01":
+        persistenced: {url: https://…/nvidia-persistenced-535.309.01.tar.gz, sha256: aa0c…}
+        fabricmanager: {url: https://…/fabricmanager-linux-x86_64-535.309.01-archive.tar.xz, sha256: …}
+        nvidia_fs: {url: https://…/gds-nvidia-fs-2.28.4.tar.gz, sha256: …}
+        gdrcopy: {url: https://…/gdrcopy-2.6.tar.gz, sha256: …}
 
 The file is checked against `json_schema()` (built from the same vocabularies the CLI uses: the
 target OSes, their kernel channels, the flavours, the driver spelling); every problem is one
@@ -25,23 +31,29 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from .. import targets
 from ..errors import InputError, InputFileError
 from ..sources import drivers as driver_sources
 from ..sources import opensource
 from ..targets import facts
-from ..vocab import DRIVER_REQUEST_RE, FLAVOURS, KERNEL_RELEASE_RE
+from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
 from ..yamlinput import Document, load_yaml, parse_yaml
-from . import headers
+from . import fabricmanager, headers
 
 DEFAULT = ("default", "latest")
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "matrix.schema.json"
 EXCLUDE_KEYS = ("os", "driver", "kernel", "flavour")
 SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
+# companions: key -> build-driver's flag (its sha256 flag is FLAG-sha256, but --persistenced-source's)
+COMPANION_FLAGS = {"persistenced": ("--persistenced-source", "--persistenced-sha256"),
+                   "fabricmanager": ("--fabricmanager", "--fabricmanager-sha256"),
+                   "nvidia_fs": ("--nvidia-fs", "--nvidia-fs-sha256"),
+                   "gdrcopy": ("--gdrcopy", "--gdrcopy-sha256")}
 
 
 class MatrixError(InputFileError):
@@ -95,6 +107,19 @@ def json_schema() -> dict[str, Any]:
         return {"type": "array", "minItems": 1, "items": item, "x-message": "must be a non-empty list",
                 "description": what}
 
+    pinned = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["url", "sha256"],
+        "properties": {
+            "url": {"type": "string", "minLength": 1, "pattern": "^[^\\x00-\\x1f\\x7f]+$",
+                    "x-message": "must be the file's URL or path (one line)"},
+            "sha256": {"type": "string", "pattern": SHA256_PATTERN,
+                       "x-message": "{value} is not a sha256 hex digest (64 hex digits)"},
+        },
+        "x-message": "must be a mapping {{url: URL or path, sha256: HEX}}",
+    }
+    companion_keys = ", ".join(COMPANION_FLAGS)
     exclude_entry = "must be a list of mappings like {{driver: ..., kernel: ..., flavour: ...}}"
     release_entry = "must be a list of mappings like {{release: URL or path, sha256: HEX}}"
     return {
@@ -138,6 +163,21 @@ def json_schema() -> dict[str, Any]:
                     "x-message": release_entry,
                 },
                 "x-message": release_entry,
+            },
+            "companions": {
+                "type": "object",
+                "description": "per exact driver version: persistenced's source, Fabric Manager's archive, "
+                               "nvidia-fs's and gdrcopy's releases, built into that driver's artifacts",
+                "propertyNames": {"pattern": DRIVER_VERSION_RE.pattern,
+                                  "x-message": "{value} is not an exact driver version (e.g. 535.309.01)"},
+                "additionalProperties": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "minProperties": 1,
+                    "properties": dict.fromkeys(COMPANION_FLAGS, pinned),
+                    "x-message": f"must be a mapping with any of {companion_keys}",
+                },
+                "x-message": "must be a mapping of driver versions",
             },
         },
     }
@@ -241,6 +281,8 @@ class Cell:
     source: str | None = None  # expanded cells: the Debian driver source package=version
     open_source: str | None = None  # an open-gpu-kernel-modules release (URL or path) instead of Debian's
     open_source_sha256: str | None = None
+    # (companions key, URL or path, sha256): what the matrix's `companions` gives this cell's driver
+    companions: tuple[tuple[str, str, str], ...] = ()
 
     def args(self) -> list[str]:
         out = ["--os", self.os, "--flavour", self.flavour]
@@ -250,6 +292,9 @@ class Cell:
             out += ["--driver", self.driver]
         if self.kernel:
             out += ["--kernel", self.kernel]
+        for key, url, sha in self.companions:
+            flag, sha_flag = COMPANION_FLAGS[key]
+            out += [flag, url, sha_flag, sha]
         return out
 
     def name(self) -> str:
@@ -264,9 +309,15 @@ class Cell:
         every cell of the build shares (store, cache, jobs, rebuild, userspace, smoke_test)."""
         from .resolve import BuildRequest
 
+        given = {key: (url, sha) for key, url, sha in self.companions}
+        persistenced, fm = given.get("persistenced", (None, None)), given.get("fabricmanager", (None, None))
+        modules = tuple((name, *given[key])
+                        for key, name in (("nvidia_fs", "nvidia-fs"), ("gdrcopy", "gdrdrv")) if key in given)
         return BuildRequest(driver=self.driver, flavour=self.flavour, target=targets.get(self.os),
                             kernel=self.kernel, open_source=self.open_source,
-                            open_source_sha256=self.open_source_sha256, **common)
+                            open_source_sha256=self.open_source_sha256,
+                            persistenced_source=persistenced[0], persistenced_sha256=persistenced[1],
+                            fabricmanager=fm[0], fabricmanager_sha256=fm[1], companions=modules, **common)
 
 
 def build_work(cells: list[Cell], jobs: int, cpus: int, **common: Any) -> list[tuple[dict[str, Any], Any]]:
@@ -317,6 +368,13 @@ class Matrix:
     exclude: tuple[dict[str, str], ...] = ()
     source: str = "matrix"
     open_sources: tuple[OpenRelease, ...] = ()
+    # driver version -> ((companions key, URL or path, sha256), ...)
+    companions: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = ()
+
+    def with_companions(self, cell: Cell) -> Cell:
+        """`cell` with what `companions` gives its exact driver version (none: as it is)."""
+        found = dict(self.companions).get(cell.driver or "")
+        return replace(cell, companions=found) if found else cell
 
     @property
     def needs_archive(self) -> bool:
@@ -344,7 +402,7 @@ class Matrix:
         for os_name, k, rel in itertools.product(self.oses, self.kernels, self.open_sources):
             if rel.cell(os_name, k.release) not in out:
                 out.append(rel.cell(os_name, k.release))
-        return out
+        return [self.with_companions(c) for c in out]
 
 
 def _kernel_spec(value: Any) -> KernelSpec:
@@ -370,7 +428,38 @@ def from_data(data: Any, *, source: str = "matrix", document: Document | None = 
         exclude=tuple(data.get("exclude", []) or []),
         source=source,
         open_sources=_open_releases(data.get("open_source") or [], source),
+        companions=_companions(data.get("companions") or {}, source),
     )
+
+
+def _companions(entries: dict[str, dict[str, dict[str, str]]],
+                source: str) -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
+    """The `companions:` entries, checked beyond the schema: persistenced's source and Fabric Manager's
+    archive carry a version in their names, which must be the entry's driver version."""
+    out, problems = [], []
+    for version, given in entries.items():
+        for key in ("persistenced", "fabricmanager"):
+            if key not in given:
+                continue
+            url = given[key]["url"]
+            name = Path(unquote(urlparse(url).path)).name
+            if key == "persistenced":
+                named = opensource.name_version(name, "nvidia-persistenced")
+                expected = "nvidia-persistenced-<version>.tar.gz"
+            else:
+                found = fabricmanager.name_version(name)
+                named = found[1] if found else None
+                expected = "fabricmanager-linux-<arch>-<version>-archive.tar.xz"
+            if named is None:
+                problems.append(f"companions.{version}.{key}.url: {url!r} is not named {expected}")
+            elif named != version:
+                problems.append(f"companions.{version}.{key}.url: {name} is version {named}, not the "
+                                f"driver's {version} (it must be the driver's exact version)")
+        out.append((version, tuple((key, given[key]["url"], given[key]["sha256"].lower())
+                                   for key in COMPANION_FLAGS if key in given)))
+    if problems:
+        raise MatrixError(problems, source=source, hint="see docs/build.md, Build matrices")
+    return tuple(out)
 
 
 def _open_releases(entries: list[dict[str, str]], source: str) -> tuple[OpenRelease, ...]:
@@ -507,6 +596,7 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
                 elif cell is not None and not matrix.excluded(**spell | {"driver": (str(cell.driver),)}) \
                         and cell not in out.cells:
                     out.cells.append(cell)
+    out.cells = [matrix.with_companions(c) for c in out.cells]
     return out
 
 

@@ -56,9 +56,12 @@ def _deprecated_dry_run_join(ctx: click.Context, param: click.Parameter, value: 
 @click.option("--mig/--no-mig", "mig", default=None,
               help="Put the profile's mig.config in place through this host's NVML (default: only when "
                    "--root is /).")
+@click.option("--nvml/--no-nvml", "nvml", default=None,
+              help="Label the GPUs from this host's NVML, as for a root whose GPUs are this host's "
+                   "(default: only when --root is /).")
 def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, dry_run_join: bool,
                   restart: bool, sysfs_dir: Path | None, nvidia_smi_xml: Path | None,
-                  load_modules: bool | None, mig: bool | None) -> None:
+                  load_modules: bool | None, mig: bool | None, nvml: bool | None) -> None:
     """Bring this node up from its profile: driver, modules + doctor, MIG layout, labels, container
     runtime, join.
 
@@ -82,12 +85,15 @@ def bootstrap_cmd(profile: Path | None, root: Path, as_json: bool, check: bool, 
 
     options = bootstrap_lib.Options(dry_run_join=dry_run_join, check=check,
                                     sysfs_root=sysfs_dir, nvidia_smi_xml=nvidia_smi_xml,
-                                    load_modules=load_modules, mig=mig)
+                                    load_modules=load_modules, mig=mig, nvml=nvml)
     report = bootstrap_lib.bootstrap(path, root=root, options=options, restart=restart, on_outcome=show)
     if as_json:
         emit_json({**report.to_json(), "check": check})
     else:
         click.echo(bootstrap_lib.summary_line(report, check=check), err=True)
+        failed = next((o for o in report.outcomes if o.status == "failed"), None)
+        if failed is not None:  # the one error: line of a refusal, after the journal
+            click.echo(f"error: bootstrap: {failed.name}: {failed.error}", err=True)
     if not report.ok:
         click.get_current_context().exit(report.exit_code)
 

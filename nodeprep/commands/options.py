@@ -92,6 +92,10 @@ def _flag_given(ctx: click.Context, param: click.Parameter, value: bool) -> bool
     return True if value else None  # a flag not given leaves the profile's value
 
 
+def _no_flag_given(ctx: click.Context, param: click.Parameter, value: bool) -> bool | None:
+    return False if value else None  # `--no-X` (a field whose default is true): false, else the profile's
+
+
 def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """click decorator: one option per field path, from the table's `flag`, `metavar` and `envvar`
     (default None = not given; a boolean field is a flag, an enum a choice). The command passes its
@@ -103,7 +107,8 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
                 raise ValueError(f"{path} has no command-line flag in nodeprep.profile.FIELDS")
             kind: dict[str, Any] = {"metavar": f.metavar}
             if f.schema.get("type") == "boolean":
-                kind = {"is_flag": True, "callback": _flag_given}
+                given = _no_flag_given if f.flag.startswith("--no-") else _flag_given
+                kind = {"is_flag": True, "callback": given}
             elif "enum" in f.schema:
                 kind = {"type": click.Choice(list(f.schema["enum"]))}
             if f.envvar:

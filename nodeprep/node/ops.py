@@ -30,6 +30,7 @@ from ..artifact import IndexEntry, Manifest, extract
 from ..errors import InputError
 from ..log import step
 from ..modfacts import parse_vermagic
+from ..profile.model import DEFAULT_DAEMONS, Daemons
 from ..safetar import MANIFEST
 from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store, cache_path
@@ -62,6 +63,7 @@ from .plan import (
     InstallRequest,
     UninstallPlan,
     daemon_commands,
+    dropped_daemon_commands,
     needs_index,
     plan_activate,
     plan_install,
@@ -208,13 +210,13 @@ def _live_kernel(layout: Layout) -> str | None:
 
 def _plan_install(
     layout: Layout, index: Callable[[], list[IndexEntry]], request: InstallRequest, modules: tuple[str, ...],
-    hook: kernelhook.HookConfig | None,
+    hook: kernelhook.HookConfig | None, daemons: Daemons = DEFAULT_DAEMONS,
 ) -> InstallPlan:
     """plan_install over this root's state, reading the store's index only when it is needed.
     `hook`: the kernel hook to set up (None: none)."""
     state = load_state(layout.root)
     entries = index() if needs_index(state, request.version, request.kernel) else None
-    drift = (system.drift(layout, modules) + entrypoints.drift(layout, request.version, request.arch)
+    drift = (system.drift(layout, modules, daemons) + entrypoints.drift(layout, request.version, request.arch)
              if request.activate else ())
     hook_drift = kernelhook.drift(layout, system.nodeprep_command()) if hook else ()
     record = hook.to_dict() if hook else None
@@ -242,6 +244,7 @@ class InstallInput:
     activate: bool = False
     load: bool = True
     modules: tuple[str, ...] = DEFAULT_MODULES
+    daemons: Daemons = DEFAULT_DAEMONS  # the driver's daemons whose units activation writes
     store_options: StoreOptions | None = None
     keep_boot_kernel: bool = False
     kernel_hook: bool = True
@@ -262,7 +265,7 @@ def plan_install_of(root: Path, given: InstallInput) -> tuple[State, InstallPlan
     src = Store(given.store, given.store_options or StoreOptions())
     hook = (_hook_config(layout, src.location, given.arch, given.store_options, given.keep_boot_kernel,
                          given.node_store) if given.kernel_hook else None)
-    todo = _plan_install(layout, src.entries, request, given.modules, hook)
+    todo = _plan_install(layout, src.entries, request, given.modules, hook, given.daemons)
     return state, replace(todo, notes=todo.notes + _hook_notes(layout, src.location, given.node_store,
                                                                 given.kernel_hook, hook))
 
@@ -283,7 +286,7 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
     index = functools.cache(src.entries)  # read at most once, and only when something is missing
     hook = (_hook_config(layout, src.location, arch, store_options, keep_boot_kernel, node_store)
             if kernel_hook else None)
-    first = _plan_install(layout, index, request, modules, hook)
+    first = _plan_install(layout, index, request, modules, hook, given.daemons)
     if activate:  # another package's nvidia-smi: refused before anything is fetched or installed
         problem = entrypoints.refusal(layout, version, load_state(layout.root).entry_points,
                                       entrypoints.required(layout, arch))
@@ -294,7 +297,7 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
     with locked(layout):
         crash_point("install:locked")
         clean_leftovers(layout)
-        todo = _plan_install(layout, index, request, modules, hook)
+        todo = _plan_install(layout, index, request, modules, hook, given.daemons)
         if todo.new_version:
             assert todo.userspace is not None and todo.kmod is not None
             with step(f"Installing NVIDIA driver {version} for kernel {rel}"):
@@ -329,7 +332,7 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
         if activate:
             activation = _activate(
                 layout, version, kernel=rel if not layout.live else None, load=load, modules=modules,
-                callbacks=callbacks,
+                callbacks=callbacks, daemons=given.daemons,
             )
             changed = changed or activation.changed
         elif installed_kmod and version == state.active:
@@ -468,6 +471,7 @@ def activate(
     load: bool = True,
     modules: tuple[str, ...] = DEFAULT_MODULES,
     callbacks: ActivationCallbacks,
+    daemons: Daemons = DEFAULT_DAEMONS,
 ) -> ActivateResult:
     """Make installed `version` the active driver root (atomic switch of /opt/nvidia/current).
     `callbacks`: what follows an activation above the node (nodeprep.join.activation.CALLBACKS)."""
@@ -475,24 +479,26 @@ def activate(
     check_version(version)
     with locked(layout):
         clean_leftovers(layout)
-        return _activate(layout, version, kernel=kernel, load=load, modules=modules, callbacks=callbacks)
+        return _activate(layout, version, kernel=kernel, load=load, modules=modules, callbacks=callbacks,
+                         daemons=daemons)
 
 
 def rollback(
     root: Path, *, load: bool = True, modules: tuple[str, ...] = DEFAULT_MODULES,
-    callbacks: ActivationCallbacks,
+    callbacks: ActivationCallbacks, daemons: Daemons = DEFAULT_DAEMONS,
 ) -> ActivateResult:
     """Activate the previously active version."""
     layout = Layout(Path(root))
     with locked(layout):
         clean_leftovers(layout)
         version = rollback_target(load_state(layout.root))
-        return _activate(layout, version, kernel=None, load=load, modules=modules, callbacks=callbacks)
+        return _activate(layout, version, kernel=None, load=load, modules=modules, callbacks=callbacks,
+                         daemons=daemons)
 
 
 def _activate(
     layout: Layout, version: str, *, kernel: str | None, load: bool, modules: tuple[str, ...],
-    callbacks: ActivationCallbacks,
+    callbacks: ActivationCallbacks, daemons: Daemons = DEFAULT_DAEMONS,
 ) -> ActivateResult:
     crash_point("activate:start")
     state = load_state(layout.root)
@@ -518,8 +524,8 @@ def _activate(
     changed |= system.write_modprobe_conf(layout)
     crash_point("activate:modprobe-conf")
     changed |= system.write_unit(layout, modules)
-    persistenced_unit = system.write_persistenced_unit(layout)
-    fabricmanager_unit = system.write_fabricmanager_unit(layout)
+    persistenced_unit = system.write_persistenced_unit(layout, daemons.persistenced)
+    fabricmanager_unit = system.write_fabricmanager_unit(layout, daemons.fabricmanager)
     changed |= persistenced_unit or fabricmanager_unit
     if problem := system.command_problem(layout):  # the unit runs the root's own nodeprep
         notes.append(f"warning: {problem}")
@@ -552,9 +558,13 @@ def _activate(
         notes.append(f"module loading skipped (--root {layout.root}): the unit loads them at boot")
     else:
         loaded = _reload(version, modules, notes)
-    for unit, unit_changed in ((PERSISTENCED_UNIT_NAME, persistenced_unit),
-                               (FABRICMANAGER_UNIT_NAME, fabricmanager_unit)):  # persistenced first
-        _daemon(layout, unit, loaded=loaded, unit_changed=unit_changed, switched=flipped, notes=notes)
+    for unit, unit_changed, wanted in (
+            (PERSISTENCED_UNIT_NAME, persistenced_unit, daemons.persistenced),
+            (FABRICMANAGER_UNIT_NAME, fabricmanager_unit, daemons.fabricmanager != "never")):
+        if wanted:
+            _daemon(layout, unit, loaded=loaded, unit_changed=unit_changed, switched=flipped, notes=notes)
+        elif unit_changed:  # the profile turned it off: the unit nodeprep wrote is gone, its daemon stops
+            _systemctl(layout, unit, dropped_daemon_commands(unit, live=layout.live), notes)
     changed |= gpufacts.refresh(layout, notes)  # after the reload: NVML of the new driver
     crash_point("activate:gpu-facts")
     if flipped:
@@ -576,6 +586,10 @@ def _daemon(layout: Layout, unit: str, *, loaded: bool, unit_changed: bool, swit
     """Run a daemon unit's commands of this activation (a live root only)."""
     argvs = daemon_commands(unit, live=layout.live, loaded=loaded, unit_changed=unit_changed,
                             switched=switched)
+    _systemctl(layout, unit, argvs, notes)
+
+
+def _systemctl(layout: Layout, unit: str, argvs: list[list[str]], notes: list[str]) -> None:
     if argvs and runner.which("systemctl") is None:
         notes.append(f"systemctl not found: {unit} not started")
         return

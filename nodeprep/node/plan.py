@@ -207,6 +207,12 @@ def daemon_commands(unit: str, *, live: bool, loaded: bool, unit_changed: bool,
     return out
 
 
+def dropped_daemon_commands(unit: str, *, live: bool) -> list[list[str]]:
+    """The systemctl commands when an activation removed the daemon unit `unit` (the profile turned
+    it off; pure): on a live root stop it and reload systemd's units, under --root none."""
+    return [["systemctl", "stop", unit], ["systemctl", "daemon-reload"]] if live else []
+
+
 def rollback_target(state: State) -> str:
     """The version a rollback activates."""
     if not state.previous:

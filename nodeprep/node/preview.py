@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..profile.model import DEFAULT_DAEMONS, Daemons
 from ..vocab import DEFAULT_MODULES
 from . import system
 from .kmod import target_kernel
@@ -14,14 +15,15 @@ from .state import load_state
 
 
 def activation(root: Path, version: str | None, *, kernel: str | None = None,
-               modules: tuple[str, ...] = DEFAULT_MODULES) -> ActivatePlan:
+               modules: tuple[str, ...] = DEFAULT_MODULES,
+               daemons: Daemons = DEFAULT_DAEMONS) -> ActivatePlan:
     """activate VERSION (None: the rollback target), as ops.activate/ops.rollback would plan it."""
     layout = Layout(Path(root))
     state = load_state(layout.root)
     version = rollback_target(state) if version is None else check_version(version)
     live_kernel = target_kernel(layout, kernel) if layout.live else None
     return plan_activate(state, version, kernel=None if layout.live else kernel, live_kernel=live_kernel,
-                         drift=system.drift(layout, modules))
+                         drift=system.drift(layout, modules, daemons))
 
 
 def removal(root: Path, version: str) -> RemovePlan:

@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import runner, sonames, sysfs
 from ..containerhooks.container import ldconfig_argv
 from ..errors import InputError
+from ..profile.model import DEFAULT_DAEMONS, Daemons
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from . import imagefile
 from .crash import crash_point
@@ -382,8 +383,11 @@ def render_persistenced_unit() -> str:
     return PERSISTENCED_UNIT
 
 
-def write_persistenced_unit(layout: Layout) -> bool:
-    """The persistenced unit and its multi-user.target.wants link; True when either changed."""
+def write_persistenced_unit(layout: Layout, wanted: bool = True) -> bool:
+    """The persistenced unit and its multi-user.target.wants link (not `wanted`: the ones nodeprep
+    wrote removed); True when either changed."""
+    if not wanted:
+        return drop_unit(layout.persistenced_unit, layout.persistenced_wants, PERSISTENCED_UNIT_NAME)
     changed = atomic_write(layout.persistenced_unit, render_persistenced_unit(),
                            point="activate:persistenced-unit-tmp")
     changed |= atomic_symlink(layout.persistenced_wants, f"../{PERSISTENCED_UNIT_NAME}")
@@ -391,16 +395,41 @@ def write_persistenced_unit(layout: Layout) -> bool:
     return changed
 
 
+UNIT_HEADER = b"# Written by nodeprep"  # how a unit nodeprep wrote is known (uninstall reads it too)
+
+
+def drop_unit(unit: Path, wants: Path, name: str) -> bool:
+    """Remove the unit file `unit` when nodeprep wrote it, and its wants link when it names the unit;
+    True when something was removed. Another's unit of that name is left as it is."""
+    changed = False
+    if os.path.islink(wants) and os.readlink(wants) == f"../{name}":
+        wants.unlink()
+        changed = True
+    try:
+        ours = not unit.is_symlink() and unit.is_file() and sysfs.read_bytes(unit, limit=1 << 20).startswith(
+            UNIT_HEADER)
+    except OSError:
+        ours = False
+    if ours:
+        unit.unlink()
+        changed = True
+    if changed:
+        fsync_dir(unit.parent)
+    return changed
+
+
 FABRICMANAGER = "/opt/nvidia/current/bin/nv-fabricmanager"
 FABRICMANAGER_CONFIG = "/opt/nvidia/current/share/nvidia/nvswitch/fabricmanager.cfg"
 
 
-def render_fabricmanager_unit(command: str) -> str:
+def render_fabricmanager_unit(command: str, mode: str = "auto") -> str:
     """The unit that runs the active version's Fabric Manager where the machine needs it: `command
     fabric-manager --condition` (nodeprep.node.fabric's decision from the PCI devices) is its
     ExecCondition, so on a machine without an NVSwitch fabric (or a GB200/GB300, whose switches are
-    managed off-host) systemd skips it instead of failing it; ordered after the modules and
-    persistenced and before the runtime and kubelet (the self-test waits for its fabric)."""
+    managed off-host) systemd skips it instead of failing it (mode `always`: no condition, it always
+    starts); ordered after the modules and persistenced and before the runtime and kubelet (the
+    self-test waits for its fabric)."""
+    condition = f"ExecCondition={command} fabric-manager --condition\n" if mode == "auto" else ""
     return f"""\
 # Written by nodeprep (nodeprep activate): NVIDIA Fabric Manager of the active driver
 [Unit]
@@ -414,8 +443,7 @@ ConditionPathExists={FABRICMANAGER}
 
 [Service]
 Type=forking
-ExecCondition={command} fabric-manager --condition
-ExecStart={FABRICMANAGER} -c {FABRICMANAGER_CONFIG}
+{condition}ExecStart={FABRICMANAGER} -c {FABRICMANAGER_CONFIG}
 TimeoutStartSec=300
 
 [Install]
@@ -423,24 +451,34 @@ WantedBy=multi-user.target
 """
 
 
-def write_fabricmanager_unit(layout: Layout) -> bool:
-    """The Fabric Manager unit and its multi-user.target.wants link; True when either changed."""
-    changed = atomic_write(layout.fabricmanager_unit, render_fabricmanager_unit(nodeprep_command()),
+def write_fabricmanager_unit(layout: Layout, mode: str = "auto") -> bool:
+    """The Fabric Manager unit of `mode` (auto, always; never: the ones nodeprep wrote removed) and its
+    multi-user.target.wants link; True when either changed."""
+    if mode == "never":
+        return drop_unit(layout.fabricmanager_unit, layout.fabricmanager_wants, FABRICMANAGER_UNIT_NAME)
+    changed = atomic_write(layout.fabricmanager_unit, render_fabricmanager_unit(nodeprep_command(), mode),
                            point="activate:fabricmanager-unit-tmp")
     changed |= atomic_symlink(layout.fabricmanager_wants, f"../{FABRICMANAGER_UNIT_NAME}")
     crash_point("activate:fabricmanager-unit")
     return changed
 
 
-def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> tuple[str, ...]:
-    """Node paths of the files activation writes whose content differs from what it would write."""
+def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES,
+          daemons: Daemons = DEFAULT_DAEMONS) -> tuple[str, ...]:
+    """Node paths of the files activation writes whose content differs from what it would write (a
+    daemon's unit the profile does not want: none)."""
     want = {
         layout.ld_conf: LD_CONF,
         layout.modprobe_conf: MODPROBE_CONF,
         layout.unit: render_unit(nodeprep_command(), modules),
-        layout.persistenced_unit: render_persistenced_unit(),
-        layout.fabricmanager_unit: render_fabricmanager_unit(nodeprep_command()),
     }
+    if daemons.persistenced:
+        want[layout.persistenced_unit] = render_persistenced_unit()
+    if daemons.fabricmanager != "never":
+        want[layout.fabricmanager_unit] = render_fabricmanager_unit(nodeprep_command(), daemons.fabricmanager)
+    unwanted = [path for path, off in ((layout.persistenced_unit, not daemons.persistenced),
+                                       (layout.fabricmanager_unit, daemons.fabricmanager == "never"))
+                if off and os.path.lexists(path)]  # activation removes them (when they are nodeprep's)
     out = []
     for path, text in want.items():
         try:  # a FIFO or link of the image in its place is never opened: it differs, and is replaced
@@ -449,7 +487,7 @@ def drift(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> tuple[s
             same = False
         if not same:
             out.append(layout.node_path(path))
-    return tuple(out)
+    return tuple(out) + tuple(layout.node_path(path) for path in unwanted)
 
 
 def write_unit(layout: Layout, modules: tuple[str, ...] = DEFAULT_MODULES) -> bool:

@@ -119,7 +119,7 @@ def install_input(root: Path, request: DriverInstall) -> InstallInput:
         raise field_error("driver.version", "missing (give it or set driver.version in the profile)")
     return InstallInput(drv.store, version, kernel=kernel, flavour=flavour, arch=request.arch,
                         activate=request.activate, load=request.load, modules=drv.load_order,
-                        store_options=options, keep_boot_kernel=drv.keep_boot_kernel,
+                        daemons=drv.daemons, store_options=options, keep_boot_kernel=drv.keep_boot_kernel,
                         node_store=request.node_store)
 
 
@@ -148,8 +148,8 @@ def activate_driver(root: Path, request: DriverActivate, *,
     drv, modules = request.driver, request.driver.load_order
     if request.check:
         return activation(root, request.version, kernel=drv.kernel if request.version else None,
-                          modules=modules)
+                          modules=modules, daemons=drv.daemons)
     if request.version is None:
-        return rollback(root, load=request.load, modules=modules, callbacks=callbacks)
+        return rollback(root, load=request.load, modules=modules, callbacks=callbacks, daemons=drv.daemons)
     return activate(root, request.version, kernel=drv.kernel, load=request.load, modules=modules,
-                    callbacks=callbacks)
+                    callbacks=callbacks, daemons=drv.daemons)

@@ -13,6 +13,7 @@ from ..vocab import (
     BRANCH_POLICIES,
     DRIVER_BRANCH_RE,
     DRIVER_VERSION_RE,
+    FABRICMANAGER_MODES,
     FLAVOURS,
     GPUDIRECT_MODULES,
     GPUS_RE,
@@ -155,6 +156,23 @@ FIELDS: tuple[Field, ...] = (
         "GPUDirect modules loaded after nvidia (default none): nvidia-fs (GPUDirect Storage) and gdrdrv "
         "(gdrcopy, makes /dev/gdrdrv) need an artifact built with them; nvidia-peermem loads only where "
         "the InfiniBand stack exports the peer-memory API, else DMA-BUF is the path",
+    ),
+    Field(
+        "driver",
+        "persistenced",
+        boolean,
+        "Run the active driver's nvidia-persistenced (unit nodeprep-persistenced.service, default true); "
+        "false: no unit, one nodeprep wrote is removed",
+        flag="--no-persistenced",
+    ),
+    Field(
+        "driver",
+        "fabricmanager",
+        enum(*FABRICMANAGER_MODES),
+        "Run the active driver's Fabric Manager (unit nodeprep-fabricmanager.service): auto (default) "
+        "where the machine needs it (NVSwitch or its management bridge on PCI, never GB200/GB300: "
+        "`nodeprep fabric-manager --condition`), always, or never (no unit, one nodeprep wrote is removed)",
+        flag="--fabricmanager-mode", metavar="MODE",
     ),
     Field(
         "driver",

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES, GPUDIRECT_MODULES
+from ..vocab import DEFAULT_FLAVOUR, DEFAULT_MODULES, FABRICMANAGER_MODES, GPUDIRECT_MODULES
 
 K8S_VERSION_RE = re.compile(r"^v?(1)\.(\d{1,2})(?:\.(\d{1,3}))?$")
 CA_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -41,6 +41,18 @@ UNHEALTHY_TAINT = Taint("nodeprep.dev/gpu-unhealthy", "NoSchedule")
 
 
 @dataclass(frozen=True)
+class Daemons:
+    """The driver's daemons a node runs: persistenced (True: its unit), Fabric Manager (auto: its unit
+    with the hardware's ExecCondition, always: without it, never: no unit)."""
+
+    persistenced: bool = True
+    fabricmanager: str = FABRICMANAGER_MODES[0]
+
+
+DEFAULT_DAEMONS = Daemons()
+
+
+@dataclass(frozen=True)
 class Driver:
     version: str | None = None  # None: driver.branch or driver.gpus chooses it from the store
     # None: whichever flavour the store has for the version and kernel (the command line's and the
@@ -54,12 +66,19 @@ class Driver:
     insecure_http: bool = False
     # GPUDirect modules loaded after nvidia (vocab.GPUDIRECT_MODULES; node/gpudirect.py), default none
     gpudirect: tuple[str, ...] = ()
+    persistenced: bool = True  # the unit of the active version's nvidia-persistenced
+    fabricmanager: str = FABRICMANAGER_MODES[0]  # its Fabric Manager's unit: auto, always, never
     persistence_mode: str = "any"  # the GPU self-test's expectation: enabled, disabled or any
     fabric_timeout: int = 120  # seconds the GPU self-test waits for the NVLink fabric to complete
     keep_boot_kernel: bool = False  # kernel hook: keep booting a kernel that has the driver
     branch: str | None = None  # "580": a version of this branch (the policy's, running the GPUs)
     gpus: str | None = None  # "node" or "10de:2335,...": the version and flavour follow these GPUs
     branch_policy: str = "newest"
+
+    @property
+    def daemons(self) -> Daemons:
+        """Which of the active driver's daemons the node runs (node/system.py writes their units)."""
+        return Daemons(self.persistenced, self.fabricmanager)
 
     @property
     def load_order(self) -> tuple[str, ...]:

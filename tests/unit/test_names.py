@@ -33,6 +33,8 @@ FLAG_COMMANDS: dict[str, tuple[str, ...]] = {
     "driver.kernel": ("install", "activate"),
     "driver.modules": ("install", "activate", "rollback"),
     "driver.keep_boot_kernel": ("install",),
+    "driver.persistenced": ("install",),
+    "driver.fabricmanager": ("install",),
     "driver.branch": ("install",),
     "driver.gpus": ("install", "build-matrix"),  # and `profile check --gpus`
     "driver.branch_policy": ("install", "build-matrix"),
@@ -56,6 +58,8 @@ ROLE_VARIABLES: dict[str, str] = {
     "nvidia_driver_modules": "driver.modules",
     "nvidia_driver_keep_boot_kernel": "driver.keep_boot_kernel",
     "nvidia_driver_gpudirect": "driver.gpudirect",
+    "nvidia_driver_persistenced": "driver.persistenced",
+    "nvidia_driver_fabricmanager": "driver.fabricmanager",
     "nvidia_driver_branch": "driver.branch",
     "nvidia_driver_gpus": "driver.gpus",
     "nvidia_driver_branch_policy": "driver.branch_policy",

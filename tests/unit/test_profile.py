@@ -272,6 +272,20 @@ def test_minimal_profile_gets_defaults() -> None:
         ),
         pytest.param(
             "driver",
+            "persistenced",
+            "no",
+            "driver.persistenced: expected true or false, got 'no'",
+            id="persistenced-type",
+        ),
+        pytest.param(  # YAML's `off` is false, not a mode
+            "driver",
+            "fabricmanager",
+            False,
+            "driver.fabricmanager: False is not one of auto, always, never",
+            id="fabricmanager-mode",
+        ),
+        pytest.param(
+            "driver",
             "fabric_timeout",
             7200,
             "driver.fabric_timeout: 7200 is not from 0 to 3600",
@@ -433,7 +447,8 @@ def test_unknown_key_without_close_match_lists_allowed() -> None:
     problems = _problems({"driver": {"version": "535.309.01", "zzz": 1}})
     assert problems == ["driver.zzz: unknown key (allowed: version, branch, gpus, branch_policy, flavour, "
                         "store, registry_auth, ca_file, "
-                        "insecure_http, kernel, modules, gpudirect, persistence_mode, fabric_timeout, "
+                        "insecure_http, kernel, modules, gpudirect, persistenced, fabricmanager, "
+                        "persistence_mode, fabric_timeout, "
                         "keep_boot_kernel)"]
 
 

@@ -59,10 +59,14 @@ def profile_of(name: str, work: Path) -> Path:
     return mocknvml.config(name) if name in mocknvml.MACHINES else mocknvml.derived(name, work / "profiles")
 
 
-def gfd_labels(gfd: Path, profile: Path, strategy: str, work: Path) -> dict[str, str]:
+def gfd_labels(gfd: Path, profile: Path, strategy: str, work: Path,
+               sysfs: Path | None = None) -> dict[str, str]:
+    """GFD's labels, chrooted; its /sys is a copy of `sysfs` (None: an empty PCI bus)."""
     root = work / "gfd-root"
     nvidia.copy_into_root(root, gfd, "/gpu-feature-discovery")
-    (root / "sys/bus/pci/devices").mkdir(parents=True)
+    if sysfs is not None:
+        shutil.copytree(sysfs, root / "sys")
+    (root / "sys/bus/pci/devices").mkdir(parents=True, exist_ok=True)
     (root / "tmp").mkdir()
     lib = root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
     lib.parent.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,8 @@ def test_every_problem_is_reported_with_its_field_and_line():
             source="m.yaml",
         )
     assert e.value.problems == [
-        "kernel: unknown key (known: os, kernels, drivers, flavours, exclude, open_source) (line 4)",
+        "kernel: unknown key (known: os, kernels, drivers, flavours, exclude, open_source, companions) "
+        "(line 4)",
         "drivers[0]: 'abc' is not a driver version or branch (or 'default') (line 2)",
         "exclude[0].arch: unknown key (known: os, driver, kernel, flavour) (line 5)",
         "flavours[0]: 'closed' is not one of proprietary, open (line 3)",
@@ -365,3 +366,91 @@ def test_open_source_entries_are_checked_and_written_cells_carry_them(tmp_path):
         "580.142", "595.45.04", "580.142", "595.45.04"]
     res = CliRunner().invoke(main, ["build-matrix", str(f), "--by-kernel"])
     assert res.exit_code == 2 and res.stderr.startswith("error: --by-kernel lists what --expand finds")
+
+
+SHA = {k: c * 64 for k, c in (("persistenced", "a"), ("fabricmanager", "b"), ("nvidia_fs", "c"),
+                               ("gdrcopy", "d"))}
+COMPANIONS = f"""
+os: debian-12
+drivers: [535.309.01, "580"]
+kernels: [6.1.0-57-amd64]
+companions:
+  "535.309.01":
+    persistenced:
+      url: "https://example.com/p/nvidia-persistenced-535.309.01.tar.gz"
+      sha256: "{SHA['persistenced']}"
+    fabricmanager:
+      url: https://example.com/fm/fabricmanager-linux-x86_64-535.309.01-archive.tar.xz
+      sha256: "{SHA['fabricmanager'].upper()}"
+    nvidia_fs: {{url: /srv/src/gds-nvidia-fs-2.28.4.tar.gz, sha256: "{SHA['nvidia_fs']}"}}
+    gdrcopy: {{url: "file:///srv/src/gdrcopy-2.6.tar.gz", sha256: "{SHA['gdrcopy']}"}}
+"""
+
+
+def test_companions_go_to_the_cells_of_their_driver_and_to_build_driver(tmp_path):
+    """`companions:` per exact driver version: that driver's cells carry build-driver's flags (and the
+    same BuildRequest for --build); another driver's cells nothing."""
+    cells = matrix.parse(COMPANIONS).cells()
+    ours, other = cells
+    assert other.driver == "580" and other.companions == () and "--fabricmanager" not in other.args()
+    assert ours.args() == [
+        "--os", "debian-12", "--flavour", "proprietary", "--driver", "535.309.01",
+        "--kernel", "6.1.0-57-amd64",
+        "--persistenced-source", "https://example.com/p/nvidia-persistenced-535.309.01.tar.gz",
+        "--persistenced-sha256", SHA["persistenced"],
+        "--fabricmanager", "https://example.com/fm/fabricmanager-linux-x86_64-535.309.01-archive.tar.xz",
+        "--fabricmanager-sha256", SHA["fabricmanager"],  # lower-cased
+        "--nvidia-fs", "/srv/src/gds-nvidia-fs-2.28.4.tar.gz", "--nvidia-fs-sha256", SHA["nvidia_fs"],
+        "--gdrcopy", "file:///srv/src/gdrcopy-2.6.tar.gz", "--gdrcopy-sha256", SHA["gdrcopy"]]
+    (_, req), (_, req2) = matrix.build_work(cells, 1, 2, store=tmp_path / "s", cache=tmp_path / "c")
+    assert (req.persistenced_source, req.persistenced_sha256) == (
+        "https://example.com/p/nvidia-persistenced-535.309.01.tar.gz", SHA["persistenced"])
+    assert req.fabricmanager_sha256 == SHA["fabricmanager"] and req.fabricmanager.endswith("-archive.tar.xz")
+    assert req.companions == (("nvidia-fs", "/srv/src/gds-nvidia-fs-2.28.4.tar.gz", SHA["nvidia_fs"]),
+                              ("gdrdrv", "file:///srv/src/gdrcopy-2.6.tar.gz", SHA["gdrcopy"]))
+    assert (req2.persistenced_source, req2.fabricmanager, req2.companions) == (None, None, ())
+    # the CLI's JSON, what CI's build jobs run build-driver with
+    f = tmp_path / "m.yaml"
+    f.write_text(COMPANIONS)
+    res = CliRunner().invoke(main, ["build-matrix", str(f)])
+    assert res.exit_code == 0, res.output
+    include = json.loads(res.stdout)["include"]
+    assert include[0]["args"] == ours.args() and include[0]["companions"][0][0] == "persistenced"
+
+
+def test_expanded_cells_get_the_companions_of_the_version_they_resolve_to():
+    text = ("os: debian-12\ndrivers: [default]\nkernels: [6.1.0-56-amd64]\ncompanions:\n  \"535.309.01\":\n"
+            f"    gdrcopy: {{url: gdrcopy-2.6.tar.gz, sha256: \"{SHA['gdrcopy']}\"}}\n")
+    cells = matrix.expand(matrix.parse(text), _archive_for).cells
+    assert [(c.driver, c.companions) for c in cells] == [
+        ("535.309.01", (("gdrcopy", "gdrcopy-2.6.tar.gz", SHA["gdrcopy"]),))]
+
+
+@pytest.mark.parametrize(("entry", "problems"), [
+    ('"535": {gdrcopy: {url: g.tar.gz, sha256: "' + "d" * 64 + '"}}',
+     ["companions: '535' is not an exact driver version (e.g. 535.309.01) (line 2)"]),
+    ('"535.309.01": {gdrcopy: {url: g.tar.gz, sha256: "xyz"}}',
+     ["companions.535.309.01.gdrcopy.sha256: 'xyz' is not a sha256 hex digest (64 hex digits) (line 2)"]),
+    ('"535.309.01": {gdrcopy: {url: "g.tar.gz\\n--rebuild", sha256: "' + "d" * 64 + '"}}',
+     ["companions.535.309.01.gdrcopy.url: must be the file's URL or path (one line) (line 2)"]),
+    ('"535.309.01": {gdrcopy: {url: g.tar.gz}, nvidia_fs: {url: "", sha256: "' + "c" * 64 + '"}}',
+     ["companions.535.309.01.gdrcopy: must be a mapping {url: URL or path, sha256: HEX} (line 2)",
+      "companions.535.309.01.nvidia_fs.url: must be the file's URL or path (one line) (line 2)"]),
+    ('"535.309.01": {imex: {url: i.tar.gz, sha256: "' + "e" * 64 + '"}}',
+     ["companions.535.309.01.imex: unknown key (known: persistenced, fabricmanager, nvidia_fs, gdrcopy) "
+      "(line 2)"]),
+    ('"535.309.01": {}', ["companions.535.309.01: must be a mapping with any of persistenced, "
+                          "fabricmanager, nvidia_fs, gdrcopy (line 2)"]),
+    ('"535.309.01": {fabricmanager: {url: "https://x/fabricmanager-linux-x86_64-590.48.01-archive.tar.xz", '
+     'sha256: "' + "b" * 64 + '"}}',
+     ["companions.535.309.01.fabricmanager.url: fabricmanager-linux-x86_64-590.48.01-archive.tar.xz is "
+      "version 590.48.01, not the driver's 535.309.01 (it must be the driver's exact version)"]),
+    ('"535.309.01": {persistenced: {url: "../../etc/passwd", sha256: "' + "a" * 64 + '"}}',
+     ["companions.535.309.01.persistenced.url: '../../etc/passwd' is not named "
+      "nvidia-persistenced-<version>.tar.gz"]),
+], ids=["branch-key", "sha256", "newline", "missing-and-empty", "unknown-key", "empty", "fm-version",
+        "persistenced-name"])
+def test_hostile_companions_are_refused_with_their_field(entry, problems):
+    with pytest.raises(matrix.MatrixError) as e:
+        matrix.parse(f"drivers: [535.309.01]\ncompanions: {{{entry}}}\n")
+    assert e.value.problems == problems

@@ -14,6 +14,7 @@ from nodeprep.vocab import (
     BRANCH_POLICIES,
     DEFAULT_FLAVOUR,
     DEFAULT_MODULES,
+    FABRICMANAGER_MODES,
     FLAVOURS,
     GPUDIRECT_MODULES,
     KERNEL_MODULES,
@@ -35,6 +36,10 @@ def test_nvidia_driver_role_follows_the_vocabulary() -> None:
     assert set(defaults["nvidia_driver_modules"]) <= set(KERNEL_MODULES)
     assert defaults["nvidia_driver_gpudirect"] == options["nvidia_driver_gpudirect"]["default"] == []
     assert options["nvidia_driver_gpudirect"]["choices"] == list(GPUDIRECT_MODULES)
+    assert options["nvidia_driver_fabricmanager"]["choices"] == list(FABRICMANAGER_MODES)
+    assert defaults["nvidia_driver_fabricmanager"] == options["nvidia_driver_fabricmanager"]["default"] \
+        == FABRICMANAGER_MODES[0]
+    assert defaults["nvidia_driver_persistenced"] is options["nvidia_driver_persistenced"]["default"] is True
     # "" = whichever flavour the store has
     assert options["nvidia_driver_flavour"]["choices"] == ["", *FLAVOURS]
     assert options["nvidia_driver_branch_policy"]["choices"] == list(BRANCH_POLICIES)
@@ -65,6 +70,9 @@ def test_driver_and_build_modules_follow_the_vocabulary(collection_on_path: Path
         assert options["branch_policy"]["default"] == BRANCH_POLICIES[0]
         assert options["gpudirect"]["choices"] == list(GPUDIRECT_MODULES)
         assert options["gpudirect"]["default"] == []
+        assert options["fabricmanager"]["choices"] == list(FABRICMANAGER_MODES)
+        assert options["fabricmanager"]["default"] == FABRICMANAGER_MODES[0]
+        assert options["persistenced"]["default"] is True
     for options in _module("nodeprep_build"):
         assert options["flavour"]["choices"] == list(FLAVOURS)
         assert options["flavour"]["default"] == DEFAULT_FLAVOUR

@@ -90,3 +90,58 @@ def test_a_fabric_manager_of_another_version_is_refused_before_anything_switches
     assert not os.path.lexists(root / "opt/nvidia/current")
     assert not os.path.lexists(root / "opt/nvidia" / VERSION)
     assert not os.path.lexists(root / "etc/systemd/system/nodeprep-fabricmanager.service")
+
+
+def install_with(store: Path, root: Path, *flags: str, profile: Path | None = None):  # type: ignore[no-untyped-def]
+    args = ["install", "--store", str(store), "--driver", VERSION, "--kernel", KERNEL, "--activate",
+            "--root", str(root), *flags]
+    return CliRunner().invoke(main, args + (["--profile", str(profile)] if profile else []))
+
+
+def test_the_profile_chooses_which_daemons_get_a_unit(tmp_path: Path) -> None:
+    """driver.persistenced / driver.fabricmanager (and their flags): auto writes Fabric Manager's unit
+    with the hardware's ExecCondition, always without it, never/false none; switching a daemon off
+    removes the unit nodeprep wrote; uninstall removes them either way."""
+    root = tmp_path / "root"
+    for d in ("etc/systemd/system", "usr/bin", "usr/lib/x86_64-linux-gnu", "var/lib", "opt"):
+        (root / d).mkdir(parents=True)
+    store = store_with_fm(tmp_path, VERSION)
+    units = root / "etc/systemd/system"
+    fm, pd = units / "nodeprep-fabricmanager.service", units / "nodeprep-persistenced.service"
+    wants = units / "multi-user.target.wants"
+
+    r = install_with(store, root, "--fabricmanager-mode", "always")
+    assert r.exit_code == 0, r.output
+    assert "ExecCondition" not in fm.read_text() and "ExecStart=/opt/nvidia/current/bin/nv-fabricmanager" in (
+        fm.read_text())
+    assert pd.is_file()
+
+    profile = tmp_path / "node.yaml"
+    profile.write_text(f"driver:\n  version: \"{VERSION}\"\n  persistenced: false\n  fabricmanager: never\n")
+    r = CliRunner().invoke(main, ["activate", VERSION, "--root", str(root), "--profile", str(profile),
+                                  "--check"])
+    assert r.exit_code == 0, r.output
+    assert fm.is_file() and pd.is_file()  # the plan changed nothing
+    r = CliRunner().invoke(main, ["activate", VERSION, "--root", str(root), "--profile", str(profile)])
+    assert r.exit_code == 0, r.output
+    for unit in (fm, pd):
+        assert not os.path.lexists(unit) and not os.path.lexists(wants / unit.name)
+
+    # another's unit of that name is not nodeprep's: never removed
+    pd.write_text("[Unit]\nDescription=the image's own\n")
+    r = CliRunner().invoke(main, ["activate", VERSION, "--root", str(root), "--profile", str(profile)])
+    assert r.exit_code == 0, r.output
+    assert pd.read_text() == "[Unit]\nDescription=the image's own\n"
+    pd.unlink()
+
+    profile.write_text(f"driver:\n  version: \"{VERSION}\"\n")  # the defaults: persistenced, auto
+    r = CliRunner().invoke(main, ["activate", VERSION, "--root", str(root), "--profile", str(profile)])
+    assert r.exit_code == 0, r.output
+    assert "ExecCondition=nodeprep fabric-manager --condition" in fm.read_text() and pd.is_file()
+    assert os.readlink(wants / fm.name) == f"../{fm.name}"
+    r = install_with(store, root, "--no-persistenced")
+    assert r.exit_code == 0, r.output
+    assert not os.path.lexists(pd) and fm.is_file()
+    r = CliRunner().invoke(main, ["uninstall", "--root", str(root)])
+    assert r.exit_code == 0, r.output
+    assert not os.path.lexists(fm) and not os.path.lexists(wants / fm.name)

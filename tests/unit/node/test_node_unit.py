@@ -6,7 +6,7 @@ import configparser
 from pathlib import Path
 
 from nodeprep.node.layout import Layout
-from nodeprep.node.plan import daemon_commands
+from nodeprep.node.plan import daemon_commands, dropped_daemon_commands
 from nodeprep.node.system import command_problem, nodeprep_command, render_persistenced_unit, render_unit
 
 
@@ -80,3 +80,10 @@ def test_daemon_commands_follow_the_switch_on_a_live_root_only() -> None:
     # another version's module still loaded: the new daemon would refuse it; the reboot starts it
     assert daemon_commands(unit, live=True, loaded=False, unit_changed=True, switched=True) == [
         ["systemctl", "daemon-reload"]]
+
+
+def test_a_daemon_switched_off_stops_on_a_live_root_only() -> None:
+    unit = "nodeprep-fabricmanager.service"
+    assert dropped_daemon_commands(unit, live=False) == []
+    assert dropped_daemon_commands(unit, live=True) == [["systemctl", "stop", unit],
+                                                        ["systemctl", "daemon-reload"]]

@@ -14,6 +14,7 @@ DEFAULT_MODULES = ["nvidia", "nvidia-uvm", "nvidia-modeset"]
 FLAVOURS = ["proprietary", "open"]
 BRANCH_POLICIES = ["newest", "oldest"]
 GPUDIRECT_MODULES = ["nvidia-peermem", "nvidia-fs", "gdrdrv"]  # nodeprep.vocab.GPUDIRECT_MODULES
+FABRICMANAGER_MODES = ["auto", "always", "never"]  # nodeprep.vocab.FABRICMANAGER_MODES
 
 
 def argument_spec():
@@ -33,6 +34,9 @@ def argument_spec():
         load={"type": "bool", "default": False},
         modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
         gpudirect={"type": "list", "elements": "str", "choices": list(GPUDIRECT_MODULES), "default": []},
+        persistenced={"type": "bool", "default": True},
+        fabricmanager={"type": "str", "choices": list(FABRICMANAGER_MODES),
+                       "default": FABRICMANAGER_MODES[0]},
         doctor={"type": "bool", "default": False},
         doctor_checks={"type": "list", "elements": "str", "default": []},
         require_cuda={"type": "str"},
@@ -57,7 +61,8 @@ def snapshot(state):
 
 # the options that are the profile's driver fields (driver.KEY), through nodeprep.profile.overrides
 DRIVER_FIELDS = ("version", "branch", "gpus", "branch_policy", "store", "registry_auth", "ca_file",
-                 "insecure_http", "kernel", "flavour", "modules", "gpudirect", "keep_boot_kernel")
+                 "insecure_http", "kernel", "flavour", "modules", "gpudirect", "persistenced",
+                 "fabricmanager", "keep_boot_kernel")
 
 
 def request_of(p, usecase, model, overrides):

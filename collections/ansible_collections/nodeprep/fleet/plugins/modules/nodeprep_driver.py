@@ -121,6 +121,20 @@ options:
     elements: str
     choices: [nvidia-peermem, nvidia-fs, gdrdrv]
     default: []
+  persistenced:
+    description:
+      - Run the active driver's nvidia-persistenced (unit C(nodeprep-persistenced.service); the profile's
+        C(driver.persistenced)). V(false) writes no unit and removes one nodeprep wrote.
+    type: bool
+    default: true
+  fabricmanager:
+    description:
+      - Run the active driver's Fabric Manager (unit C(nodeprep-fabricmanager.service); the profile's
+        C(driver.fabricmanager)). V(auto) where the machine needs it (NVSwitches or their management
+        bridge on PCI, never GB200/GB300), V(always), or V(never) (no unit; one nodeprep wrote is removed).
+    type: str
+    choices: [auto, always, never]
+    default: auto
   doctor:
     description:
       - When this call changes nothing, also run C(nodeprep doctor) in the same round trip and fail
