@@ -13,14 +13,16 @@ from ..errors import InputError
 from ..join.activation import CALLBACKS
 from ..node import oplog, ops, preview
 from ..node.doctor import ALL_CHECKS, doctor
-from ..node.plan import ActivatePlan, InstallPlan
+from ..node.plan import ActivatePlan, InstallPlan, UninstallPlan
 from ..node.usecase import (
     FILE_FIELDS,
     DriverActivate,
     DriverInstall,
     Planned,
+    Uninstall,
     activate_driver,
     install_driver,
+    uninstall_node,
 )
 from ..profile.model import Driver
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
@@ -296,8 +298,9 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
     the kernel hooks, ld.so.conf.d and modprobe.d entries, entry points, the containerd drop-in and
     CDI spec nodeprep wrote (only files nodeprep made; any other is left and named)."""
     live = root.resolve() == Path("/")
-    if check:
-        todo = ops.plan_uninstall_of(root, CALLBACKS)
+    done = uninstall_node(root, Uninstall(check=check), callbacks=CALLBACKS)
+    if isinstance(done, UninstallPlan):
+        todo = done
         if as_json:
             emit_json(todo.to_dict(live))
             return
@@ -314,7 +317,7 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
         if not todo.changes:
             click.echo("nothing to do")
         return
-    result = ops.uninstall(root, callbacks=CALLBACKS)
+    result = done
     oplog.record(root, "uninstall", [f"wrote back {p}" for p in result.restored]
                  + [f"removed {p}" for p in result.removed])
     for line in result.kept:

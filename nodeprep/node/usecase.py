@@ -1,5 +1,5 @@
-"""The driver verbs, one use case each: install a driver, activate one, roll back. `nodeprep
-install|activate|rollback`, bootstrap's driver step and nodeprep.fleet.nodeprep_driver each make one
+"""The driver verbs, one use case each: install a driver, activate one, roll back, uninstall. `nodeprep
+install|activate|rollback|uninstall`, bootstrap's driver step and nodeprep.fleet.nodeprep_driver each make one
 request (the profile's typed Driver section plus what the verb adds) and call the same function,
 which owns every decision: the version (driver.branch / driver.gpus: node/branch.py), the kernel,
 where the store's credential and CA files are read (the node's files, beneath --root), plan or apply."""
@@ -15,8 +15,19 @@ from ..profile.model import Driver
 from ..rootpath import beneath
 from ..stores.oci import Options as StoreOptions
 from .callbacks import ActivationCallbacks
-from .ops import ActivateResult, InstallInput, InstallResult, activate, install, plan_install_of, rollback
-from .plan import ActivatePlan, InstallPlan
+from .ops import (
+    ActivateResult,
+    InstallInput,
+    InstallResult,
+    UninstallResult,
+    activate,
+    install,
+    plan_install_of,
+    plan_uninstall_of,
+    rollback,
+    uninstall,
+)
+from .plan import ActivatePlan, InstallPlan, UninstallPlan
 from .preview import activation
 from .state import State
 
@@ -153,3 +164,18 @@ def activate_driver(root: Path, request: DriverActivate, *,
         return rollback(root, load=request.load, modules=modules, callbacks=callbacks)
     return activate(root, request.version, kernel=drv.kernel, load=request.load, modules=modules,
                     callbacks=callbacks)
+
+
+@dataclass(frozen=True)
+class Uninstall:
+    """Return the node to what it was before nodeprep (`check`: the plan, nothing removed)."""
+
+    check: bool = False
+
+
+def uninstall_node(root: Path, request: Uninstall, *,
+                   callbacks: ActivationCallbacks) -> UninstallPlan | UninstallResult:
+    """Uninstall everything nodeprep made under `root`; with request.check its plan."""
+    if request.check:
+        return plan_uninstall_of(root, callbacks)
+    return uninstall(root, callbacks=callbacks)

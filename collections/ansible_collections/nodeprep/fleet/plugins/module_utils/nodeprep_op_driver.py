@@ -71,8 +71,8 @@ def request_of(p, usecase, model, overrides):
 def run(module):
     """The nodeprep_driver task on a validated AnsibleModule (see modules/nodeprep_driver.py)."""
     p = module.params
-    ops, state_mod, usecase, model, overrides, join_activation = host.import_nodeprep(
-        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.usecase", "nodeprep.profile.model",
+    state_mod, usecase, model, overrides, join_activation = host.import_nodeprep(
+        module, "nodeprep.node.state", "nodeprep.node.usecase", "nodeprep.profile.model",
         "nodeprep.profile.overrides", "nodeprep.join.activation",
     )
     from dataclasses import replace
@@ -80,7 +80,7 @@ def run(module):
 
     root = Path(p["root"])
     if p["state"] == "absent":
-        uninstall(module, ops, join_activation.CALLBACKS, root)
+        uninstall(module, usecase, join_activation.CALLBACKS, root)
         return
     activate = p["state"] == "active"
     request = request_of(p, usecase, model, overrides)
@@ -146,21 +146,22 @@ def run(module):
     module.exit_json(**out)
 
 
-def uninstall(module, ops, callbacks, root):
+def uninstall(module, usecase, callbacks, root):
     """state=absent: `nodeprep uninstall` (check mode: its plan, `nodeprep uninstall --check`)."""
     from pathlib import Path
 
     live = root.resolve() == Path("/")
     try:
+        done = usecase.uninstall_node(root, usecase.Uninstall(check=module.check_mode), callbacks=callbacks)
         if module.check_mode:
-            plan = ops.plan_uninstall_of(root, callbacks)
+            plan = done
             for line in plan.kept:
                 module.warn(line)
             module.exit_json(changed=plan.changes, version=module.params["version"], active=None,
                              installed=[], loaded=False, reboot_required=False,
                              notes=["check mode: nothing removed"], removed=list(plan.remove),
                              restored=list(plan.restore), kept=list(plan.kept), plan=plan.to_dict(live))
-        result = ops.uninstall(root, callbacks=callbacks)
+        result = done
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     for line in result.kept:
