@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..profile.fields import field_error
+from ..profile.fields import FIELDS, field_error
 from ..profile.model import Driver
 from ..rootpath import beneath
 from ..stores.oci import Options as StoreOptions
@@ -31,8 +31,8 @@ from .plan import ActivatePlan, InstallPlan, UninstallPlan
 from .preview import activation
 from .state import State
 
-# Driver fields that name a file the store client reads
-FILE_FIELDS = ("registry_auth", "ca_file")
+# Driver fields that name a file the store client reads (the field table's `file`)
+FILE_FIELDS = tuple(f.key for f in FIELDS if f.section == "driver" and f.file)
 
 
 @dataclass(frozen=True)

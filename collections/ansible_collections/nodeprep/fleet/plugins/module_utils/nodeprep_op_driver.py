@@ -16,27 +16,40 @@ BRANCH_POLICIES = ["newest", "oldest"]
 GPUDIRECT_MODULES = ["nvidia-peermem", "nvidia-fs", "gdrdrv"]  # nodeprep.vocab.GPUDIRECT_MODULES
 
 
+# the options that are the profile's driver fields (driver.KEY, through nodeprep.profile.overrides)
+# BEGIN generated from nodeprep/profile/fields.py by `python -m nodeprep.profile.generate --write`
+DRIVER_OPTIONS = {
+    "version": {"type": "str"},
+    "branch": {"type": "str"},
+    "gpus": {"type": "str"},
+    "branch_policy": {"type": "str", "choices": ["newest", "oldest"], "default": "newest"},
+    "flavour": {"type": "str", "choices": ["proprietary", "open"]},
+    "store": {"type": "str"},
+    "registry_auth": {"type": "path"},
+    "ca_file": {"type": "path"},
+    "insecure_http": {"type": "bool", "default": False},
+    "kernel": {"type": "str"},
+    "modules": {"type": "list", "elements": "str", "default": ["nvidia", "nvidia-uvm", "nvidia-modeset"]},
+    "gpudirect": {
+        "type": "list",
+        "elements": "str",
+        "choices": ["nvidia-peermem", "nvidia-fs", "gdrdrv"],
+        "default": [],
+    },
+    "keep_boot_kernel": {"type": "bool", "default": False},
+}
+# END generated
+
+
 def argument_spec():
     return host.node_argument_spec(
-        version={"type": "str"},
-        branch={"type": "str"},
-        gpus={"type": "str"},
-        branch_policy={"type": "str", "choices": list(BRANCH_POLICIES), "default": BRANCH_POLICIES[0]},
-        store={"type": "str"},
-        registry_auth={"type": "path"},
-        ca_file={"type": "path"},
-        insecure_http={"type": "bool", "default": False},
+        **DRIVER_OPTIONS,
         state={"type": "str", "choices": ["present", "active", "absent"], "default": "active"},
-        kernel={"type": "str"},
-        flavour={"type": "str", "choices": list(FLAVOURS)},
         arch={"type": "str", "default": "amd64"},
         load={"type": "bool", "default": False},
-        modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
-        gpudirect={"type": "list", "elements": "str", "choices": list(GPUDIRECT_MODULES), "default": []},
         doctor={"type": "bool", "default": False},
         doctor_checks={"type": "list", "elements": "str", "default": []},
         require_cuda={"type": "str"},
-        keep_boot_kernel={"type": "bool", "default": False},
     )
 
 
@@ -55,16 +68,12 @@ def snapshot(state):
     }
 
 
-# the options that are the profile's driver fields (driver.KEY), through nodeprep.profile.overrides
-DRIVER_FIELDS = ("version", "branch", "gpus", "branch_policy", "store", "registry_auth", "ca_file",
-                 "insecure_http", "kernel", "flavour", "modules", "gpudirect", "keep_boot_kernel")
-
-
 def request_of(p, usecase, model, overrides):
     """The nodeprep.node.usecase request for the task's options: the profile's typed Driver section
     (no flavour: whichever the store has), the options over it as flags over a profile."""
-    given = {f"driver.{k}": tuple(p[k]) if k in ("modules", "gpudirect") else p[k] for k in DRIVER_FIELDS}
-    driver = overrides.driver_with(model.Driver(flavour=None), given)
+    given = {f"driver.{k}": tuple(p[k]) if spec["type"] == "list" else p[k]
+             for k, spec in DRIVER_OPTIONS.items()}
+    driver = overrides.driver_with(model.UNSET_DRIVER, given)
     return usecase.DriverInstall(driver, arch=p["arch"], activate=p["state"] == "active", load=p["load"])
 
 
