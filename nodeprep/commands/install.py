@@ -11,9 +11,11 @@ import click
 
 from ..errors import InputError
 from ..join.activation import CALLBACKS
-from ..node import oplog, ops, preview
+from ..node import oplog, preview
 from ..node.doctor import ALL_CHECKS, doctor
+from ..node.installer import InstallResult
 from ..node.plan import ActivatePlan, InstallPlan, UninstallPlan
+from ..node.switch import ActivateResult
 from ..node.usecase import (
     FILE_FIELDS,
     DriverActivate,
@@ -24,6 +26,7 @@ from ..node.usecase import (
     install_driver,
     uninstall_node,
 )
+from ..node.versions import remove
 from ..profile.model import Driver
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .defaults import node_driver, node_profile
@@ -60,13 +63,13 @@ def _driver(root: Path, profile: Path | None, overrides: dict[str, Any]) -> Driv
     return node_driver(root, profile, overrides)
 
 
-def _activation_changes(result: ops.ActivateResult | None) -> list[str]:
+def _activation_changes(result: ActivateResult | None) -> list[str]:
     if result is None or not result.changed:
         return []
     return [f"activated {result.version} (previous: {result.previous or 'none'})"]
 
 
-def _install_changes(root: Path, result: ops.InstallResult) -> list[str]:
+def _install_changes(root: Path, result: InstallResult) -> list[str]:
     """What an install changed, for the node operation log (nodeprep.node.oplog)."""
     from ..node.inventory import kmod_flavour
 
@@ -171,7 +174,7 @@ def _print_plan(todo: InstallPlan) -> None:
         click.echo("nothing to do")
 
 
-def _print_activation(result: ops.ActivateResult) -> None:
+def _print_activation(result: ActivateResult) -> None:
     if result.changed:
         click.echo(f"active: {result.version} (previous: {result.previous or 'none'})", err=True)
     _print_notes(result.notes)
@@ -279,7 +282,7 @@ def remove_cmd(version: str, check: bool, profile: Path | None, root: Path, as_j
         else:
             click.echo(f"would remove {version}" if todo.remove else f"unchanged: {version} is not installed")
         return
-    result = ops.remove(root, version)
+    result = remove(root, version)
     oplog.record(root, "remove", [f"removed {version}"] if result.changed else [])
     if as_json:
         emit_json(result.to_dict())

@@ -15,21 +15,12 @@ from ..profile.model import Driver
 from ..rootpath import beneath
 from ..stores.oci import Options as StoreOptions
 from .callbacks import ActivationCallbacks
-from .ops import (
-    ActivateResult,
-    InstallInput,
-    InstallResult,
-    UninstallResult,
-    activate,
-    install,
-    plan_install_of,
-    plan_uninstall_of,
-    rollback,
-    uninstall,
-)
+from .installer import InstallInput, InstallResult, install, plan_install_of
 from .plan import ActivatePlan, InstallPlan, UninstallPlan
 from .preview import activation
 from .state import State
+from .switch import ActivateResult, activate, rollback
+from .uninstall import UninstallResult, plan_uninstall_of, uninstall
 
 # Driver fields that name a file the store client reads (the field table's `file`)
 FILE_FIELDS = tuple(f.key for f in FIELDS if f.section == "driver" and f.file)

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: nodeprep_driver
 short_description: Install an NVIDIA driver version from a nodeprep artifact store and activate it
 description:
-  - Calls C(nodeprep.node.ops.install) (user space and the kernel modules for one kernel release into
+  - Calls C(nodeprep.node.installer.install) (user space and the kernel modules for one kernel release into
     C(/opt/nvidia/<version>), verified against the store index and each artifact's manifest) and,
     with O(state=active), switches C(/opt/nvidia/current) atomically, writes the ld.so.conf.d,
     modprobe.d and systemd files and rebuilds the ld cache.
