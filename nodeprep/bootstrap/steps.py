@@ -172,7 +172,7 @@ def step_labels(ctx: Context) -> dict[str, Any]:
 
 
 def _joining(ctx: Context) -> dict[str, Any]:
-    """What bootstrap adds to the runtime and join requests: the labels step's labels; doctor already
+    """What bootstrap adds to the join request: the labels step's labels; doctor already
     gated the bring-up in the modules step (with the checks that fit --root); no discovery in check."""
     labels = ctx.results.get("labels", {}).get("labels")
     return {"nvidia_smi_xml": ctx.options.nvidia_smi_xml, "labels": labels, "skip_preflight": True,
@@ -181,10 +181,11 @@ def _joining(ctx: Context) -> dict[str, Any]:
 
 def step_runtime(ctx: Context) -> dict[str, Any]:
     """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root:
-    nodeprep.join.usecase.configure_runtime."""
-    from ..join.usecase import RuntimeRequest, configure_runtime
+    nodeprep.runtime.configure.configure_runtime."""
+    from ..runtime.configure import RuntimeRequest, configure_runtime
 
-    outcome = configure_runtime(ctx.root, RuntimeRequest(ctx.profile, **_joining(ctx)))
+    outcome = configure_runtime(ctx.root, RuntimeRequest(ctx.profile, check=ctx.check,
+                                                         nvidia_smi_xml=ctx.options.nvidia_smi_xml))
     plan, result = outcome.plan, outcome.applied
     if result is None:
         would = [f.target for f in plan.files if f.changed]

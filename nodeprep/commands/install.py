@@ -361,7 +361,7 @@ def doctor_cmd(
     node's container hooks."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
         node_profile(root, profile)
-    from ..join.hookaudit import inheriting_hooks
+    from ..runtime.hookaudit import inheriting_hooks
 
     report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version,
                     hook_audit=inheriting_hooks)

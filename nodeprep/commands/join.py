@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
-from ..join.usecase import JoinRequest, RuntimeRequest, configure_runtime, join_cluster
+from ..join.usecase import JoinRequest, join_cluster
 from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
+from ..runtime.configure import RuntimeRequest, configure_runtime
 from .options import (
     check_option,
     emit_json,

@@ -36,11 +36,13 @@ from ..node.crash import crash_point
 from ..node.fsutil import atomic_write, fsync_dir
 from ..node.layout import Layout
 from ..profile import Profile, Runtime, load_profile, profile_path
-from . import cdi as cdimod
-from . import containerd as ctd
-from . import ctkconfig, enablement, hookprogram, ocihooks
-from .files import under
-from .plan import JoinOptions, plan_join, plan_runtime
+from ..runtime import cdi as cdimod
+from ..runtime import containerd as ctd
+from ..runtime import ctkconfig, hookprogram, ocihooks
+from ..runtime.files import under
+from ..runtime.plan import RuntimeOptions, plan_runtime
+from . import enablement
+from .plan import JoinOptions, plan_join
 
 HEADER = b"# Written by nodeprep"
 
@@ -79,7 +81,7 @@ def _targets(root: Path, profile: Profile | None, *,
     planned: dict[str, bytes | None] = {}
     if profile is not None:
         planned = {f.target: f.content
-                   for f in plan_runtime(profile, JoinOptions(root=Path(root), check=True)).files}
+                   for f in plan_runtime(profile, RuntimeOptions(root=Path(root), check=True)).files}
     main = runtime.containerd_config
     defaults: dict[str, bytes | None] = {
         main: None, f"{ctd.drop_in_dir(main)}/{ctd.DROP_IN_NAME}": None,

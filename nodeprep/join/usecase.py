@@ -1,76 +1,20 @@
-"""The runtime and join verbs, one use case each: configure the container runtime (containerd's
-drop-in, the CDI spec, hooks.d) and join the cluster. `nodeprep runtime|join`, bootstrap's runtime
-and join steps and nodeprep.fleet.nodeprep_runtime|nodeprep_join each make one request (the loaded,
-typed profile plus what the verb adds) and call the same function, which owns the plan (the root's
-files, beneath --root) and whether it is applied."""
+"""The join verb's use case (the runtime's: nodeprep.runtime.configure): `nodeprep join`, bootstrap's
+join step and nodeprep.fleet.nodeprep_join each make one request (the loaded, typed profile plus what
+the verb adds) and call join_cluster, which owns the plan (the root's files, beneath --root) and
+whether it is applied."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..profile import Profile
-from .apply import apply_join, apply_runtime, preview_join
-from .files import FileChange
-from .plan import JoinOptions, JoinPlan, RuntimePlan, plan_join, plan_runtime
+from ..runtime.files import Seen, seen
+from .apply import apply_join, preview_join
+from .plan import JoinOptions, JoinPlan, plan_join
 from .token import BootstrapToken
-
-
-@dataclass(frozen=True)
-class Seen:
-    """A planned file as it was before the apply (a FileChange reads the node each time it is asked):
-    what a front-end reports and diffs of an applied plan."""
-
-    target: str
-    content: bytes = field(repr=False)
-    before: bytes | None = field(repr=False)
-    secret: bool
-    changed: bool
-    described: Mapping[str, object]
-
-    def summary(self) -> dict[str, object]:
-        return dict(self.described)
-
-
-def seen(files: Iterable[FileChange]) -> tuple[Seen, ...]:
-    return tuple(Seen(f.target, f.content, f.before, f.secret, f.changed, f.summary()) for f in files)
-
-
-@dataclass(frozen=True)
-class RuntimeRequest:
-    """Configure the runtime as the profile's `runtime` section says. `check`: the plan only.
-    `nvidia_smi_xml`: GPU facts from a capture; `dev_root`: where the CDI spec's device nodes are
-    looked up (None: the root). `skip_preflight`, `discovery` and `labels` as JoinOptions's."""
-
-    profile: Profile
-    check: bool = False
-    nvidia_smi_xml: Path | None = None
-    dev_root: Path | None = None
-    skip_preflight: bool = False
-    discovery: bool = True
-    labels: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class RuntimeOutcome:
-    """The runtime's plan, its files as they were before any write, and, unless check mode, what
-    applying it did (apply_runtime's result)."""
-
-    plan: RuntimePlan
-    files: tuple[Seen, ...]
-    applied: dict[str, Any] | None
-
-
-def configure_runtime(root: Path, request: RuntimeRequest) -> RuntimeOutcome:
-    """Plan the runtime configuration of the node at `root`; unless request.check, apply it."""
-    plan = plan_runtime(request.profile, JoinOptions(
-        root=root, nvidia_smi_xml=request.nvidia_smi_xml, labels=request.labels,
-        skip_preflight=request.skip_preflight, check=request.check, discovery=request.discovery,
-        dev_root=request.dev_root))
-    before = seen(plan.files)
-    return RuntimeOutcome(plan, before, None if request.check else apply_runtime(plan))
 
 
 @dataclass(frozen=True)

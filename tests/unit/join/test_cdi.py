@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from nodeprep.errors import StateError
-from nodeprep.join import cdi, gpus
-from nodeprep.join.files import apply_changes
-from nodeprep.join.hookprogram import HOOK_PATH, MODULES_PATH
 from nodeprep.profile import Driver, Runtime
+from nodeprep.runtime import cdi, gpus
+from nodeprep.runtime.files import apply_changes
+from nodeprep.runtime.hookprogram import HOOK_PATH, MODULES_PATH
 
 from .conftest import FIXTURES, VERSION
 

@@ -3,7 +3,7 @@ step in check mode and nodeprep.fleet.nodeprep_driver in check mode (run by ansi
 library from this checkout) plan the same install for the same profile on the same image root,
 because each is one call of nodeprep.node.usecase.install_driver; likewise uninstall
 (node.usecase.uninstall_node), labels (node.labeling.label_node), the runtime and the join
-(join.usecase.configure_runtime, join_cluster), table-driven below.
+(runtime.configure.configure_runtime, join.usecase.join_cluster), table-driven below.
 
 The store is a directory of small real artifacts (tests/support/standin.py) served over loopback
 http, so the store client reads the profile's credentials file; that file is the node's (in the

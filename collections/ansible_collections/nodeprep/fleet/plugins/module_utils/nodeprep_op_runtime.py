@@ -45,7 +45,7 @@ def remove(module, removal_mod, profile_mod, join=False):
 def run(module):
     """The nodeprep_runtime task on a validated AnsibleModule (see modules/nodeprep_runtime.py)."""
     p = module.params
-    usecase, profile_mod = host.import_nodeprep(module, "nodeprep.join.usecase", "nodeprep.profile")
+    usecase, profile_mod = host.import_nodeprep(module, "nodeprep.runtime.configure", "nodeprep.profile")
     if p["state"] == "absent":
         (removal_mod,) = host.import_nodeprep(module, "nodeprep.join.removal")
         remove(module, removal_mod, profile_mod)
