@@ -34,7 +34,7 @@ ldconfig -n makes them in a driver root):
   running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
   minus this one, printed in ms;
 - spec + nvidia-cdi-hook: what nodeprep's spec adds on a GPU node with NVIDIA's nvidia-cdi-hook: the
-  hook nodeprep.join.cdi.hooks writes where the driver is loaded (its params file present):
+  hook nodeprep.runtime.cdi.hooks writes where the driver is loaded (its params file present):
   nodeprep's as in `spec` with `--nvidia-cdi-hook` naming the real binary (NODEPREP_NVIDIA_BIN,
   tests/support/nvidia.py), which it runs for enable-cuda-compat only in an image with CUDA compat
   libraries (not this one), and `--disable-device-node-modification`: it becomes NVIDIA's hook of
@@ -81,11 +81,11 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 
 use_venv()
 
-from nodeprep.join.cdi import EXTRA_NAMES  # noqa: E402
-from nodeprep.join.cdi import hooks as spec_hooks  # noqa: E402
-from nodeprep.join.files import apply_changes  # noqa: E402
-from nodeprep.join.hookprogram import HOOK_PATH, hook_command, hook_program  # noqa: E402
-from nodeprep.join.ocihooks import HOOK_NAME, render_hooks_d  # noqa: E402
+from nodeprep.runtime.cdi import EXTRA_NAMES  # noqa: E402
+from nodeprep.runtime.cdi import hooks as spec_hooks  # noqa: E402
+from nodeprep.runtime.files import apply_changes  # noqa: E402
+from nodeprep.runtime.hookprogram import HOOK_PATH, hook_command, hook_program  # noqa: E402
+from nodeprep.runtime.ocihooks import HOOK_NAME, render_hooks_d  # noqa: E402
 
 GOAL_S = 0.050
 GOAL_OF_NVIDIA = 0.5  # nodeprep's spec adds at most half of what a spec of NVIDIA's form adds
@@ -118,7 +118,7 @@ def stand_in_libs(work: Path) -> Path:
 
 
 def link_args(lib: Path) -> list[str]:
-    """nodeprep's hook's --link values for the folder (nodeprep.join.cdi._mounts' form)."""
+    """nodeprep's hook's --link values for the folder (nodeprep.runtime.cdi._mounts' form)."""
     names = [*LIBS, *(so for so in LIBS.values() if so)]
     names += [f"{n}={so}" for so in LIBS.values() if so for n in EXTRA_NAMES.get(so, ())]
     return [a for n in names for a in ("--link", n)]

@@ -38,7 +38,7 @@ use_venv()
 
 from nodeprep import artifact, runner  # noqa: E402
 from nodeprep.join.activation import CALLBACKS  # noqa: E402
-from nodeprep.node import ops  # noqa: E402
+from nodeprep.node import switch  # noqa: E402
 
 
 def cli(*args: str) -> float:
@@ -154,10 +154,10 @@ def main() -> int:
         switch_cli = cli("activate", V_OLD, "--root", str(root))
         rollback_cli = cli("rollback", "--root", str(root))
         t = time.monotonic()
-        ops.activate(root, V_OLD, callbacks=CALLBACKS)
+        switch.activate(root, V_OLD, callbacks=CALLBACKS)
         switch_lib = time.monotonic() - t
         t = time.monotonic()
-        ops.rollback(root, callbacks=CALLBACKS)
+        switch.rollback(root, callbacks=CALLBACKS)
         rollback_lib = time.monotonic() - t
 
         if args.compile_seconds is not None:

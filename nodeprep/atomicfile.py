@@ -48,7 +48,7 @@ def fsync_tree(top: Path) -> None:
 
 
 def temp_name(path: Path) -> Path:
-    """The temporary name `atomic_write` writes `path`'s new content under (ops.py removes
+    """The temporary name `atomic_write` writes `path`'s new content under (node/leftovers.py removes
     leftovers of a killed run by this prefix)."""
     return path.with_name(f".tmp-{path.name}.{os.getpid()}")
 

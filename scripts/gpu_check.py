@@ -40,13 +40,13 @@ from typing import Any
 from nodeprep import cuda, runner
 from nodeprep.artifact import MANIFEST, FileEntry, Manifest
 from nodeprep.digests import sha256_file
-from nodeprep.join import cdi
-from nodeprep.join import gpus as gpumod
 from nodeprep.labels.system import os_release
 from nodeprep.node import entrypoints
 from nodeprep.node.doctor import loaded_version
 from nodeprep.node.layout import Layout
 from nodeprep.profile import Driver
+from nodeprep.runtime import cdi
+from nodeprep.runtime import gpus as gpumod
 
 # Labels one source can give and the other cannot (nvidia-smi -q -x has no compute capability, so
 # no compute.* and no family derived from it), and labels naming the source itself.

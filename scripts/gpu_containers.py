@@ -7,7 +7,7 @@ which that root is bound at /opt/nvidia, nodeprep's hook program at /usr/libexec
 specs at /run/cdi (overlays and a tmpfs: nothing outside the namespace and WORK changes), starts
 containers from a rootfs of this machine's glibc and a CUDA program built here:
 
-- nodeprep's spec (`nodeprep.join.cdi.build_spec`, its own hook): the CUDA program runs a kernel with
+- nodeprep's spec (`nodeprep.runtime.cdi.build_spec`, its own hook): the CUDA program runs a kernel with
   the libcuda the spec mounts, by index and by UUID; `nvidia-smi -L` lists the GPU;
 - the CUDA gate (the hooks.d file `nodeprep runtime` writes, `--hooks-dir`), its GPU facts recorded
   as activation records them (nodeprep.node.gpufacts: NVML here): a requirement newer than the
@@ -40,13 +40,13 @@ from pathlib import Path
 from gpu_check import copy_into  # scripts/gpu_check.py: a binary and the libraries ldd names
 
 from nodeprep import runner
-from nodeprep.join import cdi, ocihooks
-from nodeprep.join import gpus as gpumod
-from nodeprep.join.files import apply_changes
-from nodeprep.join.hookprogram import hook_program
 from nodeprep.node import gpufacts
 from nodeprep.node.layout import Layout
 from nodeprep.profile import Driver
+from nodeprep.runtime import cdi, ocihooks
+from nodeprep.runtime import gpus as gpumod
+from nodeprep.runtime.files import apply_changes
+from nodeprep.runtime.hookprogram import hook_program
 
 CLAIM_UID = "0f6b9c2e-3a41-4d7e-9c55-2b8e1d7a6f10"
 DRA_KIND = "k8s.gpu.nvidia.com/claim"

@@ -142,27 +142,23 @@ def step_mig(ctx: Context) -> dict[str, Any]:
 
 
 def step_labels(ctx: Context) -> dict[str, Any]:
-    """Compute the node's labels; write them as an NFD feature file and as JSON for the join."""
+    """Compute the node's labels (nodeprep.node.labeling.label_node: in --check the driver step would
+    activate); write them as an NFD feature file and as JSON for the join."""
     from ..containerhooks.gate import FACTS as GPU_FACTS
-    from ..labels.core import node_labels
-    from ..labels.options import label_options
     from ..labels.output import render_nfd
     from ..labels.profilelabels import ProfileLabels
     from ..node.fsutil import atomic_write
-    from ..node.gpufacts import record as record_gpu_facts
+    from ..node.labeling import LabelNode, label_node
 
-    opts = label_options(ctx.root, ProfileLabels.of(ctx.profile), sysfs_root=ctx.options.sysfs_root,
-                         nvidia_smi_xml=ctx.options.nvidia_smi_xml, use_nvml=ctx.options.nvml,
-                         kernel=ctx.results.get("driver", {}).get("kernel"))  # None: the profile's
-    result = node_labels(opts)  # its warnings are in this step's result; the front-end prints them
+    labelled = label_node(ctx.root, LabelNode(
+        ProfileLabels.of(ctx.profile), check=ctx.check, activating=ctx.check,
+        options={"sysfs_root": ctx.options.sysfs_root, "nvidia_smi_xml": ctx.options.nvidia_smi_xml,
+                 "use_nvml": ctx.options.nvml,
+                 "kernel": ctx.results.get("driver", {}).get("kernel")}))  # None: the profile's
+    result, facts = labelled.result, labelled.facts  # its warnings are in this step's result
     labels = dict(sorted(result.labels.items()))
-    warnings = list(result.warnings)
+    warnings = list(result.warnings) + ([labelled.facts_warning] if labelled.facts_warning else [])
     files = [NFD_FEATURES, LABELS_JSON]
-    try:  # the CUDA gate's facts (nodeprep labels' call); in --check the driver step would activate
-        facts = record_gpu_facts(ctx.root, result.facts.gpu, check=ctx.check, activating=ctx.check)
-    except OSError as e:  # advisory: without them the gate keeps CUDA forward compatibility off
-        facts = None
-        warnings.append(f"{GPU_FACTS}: GPU facts not written ({e})")
     if facts is not None:
         files.append(GPU_FACTS)
     gpu = f"gpu facts: {result.sources.get('gpu', 'none')}"
@@ -177,49 +173,48 @@ def step_labels(ctx: Context) -> dict[str, Any]:
             "summary": f"{len(labels)} labels ({gpu})"}
 
 
-def _join_options(ctx: Context) -> Any:
-    from ..join.plan import JoinOptions
-
+def _joining(ctx: Context) -> dict[str, Any]:
+    """What bootstrap adds to the join request: the labels step's labels; doctor already
+    gated the bring-up in the modules step (with the checks that fit --root); no discovery in check."""
     labels = ctx.results.get("labels", {}).get("labels")
-    # doctor already gated the bring-up in the modules step (with the checks that fit --root)
-    return JoinOptions(root=ctx.root, nvidia_smi_xml=ctx.options.nvidia_smi_xml, labels=labels,
-                       skip_preflight=True, check=ctx.check, discovery=not ctx.check)
+    return {"nvidia_smi_xml": ctx.options.nvidia_smi_xml, "labels": labels, "skip_preflight": True,
+            "check": ctx.check, "discovery": not ctx.check}
 
 
 def step_runtime(ctx: Context) -> dict[str, Any]:
-    """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root."""
-    from ..join.apply import apply_runtime
-    from ..join.plan import plan_runtime
+    """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root:
+    nodeprep.runtime.configure.configure_runtime."""
+    from ..runtime.configure import RuntimeRequest, configure_runtime
 
-    plan = plan_runtime(ctx.profile, _join_options(ctx))
-    if ctx.check:
+    outcome = configure_runtime(ctx.root, RuntimeRequest(ctx.profile, check=ctx.check,
+                                                         nvidia_smi_xml=ctx.options.nvidia_smi_xml))
+    plan, result = outcome.plan, outcome.applied
+    if result is None:
         would = [f.target for f in plan.files if f.changed]
         return {"files": [f.summary() for f in plan.files], "warnings": list(plan.warnings),
                 "preflight": list(plan.preflight),
                 "summary": f"would write {', '.join(would)}" if would else "containerd configuration "
                 "unchanged"}
-    result = apply_runtime(plan)
     result["summary"] = (f"wrote {', '.join(result['written'])}" if result["written"]
                          else "containerd configuration unchanged")
     return result
 
 
 def step_join(ctx: Context) -> dict[str, Any]:
-    """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration."""
-    from ..join.apply import join, preview_join
-    from ..join.plan import plan_join
+    """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration:
+    nodeprep.join.usecase.join_cluster."""
+    from ..join.usecase import JoinRequest, join_cluster
 
     if ctx.profile.cluster is None:
         return {"joined": False, "summary": "no cluster section in the profile: not joining"}
+    outcome = join_cluster(ctx.root, JoinRequest(ctx.profile, dry_run=ctx.dry_run_join, **_joining(ctx)))
+    plan, result = outcome.plan, outcome.result
     if ctx.check:
-        plan = plan_join(ctx.profile, _join_options(ctx))
-        result = preview_join(plan)
         would = [f.target for f in plan.files if f.changed]
         runs = [" ".join(a.argv) for a in plan.actions]
         result["summary"] = (f"would write {len(would)} file(s); "
                              + (f"would run {' ; '.join(runs)}" if runs else "would run nothing"))
         return result
-    plan, result = join(ctx.profile, _join_options(ctx), dry_run=ctx.dry_run_join)
     ran = result.get("ran", [])
     deferred = result.get("deferred_commands", [])
     if ran:

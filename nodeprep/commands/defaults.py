@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..profile.load import parse_profile, profile_path, read_profile
-from ..profile.model import Driver, Profile
+from ..profile.model import UNSET_DRIVER, Driver, Profile
 from ..profile.overrides import driver_with
 
-# What the command line starts from: the profile's defaults, but no flavour (whichever the store has)
-UNSET = Driver(flavour=None)
+UNSET = UNSET_DRIVER  # what the command line starts from
 
 
 def node_profile(root: Path, profile: Path | None) -> tuple[Profile, set[str]] | None:

@@ -81,9 +81,9 @@ def health_cmd(profile: Path | None, root: Path, as_json: bool, do_apply: bool, 
 
 def _cluster(root: Path, profile: Path | None, kubeconfig: Path | None,
              node: str | None) -> tuple[KubeConfig, str]:
-    from ..join.files import under
     from ..kubeapi import default_node_name, load_kubeconfig
     from ..profile import load_profile, profile_path
+    from ..runtime.files import under
 
     prof = None
     path = profile_path(root, profile)

@@ -11,17 +11,22 @@ import click
 
 from ..errors import InputError
 from ..join.activation import CALLBACKS
-from ..node import oplog, ops, preview
+from ..node import oplog, preview
 from ..node.doctor import ALL_CHECKS, doctor
-from ..node.plan import ActivatePlan, InstallPlan
+from ..node.installer import InstallResult
+from ..node.plan import ActivatePlan, InstallPlan, UninstallPlan
+from ..node.switch import ActivateResult
 from ..node.usecase import (
     FILE_FIELDS,
     DriverActivate,
     DriverInstall,
     Planned,
+    Uninstall,
     activate_driver,
     install_driver,
+    uninstall_node,
 )
+from ..node.versions import remove
 from ..profile.model import Driver
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .defaults import node_driver, node_profile
@@ -58,13 +63,13 @@ def _driver(root: Path, profile: Path | None, overrides: dict[str, Any]) -> Driv
     return node_driver(root, profile, overrides)
 
 
-def _activation_changes(result: ops.ActivateResult | None) -> list[str]:
+def _activation_changes(result: ActivateResult | None) -> list[str]:
     if result is None or not result.changed:
         return []
     return [f"activated {result.version} (previous: {result.previous or 'none'})"]
 
 
-def _install_changes(root: Path, result: ops.InstallResult) -> list[str]:
+def _install_changes(root: Path, result: InstallResult) -> list[str]:
     """What an install changed, for the node operation log (nodeprep.node.oplog)."""
     from ..node.inventory import kmod_flavour
 
@@ -169,7 +174,7 @@ def _print_plan(todo: InstallPlan) -> None:
         click.echo("nothing to do")
 
 
-def _print_activation(result: ops.ActivateResult) -> None:
+def _print_activation(result: ActivateResult) -> None:
     if result.changed:
         click.echo(f"active: {result.version} (previous: {result.previous or 'none'})", err=True)
     _print_notes(result.notes)
@@ -277,7 +282,7 @@ def remove_cmd(version: str, check: bool, profile: Path | None, root: Path, as_j
         else:
             click.echo(f"would remove {version}" if todo.remove else f"unchanged: {version} is not installed")
         return
-    result = ops.remove(root, version)
+    result = remove(root, version)
     oplog.record(root, "remove", [f"removed {version}"] if result.changed else [])
     if as_json:
         emit_json(result.to_dict())
@@ -296,8 +301,9 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
     the kernel hooks, ld.so.conf.d and modprobe.d entries, entry points, the containerd drop-in and
     CDI spec nodeprep wrote (only files nodeprep made; any other is left and named)."""
     live = root.resolve() == Path("/")
-    if check:
-        todo = ops.plan_uninstall_of(root, CALLBACKS)
+    done = uninstall_node(root, Uninstall(check=check), callbacks=CALLBACKS)
+    if isinstance(done, UninstallPlan):
+        todo = done
         if as_json:
             emit_json(todo.to_dict(live))
             return
@@ -314,7 +320,7 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
         if not todo.changes:
             click.echo("nothing to do")
         return
-    result = ops.uninstall(root, callbacks=CALLBACKS)
+    result = done
     oplog.record(root, "uninstall", [f"wrote back {p}" for p in result.restored]
                  + [f"removed {p}" for p in result.removed])
     for line in result.kept:
@@ -355,7 +361,7 @@ def doctor_cmd(
     node's container hooks."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
         node_profile(root, profile)
-    from ..join.hookaudit import inheriting_hooks
+    from ..runtime.hookaudit import inheriting_hooks
 
     report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version,
                     hook_audit=inheriting_hooks)

@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from ..join.apply import apply_join, apply_runtime, preview_join
-from ..join.plan import JoinOptions, plan_join, plan_runtime
+from ..join.usecase import JoinRequest, join_cluster
 from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
+from ..runtime.configure import RuntimeRequest, configure_runtime
 from .options import (
     check_option,
     emit_json,
@@ -104,22 +104,14 @@ def join_cmd(
     unpinned = {"insecure_skip_ca_verification": insecure_skip_ca_verification}
     prof = with_overrides(load_profile(profile_path(root, profile), **unpinned), pop_overrides(overrides),
                           **unpinned)
-    options = JoinOptions(
-        root=root,
-        insecure_skip_ca_verification=insecure_skip_ca_verification,
-        skip_preflight=skip_preflight,
-        nvidia_smi_xml=nvidia_smi_xml,
-        discovery=not skip_discovery,
-        discovery_timeout=discovery_timeout,
-        check=check,
-    )
     if output_dir is not None and not check:
         raise click.UsageError("--output-dir goes with --check (a join writes under --root)")
-    plan = plan_join(prof, options)
-    if check:
-        result = preview_join(plan, output_dir)
-    else:
-        result = apply_join(plan, run=True)
+    outcome = join_cluster(root, JoinRequest(
+        prof, check=check, output_dir=output_dir, insecure_skip_ca_verification=insecure_skip_ca_verification,
+        skip_preflight=skip_preflight, nvidia_smi_xml=nvidia_smi_xml, discovery=not skip_discovery,
+        discovery_timeout=discovery_timeout))
+    plan, result = outcome.plan, outcome.result
+    if not check:
         oplog.record(root, "join", applied_changes(result))
     result["dry_run"] = check  # the key scripts read since --dry-run
     result["check"] = check
@@ -161,10 +153,10 @@ def runtime_cmd(
     """Register the nvidia runtime in containerd and write the CDI spec (no cluster join)."""
     prof = load_profile(profile_path(root, profile),
                         insecure_skip_ca_verification=insecure_skip_ca_verification)
-    plan = plan_runtime(prof, JoinOptions(root=root, nvidia_smi_xml=nvidia_smi_xml, check=check,
-                                          dev_root=dev_root))
-    summary = [f.summary() for f in plan.files]
-    if check:
+    outcome = configure_runtime(root, RuntimeRequest(prof, check=check, nvidia_smi_xml=nvidia_smi_xml,
+                                                     dev_root=dev_root))
+    plan, summary = outcome.plan, [f.summary() for f in outcome.files]
+    if outcome.applied is None:
         result = {
             "changed": plan.changed,
             "files": summary,
@@ -173,7 +165,7 @@ def runtime_cmd(
             "preflight": list(plan.preflight),
         }
     else:
-        result = apply_runtime(plan)
+        result = outcome.applied
         oplog.record(root, "runtime", applied_changes(result))
         result["files"] = summary
     if as_json:

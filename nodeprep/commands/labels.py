@@ -8,21 +8,18 @@ from typing import Any
 
 import click
 
-from ..containerhooks.gate import FACTS as GPU_FACTS
-from ..errors import InputError, NodeprepError, StateError
+from ..errors import InputError, NodeprepError
 from ..labels import output
 from ..labels.cloud import CLOUD_CHOICES, Endpoints
-from ..labels.core import MIG_STRATEGIES, node_labels
-from ..labels.options import label_options, source_refusal
+from ..labels.core import MIG_STRATEGIES
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..node.fsutil import atomic_write
 from ..node.gpufacts import Recording
-from ..node.gpufacts import record as record_gpu_facts
+from ..node.labeling import GPU_SOURCES, LabelNode, label_node
 from ..profile import profile_path
 from .options import check_option, profile_option, root_option, sysfs_root_option
 
-GPU_SOURCES = ("auto", "nvml", "nvidia-smi", "pci")  # pci: sysfs only, no driver asked
 log = logging.getLogger("nodeprep.labels")
 
 
@@ -82,36 +79,17 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         raise InputError("--apply needs --kubeconfig FILE")
     if fmt == "kubelet":
         check_kubelet_labels(extra)
-    named = {} if gpu_source == "auto" else {"use_nvml": gpu_source == "nvml",
-                                              "run_nvidia_smi": gpu_source == "nvidia-smi"}
-    opts = label_options(
-        root, prof, extra=extra, cloud=cloud, sysfs_root=sysfs_dir, dmi_root=dmi_root,
-        nvidia_smi_xml=nvidia_smi_xml, mig_strategy=mig_strategy, pci_ids=pci_ids,
+    labelled = label_node(root, LabelNode(prof, check=check, source=gpu_source, options=dict(
+        extra=extra, cloud=cloud, sysfs_root=sysfs_dir, dmi_root=dmi_root, nvidia_smi_xml=nvidia_smi_xml,
+        mig_strategy=mig_strategy, pci_ids=pci_ids,
         endpoints=Endpoints.from_env(aws=aws_metadata_url, gce=gce_metadata_url, azure=azure_metadata_url),
-        source_timeout=timeout, total_timeout=timeout * 1.5, **named,
-    )
-    if gpu_source != "auto" and nvidia_smi_xml is not None:
-        raise InputError("--source: not with --nvidia-smi-xml (the capture is the source)")
-    if refusal := source_refusal(root, gpu_source):
-        raise InputError(refusal, hint="put this host's nvidia-smi on PATH, or use --nvidia-smi-xml FILE "
-                                       "or --source pci")
-    result = node_labels(opts)
-    if gpu_source != "auto" and result.sources["gpu"] != gpu_source:
-        raise StateError(f"--source {gpu_source}: no GPU facts from it (got: {result.sources['gpu']}); "
-                         + "; ".join(w for w in result.warnings if w.startswith("gpu:")),
-                         hint="is the driver loaded? (nodeprep doctor)")
-    if gpu_source != "auto" and (result.facts.gpu is None or not result.facts.gpu.gpus):
-        raise StateError(f"--source {gpu_source}: no NVIDIA GPU found ({opts.sysfs_root}/bus/pci/devices "
-                         "has no device with vendor 10de)" if gpu_source == "pci"
-                         else f"--source {gpu_source}: no NVIDIA GPU found")
+        source_timeout=timeout, total_timeout=timeout * 1.5)))
+    result, facts = labelled.result, labelled.facts
     for w in result.warnings:
         log.warning("warning: %s", w)
     name = node or prof.node_name or None
-    try:  # the CUDA gate's facts, on a root with an active driver (nodeprep.node.gpufacts)
-        facts = record_gpu_facts(root, result.facts.gpu, check=check)
-    except OSError as e:
-        facts = None
-        log.warning("warning: %s: GPU facts not written (%s)", GPU_FACTS, e)
+    if labelled.facts_warning:
+        log.warning("warning: %s", labelled.facts_warning)
     if check:
         _print_plan(result.labels, _render(result, fmt), out, kubeconfig if do_apply else None, name, facts)
         return

@@ -1,6 +1,6 @@
 """The CUDA gate: one createContainer hook for every container, however it got an NVIDIA GPU.
 
-    /usr/libexec/nodeprep/cdi-hook gate [--driver-root DIR] [--facts FILE]   (join/hookprogram.py)
+    /usr/libexec/nodeprep/cdi-hook gate [--driver-root DIR] [--facts FILE]   (runtime/hookprogram.py)
 
 The runtime runs it for every container (podman/CRI-O: the OCI hook nodeprep writes into
 /etc/containers/oci/hooks.d, `when: {always: true}`), with the OCI state JSON on stdin. It decides

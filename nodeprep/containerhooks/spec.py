@@ -2,7 +2,7 @@
 
     /usr/libexec/nodeprep/cdi-hook --driver VERSION [--ldconfig DIR]
         [--nvidia-cdi-hook PATH [--disable-device-node-modification]]
-        [--libraries LIBDIR --link NAME[=ENTRY]...]                       (join/hookprogram.py)
+        [--libraries LIBDIR --link NAME[=ENTRY]...]                       (runtime/hookprogram.py)
 
 1. The CUDA gate's decision (nodeprep.containerhooks.gate.decide: NVIDIA's NVIDIA_REQUIRE_* rules, the GPU
    facts file, CUDA forward compatibility on data center GPUs only) for the driver the spec mounts

@@ -1,16 +1,14 @@
-"""Join a GPU node to Kubernetes: kubeadm JoinConfiguration / kubelet bootstrap, KubeletConfiguration,
-containerd drop-in, CDI spec (docs/join.md).
+"""Join a GPU node to Kubernetes: kubeadm JoinConfiguration / kubelet bootstrap, KubeletConfiguration
+(docs/join.md), over the container runtime's configuration (nodeprep.runtime: containerd, CDI).
 
 Public API (CLI `nodeprep join`, Ansible roles kube_join and container_runtime, bootstrap): plans in
 nodeprep.join.plan (what they read from the node: nodeprep.join.probe), applies in nodeprep.join.apply
-(this package imports nothing: driver activation imports nodeprep.join.cdi on every run and must
+(this package imports nothing: driver activation imports nodeprep.runtime.cdi on every run and must
 not pay for the planner):
-    plan.plan_runtime(profile, JoinOptions(root=...)) -> RuntimePlan  containerd + CDI only
-    apply.apply_runtime(plan) -> {"changed", "written", "ran", "warnings"}
     plan.plan_join(profile, JoinOptions(...)) -> JoinPlan            everything, nothing written
     apply.apply_join(plan, run=True) -> dict                          write files, run commands
     apply.preview_join(plan, output_dir=None) -> dict                 dry run: write nothing (or under DIR)
     apply.join(profile, options, dry_run=False) -> (JoinPlan, dict)
-Each plan holds FileChange objects (nodeprep.join.files: `target`, `content`, `mode`, `changed`,
+Each plan holds FileChange objects (nodeprep.runtime.files: `target`, `content`, `mode`, `changed`,
 `secret`) and Actions.
 """

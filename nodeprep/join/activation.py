@@ -16,14 +16,14 @@ from ..node.callbacks import ActivationCallbacks, FollowUp, Removal
 
 def refusal(root: Path) -> str | None:
     """Why the specs could not follow the switch (checked before anything changes)."""
-    from .cdi import refresh_problem
+    from ..runtime.cdi import refresh_problem
 
     return refresh_problem(root)
 
 
 def follow(root: Path, version: str) -> FollowUp:
-    from .cdi import refresh_after_activation
-    from .containerd import drop_in_runtime_warning
+    from ..runtime.cdi import refresh_after_activation
+    from ..runtime.containerd import drop_in_runtime_warning
 
     rewritten = tuple(refresh_after_activation(root, version))
     notes = [f"{spec} now mounts {version}" for spec in rewritten]

@@ -1,6 +1,6 @@
 """Apply a join plan (nodeprep.join.plan): write its files atomically, run its commands.
 
-`apply_runtime(plan)` for containerd + CDI, `apply_join(plan, run=...)` for a join (the token and CA
+`apply_join(plan, run=...)` for a join (the runtime's part: nodeprep.runtime.configure) (the token and CA
 first checked against the cluster), `preview_join(plan, output_dir)` for a dry run (nothing on the
 node; the files under DIR when asked), `join(profile, options)` plans and applies.
 """
@@ -11,39 +11,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .. import runner
 from ..errors import StateError
 from ..log import step
 from ..profile import Profile
+from ..runtime.configure import run_actions
+from ..runtime.files import apply_changes, relocated
 from .discovery import discover
-from .files import apply_changes, relocated
-from .plan import Action, JoinOptions, JoinPlan, RuntimePlan, plan_join
+from .plan import JoinOptions, JoinPlan, plan_join
 
 log = logging.getLogger(__name__)
-
-
-def apply_runtime(plan: RuntimePlan) -> dict[str, Any]:
-    if plan.preflight:
-        raise StateError("; ".join(plan.preflight), hint="a check plan is shown, never applied")
-    written = apply_changes(list(plan.files))
-    ran = _run_actions(plan.actions)
-    return {
-        "changed": bool(written) or bool(ran),
-        "written": [f.target for f in written],
-        "ran": [list(a.argv) for a in ran],
-        "warnings": list(plan.warnings),
-    }
-
-
-def _run_actions(actions: tuple[Action, ...]) -> list[Action]:
-    ran = []
-    for a in actions:
-        if a.deferred:
-            continue
-        with step(f"{a.why}: {a}", logger=log):
-            runner.run(list(a.argv), timeout=900, capture=False)
-        ran.append(a)
-    return ran
 
 
 def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
@@ -62,7 +38,7 @@ def apply_join(plan: JoinPlan, *, run: bool = True) -> dict[str, Any]:
             info = discover(plan.discovery, plan.token)
         result["discovery"] = {"server": info.server, "ca_pin": info.ca_pin}
     written = apply_changes(list(plan.files))
-    ran = _run_actions(plan.actions) if run else []
+    ran = run_actions(plan.actions) if run else []
     result.update(
         {
             "written": [f.target for f in written],

@@ -19,8 +19,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..node.callbacks import Undo
 from ..node.layout import Layout
+from ..runtime.files import FileChange, under
 from ..sysfs import read_bytes
-from .files import FileChange, under
 
 UNIT = "kubelet.service"
 RECORD_NAME = "kubelet-enable.json"

@@ -1,7 +1,7 @@
 """Plan a join: what it would write and run, nothing written.
 
-`plan_runtime()` covers containerd + CDI (Ansible role container_runtime); `plan_join()` adds the
-Kubernetes side (role kube_join; `nodeprep join`); nodeprep.join.apply applies either. The cluster
+`plan_join()` adds the Kubernetes side (role kube_join; `nodeprep join`) to the runtime's plan
+(nodeprep.runtime.plan.plan_runtime: containerd + CDI); nodeprep.join.apply applies it. The cluster
 checks, kubelet arguments, kubeadm and kubelet files and their commands are pure planners over
 explicit inputs; what they need from the node (token, CA file, labels, doctor, containerd's
 version, whether it joined) is read by nodeprep.join.probe. A plan lists every file with its
@@ -18,17 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, StateError
+from ..errors import InputError
 from ..health import unit as healthunit
 from ..kubeletflags import SortedArgs, check_version, sort_args
 from ..profile import Cluster, Profile
 from ..profile.load import CA_PIN_REQUIRED
-from . import cdi as cdimod
-from . import containerd as ctd
-from . import ctkconfig, enablement, kube, ocihooks, probe
-from . import gpus as gpumod
+from ..runtime.files import FileChange, under
+from ..runtime.plan import Action, RuntimeOptions, plan_runtime
+from . import enablement, kube, probe
 from .discovery import Discovery
-from .files import FileChange, under
 from .token import BootstrapToken, redact
 
 # KEP-4009 (CDI devices in the device plugin API): alpha 1.28, beta and on by default 1.29, GA 1.31.
@@ -38,11 +36,11 @@ CDI_GATE_DEFAULT_ON = (1, 29)
 
 
 @dataclass(frozen=True)
-class JoinOptions:
-    root: Path = Path("/")
+class JoinOptions(RuntimeOptions):
+    """The runtime's options (nodeprep.runtime.plan.RuntimeOptions) and the join's."""
+
     insecure_skip_ca_verification: bool = False
     skip_preflight: bool = False
-    nvidia_smi_xml: Path | None = None  # GPU facts from a capture (offline image builds, tests)
     labels: Mapping[str, str] | None = None  # precomputed labels; default: nodeprep.labels.core.node_labels
     # a token not (yet) in cluster.token_file: a check-mode plan uses the one it would write there
     token: BootstrapToken | None = None
@@ -50,40 +48,6 @@ class JoinOptions:
     # off for offline image builds where the API server cannot be reached (--skip-discovery)
     discovery: bool = True
     discovery_timeout: float = 60.0
-    # a plan to show (--check, Ansible check mode), never applied: what would stop an apply (no
-    # active driver for the CDI spec yet) is a finding in `preflight`, not an error
-    check: bool = False
-    # where the CDI spec's device nodes and daemon sockets are looked up (default: root)
-    dev_root: Path | None = None
-
-    @property
-    def live(self) -> bool:
-        return Path(self.root).resolve() == Path("/")
-
-
-@dataclass(frozen=True)
-class Action:
-    """A command an apply runs after writing files (argv never holds a secret)."""
-
-    argv: tuple[str, ...]
-    why: str
-    deferred: bool = False  # offline --root: to be run on the booted node, not by apply
-
-    def __str__(self) -> str:
-        return " ".join(self.argv)
-
-
-@dataclass(frozen=True)
-class RuntimePlan:
-    files: tuple[FileChange, ...]
-    actions: tuple[Action, ...]
-    warnings: tuple[str, ...]
-    gpu_source: str
-    preflight: tuple[str, ...] = ()  # what stops an apply, found by a check plan (JoinOptions.check)
-
-    @property
-    def changed(self) -> bool:
-        return any(f.changed for f in self.files)
 
 
 @dataclass(frozen=True)
@@ -158,72 +122,6 @@ class JoinPlan:
         if not self.actions:
             out.append("# would run: nothing")
         return "\n".join(out) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------
-# Runtime (containerd + CDI)
-
-
-def plan_runtime(profile: Profile, options: JoinOptions | None = None) -> RuntimePlan:
-    options = options or JoinOptions()
-    root = Path(options.root)
-    warnings: list[str] = []
-    findings: list[str] = []
-    gated = profile.runtime.cdi or profile.runtime.nvidia_runtime  # GPUs reach containers: the CUDA gate
-    files = ctd.plan_containerd(root, profile.runtime, profile.cluster, warnings,
-                                ocihooks.gate_hook() if gated else None)
-    files += ctkconfig.plan_ctk_config(root, profile.runtime)
-    if gated:
-        try:
-            files += ocihooks.plan_hooks_d(root)
-        except StateError as e:
-            if not options.check:
-                raise
-            findings.append(f"CUDA gate: {e}")
-    source = "none"
-    if profile.runtime.cdi:
-        gpus = gpumod.discover(root, nvidia_smi_xml=options.nvidia_smi_xml)
-        warnings += gpus.warnings
-        source = gpus.source
-        if not gpus.gpus and not options.live:
-            warnings.append(
-                f"--root {root}: no GPUs to list (no driver procfs, no NVIDIA PCI devices, no "
-                "--nvidia-smi-xml): CDI spec not written; `nodeprep runtime` writes it on the booted node"
-            )
-        else:
-            try:
-                files += cdimod.plan_cdi(root, profile.driver, profile.runtime, gpus,
-                                         dev_root=options.dev_root)
-            except StateError as e:
-                if not options.check:
-                    raise
-                findings.append(f"CDI spec: {e}")
-    warnings += containerd_version_warnings(probe.containerd_version(profile, live=options.live))
-    if profile.runtime.nvidia_runtime:
-        missing = ctd.missing_runtime_warning(root, profile.runtime.nvidia_runtime_path)
-        warnings += [missing] if missing else []
-    actions: list[Action] = []
-    if any(f.changed for f in files if "containerd" in f.target) and options.live:
-        actions.append(
-            Action(("systemctl", "restart", "containerd.service"), "containerd configuration changed")
-        )
-    files = list({f.target: f for f in files}.values())  # the hook program: the gate's and the spec's
-    return RuntimePlan(tuple(files), tuple(actions), tuple(warnings), source, tuple(findings))
-
-
-def containerd_version_warnings(version: str | None) -> list[str]:
-    """What `containerd --version` output (None: not asked) says about CDI: containerd before 1.7
-    ignores enable_cdi."""
-    for word in (version or "").split():
-        parts = word.lstrip("v").split(".")
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            if (int(parts[0]), int(parts[1])) < (1, 7):
-                return [
-                    f"containerd {word} ignores enable_cdi (CDI needs containerd 1.7 or newer); the nvidia "
-                    "runtime still works"
-                ]
-            return []
-    return []
 
 
 # ---------------------------------------------------------------------------------------------

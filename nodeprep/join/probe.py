@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import runner
 from ..profile import Cluster, Profile
+from ..runtime.files import under
 from . import kube
-from .files import under
 from .token import BootstrapToken, read_token_file
 
 
@@ -64,12 +63,4 @@ def doctor_problems(root: Path) -> list[str]:
     return [f"nodeprep doctor failed: {text}"]
 
 
-def containerd_version(profile: Profile, *, live: bool) -> str | None:
-    """`containerd --version` of the running system when the profile enables CDI; None when not
-    asked (an image root, no CDI, no containerd) or when it fails (a probe never breaks a join)."""
-    if not (profile.runtime.cdi and live and runner.which("containerd")):
-        return None
-    try:
-        return runner.run(["containerd", "--version"], timeout=10, check=False).stdout
-    except Exception:  # noqa: BLE001 - a version probe must never break a join
-        return None
+#END

@@ -1,5 +1,5 @@
 """What `nodeprep runtime` and `nodeprep join` wrote, undone by `nodeprep uninstall` (join's part of
-it, handed to nodeprep.node.ops.uninstall as `ActivationCallbacks.removal`).
+it, handed to nodeprep.node.uninstall.uninstall as `ActivationCallbacks.removal`).
 
 The paths are the ones `nodeprep runtime` plans (plan_runtime over the node's profile,
 /etc/nodeprep/node.yaml under the root; the profile defaults when there is none) and, when the
@@ -29,17 +29,20 @@ from typing import Any
 
 from .. import runner
 from ..health import unit as healthunit
-from ..node import imagefile, ops
+from ..node import imagefile
+from ..node import uninstall as node_uninstall
 from ..node.callbacks import Removal, Undo
 from ..node.crash import crash_point
 from ..node.fsutil import atomic_write, fsync_dir
 from ..node.layout import Layout
 from ..profile import Profile, Runtime, load_profile, profile_path
-from . import cdi as cdimod
-from . import containerd as ctd
-from . import ctkconfig, enablement, hookprogram, ocihooks
-from .files import under
-from .plan import JoinOptions, plan_join, plan_runtime
+from ..runtime import cdi as cdimod
+from ..runtime import containerd as ctd
+from ..runtime import ctkconfig, hookprogram, ocihooks
+from ..runtime.files import under
+from ..runtime.plan import RuntimeOptions, plan_runtime
+from . import enablement
+from .plan import JoinOptions, plan_join
 
 HEADER = b"# Written by nodeprep"
 
@@ -78,7 +81,7 @@ def _targets(root: Path, profile: Profile | None, *,
     planned: dict[str, bytes | None] = {}
     if profile is not None:
         planned = {f.target: f.content
-                   for f in plan_runtime(profile, JoinOptions(root=Path(root), check=True)).files}
+                   for f in plan_runtime(profile, RuntimeOptions(root=Path(root), check=True)).files}
     main = runtime.containerd_config
     defaults: dict[str, bytes | None] = {
         main: None, f"{ctd.drop_in_dir(main)}/{ctd.DROP_IN_NAME}": None,
@@ -196,20 +199,20 @@ def plan_removal(root: Path, profile: Profile | None = None, *, join: bool = Fal
 def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = False) -> dict[str, Any]:
     """Undo `removal` on `root` (the Ansible runtime and join modules' state=absent; `nodeprep
     uninstall` does it with the rest): on a live root the units join set up stopped when active
-    (nodeprep.node.ops.stop_active), files removed or written back, then the folders left empty
-    (uninstall's rule and journal, nodeprep.node.ops.removal_folders), then on a live root the units
+    (nodeprep.node.uninstall.stop_active), files removed or written back, then the folders left empty
+    (uninstall's rule and journal, nodeprep.node.uninstall.removal_folders), then on a live root the units
     restarted.
     `check`: what it would do, nothing done."""
     layout = Layout(Path(root))
     deleted = [u.target for u in removal.undo if u.content is None]
     # noted first: a killed run's are finished next time
-    folders = ops.removal_folders(layout, deleted, removal.paths)
+    folders = node_uninstall.removal_folders(layout, deleted, removal.paths)
     stop = [["systemctl", "stop", unit] for unit in removal.stop] if live else []  # when active
     ran = [["systemctl", "try-restart", unit] for unit in removal.restart] if live and removal.undo else []
     notes: list[str] = []
     if not check:
-        ops.journal_folders(layout, folders)
-        stop, notes = ops.stop_active(removal.stop) if live else ([], [])
+        node_uninstall.journal_folders(layout, folders)
+        stop, notes = node_uninstall.stop_active(removal.stop) if live else ([], [])
         for u in removal.undo:
             if u.content is None:
                 u.path.unlink(missing_ok=True)
@@ -218,8 +221,8 @@ def apply_removal(removal: Removal, *, root: Path, live: bool, check: bool = Fal
                 atomic_write(u.path, u.content, mode=u.mode)
         crash_point("removal:files")
         for folder in folders:
-            ops.remove_empty_folder(layout, folder)
-        ops.journal_folders(layout, [])
+            node_uninstall.remove_empty_folder(layout, folder)
+        node_uninstall.journal_folders(layout, [])
         for argv in ran:
             runner.run(argv, timeout=300, check=False)
     return {"changed": bool(removal.undo or folders), "removed": [*deleted, *folders],

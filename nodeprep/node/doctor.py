@@ -14,7 +14,7 @@ Checks (names usable in `checks=`):
 - support:  the active version and flavour support every NVIDIA GPU of the node (its
             supported-GPU list against the PCI ids in ROOT/sys; nodeprep.node.support)
 - hooks:    no container hook on the node (nodeprep's, NVIDIA's, another tool's) would be started
-            with a container's environment (`hook_audit`, nodeprep.join.hookaudit, passed in by the
+            with a container's environment (`hook_audit`, nodeprep.runtime.hookaudit, passed in by the
             front-ends as join's activation callbacks are; without it: skipped)
 A node without a GPU, or with a GPU but no loaded driver, is reported as such (gpu / module), and
 the checks that depend on a loaded driver are then skipped rather than failed.

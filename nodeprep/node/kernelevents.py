@@ -1,6 +1,6 @@
 """What the kernel hooks run (`nodeprep kernel-hook postinst|postrm KERNEL`, written by
 nodeprep/node/kernelhook.py): on postinst the active version's kmod for the new kernel through
-`ops.install`, or the loud line and, with `keep_boot_kernel`, the GRUB drop-in that keeps the boot
+`installer.install`, or the loud line and, with `keep_boot_kernel`, the GRUB drop-in that keeps the boot
 default on a kernel that has the driver; on postrm the removal of nodeprep's modules and links for a
 kernel that is gone (docs/node.md, "Kernel updates").
 """
@@ -22,11 +22,11 @@ from ..sysfs import read_bytes
 from . import system
 from .callbacks import ActivationCallbacks
 from .fsutil import atomic_write, fsync_dir
+from .installer import InstallInput, install
 from .kernelhook import HOLD_FILE, LOUD, HookConfig
 from .kmod import running_kernel
 from .layout import Layout, check_kernel
 from .lock import locked
-from .ops import InstallInput, install
 from .state import load_state
 
 
@@ -137,7 +137,7 @@ def _flavour(layout: Layout, version: str, kernels: tuple[str, ...]) -> str | No
 
 def kernel_installed(root: Path, kernel: str, *, callbacks: ActivationCallbacks) -> HookResult:
     """postinst: put the active driver's modules for `kernel` in place (see the module docstring).
-    `hooks`: passed on to ops.install, as every caller does (nodeprep.join.activation.CALLBACKS)."""
+    `hooks`: passed on to installer.install, as every caller does (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
     check_kernel(kernel)
     if not _installed_kernel(layout, kernel):

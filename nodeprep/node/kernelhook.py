@@ -4,12 +4,12 @@ postrm.d) that `install` writes, and what they run (`nodeprep kernel-hook postin
 `install` records in state.json (`kernel_hook`) where the driver came from (store, arch, store
 options) and whether to keep the boot default; the active version and its flavour are read from the
 filesystem when the hook runs. On a kernel package's postinst the hook installs the active version's
-kmod for that kernel through `ops.install`, exactly as `nodeprep install --kernel` would. When that
+kmod for that kernel through `installer.install`, exactly as `nodeprep install --kernel` would. When that
 fails (no artifact, store gone) it says so in one line and, with `keep_boot_kernel`, writes a GRUB
 drop-in that keeps the boot default on a kernel that has the driver. The hook script itself always
 exits 0: a failing postinst.d hook leaves the kernel package half-configured and apt broken.
 On postrm it deletes nodeprep's modules and links for a kernel that is gone.
-This module records and writes the hooks (ops.install calls it); what they run is kernelevents.py.
+This module records and writes the hooks (installer.install calls it); what they run is kernelevents.py.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Each plan is computed from the node's `State` (what the root holds), the store's index entries
 (only when something has to come from the store) and the request, and says what would change;
-nodeprep.node.ops applies it (under the lock, after planning again there). `nodeprep install
---check` and the Ansible modules' check mode print the same plan, so a prediction and a run cannot
-disagree about what is missing. What the plan cannot know without running (the GPUs a driver
-supports, a user space that fails the completeness proof, a CDI spec that cannot be rewritten) is
-checked by the apply step before it changes anything.
+nodeprep.node.installer, switch, versions and uninstall apply it (under the lock, after planning
+again there). `nodeprep install --check` and the Ansible modules' check mode print the same plan,
+so a prediction and a run cannot disagree about what is missing. What the plan cannot know without
+running (the GPUs a driver supports, a user space that fails the completeness proof, a CDI spec that
+cannot be rewritten) is checked by the apply step before it changes anything.
 """
 
 from __future__ import annotations

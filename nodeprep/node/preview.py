@@ -17,7 +17,7 @@ from .state import load_state
 def activation(root: Path, version: str | None, *, kernel: str | None = None,
                modules: tuple[str, ...] = DEFAULT_MODULES,
                daemons: Daemons = DEFAULT_DAEMONS) -> ActivatePlan:
-    """activate VERSION (None: the rollback target), as ops.activate/ops.rollback would plan it."""
+    """activate VERSION (None: the rollback target), as switch.activate/switch.rollback would plan it."""
     layout = Layout(Path(root))
     state = load_state(layout.root)
     version = rollback_target(state) if version is None else check_version(version)

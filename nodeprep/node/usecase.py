@@ -1,5 +1,5 @@
-"""The driver verbs, one use case each: install a driver, activate one, roll back. `nodeprep
-install|activate|rollback`, bootstrap's driver step and nodeprep.fleet.nodeprep_driver each make one
+"""The driver verbs, one use case each: install a driver, activate one, roll back, uninstall. `nodeprep
+install|activate|rollback|uninstall`, bootstrap's driver step and nodeprep.fleet.nodeprep_driver each make one
 request (the profile's typed Driver section plus what the verb adds) and call the same function,
 which owns every decision: the version (driver.branch / driver.gpus: node/branch.py), the kernel,
 where the store's credential and CA files are read (the node's files, beneath --root), plan or apply."""
@@ -10,18 +10,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..profile.fields import field_error
+from ..profile.fields import FIELDS, field_error
 from ..profile.model import Driver
 from ..rootpath import beneath
 from ..stores.oci import Options as StoreOptions
 from .callbacks import ActivationCallbacks
-from .ops import ActivateResult, InstallInput, InstallResult, activate, install, plan_install_of, rollback
-from .plan import ActivatePlan, InstallPlan
+from .installer import InstallInput, InstallResult, install, plan_install_of
+from .plan import ActivatePlan, InstallPlan, UninstallPlan
 from .preview import activation
 from .state import State
+from .switch import ActivateResult, activate, rollback
+from .uninstall import UninstallResult, plan_uninstall_of, uninstall
 
-# Driver fields that name a file the store client reads
-FILE_FIELDS = ("registry_auth", "ca_file")
+# Driver fields that name a file the store client reads (the field table's `file`)
+FILE_FIELDS = tuple(f.key for f in FIELDS if f.section == "driver" and f.file)
 
 
 @dataclass(frozen=True)
@@ -153,3 +155,18 @@ def activate_driver(root: Path, request: DriverActivate, *,
         return rollback(root, load=request.load, modules=modules, callbacks=callbacks, daemons=drv.daemons)
     return activate(root, request.version, kernel=drv.kernel, load=request.load, modules=modules,
                     callbacks=callbacks, daemons=drv.daemons)
+
+
+@dataclass(frozen=True)
+class Uninstall:
+    """Return the node to what it was before nodeprep (`check`: the plan, nothing removed)."""
+
+    check: bool = False
+
+
+def uninstall_node(root: Path, request: Uninstall, *,
+                   callbacks: ActivationCallbacks) -> UninstallPlan | UninstallResult:
+    """Uninstall everything nodeprep made under `root`; with request.check its plan."""
+    if request.check:
+        return plan_uninstall_of(root, callbacks)
+    return uninstall(root, callbacks=callbacks)

@@ -91,6 +91,11 @@ class Driver:
         return (*head, *chosen)
 
 
+# What a front-end's flags and task options start from: the defaults, but no flavour (whichever the
+# store has): commands/defaults.py, the collection's nodeprep_driver, the generated Ansible defaults
+UNSET_DRIVER = Driver(flavour=None)
+
+
 @dataclass(frozen=True)
 class Labels:
     extra: dict[str, str] = field(default_factory=dict)

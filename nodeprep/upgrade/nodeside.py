@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..join.activation import CALLBACKS
-from ..node import ops
+from ..node import switch
 from ..node.devices import load_modules
 from ..node.state import load_state
 from . import reload as rl
@@ -90,7 +90,7 @@ def revert(root: Path, target: str, *, load: bool, modules: tuple[str, ...], che
         return Reverted(
             target, state.previous, True, (f"would roll {target} back to {state.previous or 'none'}",)
         )
-    result = ops.rollback(root, load=load, modules=modules, callbacks=CALLBACKS)
+    result = switch.rollback(root, load=load, modules=modules, callbacks=CALLBACKS)
     return Reverted(
         target, result.version, True, (f"rolled {target} back: active {result.version}", *result.notes)
     )

@@ -17,11 +17,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 # module imported alone -> modules it must not load
 LIGHT = {
-    "nodeprep.join.cdi": ["nodeprep.join.plan", "nodeprep.join.kube", "nodeprep.labels.core"],
-    "nodeprep.join.activation": ["nodeprep.join.plan", "nodeprep.join.cdi", "nodeprep.node.ops"],
+    "nodeprep.runtime.cdi": ["nodeprep.join.plan", "nodeprep.runtime.plan", "nodeprep.join.kube",
+                             "nodeprep.labels.core"],
+    "nodeprep.join.activation": ["nodeprep.join.plan", "nodeprep.runtime.cdi", "nodeprep.node.installer",
+                                 "nodeprep.node.switch"],
     "nodeprep.labels.gpu": ["nodeprep.labels.cloud", "nodeprep.labels.apply", "nodeprep.labels.core"],
-    "nodeprep.node.fsutil": ["nodeprep.node.ops", "nodeprep.node.state"],
-    "nodeprep.atomicfile": ["nodeprep.node.ops", "nodeprep.node.state", "nodeprep.artifact"],
+    "nodeprep.node.fsutil": ["nodeprep.node.installer", "nodeprep.node.switch", "nodeprep.node.state"],
+    "nodeprep.atomicfile": ["nodeprep.node.installer", "nodeprep.node.switch", "nodeprep.node.state",
+                            "nodeprep.artifact"],
     # hashing a file needs none of the artifact format
     "nodeprep.digests": ["nodeprep.artifact", "tarfile", "zstandard"],
     "nodeprep.download": ["nodeprep.artifact", "tarfile", "zstandard"],

@@ -24,6 +24,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sources", ("sources",)),
     ("targets", ("targets",)),
     ("join", ("join",)),
+    ("runtime", ("runtime",)),
     ("health", ("health",)),
     ("node", ("node",)),
     ("containers", ("containerhooks", "cuda")),

@@ -16,53 +16,20 @@ import yaml
 from nodeprep.cli import main
 from nodeprep.errors import InputError
 from nodeprep.profile.fields import FIELDS, field_by_path, field_error
+from nodeprep.profile.generate import installed
 from tests.support.clirunner import separate_stderr
 from tests.support.fixtures import REPO
 from tests.support.standin import KERNEL, standin_store
 
 VERSION = "535.309.01"
 
-# field path -> the commands whose option `flag` overrides it
-FLAG_COMMANDS: dict[str, tuple[str, ...]] = {
-    "driver.version": ("install",),  # and activate's VERSION argument
-    "driver.flavour": ("install",),
-    "driver.store": ("install",),
-    "driver.registry_auth": ("install", "cloud-init"),  # cloud-init: the file to put there
-    "driver.ca_file": ("install", "cloud-init"),
-    "driver.insecure_http": ("install",),
-    "driver.kernel": ("install", "activate"),
-    "driver.modules": ("install", "activate", "rollback"),
-    "driver.keep_boot_kernel": ("install",),
-    "driver.persistenced": ("install",),
-    "driver.fabricmanager": ("install",),
-    "driver.branch": ("install",),
-    "driver.gpus": ("install", "build-matrix"),  # and `profile check --gpus`
-    "driver.branch_policy": ("install", "build-matrix"),
-    "labels.cloud": ("labels",),
-    "labels.mig_strategy": ("labels",),
-    "cluster.api_server": ("join",),
-    "cluster.token_file": ("join", "cloud-init"),
-    "cluster.kubernetes_version": ("join",),
-    "cluster.node_name": ("join",),
-}
+# field path -> the commands whose option `flag` overrides it (the field table's `commands`)
+FLAG_COMMANDS: dict[str, tuple[str, ...]] = {f.path: f.commands for f in FIELDS if f.flag}
 
-# Ansible role variable -> field path. The name is the role's prefix plus the field's key, always.
+# Ansible role variable -> field path. The name is the role's prefix plus the field's key, always:
+# nvidia_driver_KEY for every driver field the role takes (the table's `ansible`), and these.
 ROLE_VARIABLES: dict[str, str] = {
-    "nvidia_driver_version": "driver.version",
-    "nvidia_driver_flavour": "driver.flavour",
-    "nvidia_driver_store": "driver.store",
-    "nvidia_driver_registry_auth": "driver.registry_auth",
-    "nvidia_driver_ca_file": "driver.ca_file",
-    "nvidia_driver_insecure_http": "driver.insecure_http",
-    "nvidia_driver_kernel": "driver.kernel",
-    "nvidia_driver_modules": "driver.modules",
-    "nvidia_driver_keep_boot_kernel": "driver.keep_boot_kernel",
-    "nvidia_driver_gpudirect": "driver.gpudirect",
-    "nvidia_driver_persistenced": "driver.persistenced",
-    "nvidia_driver_fabricmanager": "driver.fabricmanager",
-    "nvidia_driver_branch": "driver.branch",
-    "nvidia_driver_gpus": "driver.gpus",
-    "nvidia_driver_branch_policy": "driver.branch_policy",
+    **{f"nvidia_driver_{f.key}": f.path for f in installed()},
     "node_labels_extra": "labels.extra",
     "node_labels_cloud": "labels.cloud",
     "node_labels_mig_strategy": "labels.mig_strategy",

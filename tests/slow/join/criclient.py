@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeprep.join import containerd as ctd
-from nodeprep.join import ocihooks
-from nodeprep.join.files import apply_changes
 from nodeprep.profile import Runtime
+from nodeprep.runtime import containerd as ctd
+from nodeprep.runtime import ocihooks
+from nodeprep.runtime.files import apply_changes
 
 from .gpunode import GpuNode, run, unpacked_deb
 

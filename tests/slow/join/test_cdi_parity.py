@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from nodeprep import artifact, runner
-from nodeprep.join import cdi
+from nodeprep.runtime import cdi
 from tests.support import nvidia
 from tests.support import rawartifact as ra
 from tests.support.fixtures import NVIDIA_SMI

@@ -125,8 +125,8 @@ def test_nodeprep_hook_becomes_nvidias_disable_device_node_modification(
     the file the container's procfs would show."""
     import json
 
-    from nodeprep.join.files import apply_changes
-    from nodeprep.join.hookprogram import hook_program
+    from nodeprep.runtime.files import apply_changes
+    from nodeprep.runtime.hookprogram import hook_program
 
     tool = nvidia_cdi_hook(test_cache)
     changes = hook_program(tmp_path / "node")

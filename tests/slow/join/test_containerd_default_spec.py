@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.join import containerd as ctd
-from nodeprep.join import ocidefault, ocihooks
-from nodeprep.join.files import apply_changes
 from nodeprep.profile import Runtime
+from nodeprep.runtime import containerd as ctd
+from nodeprep.runtime import ocidefault, ocihooks
+from nodeprep.runtime.files import apply_changes
 
 from .criclient import containerd_bin
 

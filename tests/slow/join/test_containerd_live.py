@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from nodeprep import runner
-from nodeprep.join import containerd as ctd
-from nodeprep.join.files import apply_changes
 from nodeprep.profile import Cluster, Runtime
+from nodeprep.runtime import containerd as ctd
+from nodeprep.runtime.files import apply_changes
 
 pytestmark = pytest.mark.slow
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.join import containerd as ctd
-from nodeprep.join.files import apply_changes
 from nodeprep.profile import Runtime
+from nodeprep.runtime import containerd as ctd
+from nodeprep.runtime.files import apply_changes
 
 from .criclient import containerd_bin
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.join import containerd as ctd
+from nodeprep.runtime import containerd as ctd
 
 from .criclient import Containerd, containerd_bin, cri_modules, oci_archive
 from .gpunode import GpuNode

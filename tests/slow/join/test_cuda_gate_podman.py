@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep.containerhooks import gate
-from nodeprep.join import ocihooks
+from nodeprep.runtime import ocihooks
 
 from .gpunode import PODMAN_SANDBOX, GpuNode, cli, make_rootfs_tar, unpack_rootfs
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.join import ocihooks
+from nodeprep.runtime import ocihooks
 
 from .gpunode import GpuNode, make_rootfs_tar, unpack_rootfs
 from .test_cuda_gate_podman import CLAIM_UID, DRA_KIND, dra_spec, start

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.join.hookprogram import HOOK_PATH
+from nodeprep.runtime.hookprogram import HOOK_PATH
 from tests.slow.node.test_kernel_hook import CHROOT_ENV, put_nodeprep
 from tests.support.standin import KERNEL, standin_store
 from tests.support.testhosts import debian_rootfs

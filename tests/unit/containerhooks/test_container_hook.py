@@ -17,9 +17,9 @@ import pytest
 from nodeprep.containerhooks.container import LIB64, _open_dir, link_dir, mounted_libraries, shadowing_entries
 from nodeprep.containerhooks.gate import decide
 from nodeprep.containerhooks.jsonload import loads
-from nodeprep.join import cdi
-from nodeprep.join.files import apply_changes
-from nodeprep.join.hookprogram import hook_program
+from nodeprep.runtime import cdi
+from nodeprep.runtime.files import apply_changes
+from nodeprep.runtime.hookprogram import hook_program
 
 REQUIRE_12_2 = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
 REQUIRE_12_4 = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=535,driver<536"

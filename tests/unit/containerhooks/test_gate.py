@@ -15,9 +15,9 @@ import pytest
 
 from nodeprep.cli import main
 from nodeprep.containerhooks import gate
-from nodeprep.join import ocihooks
-from nodeprep.join.files import apply_changes
-from nodeprep.join.hookprogram import hook_program
+from nodeprep.runtime import ocihooks
+from nodeprep.runtime.files import apply_changes
+from nodeprep.runtime.hookprogram import hook_program
 from tests.support.clirunner import separate_stderr
 from tests.unit.join.conftest import node_python
 

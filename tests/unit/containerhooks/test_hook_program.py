@@ -16,8 +16,8 @@ import yaml
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.join import hookprogram
-from nodeprep.join.files import apply_changes
+from nodeprep.runtime import hookprogram
+from nodeprep.runtime.files import apply_changes
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep.containerhooks.container import HOOK_ENV, LDCONFIG
-from nodeprep.join import cdi, containerd, ocihooks
-from nodeprep.join.hookprogram import hook_env
+from nodeprep.runtime import cdi, containerd, ocihooks
+from nodeprep.runtime.hookprogram import hook_env
 
 from .test_container_hook import FOLDER, LINKS, MULTIARCH, image, installed_hook
 

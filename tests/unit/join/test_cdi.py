@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from nodeprep.errors import StateError
-from nodeprep.join import cdi, gpus
-from nodeprep.join.files import apply_changes
-from nodeprep.join.hookprogram import HOOK_PATH, MODULES_PATH
 from nodeprep.profile import Driver, Runtime
+from nodeprep.runtime import cdi, gpus
+from nodeprep.runtime.files import apply_changes
+from nodeprep.runtime.hookprogram import HOOK_PATH, MODULES_PATH
 
 from .conftest import FIXTURES, VERSION
 
@@ -327,7 +327,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     """`nodeprep activate` (the real node code) switches /opt/nvidia/current; the CDI spec nodeprep
     wrote must follow, or containers would get the old version's libraries."""
     from nodeprep.join.activation import CALLBACKS
-    from nodeprep.node import ops
+    from nodeprep.node import switch
 
     from .conftest import install_driver
 
@@ -344,7 +344,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     program = node_root / HOOK_PATH.lstrip("/")
     program.write_text("#!/bin/sh\n# the hook of an older nodeprep\n")
 
-    result = ops.activate(node_root, new_version, load=False, callbacks=CALLBACKS)
+    result = switch.activate(node_root, new_version, load=False, callbacks=CALLBACKS)
     assert program.read_bytes().startswith(b"#!/usr/bin/python3 -IS\n")  # this nodeprep's hook follows
     assert result.changed and "/etc/cdi/nvidia.yaml now mounts 535.216.03" in result.notes
     spec = yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
@@ -361,7 +361,7 @@ def test_activation_rewrites_the_spec_for_the_new_version(node_root: Path, tmp_p
     assert foreign.read_text().startswith("cdiVersion: 0.5.0\nkind")
     assert cdi.refresh_after_activation(node_root, new_version) == []  # idempotent
 
-    ops.rollback(node_root, load=False, callbacks=CALLBACKS)
+    switch.rollback(node_root, load=False, callbacks=CALLBACKS)
     hosts = [m["hostPath"] for m in yaml.safe_load((node_root / "etc/cdi/nvidia.yaml").read_text())
              ["containerEdits"]["mounts"]]
     assert all(h.startswith(f"/opt/nvidia/{VERSION}/") for h in hosts)
@@ -375,7 +375,7 @@ def test_activation_refuses_when_the_spec_cannot_follow(node_root: Path, tmp_pat
 
     from nodeprep.errors import InputError
     from nodeprep.join.activation import CALLBACKS
-    from nodeprep.node import ops
+    from nodeprep.node import switch
 
     from .conftest import install_driver
 
@@ -389,7 +389,7 @@ def test_activation_refuses_when_the_spec_cannot_follow(node_root: Path, tmp_pat
     subprocess.run(["chattr", "+i", str(node_root / "etc/cdi")], check=True)
     try:
         with pytest.raises(InputError, match=r"cannot write /etc/cdi/nvidia.yaml: .* not activated"):
-            ops.activate(node_root, "535.216.03", load=False, callbacks=CALLBACKS)
+            switch.activate(node_root, "535.216.03", load=False, callbacks=CALLBACKS)
     finally:
         subprocess.run(["chattr", "-i", str(node_root / "etc/cdi")], check=True)
     assert (node_root / "opt/nvidia/current").readlink() == Path(VERSION)

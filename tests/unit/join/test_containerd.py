@@ -20,9 +20,9 @@ import pytest
 
 from nodeprep import runner
 from nodeprep.errors import InputError
-from nodeprep.join import containerd as ctd
-from nodeprep.join.files import apply_changes
 from nodeprep.profile import Cluster, Runtime
+from nodeprep.runtime import containerd as ctd
+from nodeprep.runtime.files import apply_changes
 
 MAIN = "/etc/containerd/config.toml"
 
@@ -238,9 +238,8 @@ def test_containerd_version_is_probed_at_the_edge_and_judged_by_a_pure_planner()
     """The version is read once by nodeprep.join.probe (this host's real `containerd --version`, only
     for a live root with CDI) and the planner judges the text it is given: containerd before 1.7
     ignores enable_cdi."""
-    from nodeprep.join.plan import containerd_version_warnings
-    from nodeprep.join.probe import containerd_version
     from nodeprep.profile import parse_profile
+    from nodeprep.runtime.plan import containerd_version, containerd_version_warnings
 
     cdi = parse_profile({"driver": {"version": "535.309.01"}, "runtime": {"cdi": True}})
     assert containerd_version(cdi, live=False) is None  # an image root: its containerd is not running here

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.join.files import FileChange, apply_changes, under
+from nodeprep.runtime.files import FileChange, apply_changes, under
 
 from .conftest import mode_of
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import tomllib
 
-from nodeprep.join import containerd as ctd
-from nodeprep.join import ocihooks
 from nodeprep.profile import Runtime
+from nodeprep.runtime import containerd as ctd
+from nodeprep.runtime import ocihooks
 
 DEFAULT = {  # `ctr oci spec` of containerd 2.1.9, abridged
     "ociVersion": "1.2.1", "process": {"user": {"uid": 0, "gid": 0}, "cwd": "/"}, "root": {"path": "rootfs"},

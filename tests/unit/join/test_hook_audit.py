@@ -1,4 +1,4 @@
-"""`nodeprep doctor`'s `hooks` check (nodeprep.join.hookaudit) on a node root, through the CLI: every
+"""`nodeprep doctor`'s `hooks` check (nodeprep.runtime.hookaudit) on a node root, through the CLI: every
 container hook a runtime would start with the container's environment is named with its file, be it
 nodeprep's of before #35, NVIDIA's (nvidia-ctk before 1.17.8 wrote hooks without `env`; the H200's
 real v1.20.0 spec in tests/fixtures/gpu-machine has one on every hook) or another tool's; the next
@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.join import hookaudit
+from nodeprep.runtime import hookaudit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 H200_SPEC = FIXTURES / "gpu-machine/h200_580.159.04.nvidia-ctk.yaml"

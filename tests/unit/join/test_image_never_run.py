@@ -20,8 +20,8 @@ import yaml
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.join import containerd as ctd
-from nodeprep.join import ocidefault, ocihooks
+from nodeprep.runtime import containerd as ctd
+from nodeprep.runtime import ocidefault, ocihooks
 from tests.support.fixtures import FIXTURES
 
 from .conftest import VERSION

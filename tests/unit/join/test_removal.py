@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeprep.join.containerd import import_entry, with_import
 from nodeprep.join.removal import without_import
+from nodeprep.runtime.containerd import import_entry, with_import
 
 ENTRY = import_entry("/etc/containerd/config.toml")
 TABLE = '[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.9"\n'

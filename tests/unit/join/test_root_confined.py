@@ -18,9 +18,9 @@ import yaml
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.join.containerd import plan_containerd
-from nodeprep.join.files import apply_changes
 from nodeprep.profile.model import Runtime
+from nodeprep.runtime.containerd import plan_containerd
+from nodeprep.runtime.files import apply_changes
 from tests.support.standin import tree
 
 from .test_join import join_args, profile

@@ -120,7 +120,7 @@ def test_missing_nvidia_container_runtime_is_one_line(node_root: Path, tmp_path:
     """No NVIDIA Container Toolkit in this root: the drop-in still registers the `nvidia` runtime
     (installing the toolkit later makes it work), runtime and activation say so in one line."""
     from nodeprep.join.activation import CALLBACKS
-    from nodeprep.node import ops
+    from nodeprep.node import switch
 
     args = ["runtime", "--profile", str(_profile(tmp_path)), "--root", str(node_root),
             "--nvidia-smi-xml", str(smi_xml)]
@@ -137,7 +137,7 @@ def test_missing_nvidia_container_runtime_is_one_line(node_root: Path, tmp_path:
     code, _, err = run(args)
     assert code == 0 and "nvidia-container-runtime is not installed" not in err
     (node_root / "usr/bin/nvidia-container-runtime").unlink()
-    notes = ops.activate(node_root, "535.309.01", load=False, callbacks=CALLBACKS).notes
+    notes = switch.activate(node_root, "535.309.01", load=False, callbacks=CALLBACKS).notes
     assert any(n.startswith("nvidia-container-runtime is not installed") for n in notes), notes
 
 

@@ -1,12 +1,15 @@
 """One profile, three front-ends, one plan: `nodeprep install --check --json`, bootstrap's driver
 step in check mode and nodeprep.fleet.nodeprep_driver in check mode (run by ansible-core, the
 library from this checkout) plan the same install for the same profile on the same image root,
-because each is one call of nodeprep.node.usecase.install_driver.
+because each is one call of nodeprep.node.usecase.install_driver; likewise uninstall
+(node.usecase.uninstall_node), labels (node.labeling.label_node), the runtime and the join
+(runtime.configure.configure_runtime, join.usecase.join_cluster), table-driven below.
 
 The store is a directory of small real artifacts (tests/support/standin.py) served over loopback
 http, so the store client reads the profile's credentials file; that file is the node's (in the
 image, beneath --root), which this machine does not have: a front-end that read it on this machine
-fails or plans otherwise. Nothing GPU-like is used (no NVML mock, no capture)."""
+fails or plans otherwise. The driver verbs use nothing GPU-like (no NVML mock, no capture); the
+others read a recorded `nvidia-smi -q -x` capture (no NVML mock, no GPU)."""
 
 from __future__ import annotations
 
@@ -94,3 +97,131 @@ def test_three_front_ends_plan_the_same_install(name: str, served: str, tmp_path
     assert plans["cli"]["kernel_hook"]["record"]["registry_auth"] == auth  # as the booted node sees it
     assert plans["bootstrap"] == plans["cli"]
     assert plans["ansible"] == plans["cli"]
+
+
+# The other verbs: uninstall, label, configure the runtime, join. The node root is a real one (an
+# installed driver unpacked from a real artifact, tests/unit/join/conftest.py) with a profile in its
+# /etc/nodeprep/node.yaml; GPU facts come from a recorded `nvidia-smi -q -x` capture (no NVML mock,
+# no GPU). Each front-end's answer is cut to the plan the verb's one use case made.
+NODE_PROFILE = {
+    "driver": {"version": VERSION, "kernel": KERNEL},
+    "labels": {"extra": {"example.com/team": "ml"}, "cloud": "none", "mig_strategy": "single"},
+    "runtime": {"default_runtime": True},
+    "cluster": {"api_server": "10.0.0.10:6443", "ca_cert_hashes": ["sha256:" + "0f" * 32],
+                "kubernetes_version": "1.31", "taints": ["dedicated=gpu:NoSchedule"]},
+}
+PROFILE_AT = "/etc/nodeprep/node.yaml"
+# what a join's preview adds to the plan (JoinPlan.to_dict()), and what bootstrap adds to a step's
+PREVIEW_KEYS = ("written", "ran", "preview", "dry_run", "check", "summary")
+
+
+def _cli_json(args: list[str]) -> Any:
+    from nodeprep.cli import main
+
+    r = separate_stderr().invoke(main, args)
+    return json.loads(r.stdout) if r.exit_code == 0 else {"failed": r.stderr.strip()}
+
+
+def _step(name: str, root: Path, xml: Path) -> Any:
+    from nodeprep.bootstrap import steps
+
+    profile = root / PROFILE_AT.lstrip("/")
+    ctx = Context(root=root, profile=load_profile(profile), profile_path=profile, digest="",
+                  options=Options(check=True, nvidia_smi_xml=xml))
+    try:
+        return getattr(steps, f"step_{name}")(ctx)
+    except NodeprepError as e:
+        return {"failed": str(e)}
+
+
+def _task(name: str, args: dict[str, Any], check: bool = True) -> Any:
+    from tests.unit.fleet.test_module_sequence import module
+
+    status, result = module(name, args, check=check)
+    return result if status in ("CHANGED", "SUCCESS") else {"failed": result.get("msg")}
+
+
+def _cut(data: Any, key: str | None = None) -> Any:
+    if "failed" in data:
+        return data
+    data = data[key] if key else data
+    return {k: v for k, v in data.items() if k not in PREVIEW_KEYS}
+
+
+def _runtime(fe: str, root: Path, xml: Path) -> Any:
+    if fe == "cli":
+        out = _cli_json(["runtime", "--root", str(root), "--profile", str(root / PROFILE_AT.lstrip("/")),
+                         "--nvidia-smi-xml", str(xml), "--check", "--json"])
+    elif fe == "bootstrap":
+        out = _step("runtime", root, xml)
+    else:
+        out = _task("nodeprep_runtime", {"root": str(root), "profile": PROFILE_AT,
+                                         "nvidia_smi_xml": str(xml)})
+    return out if "failed" in out else out["files"]
+
+
+def _labels(fe: str, root: Path, xml: Path) -> Any:
+    if fe == "cli":  # the CLI has no check mode that prints the labels: it records the GPU facts
+        out = _cli_json(["labels", "--root", str(root), "--profile", str(root / PROFILE_AT.lstrip("/")),
+                         "--nvidia-smi-xml", str(xml), "--json"])
+    elif fe == "bootstrap":
+        out = _step("labels", root, xml)
+    else:  # the role passes the profile's labels section as the task's options
+        section = NODE_PROFILE["labels"]
+        out = _task("nodeprep_labels", {"root": str(root), "nvidia_smi_xml": str(xml),
+                                        "extra": section["extra"], "cloud": section["cloud"],
+                                        "mig_strategy": section["mig_strategy"], "kernel": KERNEL,
+                                        "nfd_file": "", "json_file": ""})
+    return out if "failed" in out else out["labels"]
+
+
+def _join(fe: str, root: Path, xml: Path) -> Any:
+    if fe == "cli":
+        return _cut(_cli_json(["join", "--root", str(root), "--profile", str(root / PROFILE_AT.lstrip("/")),
+                               "--nvidia-smi-xml", str(xml), "--skip-discovery", "--skip-preflight",
+                               "--check", "--json"]))
+    if fe == "bootstrap":  # doctor gated the bring-up already; no discovery in check mode
+        return _cut(_step("join", root, xml))
+    return _cut(_task("nodeprep_join", {"root": str(root), "profile": PROFILE_AT,
+                                        "nvidia_smi_xml": str(xml), "skip_discovery": True,
+                                        "skip_preflight": True}), "plan")
+
+
+def _uninstall(fe: str, root: Path, xml: Path) -> Any:
+    if fe == "cli":
+        return _cli_json(["uninstall", "--root", str(root), "--check", "--json"])
+    out = _task("nodeprep_driver", {"root": str(root), "state": "absent"})
+    return out if "failed" in out else out["plan"]
+
+
+# verb -> (its front-ends' plans, whether a run leaves the root as it was); bootstrap never uninstalls
+VERBS = {
+    "runtime": (_runtime, ("cli", "bootstrap", "ansible"), True),
+    "labels": (_labels, ("cli", "bootstrap", "ansible"), False),
+    "join": (_join, ("cli", "bootstrap", "ansible"), True),
+    "uninstall": (_uninstall, ("cli", "ansible"), True),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_three_front_ends_plan_the_same_verb(verb: str, tmp_path: Path) -> None:
+    pytest.importorskip("ansible")
+    from tests.support.fixtures import NVIDIA_SMI
+    from tests.unit.join.conftest import install_driver, write_token
+
+    root = tmp_path / "root"
+    root.mkdir()
+    install_driver(root, tmp_path / "work")
+    write_token(root)
+    profile = root / PROFILE_AT.lstrip("/")
+    profile.write_text(yaml.safe_dump(NODE_PROFILE))
+    xml = NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"
+    plan_of, front_ends, unchanged = VERBS[verb]
+    before = tree(root)
+    plans = {fe: plan_of(fe, root, xml) for fe in front_ends}
+    if unchanged:
+        assert tree(root) == before  # check mode everywhere: nothing written
+    assert all(not (isinstance(p, dict) and "failed" in p) for p in plans.values()), plans
+    assert plans["cli"], plans
+    for fe in front_ends:
+        assert plans[fe] == plans["cli"], (fe, plans[fe], plans["cli"])

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from nodeprep.cli import main
 from nodeprep.errors import InputError
-from nodeprep.node import ops
+from nodeprep.node import installer
 from nodeprep.node.plan import plan_activate, plan_remove
 from nodeprep.node.state import load_state
 from tests.support.standin import KERNEL, standin_store, tree
@@ -44,7 +44,7 @@ def install(store: Path, root: Path, kernel: str = KERNEL, *extra: str):  # type
 def test_fresh_root_plan_then_install(store: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    before, todo = ops.plan(root, str(store), V, kernel=KERNEL, activate=True, node_store=str(store))
+    before, todo = installer.plan(root, str(store), V, kernel=KERNEL, activate=True, node_store=str(store))
     assert before.installed == {} and todo.changes and todo.new_version
     assert todo.kmod is not None and todo.kmod.kernel_release == KERNEL
     assert todo.activation is not None and todo.activation.switch and todo.activation.active is None
@@ -69,14 +69,15 @@ def test_fresh_root_plan_then_install(store: Path, tmp_path: Path) -> None:
     assert json.loads(done.stdout)["changed"] is True
     after = load_state(root)
     assert (after.active, after.installed[V].kernels) == (V, (KERNEL,))
-    _, again = ops.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True,
+    _, again = installer.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True,
                         node_store=str(tmp_path / "no-store"))
     assert again.userspace is None  # the store was not even read
     assert again.kernel_hook is not None and again.kernel_hook.write == ()  # the hooks are in place,
     assert again.changes and not again.kernel_hook.recorded  # only the recorded store would change
-    _, again = ops.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True, kernel_hook=False)
+    _, again = installer.plan(root, str(tmp_path / "no-store"), V, kernel=KERNEL, activate=True,
+                              kernel_hook=False)
     assert not again.changes
-    _, same = ops.plan(root, str(store), V, kernel=KERNEL, activate=True, node_store=str(store))
+    _, same = installer.plan(root, str(store), V, kernel=KERNEL, activate=True, node_store=str(store))
     assert not same.changes and same.kernel_hook is not None and same.kernel_hook.recorded
     written = {p: p.stat().st_mtime_ns for p in (root / "etc/kernel/postinst.d/nodeprep",
                                                 root / "etc/kernel/postrm.d/nodeprep",
@@ -92,24 +93,24 @@ def test_another_kernel_and_repair_are_planned(store: Path, tmp_path: Path) -> N
     root = tmp_path / "root"
     root.mkdir()
     assert install(store, root).exit_code == 0
-    _, todo = ops.plan(root, str(store), V, kernel=K2, activate=True)
+    _, todo = installer.plan(root, str(store), V, kernel=K2, activate=True)
     assert todo.changes and not todo.new_version and todo.kmod is not None
     assert todo.kmod.kernel_release == K2 and todo.activation is not None and not todo.activation.switch
     result = json.loads(install(store, root, K2, "--json").stdout)
     assert result["installed_kmod"] and not result["installed_userspace"]
     assert load_state(root).installed[V].kernels == tuple(sorted((KERNEL, K2)))
-    assert not ops.plan(root, str(store), V, kernel=K2, activate=True)[1].changes
+    assert not installer.plan(root, str(store), V, kernel=K2, activate=True)[1].changes
 
     ld_conf = root / "etc/ld.so.conf.d/00-nvidia.conf"
     ld_conf.write_text("/somewhere/else\n")  # drift: activation would rewrite it
-    _, todo = ops.plan(root, str(store), V, kernel=K2, activate=True)
+    _, todo = installer.plan(root, str(store), V, kernel=K2, activate=True)
     assert todo.changes and todo.activation is not None
     assert todo.activation.drift == ("/etc/ld.so.conf.d/00-nvidia.conf",)
     assert "would rewrite /etc/ld.so.conf.d/00-nvidia.conf" in install(store, root, K2, "--check").output
     assert json.loads(install(store, root, K2, "--json").stdout)["changed"] is True
     assert ld_conf.read_text() == "/opt/nvidia/current/lib64\n"
-    assert not ops.plan(root, str(store), V, kernel=K2, activate=True)[1].changes
-    assert not ops.plan(root, str(store), V, kernel=K2)[1].changes  # no activation: files not looked at
+    assert not installer.plan(root, str(store), V, kernel=K2, activate=True)[1].changes
+    assert not installer.plan(root, str(store), V, kernel=K2)[1].changes  # no activation: files not looked at
 
 
 def test_plans_refuse_what_apply_refuses(store: Path, tmp_path: Path) -> None:
@@ -125,7 +126,7 @@ def test_plans_refuse_what_apply_refuses(store: Path, tmp_path: Path) -> None:
         plan_remove(state, V)
     assert not plan_remove(state, "550.54.14").remove
     with pytest.raises(InputError, match="no user-space artifact for 550.54.14"):
-        ops.plan(root, str(store), "550.54.14", kernel=KERNEL)
+        installer.plan(root, str(store), "550.54.14", kernel=KERNEL)
     result = invoke("install", "--store", str(store), "--driver", V, "--kernel", "6.1.0-99-amd64",
                     "--root", str(root), "--check")
     assert result.exit_code == 2 and "vermagic mismatch" in result.output

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.join import containerd as ctd
+from nodeprep.runtime import containerd as ctd
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
 

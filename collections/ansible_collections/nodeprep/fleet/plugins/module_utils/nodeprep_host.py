@@ -196,7 +196,7 @@ def change_diffs(files):
 def doctor_problems(doctor_mod, root, checks, require_cuda, expect_version):
     """Run the library's doctor on `root`, its container hook audit included: (problems as
     "check: message", checks as dicts, active)."""
-    from nodeprep.join.hookaudit import inheriting_hooks
+    from nodeprep.runtime.hookaudit import inheriting_hooks
 
     report = doctor_mod.doctor(
         root,

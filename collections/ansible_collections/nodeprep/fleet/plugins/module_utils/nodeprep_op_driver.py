@@ -17,30 +17,42 @@ GPUDIRECT_MODULES = ["nvidia-peermem", "nvidia-fs", "gdrdrv"]  # nodeprep.vocab.
 FABRICMANAGER_MODES = ["auto", "always", "never"]  # nodeprep.vocab.FABRICMANAGER_MODES
 
 
+# the options that are the profile's driver fields (driver.KEY, through nodeprep.profile.overrides)
+# BEGIN generated from nodeprep/profile/fields.py by `python -m nodeprep.profile.generate --write`
+DRIVER_OPTIONS = {
+    "version": {"type": "str"},
+    "branch": {"type": "str"},
+    "gpus": {"type": "str"},
+    "branch_policy": {"type": "str", "choices": ["newest", "oldest"], "default": "newest"},
+    "flavour": {"type": "str", "choices": ["proprietary", "open"]},
+    "store": {"type": "str"},
+    "registry_auth": {"type": "path"},
+    "ca_file": {"type": "path"},
+    "insecure_http": {"type": "bool", "default": False},
+    "kernel": {"type": "str"},
+    "modules": {"type": "list", "elements": "str", "default": ["nvidia", "nvidia-uvm", "nvidia-modeset"]},
+    "gpudirect": {
+        "type": "list",
+        "elements": "str",
+        "choices": ["nvidia-peermem", "nvidia-fs", "gdrdrv"],
+        "default": [],
+    },
+    "persistenced": {"type": "bool", "default": True},
+    "fabricmanager": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
+    "keep_boot_kernel": {"type": "bool", "default": False},
+}
+# END generated
+
+
 def argument_spec():
     return host.node_argument_spec(
-        version={"type": "str"},
-        branch={"type": "str"},
-        gpus={"type": "str"},
-        branch_policy={"type": "str", "choices": list(BRANCH_POLICIES), "default": BRANCH_POLICIES[0]},
-        store={"type": "str"},
-        registry_auth={"type": "path"},
-        ca_file={"type": "path"},
-        insecure_http={"type": "bool", "default": False},
+        **DRIVER_OPTIONS,
         state={"type": "str", "choices": ["present", "active", "absent"], "default": "active"},
-        kernel={"type": "str"},
-        flavour={"type": "str", "choices": list(FLAVOURS)},
         arch={"type": "str", "default": "amd64"},
         load={"type": "bool", "default": False},
-        modules={"type": "list", "elements": "str", "default": list(DEFAULT_MODULES)},
-        gpudirect={"type": "list", "elements": "str", "choices": list(GPUDIRECT_MODULES), "default": []},
-        persistenced={"type": "bool", "default": True},
-        fabricmanager={"type": "str", "choices": list(FABRICMANAGER_MODES),
-                       "default": FABRICMANAGER_MODES[0]},
         doctor={"type": "bool", "default": False},
         doctor_checks={"type": "list", "elements": "str", "default": []},
         require_cuda={"type": "str"},
-        keep_boot_kernel={"type": "bool", "default": False},
     )
 
 
@@ -59,25 +71,20 @@ def snapshot(state):
     }
 
 
-# the options that are the profile's driver fields (driver.KEY), through nodeprep.profile.overrides
-DRIVER_FIELDS = ("version", "branch", "gpus", "branch_policy", "store", "registry_auth", "ca_file",
-                 "insecure_http", "kernel", "flavour", "modules", "gpudirect", "persistenced",
-                 "fabricmanager", "keep_boot_kernel")
-
-
 def request_of(p, usecase, model, overrides):
     """The nodeprep.node.usecase request for the task's options: the profile's typed Driver section
     (no flavour: whichever the store has), the options over it as flags over a profile."""
-    given = {f"driver.{k}": tuple(p[k]) if k in ("modules", "gpudirect") else p[k] for k in DRIVER_FIELDS}
-    driver = overrides.driver_with(model.Driver(flavour=None), given)
+    given = {f"driver.{k}": tuple(p[k]) if spec["type"] == "list" else p[k]
+             for k, spec in DRIVER_OPTIONS.items()}
+    driver = overrides.driver_with(model.UNSET_DRIVER, given)
     return usecase.DriverInstall(driver, arch=p["arch"], activate=p["state"] == "active", load=p["load"])
 
 
 def run(module):
     """The nodeprep_driver task on a validated AnsibleModule (see modules/nodeprep_driver.py)."""
     p = module.params
-    ops, state_mod, usecase, model, overrides, join_activation = host.import_nodeprep(
-        module, "nodeprep.node.ops", "nodeprep.node.state", "nodeprep.node.usecase", "nodeprep.profile.model",
+    state_mod, usecase, model, overrides, join_activation = host.import_nodeprep(
+        module, "nodeprep.node.state", "nodeprep.node.usecase", "nodeprep.profile.model",
         "nodeprep.profile.overrides", "nodeprep.join.activation",
     )
     from dataclasses import replace
@@ -85,7 +92,7 @@ def run(module):
 
     root = Path(p["root"])
     if p["state"] == "absent":
-        uninstall(module, ops, join_activation.CALLBACKS, root)
+        uninstall(module, usecase, join_activation.CALLBACKS, root)
         return
     activate = p["state"] == "active"
     request = request_of(p, usecase, model, overrides)
@@ -151,21 +158,22 @@ def run(module):
     module.exit_json(**out)
 
 
-def uninstall(module, ops, callbacks, root):
+def uninstall(module, usecase, callbacks, root):
     """state=absent: `nodeprep uninstall` (check mode: its plan, `nodeprep uninstall --check`)."""
     from pathlib import Path
 
     live = root.resolve() == Path("/")
     try:
+        done = usecase.uninstall_node(root, usecase.Uninstall(check=module.check_mode), callbacks=callbacks)
         if module.check_mode:
-            plan = ops.plan_uninstall_of(root, callbacks)
+            plan = done
             for line in plan.kept:
                 module.warn(line)
             module.exit_json(changed=plan.changes, version=module.params["version"], active=None,
                              installed=[], loaded=False, reboot_required=False,
                              notes=["check mode: nothing removed"], removed=list(plan.remove),
                              restored=list(plan.restore), kept=list(plan.kept), plan=plan.to_dict(live))
-        result = ops.uninstall(root, callbacks=callbacks)
+        result = done
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     for line in result.kept:

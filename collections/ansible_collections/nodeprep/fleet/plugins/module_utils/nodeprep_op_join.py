@@ -47,8 +47,8 @@ def run(module):
         removal_mod, profile_mod = host.import_nodeprep(module, "nodeprep.join.removal", "nodeprep.profile")
         runtime_op.remove(module, removal_mod, profile_mod, join=True)
         return
-    plan_mod, apply_mod, profile_mod, token_mod = host.import_nodeprep(
-        module, "nodeprep.join.plan", "nodeprep.join.apply", "nodeprep.profile", "nodeprep.join.token"
+    usecase, profile_mod, token_mod = host.import_nodeprep(
+        module, "nodeprep.join.usecase", "nodeprep.profile", "nodeprep.join.token"
     )
     from pathlib import Path
 
@@ -62,25 +62,26 @@ def run(module):
     try:
         profile = host.load_profile(module, profile_mod, p["root"], p["profile"],
                                     insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
-        options = plan_mod.JoinOptions(
-            root=Path(p["root"]),
+        outcome = usecase.join_cluster(Path(p["root"]), usecase.JoinRequest(
+            profile,
+            check=module.check_mode,
+            dry_run=p["dry_run"],
             insecure_skip_ca_verification=p["insecure_skip_ca_verification"],
             skip_preflight=p["skip_preflight"],
             discovery=not p["skip_discovery"],
             nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
             token=token if module.check_mode else None,
-            check=module.check_mode,
-        )
-        plan = plan_mod.plan_join(profile, options)
-        summary = plan.to_dict()
-        diffs = host.change_diffs(plan.files)
+        ))
+        plan = outcome.plan
+        summary = outcome.planned
+        diffs = host.change_diffs(outcome.files)  # as they were before the apply
         diffs = token_diffs + diffs
-        changed = token_changed or any(f.changed for f in plan.files) or (not p["dry_run"] and plan.changed)
+        changed = (token_changed or any(f.changed for f in outcome.files)
+                   or (not p["dry_run"] and plan.changed))
         commands = []
         if not module.check_mode:
-            result = apply_mod.apply_join(plan, run=not p["dry_run"])
-            changed = token_changed or result["changed"]
-            commands = result["ran"]
+            changed = token_changed or outcome.result["changed"]
+            commands = outcome.result["ran"]
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     out = {"changed": changed, "plan": summary, "already_joined": plan.already_joined, "commands": commands}

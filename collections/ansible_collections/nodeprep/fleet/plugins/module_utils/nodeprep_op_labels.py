@@ -26,9 +26,9 @@ def argument_spec():
 def run(module):
     """The nodeprep_labels task on a validated AnsibleModule (see modules/nodeprep_labels.py)."""
     p = module.params
-    labels_mod, options_mod, settings_mod, output, gpufacts = host.import_nodeprep(
-        module, "nodeprep.labels.core", "nodeprep.labels.options", "nodeprep.labels.profilelabels",
-        "nodeprep.labels.output", "nodeprep.node.gpufacts",
+    labeling, settings_mod, output, gpufacts = host.import_nodeprep(
+        module, "nodeprep.node.labeling", "nodeprep.labels.profilelabels", "nodeprep.labels.output",
+        "nodeprep.node.gpufacts",
     )
     from pathlib import Path
 
@@ -36,13 +36,13 @@ def run(module):
     try:
         settings = settings_mod.ProfileLabels(extra={str(k): str(v) for k, v in p["extra"].items()},
                                               cloud=p["cloud"], kernel=p["kernel"] or None)
-        opts = options_mod.label_options(  # the root's facts by the rule every front-end uses
-            Path(root or "/"),
-            settings,
-            nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
-            mig_strategy=p["mig_strategy"],
-        )
-        result = labels_mod.node_labels(opts)
+        # the root's facts by the rule every front-end uses; the GPU facts planned before any write
+        labelled = labeling.label_node(Path(root or "/"), labeling.LabelNode(settings, check=True, options={
+            "nvidia_smi_xml": Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
+            "mig_strategy": p["mig_strategy"]}))
+        result, facts = labelled.result, labelled.facts
+        if labelled.facts_warning:  # advisory, as for `nodeprep labels`: the gate keeps compat off
+            module.warn(labelled.facts_warning)
         mine, api = result.split()
         files = []
         if p["nfd_file"]:
@@ -51,11 +51,6 @@ def run(module):
             doc = {"labels": result.labels, "kubelet": mine, "api": api}
             text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
             files.append((host.under_root(module, root, p["json_file"]), text))
-        try:  # the CUDA gate's facts on a root with an active driver (else None), planned before any write
-            facts = gpufacts.record(Path(root or "/"), result.facts.gpu, check=True)
-        except OSError as e:  # advisory, as for `nodeprep labels`: without them the gate keeps compat off
-            facts = None
-            module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     changed, diffs = False, []

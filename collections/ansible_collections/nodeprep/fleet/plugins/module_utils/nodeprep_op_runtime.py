@@ -45,9 +45,7 @@ def remove(module, removal_mod, profile_mod, join=False):
 def run(module):
     """The nodeprep_runtime task on a validated AnsibleModule (see modules/nodeprep_runtime.py)."""
     p = module.params
-    plan_mod, apply_mod, profile_mod = host.import_nodeprep(
-        module, "nodeprep.join.plan", "nodeprep.join.apply", "nodeprep.profile"
-    )
+    usecase, profile_mod = host.import_nodeprep(module, "nodeprep.runtime.configure", "nodeprep.profile")
     if p["state"] == "absent":
         (removal_mod,) = host.import_nodeprep(module, "nodeprep.join.removal")
         remove(module, removal_mod, profile_mod)
@@ -57,19 +55,17 @@ def run(module):
     try:
         profile = host.load_profile(module, profile_mod, p["root"], p["profile"],
                                    insecure_skip_ca_verification=p["insecure_skip_ca_verification"])
-        options = plan_mod.JoinOptions(
-            root=Path(p["root"]), nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
-            check=module.check_mode,
-        )
-        plan = plan_mod.plan_runtime(profile, options)
-        files = [f.summary() for f in plan.files]
-        diffs = host.change_diffs(plan.files)
+        outcome = usecase.configure_runtime(Path(p["root"]), usecase.RuntimeRequest(
+            profile, check=module.check_mode,
+            nvidia_smi_xml=Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None))
+        plan = outcome.plan
+        files = [f.summary() for f in outcome.files]  # as they were before the apply
+        diffs = host.change_diffs(outcome.files)
         commands = [list(a.argv) for a in plan.actions if not a.deferred]
         changed = plan.changed
-        if not module.check_mode:
-            result = apply_mod.apply_runtime(plan)
-            changed = result["changed"]
-            commands = result["ran"]
+        if outcome.applied is not None:
+            changed = outcome.applied["changed"]
+            commands = outcome.applied["ran"]
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     out = {"changed": changed, "files": files, "commands": commands, "warnings_seen": list(plan.warnings)}

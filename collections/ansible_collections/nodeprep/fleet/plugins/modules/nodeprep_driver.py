@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: nodeprep_driver
 short_description: Install an NVIDIA driver version from a nodeprep artifact store and activate it
 description:
-  - Calls C(nodeprep.node.ops.install) (user space and the kernel modules for one kernel release into
+  - Calls C(nodeprep.node.installer.install) (user space and the kernel modules for one kernel release into
     C(/opt/nvidia/<version>), verified against the store index and each artifact's manifest) and,
     with O(state=active), switches C(/opt/nvidia/current) atomically, writes the ld.so.conf.d,
     modprobe.d and systemd files and rebuilds the ld cache.
@@ -33,50 +33,103 @@ options:
       - Anything but V(/) installs into an image and never loads modules.
     type: path
     default: /
+  # BEGIN generated from nodeprep/profile/fields.py by `python -m nodeprep.profile.generate --write`
   version:
-    description:
-      - Full driver version, for example V(535.309.01) (the profile's C(driver.version)).
-      - Required unless O(state=absent), O(branch) or O(gpus) is given. With O(branch), a version of it.
-      - With O(gpus), checked against the GPUs by its supported-GPU list in the store.
+    description: >-
+      NVIDIA driver version to install, e.g. 535.309.01 (required unless driver.branch or
+      driver.gpus chooses it; with driver.branch, a version of that branch) (the profile's
+      C(driver.version)).
     type: str
   branch:
-    description:
-      - Driver branch (its major number, for example V(580); the profile's C(driver.branch)). Without
-        O(version), the O(branch_policy)'s version of the branch in the store with kernel modules for
-        O(kernel) is installed (of those that run O(gpus) when given); a branch the store has no
-        version of fails naming the branch and the store.
+    description: >-
+      Driver branch to install the newest (driver.branch_policy) version of that the store has
+      (and that runs driver.gpus), e.g. 580 (the profile's C(driver.branch)).
     type: str
   gpus:
-    description:
-      - GPUs the version (unless O(version) pins it) and flavour follow, by each version's
-        C(supported-gpus.json) in the store (the profile's C(driver.gpus), C(nodeprep install --gpus)).
-      - V(node) reads the NVIDIA PCI devices under O(root); else a comma list of PCI ids
-        C(10de:DEVICE[:SUBVENDOR:SUBDEVICE]), for example V(10de:2335).
-      - None of the versions running every GPU fails naming the GPUs and the versions tried.
+    description: >-
+      GPUs the driver version and flavour follow, by each version's supported-GPU list in the
+      store: node (the node's NVIDIA PCI devices) or 10de:DEVICE,... (the profile's
+      C(driver.gpus)).
     type: str
   branch_policy:
-    description: Which version O(gpus) or O(branch) takes, the newest or the oldest that fits.
+    description: >-
+      Which version driver.gpus or driver.branch takes: the newest or the oldest that fits (the
+      profile's C(driver.branch_policy)).
     type: str
     choices: [newest, oldest]
     default: newest
+  flavour:
+    description: >-
+      Kernel module flavour: proprietary or open (open GPU kernel modules, Turing and newer)
+      (the profile's C(driver.flavour)).
+    type: str
+    choices: [proprietary, open]
   store:
-    description:
-      - Artifact store holding C(index.json) (directory, C(file://) or C(http(s\)://) base URL), or an OCI
-        registry repository C(oci://HOST[:PORT]/REPO), optionally pinned as C(...@sha256:<index digest>).
-      - Required unless O(state=absent).
+    description: >-
+      Artifact store: a directory, file:// or http(s):// base URL with index.json, or an OCI
+      registry repository oci://HOST[:PORT]/REPO[@sha256:DIGEST] (the profile's
+      C(driver.store)).
     type: str
   registry_auth:
-    description:
-      - Docker-style C(config.json) on the node with the registry's credentials (mode 0600; refused
-        otherwise). Never the credentials themselves.
+    description: >-
+      Docker-style config.json with the registry's credentials (mode 0600; never the credentials
+      themselves in the profile) (the profile's C(driver.registry_auth)).
     type: path
   ca_file:
-    description: CA bundle (PEM) on the node that signs the store's TLS certificate.
+    description: >-
+      CA bundle (PEM) for the store's TLS certificate (default: the system's CAs) (the profile's
+      C(driver.ca_file)).
     type: path
   insecure_http:
-    description: Allow plain http (C(http://), C(oci+http://)) to a store that is not on loopback.
+    description: >-
+      Allow plain http (http://, oci+http://) to a store that is not on loopback (the profile's
+      C(driver.insecure_http)).
     type: bool
     default: false
+  kernel:
+    description: >-
+      Kernel release to install modules for (default: the running kernel) (the profile's
+      C(driver.kernel)).
+    type: str
+  modules:
+    description: >-
+      Kernel modules to load, in order (the profile's C(driver.modules)).
+    type: list
+    elements: str
+    default: [nvidia, nvidia-uvm, nvidia-modeset]
+  gpudirect:
+    description: >-
+      GPUDirect modules loaded after nvidia (default none): nvidia-fs (GPUDirect Storage) and
+      gdrdrv (gdrcopy, makes /dev/gdrdrv) need an artifact built with them; nvidia-peermem loads
+      only where the InfiniBand stack exports the peer-memory API, else DMA-BUF is the path (the
+      profile's C(driver.gpudirect)).
+    type: list
+    elements: str
+    choices: [nvidia-peermem, nvidia-fs, gdrdrv]
+    default: []
+  persistenced:
+    description: >-
+      Run the active driver's nvidia-persistenced (unit nodeprep-persistenced.service, default
+      true); false: no unit, one nodeprep wrote is removed (the profile's
+      C(driver.persistenced)).
+    type: bool
+    default: true
+  fabricmanager:
+    description: >-
+      Run the active driver's Fabric Manager (unit nodeprep-fabricmanager.service): auto
+      (default) where the machine needs it (NVSwitch or its management bridge on PCI, never
+      GB200/GB300: `nodeprep fabric-manager --condition`), always, or never (no unit, one
+      nodeprep wrote is removed) (the profile's C(driver.fabricmanager)).
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  keep_boot_kernel:
+    description: >-
+      When a kernel installed later has no modules in the store, the kernel hook keeps the boot
+      default (GRUB) on a kernel that has them (the profile's C(driver.keep_boot_kernel)).
+    type: bool
+    default: false
+  # END generated
   state:
     description:
       - V(present) installs only; V(active) also makes it the active driver.
@@ -84,17 +137,6 @@ options:
     type: str
     choices: [present, active, absent]
     default: active
-  kernel:
-    description:
-      - Kernel release to install modules for; default the running kernel.
-      - Required when O(root) is not V(/).
-    type: str
-  flavour:
-    description:
-      - Kernel module flavour; default whichever the store has for the version and kernel.
-      - With O(gpus), the preferred one (a GPU that needs the other decides).
-    type: str
-    choices: [proprietary, open]
   arch:
     description: Architecture of the user-space artifact.
     type: str
@@ -105,36 +147,6 @@ options:
         loaded it is left alone and RV(reboot_required) is set.
     type: bool
     default: false
-  modules:
-    description: Kernel modules to load, in order.
-    type: list
-    elements: str
-    default: [nvidia, nvidia-uvm, nvidia-modeset]
-  gpudirect:
-    description:
-      - GPUDirect modules loaded after nvidia and O(modules) (the profile's C(driver.gpudirect)).
-        C(nvidia-fs) and C(gdrdrv) need a kmod artifact built with them (C(build-driver --nvidia-fs),
-        C(--gdrcopy)); C(/dev/gdrdrv) is made on load. C(nvidia-peermem) loads only where the
-        InfiniBand stack exports C(ib_register_peer_memory_client); elsewhere one line says DMA-BUF
-        is the path.
-    type: list
-    elements: str
-    choices: [nvidia-peermem, nvidia-fs, gdrdrv]
-    default: []
-  persistenced:
-    description:
-      - Run the active driver's nvidia-persistenced (unit C(nodeprep-persistenced.service); the profile's
-        C(driver.persistenced)). V(false) writes no unit and removes one nodeprep wrote.
-    type: bool
-    default: true
-  fabricmanager:
-    description:
-      - Run the active driver's Fabric Manager (unit C(nodeprep-fabricmanager.service); the profile's
-        C(driver.fabricmanager)). V(auto) where the machine needs it (NVSwitches or their management
-        bridge on PCI, never GB200/GB300), V(always), or V(never) (no unit; one nodeprep wrote is removed).
-    type: str
-    choices: [auto, always, never]
-    default: auto
   doctor:
     description:
       - When this call changes nothing, also run C(nodeprep doctor) in the same round trip and fail
@@ -150,13 +162,6 @@ options:
   require_cuda:
     description: CUDA version the driver must support, checked with O(doctor).
     type: str
-  keep_boot_kernel:
-    description:
-      - When a kernel package installed later has no modules of the active driver in the store, the
-        kernel hook keeps the boot default (GRUB, C(/etc/default/grub.d/zz-nodeprep-keep-kernel.cfg)) on
-        a kernel that has them. Without it the hook only prints one line.
-    type: bool
-    default: false
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node

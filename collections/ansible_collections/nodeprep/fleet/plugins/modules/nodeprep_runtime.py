@@ -8,8 +8,8 @@ DOCUMENTATION = r"""
 module: nodeprep_runtime
 short_description: Configure containerd for NVIDIA GPUs (drop-in, nvidia runtime, CDI spec) with nodeprep
 description:
-  - Reads the node profile's C(runtime) section and calls C(nodeprep.join.plan.plan_runtime) then
-    C(nodeprep.join.apply.apply_runtime) - a containerd drop-in (plus one C(imports) entry in the main
+  - Reads the node profile's C(runtime) section and calls C(nodeprep.runtime.plan.plan_runtime) then
+    C(nodeprep.runtime.configure.apply_runtime) - a containerd drop-in (plus one C(imports) entry in the main
     config) and the CDI spec pointing at the active driver root.
   - Check mode calls only the plan; C(changed) and the diff come from comparing each rendered file
     with the one on disk.

@@ -14,7 +14,7 @@
 - The CUDA gate (nodeprep.containerhooks.gate) runs for every container through the runtime handlers' base
   spec: `<dir>/nodeprep-base-spec.json` is containerd's own default spec (what `ctr oci spec` of the
   node's containerd prints, from nodeprep's data by the version the root's dpkg status names:
-  join.ocidefault; nothing of the root is run; its shared `cgroupsPath` dropped) plus the gate as a
+  runtime.ocidefault; nothing of the root is run; its shared `cgroupsPath` dropped) plus the gate as a
   createContainer hook, and every runc-type handler of the drop-in gets `base_runtime_spec` naming
   it (a handler that already has one keeps it, with a warning). Version not known: no base spec, a
   warning.
@@ -184,7 +184,7 @@ def base_spec_target(main_target: str) -> str:
 
 def default_spec(root: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(containerd's default OCI spec, None) for the node's containerd version, from nodeprep's data
-    (join.ocidefault: the version read as data, the node's `ctr` never run), or (None, why not)."""
+    (runtime.ocidefault: the version read as data, the node's `ctr` never run), or (None, why not)."""
     version, where = ocidefault.node_version(root)
     if version is None:
         return None, f"containerd's version is not known: {where}; the root's ctr is never run"

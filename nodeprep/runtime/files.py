@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,3 +114,23 @@ def under(root: Path, target: str | os.PathLike[str], *, input_field: str | None
         if input_field is None:
             raise
         raise InputError(f"{input_field}: {e.message}", hint=e.hint) from None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A planned file as it was before the apply (a FileChange reads the node each time it is asked):
+    what a front-end reports and diffs of an applied plan."""
+
+    target: str
+    content: bytes = field(repr=False)
+    before: bytes | None = field(repr=False)
+    secret: bool
+    changed: bool
+    described: Mapping[str, object]
+
+    def summary(self) -> dict[str, object]:
+        return dict(self.described)
+
+
+def seen(files: Iterable[FileChange]) -> tuple[Seen, ...]:
+    return tuple(Seen(f.target, f.content, f.before, f.secret, f.changed, f.summary()) for f in files)
