@@ -20,7 +20,7 @@ from types import FrameType
 
 from .kmsg import KernelXid, KmsgReader
 from .nvml import Nvml
-from .verdict import Held, NodeVerdict, Observations, XidEvent, evaluate, settle
+from .verdict import Held, NodeVerdict, Observations, XidEvent, evaluate, settle, with_rates
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,11 @@ def look_once(settings: Settings) -> tuple[Observations, list[str]]:
         xids = [kernel_event(x, now) for x in (kmsg.read() if kmsg else [])]
         if kmsg:
             kmsg.close()
-        nvml.observe()
+        first, at = nvml.observe(), time.monotonic()
         xids += nvml.wait(settings.settle_ms) if nvml.error is None else []
         now = time.monotonic()
-        return nvml.observe(tuple(_remember([], xids, now, settings.xid_window))), notes
+        obs = nvml.observe(tuple(_remember([], xids, now, settings.xid_window)))
+        return with_rates(first, obs, time.monotonic() - at), notes
     finally:
         nvml.close()
 
@@ -112,6 +113,7 @@ def serve(settings: Settings, publish: Callable[[NodeVerdict], str | None] | Non
     verdict: NodeVerdict | None = None
     shown: tuple[str, str] | None = None
     next_read = 0.0
+    last: tuple[Observations, float] | None = None  # the previous read, for the counters' rates
     try:
         while not stop():
             new = nvml.wait(1000)  # sleeps the second out when NVML is not there
@@ -132,7 +134,11 @@ def serve(settings: Settings, publish: Callable[[NodeVerdict], str | None] | Non
                         echo(note)
             if new or now >= next_read or verdict is None:
                 xids = _remember(xids, new, now, settings.xid_window)
-                raw = evaluate(nvml.observe(tuple(xids)), now, xid_window=settings.xid_window)
+                obs = nvml.observe(tuple(xids))
+                read_at = time.monotonic()
+                rated = with_rates(last[0], obs, read_at - last[1]) if last else obs
+                last = (obs, read_at)
+                raw = evaluate(rated, now, xid_window=settings.xid_window)
                 held, verdict = settle(held, raw, now, hold=settings.hold)
                 next_read = now + settings.interval
             if publish is not None:
