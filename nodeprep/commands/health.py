@@ -39,8 +39,8 @@ KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 @click.option("--interval", type=click.FloatRange(1, 3600), default=2.0, show_default=True,
               help="--watch: seconds between reads of the GPUs' state when no event comes.")
 @click.option("--heartbeat", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
-              help="--watch --apply: seconds after which an unchanged condition is written again (`verify-nodes "
-                   "--health-stale` counts an older one as Unknown).")
+              help="--watch --apply: seconds after which an unchanged condition is written again "
+                   "(`verify-nodes --health-stale` counts an older one as Unknown).")
 @click.option("--kmsg", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Kernel log to read Xid lines from (default /dev/kmsg; a file of records or "
                    "dmesg lines works too).")

@@ -107,6 +107,8 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
                 kind = {"is_flag": True, "callback": _flag_given}
             elif "enum" in f.schema:
                 kind = {"type": click.Choice(list(f.schema["enum"]))}
+            elif f.schema.get("type") == "integer":  # the field's rule checks the range
+                kind = {"metavar": f.metavar, "type": int}
             if f.envvar:
                 kind.update(envvar=f.envvar, show_envvar=True)
             fn = click.option(f.flag, path.replace(".", "__"), default=None,

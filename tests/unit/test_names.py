@@ -42,6 +42,7 @@ FLAG_COMMANDS: dict[str, tuple[str, ...]] = {
     "cluster.token_file": ("join", "cloud-init"),
     "cluster.kubernetes_version": ("join",),
     "cluster.node_name": ("join",),
+    "health.hold": ("join",),
 }
 
 # Ansible role variable -> field path. The name is the role's prefix plus the field's key, always.

@@ -12,7 +12,7 @@ process re-reads): no GPU here.
 - kube-apiserver stopped and started again: the service keeps running and writes what happened
   meanwhile once the API server is back;
 - one look (`nodeprep health --apply`, `--check`) on the mock's `example-h100-faults`;
-- every fault class in turn on one node, each arriving and leaving (test_every_fault_class_arrives_and_leaves);
+- every fault class in turn on one node, each arriving and leaving;
 - a silent reporter: its heartbeat older than `verify-nodes --health-stale` taints the node.
 """
 

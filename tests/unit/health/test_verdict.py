@@ -160,7 +160,8 @@ def test_nvlink_error_counters_judged_by_their_rise() -> None:
                                                          "replay": 7}) for g in GPUS))
     v = evaluate(with_rates(before, after, 2.0), 100.0, xid_window=60)
     assert not v.healthy and v.reason == "NVLinkErrors"
-    assert "GPU 1 (GPU-00000001, 00000000:1B:00.0): NVLink error counters rising (crc_flit 150/s)" in v.message
+    assert "GPU 1 (GPU-00000001, 00000000:1B:00.0): NVLink error counters rising (crc_flit 150/s)" \
+        in v.message
     reset = Observations(tuple(replace(g, nvlink_errors={"crc_flit": 0, "replay": 0}) for g in GPUS))
     assert evaluate(with_rates(after, reset, 2.0), 100.0, xid_window=60).healthy
     slow = Observations(tuple(replace(g, nvlink_errors={"crc_flit": 1001, "replay": 7}) for g in GPUS))
