@@ -196,7 +196,7 @@ FAULTS: list[tuple[str, dict[str, Any], str, list[str], dict[str, Any]]] = [
     ("uncorrectable ECC with Xid 48", {"1": {"failure": {"mode": "ecc_uncorrectable", "xid": {"code": 48}}}},
      "RowRemapFailure",  # the mock also marks a row remapping failure with it: the worst finding wins
      [f"GPU 1 ({GPU.format(1)}, 00000000:1B:00.0): ",
-      "Xid 48 Double Bit ECC Error (ROBUST_CHANNEL_DBE_ERROR, from nvml): reset",
+      "Xid 48 Double Bit ECC Error (ROBUST_CHANNEL_GPU_ECC_DBE, from nvml): reset",
       "uncorrected ECC errors since the last reset: reset", "row remapping failed (RMA policy): replace"],
      {"1": {"failure": {"mode": "healthy"}}}),
     ("a lost GPU", {"2": {"failure": {"mode": "lost"}}}, "GPULost",
