@@ -57,7 +57,7 @@ def health_cmd(profile: Path | None, root: Path, as_json: bool, do_apply: bool, 
     if watch and check:
         raise InputError("--watch and --check: a plan is one look (drop --watch)")
     settings = Settings(hold=hold, xid_window=xid_window, interval=interval,
-                        kmsg=None if no_kmsg else (kmsg or KMSG))
+                        kmsg=None if no_kmsg else (kmsg or KMSG), root=root)
     cfg, name = _cluster(root, profile, kubeconfig, node) if do_apply else (None, None)
     if watch:
         _watch(settings, cfg, name, heartbeat)

@@ -114,8 +114,8 @@ class GpuVerdict:
         return {"index": self.index, "uuid": self.uuid, "pci": self.pci, "healthy": self.healthy,
                 "action": self.action if not self.healthy else "none",
                 "findings": [f.to_dict() for f in self.findings],
-                "mig_devices": [{"uuid": u, "healthy": self.healthy, "parent": self.uuid}
-                                for u in self.mig_children],
+                "mig_devices": [{"uuid" if u.startswith("MIG-") else "name": u, "healthy": self.healthy,
+                                 "parent": self.uuid} for u in self.mig_children],
                 "observed": dict(self.observed),
                 **({"recovering_s": round(self.recovering, 1)} if self.recovering is not None else {})}
 
@@ -255,7 +255,8 @@ def node_verdict(gpus: tuple[GpuVerdict, ...], orphans: list[XidEvent] | None = 
     parts = []
     for g in bad:
         findings = "; ".join(f"{f.detail}: {f.action}" for f in g.blocking)
-        parts.append(f"{g.name()}: {findings}")
+        children = f" (with its MIG devices {', '.join(g.mig_children)})" if g.mig_children else ""
+        parts.append(f"{g.name()}{children}: {findings}")
     parts += notes
     first = bad[0].blocking if bad else ()
     order = ("replace", "reboot", "reset")

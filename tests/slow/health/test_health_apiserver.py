@@ -357,3 +357,47 @@ def test_a_silent_health_reporter_taints_its_node(control_plane: ControlPlane, t
               "removed")
     cp.wait("the lift in verify-nodes' output", lambda: lifted in log.read_text(), timeout=10)
     print(log.read_text())
+
+
+def test_mig_devices_follow_their_failed_parent(control_plane: ControlPlane, test_cache: Path,
+                                                tmp_path: Path) -> None:
+    """MIG devices of a failed GPU are named with it in the condition and `--json`. Data: the mock
+    (H100, MIG mode enabled: tests/fixtures/mocknvml/h100-mig-enabled.yaml; GPU 0 lost through its
+    overrides) lists no MIG devices (its README), so their names come from the record `nodeprep mig`
+    writes, ROOT/var/lib/nodeprep/mig.json, here as it is after all-1g.10gb (seven 1g.10gb on each GPU)
+    was applied: written by nodeprep's own writer (node.migapply.record, layout_of's shape) for the
+    mock's GPU UUIDs, since the mock cannot create MIG devices."""
+    import json
+
+    from nodeprep.node.migapply import Outcome, record
+
+    cp, name = control_plane, "np-mig"
+    register(cp, name)
+    root = tmp_path / "root"
+    record(root, Outcome("all-1g.10gb", "success", [f"GPU {i}: created 7 MIG device(s)" for i in range(8)],
+                         layout=[{"index": i, "uuid": GPU.format(i), "mig_devices": ["1g.10gb"] * 7}
+                                 for i in range(8)]))
+    overrides = tmp_path / "overrides.yaml"
+    _write_overrides(overrides, {"0": {"failure": {"mode": "lost"}}})
+    env = mocknvml.env(test_cache, mocknvml.derived("h100-mig-enabled", tmp_path / "profiles"))
+    env["MOCK_NVML_OVERRIDES"] = str(overrides)
+    r = subprocess.run([sys.executable, "-m", "nodeprep.cli", "health", "--json", "--no-kmsg", "--root",
+                        str(root), "--apply", "--kubeconfig", str(cp.node_credential(name)), "--node", name],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    gpu0 = json.loads(r.stdout)["gpus"][0]
+    assert gpu0["healthy"] is False and [m["name"] for m in gpu0["mig_devices"]] == [
+        f"MIG 1g.10gb Device {i}" for i in range(7)]
+    assert all(m["healthy"] is False and m["parent"] == GPU.format(0) for m in gpu0["mig_devices"])
+    c = condition(cp, name)
+    assert c is not None and c["status"] == "False" and c["reason"] == "GPULost"
+    children = ", ".join(f"MIG 1g.10gb Device {i}" for i in range(7))
+    assert c["message"].startswith(f"GPU 0 ({GPU.format(0)}, 00000000:1A:00.0) (with its MIG devices "
+                                   f"{children}): NVML cannot reach the GPU"), c["message"]
+    done = subprocess.run([sys.executable, "-m", "nodeprep.cli", "verify-nodes", "--once", "--kubeconfig",
+                           str(controller_credential(cp))], cwd=REPO, env={"PATH": env["PATH"]},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "GPUHealthy=False (GPULost): nodeprep.dev/gpu-unhealthy:NoSchedule added" in done.stdout
+    assert tainted(cp, name)
+    print(c["message"])

@@ -166,3 +166,13 @@ def test_nvlink_error_counters_judged_by_their_rise() -> None:
     assert evaluate(with_rates(after, reset, 2.0), 100.0, xid_window=60).healthy
     slow = Observations(tuple(replace(g, nvlink_errors={"crc_flit": 1001, "replay": 7}) for g in GPUS))
     assert evaluate(with_rates(before, slow, 2.0), 100.0, xid_window=60).healthy  # 0.5/s: under the rate
+
+
+def test_a_failed_parent_names_its_mig_devices_in_the_message() -> None:
+    children = ("MIG 1g.10gb Device 0", "MIG 1g.10gb Device 1")
+    parent = replace(GPUS[0], mig_children=children, lost="GPU is lost")
+    v = judge(parent)
+    assert v.message.startswith("GPU 0 (GPU-00000000, 00000000:1A:00.0) (with its MIG devices MIG 1g.10gb "
+                                "Device 0, MIG 1g.10gb Device 1): NVML cannot reach the GPU")
+    assert v.to_dict()["gpus"][0]["mig_devices"][0] == {"name": "MIG 1g.10gb Device 0", "healthy": False,
+                                                        "parent": "GPU-00000000"}
