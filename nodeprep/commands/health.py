@@ -38,6 +38,9 @@ KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
               help="Seconds an Xid whose action is not `ignore` keeps its GPU unhealthy.")
 @click.option("--interval", type=click.FloatRange(1, 3600), default=2.0, show_default=True,
               help="--watch: seconds between reads of the GPUs' state when no event comes.")
+@click.option("--heartbeat", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="--watch --apply: seconds after which an unchanged condition is written again "
+                   "(`verify-nodes --health-stale` counts an older one as Unknown).")
 @click.option("--kmsg", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Kernel log to read Xid lines from (default /dev/kmsg; a file of records or "
                    "dmesg lines works too).")
@@ -45,7 +48,7 @@ KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 @check_option("With --apply: print the condition it would write; the Node is read, not changed.")
 def health_cmd(profile: Path | None, root: Path, as_json: bool, do_apply: bool, watch: bool,
                kubeconfig: Path | None, node: str | None, hold: float, xid_window: float, interval: float,
-               kmsg: Path | None, no_kmsg: bool, check: bool) -> None:
+               heartbeat: float, kmsg: Path | None, no_kmsg: bool, check: bool) -> None:
     """Judge every GPU: lost, Xid errors (classed by NVIDIA's Xid catalog), uncorrected ECC, pending
     or failed row remaps, pending page retirements, NVLink links down, fabric not COMPLETED. Exit 0
     when all are healthy, 1 when one is not, 2 for bad input."""
@@ -54,10 +57,10 @@ def health_cmd(profile: Path | None, root: Path, as_json: bool, do_apply: bool, 
     if watch and check:
         raise InputError("--watch and --check: a plan is one look (drop --watch)")
     settings = Settings(hold=hold, xid_window=xid_window, interval=interval,
-                        kmsg=None if no_kmsg else (kmsg or KMSG))
+                        kmsg=None if no_kmsg else (kmsg or KMSG), root=root)
     cfg, name = _cluster(root, profile, kubeconfig, node) if do_apply else (None, None)
     if watch:
-        _watch(settings, cfg, name)
+        _watch(settings, cfg, name, heartbeat)
         return
     obs, notes = look_once(settings)
     _, verdict = judge(obs, settings)
@@ -109,7 +112,7 @@ def _apply_once(cfg: KubeConfig, name: str, verdict: NodeVerdict, check: bool) -
     return {"written": {"node": name, "condition": cond}}
 
 
-def _watch(settings: Settings, cfg: KubeConfig | None, name: str | None) -> None:
+def _watch(settings: Settings, cfg: KubeConfig | None, name: str | None, heartbeat: float) -> None:
     from ..health.service import Stop, serve
 
     def echo(line: str) -> None:
@@ -121,7 +124,7 @@ def _watch(settings: Settings, cfg: KubeConfig | None, name: str | None) -> None
     from ..health.publish import Publisher
     from ..kubeapi import connection
 
-    publisher = Publisher(cfg, name or "")
+    publisher = Publisher(cfg, name or "", heartbeat=heartbeat)
     with connection(cfg) as conn:
         serve(settings, lambda v: publisher.offer(v, conn), echo, Stop())
 

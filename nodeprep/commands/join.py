@@ -79,7 +79,8 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
               metavar="SECONDS", help="How long to wait for the cluster to know the bootstrap token.")
 @nvidia_smi_xml_option
 @override_options(
-    "cluster.api_server", "cluster.token_file", "cluster.kubernetes_version", "cluster.node_name"
+    "cluster.api_server", "cluster.token_file", "cluster.kubernetes_version", "cluster.node_name",
+    "health.hold",
 )
 def join_cmd(
     profile: Path | None,

@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..profile.fields import FIELDS, field_by_path
 
 log = logging.getLogger("nodeprep")
 
@@ -100,6 +99,8 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
     """click decorator: one option per field path, from the table's `flag`, `metavar` and `envvar`
     (default None = not given; a boolean field is a flag, an enum a choice). The command passes its
     kwargs through `pop_overrides()` and then `with_overrides()` (or `driver_with()`)."""
+    from ..profile.fields import field_by_path  # here: a command without overrides loads no profile code
+
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for path in reversed(paths):
             f = field_by_path(path)
@@ -111,6 +112,8 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
                 kind = {"is_flag": True, "callback": given}
             elif "enum" in f.schema:
                 kind = {"type": click.Choice(list(f.schema["enum"]))}
+            elif f.schema.get("type") == "integer":  # the field's rule checks the range
+                kind = {"metavar": f.metavar, "type": int}
             if f.envvar:
                 kind.update(envvar=f.envvar, show_envvar=True)
             fn = click.option(f.flag, path.replace(".", "__"), default=None,
@@ -122,6 +125,8 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
 
 def section_flags(section: str) -> tuple[str, ...]:
     """The field paths of `section` that have a command-line flag, in the table's order."""
+    from ..profile.fields import FIELDS
+
     return tuple(f.path for f in FIELDS if f.section == section and f.flag is not None)
 
 

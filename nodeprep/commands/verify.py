@@ -97,19 +97,22 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option("--interval", type=click.FloatRange(1, 3600), default=15.0, show_default=True,
               help="Seconds between passes.")
+@click.option("--health-stale", type=click.FloatRange(1, 86400), default=180.0, show_default=True,
+              metavar="SECONDS", help="A GPUHealthy heartbeat older than this counts as Unknown (the health "
+              "reporter is silent): the node is tainted (default: three of its 60 s heartbeats).")
 @check_option("One pass that prints the taint changes it would make and changes nothing.")
-def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, check: bool) -> None:
+def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, health_stale: float, check: bool) -> None:
     """Cluster side: lift nodeprep.dev/unverified:NoSchedule from nodes whose GPU self-test verdict is
     valid for their current boot and driver; put it back on GPU nodes without one. Keep
     nodeprep.dev/gpu-unhealthy:NoSchedule on nodes whose condition GPUHealthy is False (nodeprep
-    health), and lift it when it is True again."""
+    health) or Unknown, or whose heartbeat is stale, and lift it when it is True again."""
     from ..join.verification import verify_nodes
     from ..kubeapi import load_kubeconfig
 
     cfg = load_kubeconfig(kubeconfig)
     while True:
         try:
-            lines = verify_nodes(cfg, check=check)
+            lines = verify_nodes(cfg, check=check, stale_after=health_stale)
         except NodeprepError as e:  # the API server away or starting (503): next pass
             if once or check or isinstance(e, InputError):
                 raise

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 CONDITION = "GPUHealthy"
 STRATEGIC = "application/strategic-merge-patch+json"
+HEARTBEAT = 60.0  # seconds: the condition is written again this often while nothing changes
 
 
 def _now() -> str:
@@ -88,7 +89,7 @@ class Publisher:
     cfg: KubeConfig
     node: str
     min_interval: float = 1.0
-    heartbeat: float = 60.0
+    heartbeat: float = HEARTBEAT
     clock: Any = time.monotonic
     written: tuple[str, str, str] | None = None  # (status, reason, message) the API server holds
     last_write: float = -1e18

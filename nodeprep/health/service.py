@@ -10,22 +10,31 @@ an API server that is away is retried (nodeprep.health.publish.Publisher).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import re
 import signal
+import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
+from ..errors import NodeprepError
+from ..rootpath import beneath
 from .kmsg import KernelXid, KmsgReader
 from .nvml import Nvml
-from .verdict import Held, NodeVerdict, Observations, XidEvent, evaluate, settle
+from .verdict import Held, NodeVerdict, Observations, XidEvent, evaluate, settle, with_rates
 
 log = logging.getLogger(__name__)
 
 KMSG = Path("/dev/kmsg")
 MAX_XIDS = 256  # Xids remembered (the newest); older ones fall out of the window anyway
+MIG_RECORD = "/var/lib/nodeprep/mig.json"  # what `nodeprep mig` put in place (node.migapply.STATE_FILE)
+MAX_RECORD = 256 * 1024
+_MIG_PROFILE = re.compile(r"[0-9a-z][0-9a-z.+-]{0,31}")
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class Settings:
     interval: float = 2.0  # seconds between reads of the GPUs' state when no event comes
     kmsg: Path | None = KMSG  # None: not read
     settle_ms: int = 500  # one look: how long to wait for events before the final read
+    root: Path = Path("/")  # where the MIG record is read (MIG_RECORD under it)
 
 
 def kernel_event(x: KernelXid, now: float) -> XidEvent:
@@ -51,6 +61,45 @@ def _open_kmsg(path: Path | None, notes: list[str]) -> KmsgReader | None:
     except OSError as e:
         notes.append(f"{path}: not read ({e.strerror or e}); Xids come from NVML's events only")
         return None
+
+
+def mig_layout(root: Path) -> dict[str, tuple[str, ...]]:
+    """GPU UUID -> its MIG devices as the record of `nodeprep mig` names them (`MIG 1g.10gb Device 0`,
+    as nvidia-smi -L does), for MIG devices NVML does not list; {} without a successful record. The
+    record is input like any file under the root: bounded, checked, an unreadable one is no record."""
+    try:
+        fd = os.open(beneath(Path(root), MIG_RECORD), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, NodeprepError):
+        return {}
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device is no record
+            return {}
+        raw = os.read(fd, MAX_RECORD + 1)
+        data = json.loads(raw) if len(raw) <= MAX_RECORD else None
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or data.get("state") != "success" or \
+            not isinstance(data.get("layout"), list):
+        return {}
+    out: dict[str, tuple[str, ...]] = {}
+    for g in data["layout"][:64]:
+        devices = g.get("mig_devices") if isinstance(g, dict) else None
+        if not isinstance(g, dict) or not isinstance(g.get("uuid"), str) or not isinstance(devices, list):
+            continue
+        names = [d for d in devices[:8] if isinstance(d, str) and _MIG_PROFILE.fullmatch(d)]
+        if names and len(names) == len(devices[:8]):
+            out[g["uuid"][:96]] = tuple(f"MIG {d} Device {i}" for i, d in enumerate(names))
+    return out
+
+
+def with_layout(obs: Observations, layout: dict[str, tuple[str, ...]]) -> Observations:
+    """`obs` with each GPU's MIG devices from the record where NVML listed none."""
+    if not layout:
+        return obs
+    return replace(obs, gpus=tuple(g if g.mig_children or g.uuid not in layout
+                                   else replace(g, mig_children=layout[g.uuid]) for g in obs.gpus))
 
 
 def _remember(xids: list[XidEvent], new: list[XidEvent], now: float, window: float) -> list[XidEvent]:
@@ -70,10 +119,11 @@ def look_once(settings: Settings) -> tuple[Observations, list[str]]:
         xids = [kernel_event(x, now) for x in (kmsg.read() if kmsg else [])]
         if kmsg:
             kmsg.close()
-        nvml.observe()
+        first, at = nvml.observe(), time.monotonic()
         xids += nvml.wait(settings.settle_ms) if nvml.error is None else []
         now = time.monotonic()
-        return nvml.observe(tuple(_remember([], xids, now, settings.xid_window))), notes
+        obs = nvml.observe(tuple(_remember([], xids, now, settings.xid_window)))
+        return with_layout(with_rates(first, obs, time.monotonic() - at), mig_layout(settings.root)), notes
     finally:
         nvml.close()
 
@@ -112,6 +162,7 @@ def serve(settings: Settings, publish: Callable[[NodeVerdict], str | None] | Non
     verdict: NodeVerdict | None = None
     shown: tuple[str, str] | None = None
     next_read = 0.0
+    last: tuple[Observations, float] | None = None  # the previous read, for the counters' rates
     try:
         while not stop():
             new = nvml.wait(1000)  # sleeps the second out when NVML is not there
@@ -132,7 +183,11 @@ def serve(settings: Settings, publish: Callable[[NodeVerdict], str | None] | Non
                         echo(note)
             if new or now >= next_read or verdict is None:
                 xids = _remember(xids, new, now, settings.xid_window)
-                raw = evaluate(nvml.observe(tuple(xids)), now, xid_window=settings.xid_window)
+                obs = with_layout(nvml.observe(tuple(xids)), mig_layout(settings.root))
+                read_at = time.monotonic()
+                rated = with_rates(last[0], obs, read_at - last[1]) if last else obs
+                last = (obs, read_at)
+                raw = evaluate(rated, now, xid_window=settings.xid_window)
                 held, verdict = settle(held, raw, now, hold=settings.hold)
                 next_read = now + settings.interval
             if publish is not None:

@@ -52,6 +52,6 @@ Wants={UNIT}
 """
 
 
-def files() -> list[tuple[str, bytes]]:
-    """(node path, bytes) of the service's files."""
-    return [(UNIT_PATH, render_unit().encode()), (DROP_IN_PATH, render_drop_in().encode())]
+def files(*, hold: float = 60.0) -> list[tuple[str, bytes]]:
+    """(node path, bytes) of the service's files (`hold`: the profile's health.hold)."""
+    return [(UNIT_PATH, render_unit(hold=hold).encode()), (DROP_IN_PATH, render_drop_in().encode())]

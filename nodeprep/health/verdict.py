@@ -10,7 +10,8 @@ Rules (docs/node.md has the table):
 - remapped rows pending: reset; a remapping failure: replace (NVIDIA's RMA policy);
 - retired pages pending (pre-Ampere): reset (the retirement takes effect at the next reattach);
 - NVLink: a link reported inactive while others on the GPU are active: reset (all inactive is a board
-  without NVLink, e.g. standalone B200 or PCIe); error counters are reported, not judged;
+  without NVLink, e.g. standalone B200 or PCIe); an error counter (replay, recovery, CRC) rising by
+  more than NVLINK_ERROR_RATE per second between two reads: reset (one read alone judges no counter);
 - fabric (Hopper+ NVSwitch systems, where NVML supports it): state not COMPLETED or a failed status:
   reset;
 - MIG devices carry the verdict of their parent GPU.
@@ -29,6 +30,7 @@ from .catalog import action_of, catalog, worst
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 MAX_MESSAGE = 1024  # the condition's message, bounded
+NVLINK_ERROR_RATE = 1.0  # NVLink DL errors per second (any one counter) that make a GPU unhealthy
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class GpuObservation:
     retired_pending: bool = False
     nvlink_active: tuple[bool, ...] = ()  # per link that answered
     nvlink_errors: Mapping[str, int] = field(default_factory=dict)
+    nvlink_error_rates: Mapping[str, float] = field(default_factory=dict)  # per second, between 2 reads
     fabric_state: int | None = None  # None: not supported
     fabric_status: int | None = None  # the NVML return code of the fabric's probe (0: success)
     mig_children: tuple[str, ...] = ()  # UUIDs of the MIG devices on it
@@ -111,8 +114,8 @@ class GpuVerdict:
         return {"index": self.index, "uuid": self.uuid, "pci": self.pci, "healthy": self.healthy,
                 "action": self.action if not self.healthy else "none",
                 "findings": [f.to_dict() for f in self.findings],
-                "mig_devices": [{"uuid": u, "healthy": self.healthy, "parent": self.uuid}
-                                for u in self.mig_children],
+                "mig_devices": [{"uuid" if u.startswith("MIG-") else "name": u, "healthy": self.healthy,
+                                 "parent": self.uuid} for u in self.mig_children],
                 "observed": dict(self.observed),
                 **({"recovering_s": round(self.recovering, 1)} if self.recovering is not None else {})}
 
@@ -175,6 +178,10 @@ def _findings(g: GpuObservation, xids: list[XidEvent]) -> list[Finding]:
         down = [str(i) for i, up in enumerate(links) if not up]
         out.append(Finding("NVLinkDown", "nvlink", "reset", f"NVLink links {','.join(down)} inactive, "
                            f"{sum(links)} of {len(links)} active"))
+    rising = {k: v for k, v in g.nvlink_error_rates.items() if v > NVLINK_ERROR_RATE}
+    if rising:
+        rates = ", ".join(f"{k} {v:.0f}/s" for k, v in sorted(rising.items()))
+        out.append(Finding("NVLinkErrors", "nvlink", "reset", f"NVLink error counters rising ({rates})"))
     if g.fabric_state is not None and g.fabric_state != 0:
         if g.fabric_state != FABRIC_COMPLETED:
             out.append(Finding("FabricNotReady", "fabric", "reset", "fabric state "
@@ -191,8 +198,26 @@ def _observed(g: GpuObservation) -> dict[str, Any]:
             "remapped_rows_failure": g.remap_failure, "retired_pages_pending": g.retired_pending,
             "nvlink_active": f"{sum(g.nvlink_active)}/{len(g.nvlink_active)}",
             "nvlink_errors": dict(g.nvlink_errors),
+            "nvlink_error_rates": {k: round(v, 1) for k, v in g.nvlink_error_rates.items()},
             "fabric_state": None if g.fabric_state is None
             else FABRIC_STATES.get(g.fabric_state, g.fabric_state)}
+
+
+def with_rates(previous: Observations | None, obs: Observations, seconds: float) -> Observations:
+    """`obs` with each GPU's NVLink error counters' rise per second since `previous` (read `seconds`
+    before; the same GPU by UUID). A counter that went down (reset, reread from zero) rose by 0."""
+    if previous is None or seconds <= 0:
+        return obs
+    before = {g.uuid: g for g in previous.gpus if not g.lost}
+    gpus = []
+    for g in obs.gpus:
+        p = before.get(g.uuid)
+        if p is None or g.lost:
+            gpus.append(g)
+            continue
+        rates = {k: max(0, v - p.nvlink_errors.get(k, v)) / seconds for k, v in g.nvlink_errors.items()}
+        gpus.append(replace(g, nvlink_error_rates=rates))
+    return replace(obs, gpus=tuple(gpus))
 
 
 def evaluate(obs: Observations, now: float, *, xid_window: float) -> NodeVerdict:
@@ -230,7 +255,8 @@ def node_verdict(gpus: tuple[GpuVerdict, ...], orphans: list[XidEvent] | None = 
     parts = []
     for g in bad:
         findings = "; ".join(f"{f.detail}: {f.action}" for f in g.blocking)
-        parts.append(f"{g.name()}: {findings}")
+        children = f" (with its MIG devices {', '.join(g.mig_children)})" if g.mig_children else ""
+        parts.append(f"{g.name()}{children}: {findings}")
     parts += notes
     first = bad[0].blocking if bad else ()
     order = ("replace", "reboot", "reset")

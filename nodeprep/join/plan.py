@@ -23,6 +23,7 @@ from ..health import unit as healthunit
 from ..kubeletflags import SortedArgs, check_version, sort_args
 from ..profile import Cluster, Profile
 from ..profile.load import CA_PIN_REQUIRED
+from ..profile.model import Health
 from ..runtime.files import FileChange, under
 from ..runtime.plan import Action, RuntimeOptions, plan_runtime
 from . import enablement, kube, probe
@@ -239,9 +240,14 @@ def kubelet_actions(root: Path, *, changed: bool, joined: bool, live: bool) -> l
     return actions
 
 
-def health_files(root: Path) -> list[FileChange]:
-    """The GPU health service's unit and the kubelet drop-in that wants it (nodeprep.health.unit)."""
-    return [FileChange(under(root, target), target, content, 0o644) for target, content in healthunit.files()]
+def health_files(root: Path, health: Health | None = None) -> list[FileChange]:
+    """The GPU health service's unit and the kubelet drop-in that wants it (nodeprep.health.unit), with
+    the profile's health.hold; none when health.enabled is false."""
+    health = health or Health()
+    if not health.enabled:
+        return []
+    return [FileChange(under(root, target), target, content, 0o644)
+            for target, content in healthunit.files(hold=float(health.hold))]
 
 
 def health_actions(*, changed: bool, live: bool) -> list[Action]:
@@ -283,7 +289,7 @@ def plan_join(profile: Profile, options: JoinOptions | None = None) -> JoinPlan:
         actions = kubelet_actions(root, changed=changed, joined=joined, live=options.live)
         record = enablement.record_change(root) if any("enable" in a.argv for a in actions) else None
         files += [record] if record else []  # written before the enable runs
-    health = health_files(root)
+    health = health_files(root, profile.health)
     files += health
     actions += health_actions(changed=any(f.changed for f in health), live=options.live)
     preflight = list(runtime.preflight) + ([] if options.skip_preflight else probe.doctor_problems(root))

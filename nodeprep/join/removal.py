@@ -65,8 +65,10 @@ def _join_targets(root: Path, profile: Profile | None) -> dict[str, bool]:
     out: dict[str, bool] = {}
     options = JoinOptions(root=Path(root), check=True, discovery=False, skip_preflight=True, labels={},
                           insecure_skip_ca_verification=True, token=BootstrapToken("abcdef", "0" * 16))
+    health = replace(profile.health, enabled=True)  # a health unit an earlier join wrote goes too
     for mode in field_by_path("cluster.mode").rule.schema["enum"]:
-        plan = plan_join(replace(profile, cluster=replace(profile.cluster, mode=mode)), options)
+        moded = replace(profile, cluster=replace(profile.cluster, mode=mode), health=health)
+        plan = plan_join(moded, options)
         out.update({f.target: out.get(f.target, False) or mode == profile.cluster.mode for f in plan.files})
     return out
 

@@ -29,13 +29,14 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import requests
 
 from ..errors import InputError, NetworkError, NodeprepError
-from ..health.publish import CONDITION
+from ..health.publish import CONDITION, HEARTBEAT
 from ..kubeapi import PATCH_TYPE, KubeConfig, api_session, status_message
 from ..labels.core import PREFIX, VERIFIED_LABEL
 from ..node.selftest import Verdict
@@ -47,6 +48,8 @@ SELFTEST_ANNOTATION = f"{PREFIX}/gpu-selftest"
 DRIVER_LABEL = f"{PREFIX}/driver-version"
 FAILED = "failed"
 GPU_RESOURCE = "nvidia.com/gpu"
+# a GPUHealthy heartbeat older than this counts as Unknown: three of the health service's heartbeats
+HEALTH_STALE = 3 * HEARTBEAT
 
 
 def verdict_digest(node: str, boot_id: str, driver_version: str) -> str:
@@ -160,10 +163,28 @@ def _tainted(node: Mapping[str, Any], key: str = UNVERIFIED_TAINT.key) -> bool:
 
 def health_of(node: Mapping[str, Any]) -> tuple[str, str] | None:
     """(status, reason) of the Node's GPUHealthy condition (nodeprep health --apply), None without."""
+    cond = _health_condition(node)
+    return (str(cond.get("status")), str(cond.get("reason") or "")) if cond is not None else None
+
+
+def _health_condition(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for c in (node.get("status") or {}).get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type") == CONDITION:
-            return str(c.get("status")), str(c.get("reason") or "")
+            return c
     return None
+
+
+def heartbeat_age(node: Mapping[str, Any], now: datetime) -> float | None:
+    """Seconds since the GPUHealthy condition's lastHeartbeatTime (the health service's clock: the
+    node's), None without a condition or a readable time (an unreadable one counts as very old)."""
+    cond = _health_condition(node)
+    if cond is None:
+        return None
+    try:
+        beat = datetime.strptime(str(cond.get("lastHeartbeatTime")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return float("inf")
+    return max(0.0, (now - beat).total_seconds())
 
 
 def _verified_change(node: Mapping[str, Any], taints: list[Any]) -> tuple[list[Any], str | None]:
@@ -181,30 +202,45 @@ def _verified_change(node: Mapping[str, Any], taints: list[Any]) -> tuple[list[A
     return taints, None
 
 
-def _health_change(node: Mapping[str, Any], taints: list[Any]) -> tuple[list[Any], str | None]:
-    """The unhealthy taint's rule: on while GPUHealthy is False, off otherwise (True, Unknown, none)."""
+def _health_change(node: Mapping[str, Any], taints: list[Any], now: datetime | None = None,
+                   stale_after: float = HEALTH_STALE) -> tuple[list[Any], str | None]:
+    """The unhealthy taint's rule: on while GPUHealthy is False, Unknown, or silent (its heartbeat older
+    than `stale_after` seconds at `now`: the health service stopped writing), off while it is True and
+    fresh or when the node has no condition (no health service)."""
     health = health_of(node)
     tainted = _tainted(node, UNHEALTHY_TAINT.key)
-    if health is not None and health[0] == "False" and not tainted:
-        return ([*taints, UNHEALTHY_TAINT.to_dict()],
-                f"GPUHealthy=False ({health[1]}): {UNHEALTHY_TAINT} added")
-    if (health is None or health[0] != "False") and tainted:
-        now = f"GPUHealthy={health[0]}" if health else "no GPUHealthy condition"
+    age = heartbeat_age(node, now) if now is not None else None
+    silent = age is not None and age > stale_after
+    if health is not None and (health[0] != "True" or silent):
+        if tainted:
+            return taints, None
+        if silent:
+            old = "unreadable" if age == float("inf") else f"{age:.0f}s old"
+            why = (f"GPUHealthy counts as Unknown: its heartbeat is {old} (bound {stale_after:g}s), the "
+                   f"health reporter is silent")
+        else:
+            why = f"GPUHealthy={health[0]} ({health[1]})"
+        return [*taints, UNHEALTHY_TAINT.to_dict()], f"{why}: {UNHEALTHY_TAINT} added"
+    if tainted:
+        now_is = f"GPUHealthy={health[0]}" + (" with a fresh heartbeat" if age is not None else "") \
+            if health else "no GPUHealthy condition"
         return ([t for t in taints if t.get("key") != UNHEALTHY_TAINT.key],
-                f"{now}: {UNHEALTHY_TAINT} removed")
+                f"{now_is}: {UNHEALTHY_TAINT} removed")
     return taints, None
 
 
-def reconcile(node: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def reconcile(node: Mapping[str, Any], now: datetime | None = None,
+              stale_after: float = HEALTH_STALE) -> tuple[dict[str, Any] | None, str]:
     """(merge patch or None, one-line reason) for one Node (pure): the unverified taint by the
-    self-test verdict, the unhealthy taint by the GPUHealthy condition."""
+    self-test verdict, the unhealthy taint by the GPUHealthy condition (and, given `now`, its
+    heartbeat's age)."""
     meta = _meta(node)
     kept = list((node.get("spec") or {}).get("taints") or [])
     reasons = []
-    for rule in (_verified_change, _health_change):
-        kept, why = rule(node, kept)
-        if why:
-            reasons.append(why)
+    kept, why = _verified_change(node, kept)
+    reasons += [why] if why else []
+    kept, why = _health_change(node, kept, now, stale_after)
+    reasons += [why] if why else []
     if not reasons:
         return None, "unchanged"
     reason = "; ".join(reasons)
@@ -214,7 +250,7 @@ def reconcile(node: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
     return patch, reason
 
 
-def verify_nodes(cfg: KubeConfig, *, check: bool = False) -> list[str]:
+def verify_nodes(cfg: KubeConfig, *, check: bool = False, stale_after: float = HEALTH_STALE) -> list[str]:
     """One pass over all Nodes: lift or restore the unverified taint; one line per change. `check`:
     one line per change it would make, nothing patched."""
     out = []
@@ -224,7 +260,7 @@ def verify_nodes(cfg: KubeConfig, *, check: bool = False) -> list[str]:
             raise NodeprepError(f"{cfg.server}: listing nodes failed (HTTP {r.status_code} "
                                 f"{status_message(r)})")
         for node in r.json().get("items") or []:
-            patch, reason = reconcile(node)
+            patch, reason = reconcile(node, datetime.now(UTC), stale_after)
             if patch is None:
                 continue
             name = str(_meta(node).get("name"))

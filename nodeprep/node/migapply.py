@@ -41,9 +41,12 @@ class Outcome:
     state: str  # success | pending | failed
     done: list[str] = field(default_factory=list)
     error: str | None = None
+    # per GPU put in place: {"index", "uuid", "mig_devices": [profile, ...]} (read by nodeprep health)
+    layout: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config, "state": self.state, "done": self.done, "error": self.error}
+        return {"config": self.config, "state": self.state, "done": self.done, "error": self.error,
+                "layout": self.layout}
 
 
 @contextmanager
@@ -233,6 +236,14 @@ def apply(plan: MigPlan) -> Outcome:
     return out
 
 
+def layout_of(todo: MigPlan) -> list[dict[str, Any]]:
+    """Each MIG-enabled GPU of a plan carried out, with the MIG devices it now has (created, or found
+    in place), by profile name in creation order."""
+    in_place = dict(todo.in_place)
+    return [{"index": g.index, "uuid": g.uuid, "mig_devices": list(g.create or in_place.get(g.index, ()))}
+            for g in todo.gpus if g.mig_enabled]
+
+
 def record(root: Path, outcome: Outcome) -> bool:
     """Write ROOT/var/lib/nodeprep/mig.json (False: unchanged)."""
     path = beneath(Path(root), STATE_FILE, follow_last=False)
@@ -258,6 +269,7 @@ def run(root: Path, spec: dict[str, Any] | None, select: str | None, *, check: b
                            else f"MIG config {todo.config}: in place")
         return data
     outcome = apply(todo)
+    outcome.layout = layout_of(todo) if outcome.state == STATE_SUCCESS else []
     record(root, outcome)
     data["outcome"] = outcome.to_dict()
     if outcome.state == STATE_FAILED:

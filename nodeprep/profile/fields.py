@@ -296,6 +296,22 @@ FIELDS: tuple[Field, ...] = (
         doc="Which of `mig.config`'s `mig-configs` this node gets (mig-manager's `nvidia.com/mig.config`); "
         "may be left out when there is one",
     ),
+    # health
+    Field(
+        "health",
+        "enabled",
+        boolean,
+        "Install the GPU health service (nodeprep-health.service, `nodeprep health --watch --apply`) with "
+        "the join; false: the join writes none (uninstall still removes one)",
+    ),
+    Field(
+        "health",
+        "hold",
+        integer(0, 86400),
+        "Seconds a GPU must stay healthy before the health service reports it healthy again (no flapping)",
+        flag="--health-hold", metavar="SECONDS",
+        commands=("join",),
+    ),
     # cluster
     Field(
         "cluster",
@@ -455,6 +471,7 @@ SECTION_HELP = {
     "cluster": "How to join Kubernetes (omit to skip joining)",
     "runtime": "Container runtime integration (containerd, CDI)",
     "mig": "MIG layout applied before the node joins (omit to leave MIG as it is)",
+    "health": "The GPU health service the join installs (docs/node.md, \"GPU health\")",
 }
 
 

@@ -1,4 +1,4 @@
-"""The node profile's model: immutable sections (driver, labels, cluster, runtime, mig) and the value
+"""The node profile's model: immutable sections (driver, labels, cluster, runtime, mig, health) and the value
 domains their fields are checked against (nodeprep/profile/rules.py)."""
 
 from __future__ import annotations
@@ -160,12 +160,19 @@ class Mig:
 
 
 @dataclass(frozen=True)
+class Health:
+    enabled: bool = True  # the join installs nodeprep-health.service
+    hold: int = 60  # seconds healthy before a GPU counts as healthy again (nodeprep health --hold)
+
+
+@dataclass(frozen=True)
 class Profile:
     driver: Driver
     labels: Labels = field(default_factory=Labels)
     cluster: Cluster | None = None
     runtime: Runtime = field(default_factory=Runtime)
     mig: Mig = field(default_factory=Mig)
+    health: Health = field(default_factory=Health)
     source: str = field(default="profile", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,4 +200,4 @@ def to_plain(value: Any) -> Any:
 
 
 SECTIONS: dict[str, type] = {"driver": Driver, "labels": Labels, "cluster": Cluster, "runtime": Runtime,
-                             "mig": Mig}
+                             "mig": Mig, "health": Health}

@@ -31,6 +31,9 @@ LIGHT = {
     # the Kubernetes API client sits below labels and join; the GPU verdict needs no label patching
     "nodeprep.kubeapi": ["nodeprep.labels.core", "nodeprep.labels.apply", "nodeprep.join.plan"],
     "nodeprep.join.verification": ["nodeprep.labels.apply"],
+    # the command line loads a command's module when that command runs (nodeprep/cli.py)
+    "nodeprep.cli": ["nodeprep.commands.build", "nodeprep.commands.install", "nodeprep.commands.health",
+                     "nodeprep.commands.usage", "nodeprep.profile", "yaml"],
 }
 
 # the collection's probes: they find out whether nodeprep is importable on the host at all

@@ -404,6 +404,8 @@ def test_minimal_profile_gets_defaults() -> None:
             "mig.select: 'no such' is not a config name (a label value)",
             id="mig-select",
         ),
+        pytest.param("health", "enabled", "yes", None, id="health-enabled"),
+        pytest.param("health", "hold", -1, None, id="health-hold"),
     ],
 )
 def test_every_field_reports_its_path(section: str, key: str, value: Any, message: str | None) -> None:

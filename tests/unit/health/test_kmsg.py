@@ -96,5 +96,7 @@ def test_catalog_rows_name_their_source_and_actions() -> None:
     assert "docs.nvidia.com/deploy/xid-errors" in c.source
     assert {c.lookup(x).action for x in (13, 31, 43, 45)} == {"ignore"}
     assert c.lookup(79).action == "reboot" and c.lookup(79).bucket == "RESTART_BM"
-    assert {c.lookup(x).action for x in (48, 63, 64, 74, 95, 119, 120)} == {"reset"}
+    assert {c.lookup(x).action for x in (48, 64, 74, 95, 109, 119, 120)} == {"reset"}
+    # the catalog's immediate action for a remapping event is IGNORE: the pending remap is NVML's to say
+    assert c.lookup(63).action == "ignore" and c.lookup(61).mnemonic == "UNKNOWN"
     assert c.lookup(4242).mnemonic == "UNKNOWN" and c.lookup(4242).action == "reset"

@@ -16,6 +16,7 @@ from nodeprep.health.verdict import (
     XidEvent,
     evaluate,
     settle,
+    with_rates,
 )
 
 GPUS = tuple(GpuObservation(i, f"GPU-0000000{i}", f"00000000:{0x1A + i:02X}:00.0",
@@ -43,6 +44,7 @@ def test_all_healthy() -> None:
     ({"nvlink_active": (True,) * 17 + (False,)}, "NVLinkDown", "reset"),
     ({"fabric_state": 2}, "FabricNotReady", "reset"),
     ({"fabric_status": 15}, "FabricError", "reset"),
+    ({"nvlink_error_rates": {"crc_flit": 50.0, "replay": 0.0}}, "NVLinkErrors", "reset"),
 ])
 def test_each_fault_class(change: dict[str, object], reason: str, action: str) -> None:
     v = judge(replace(GPUS[2], **change))  # type: ignore[arg-type]
@@ -147,3 +149,30 @@ def test_hold_after_nvml_was_unavailable() -> None:
     assert not v.healthy and v.reason == "NVMLUnavailable"
     held, v = settle(held, evaluate(Observations(GPUS), 31, xid_window=1), 31, hold=30)
     assert v.healthy and held == Held()
+
+
+def test_nvlink_error_counters_judged_by_their_rise() -> None:
+    """One read judges no counter; the rise between two reads over NVLINK_ERROR_RATE per second does;
+    a counter that went back to zero (reset) rose by nothing."""
+    before = Observations(tuple(replace(g, nvlink_errors={"crc_flit": 1000, "replay": 7}) for g in GPUS))
+    assert evaluate(before, 100.0, xid_window=60).healthy
+    after = Observations(tuple(replace(g, nvlink_errors={"crc_flit": 1000 + 300 * (g.index == 1),
+                                                         "replay": 7}) for g in GPUS))
+    v = evaluate(with_rates(before, after, 2.0), 100.0, xid_window=60)
+    assert not v.healthy and v.reason == "NVLinkErrors"
+    assert "GPU 1 (GPU-00000001, 00000000:1B:00.0): NVLink error counters rising (crc_flit 150/s)" \
+        in v.message
+    reset = Observations(tuple(replace(g, nvlink_errors={"crc_flit": 0, "replay": 0}) for g in GPUS))
+    assert evaluate(with_rates(after, reset, 2.0), 100.0, xid_window=60).healthy
+    slow = Observations(tuple(replace(g, nvlink_errors={"crc_flit": 1001, "replay": 7}) for g in GPUS))
+    assert evaluate(with_rates(before, slow, 2.0), 100.0, xid_window=60).healthy  # 0.5/s: under the rate
+
+
+def test_a_failed_parent_names_its_mig_devices_in_the_message() -> None:
+    children = ("MIG 1g.10gb Device 0", "MIG 1g.10gb Device 1")
+    parent = replace(GPUS[0], mig_children=children, lost="GPU is lost")
+    v = judge(parent)
+    assert v.message.startswith("GPU 0 (GPU-00000000, 00000000:1A:00.0) (with its MIG devices MIG 1g.10gb "
+                                "Device 0, MIG 1g.10gb Device 1): NVML cannot reach the GPU")
+    assert v.to_dict()["gpus"][0]["mig_devices"][0] == {"name": "MIG 1g.10gb Device 0", "healthy": False,
+                                                        "parent": "GPU-00000000"}

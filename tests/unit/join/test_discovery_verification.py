@@ -115,3 +115,35 @@ def test_verdict_patch_binds_boot_and_driver() -> None:
     assert not pub.passed and pub.value == FAILED and "has not reported this boot" in pub.problems[0]
     _, pub = verdict_patch(_node([TAINT], None), Verdict(True, (), driver_version="550.1"), "b1")
     assert not pub.passed and "tested driver is '550.1'" in pub.problems[0]
+
+
+def test_reconcile_a_silent_or_unknown_gpuhealthy_taints() -> None:
+    """A GPUHealthy condition whose heartbeat is older than the bound counts as Unknown: the node is
+    tainted with a reason saying the reporter is silent; a fresh heartbeat lifts it. Unknown taints."""
+    from datetime import UTC, datetime, timedelta
+
+    good = verdict_digest("n1", "b1", "535.54.03")
+    now = datetime(2026, 12, 2, 1, 0, 0, tzinfo=UTC)
+
+    def beat(node: dict[str, Any], status: str, age: float) -> dict[str, Any]:
+        stamp = (now - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        node["status"]["conditions"] = [{"type": "GPUHealthy", "status": status, "reason": "GPUsHealthy",
+                                         "lastHeartbeatTime": stamp}]
+        return node
+
+    patch, why = reconcile(beat(_node([OTHER], good), "True", 200), now, 180)
+    assert patch is not None and patch["spec"]["taints"] == [OTHER, UNHEALTHY]
+    assert why == ("GPUHealthy counts as Unknown: its heartbeat is 200s old (bound 180s), the health "
+                   "reporter is silent: nodeprep.dev/gpu-unhealthy:NoSchedule added")
+    assert reconcile(beat(_node([OTHER, UNHEALTHY], good), "True", 200), now, 180) == (None, "unchanged")
+    patch, why = reconcile(beat(_node([OTHER, UNHEALTHY], good), "True", 5), now, 180)
+    assert patch is not None and patch["spec"]["taints"] == [OTHER]
+    assert why == "GPUHealthy=True with a fresh heartbeat: nodeprep.dev/gpu-unhealthy:NoSchedule removed"
+    assert reconcile(beat(_node([OTHER], good), "True", 5), now, 180) == (None, "unchanged")
+    patch, why = reconcile(beat(_node([OTHER], good), "Unknown", 5), now, 180)
+    assert patch is not None and why.startswith("GPUHealthy=Unknown (GPUsHealthy)")
+    node = beat(_node([OTHER], good), "True", 5)
+    node["status"]["conditions"][0]["lastHeartbeatTime"] = "yesterday"
+    assert "heartbeat is unreadable" in reconcile(node, now, 180)[1]
+    # without a clock (a caller that does not judge heartbeats) only the status counts
+    assert reconcile(beat(_node([OTHER], good), "True", 10**6)) == (None, "unchanged")

@@ -84,7 +84,8 @@ def test_in_place_layouts_change_nothing_and_say_success(test_cache: Path, tmp_p
     code, out, err = mig(test_cache, "h100", root)
     assert code == 0, err
     assert out["summary"] == "MIG config all-disabled: success (in place, nothing changed)"
-    assert state(root) == {"config": "all-disabled", "state": "success", "done": [], "error": None}
+    assert state(root) == {"config": "all-disabled", "state": "success", "done": [], "error": None,
+                           "layout": []}
     again = nodeprep(test_cache, "h100", "mig", "--root", str(root), work=tmp_path)
     assert again.returncode == 0 and again.stdout.splitlines()[-1] == out["summary"]  # idempotent
     gone = nodeprep(test_cache, "h100", "uninstall", "--root", str(root), work=tmp_path)
@@ -95,6 +96,9 @@ def test_in_place_layouts_change_nothing_and_say_success(test_cache: Path, tmp_p
     checked(test_cache, "h100-mig-enabled", root)
     code, out, err = mig(test_cache, "h100-mig-enabled", root)
     assert code == 0 and state(root)["state"] == "success", err
+    # the record names each MIG-enabled GPU and the MIG devices it has (the mock has none)
+    assert state(root)["layout"] == [{"index": i, "uuid": u, "mig_devices": []}
+                                     for i, u in enumerate(MOCK_UUIDS)]
 
 
 def test_a_mode_change_reaches_nvml_and_is_recorded_failed(test_cache: Path, tmp_path: Path) -> None:
