@@ -17,9 +17,11 @@ def documented_block(doc: str, name: str) -> str:
     return m.group(1)
 
 
-DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")))
+DOCS = ("README.md", "acceptance/gpu/README.md",
+        *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")))
 SHELL_LANGS = ("sh", "console", "bash", "shell")
-COMMAND_START = re.compile(r"^(?:nodeprep|ansible-playbook|python3?|scripts/\S+|\.venv/bin/\S+) ")
+COMMAND_START = re.compile(
+    r"^(?:nodeprep|ansible-playbook|python3?|scripts/\S+|acceptance/\S+|\.venv/bin/\S+) ")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[a-z]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                    re.S | re.M)
 MARKER = re.compile(r"^\s*<!-- (?:docs-test: (?P<kind>run|synopsis|skip|slow)(?:: (?P<reason>.*?))?|"

@@ -46,7 +46,8 @@ def load(name: str) -> ModuleType:
 def test_every_bench_is_listed_in_the_readme() -> None:
     readme = (BENCH / "README.md").read_text()
     assert BENCHES == ["bootstrap", "build", "companions", "container_start", "daemons", "fleet",
-                       "fleet_upgrade", "health", "install", "labels", "profile", "smoke", "store"]
+                       "fleet_upgrade", "function_imports", "health", "install", "labels", "profile", "smoke",
+                       "store"]
     for name in BENCHES:
         assert f"`bench/{name}.py`" in readme
 

@@ -116,7 +116,8 @@ def test_documented_commands_and_flags_exist() -> None:
     assert not problems, "\n".join(problems)
 
 
-TOP = r"(?:nodeprep|tests|docs|scripts|roles|playbooks|inventories|examples|images|bench|collections)"
+TOP = (r"(?:nodeprep|tests|docs|scripts|acceptance|roles|playbooks|inventories|examples|images|bench"
+       r"|collections)")
 NOT_OURS = {"scripts/sign-file": "the kernel headers' signing script", "SPEC.md": "the CDI repository's"}
 
 

@@ -1,8 +1,9 @@
-"""scripts/gpu-check.sh on a machine without an NVIDIA GPU or driver (this one, CI): one clear
-`skipped` line, exit 3, nothing written (not in its temp directory's parent, not in the checkout, not
-in HOME); end to end against a simulated driver in a private mount namespace (see that test); on a
-machine with a GPU it runs for real (docs/labels.md). The shell scripts (scripts/, and nodeprep/data/
-for the node) pass shellcheck (Debian's, scripts/deps/lint.apt)."""
+"""The GPU acceptance tier (acceptance/gpu/, run as operators do through the wrapper scripts/gpu-check.sh)
+on a machine without an NVIDIA GPU or driver (this one, CI): one clear `skipped` line, exit 3, nothing
+written (not in its temp directory's parent, not in the checkout, not in HOME); end to end against a
+simulated driver in a private mount namespace (see that test); on a machine with a GPU it runs for real
+(docs/labels.md). The shell scripts (scripts/, acceptance/gpu/, and nodeprep/data/ for the node) pass
+shellcheck (Debian's, scripts/deps/lint.apt)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import pytest
 
 from tests.support.fixtures import REPO
 
-SCRIPT = REPO / "scripts" / "gpu-check.sh"
+SCRIPT = REPO / "scripts" / "gpu-check.sh"  # the operators' path: a wrapper that execs the tier's home
+HOME_DIR = REPO / "acceptance" / "gpu"
 SHELL_SCRIPTS = [REPO / ".ci" / "run", *sorted((REPO / "scripts").glob("*.sh")),
-                 *sorted((REPO / "nodeprep" / "data").glob("*.sh"))]
+                 *sorted(HOME_DIR.glob("*.sh")), *sorted((REPO / "nodeprep" / "data").glob("*.sh"))]
 
 
 def tree(path: Path) -> dict[str, int]:
@@ -50,7 +52,16 @@ def test_shell_scripts_pass_shellcheck() -> None:
         pytest.fail("shellcheck is not installed: run scripts/setup.sh (scripts/deps/lint.apt)")
     run = subprocess.run([shellcheck, *map(str, SHELL_SCRIPTS)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert SCRIPT in SHELL_SCRIPTS
+    assert SCRIPT in SHELL_SCRIPTS and HOME_DIR / "gpu-check.sh" in SHELL_SCRIPTS
+
+
+def test_scripts_holds_developer_tooling_and_a_wrapper() -> None:
+    """scripts/ keeps the developer setup; the GPU tier's code is in acceptance/gpu/ (README.md there) and
+    scripts/gpu-check.sh only execs it, passing its arguments on."""
+    body = [ln for ln in SCRIPT.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert body == ['exec "$(dirname "$0")/../acceptance/gpu/gpu-check.sh" "$@"']
+    assert not list((REPO / "scripts").glob("*.py"))
+    assert (HOME_DIR / "README.md").is_file() and os.access(HOME_DIR / "gpu-check.sh", os.X_OK)
 
 
 SIMULATE = r"""
@@ -263,7 +274,7 @@ def test_nvidia_binaries_plain_zst_or_xz(tmp_path: Path) -> None:
 
     import zstandard
 
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    spec = importlib.util.spec_from_file_location("gpu_check", HOME_DIR / "gpu_check.py")
     assert spec is not None and spec.loader is not None
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)

@@ -12,7 +12,7 @@ import pytest
 from nodeprep import runner
 
 REPO = Path(__file__).resolve().parents[2]
-TARGETS = ["nodeprep", "collections", "tests", "bench"]
+TARGETS = ["nodeprep", "collections", "tests", "bench", "acceptance"]
 
 
 def test_ruff_is_clean() -> None:

@@ -20,8 +20,8 @@ import pytest
 from tests.support import boundary
 from tests.support.fixtures import NVIDIA_SMI, REPO
 
-SCANNED_DIRS = ("nodeprep", "tests", "bench", "scripts", "roles", "collections", "playbooks", "inventories",
-                "images", "examples", ".ci")
+SCANNED_DIRS = ("nodeprep", "tests", "bench", "scripts", "acceptance", "roles", "collections", "playbooks",
+                "inventories", "images", "examples", ".ci")
 SUFFIXES = {".py", ".sh", ".yml", ".yaml", ".j2", ".cfg", ".toml", ".ini", ".json", ""}
 ESCAPES = [
     (re.compile(r"\b[A-Z_]*(?:REPO|ROOT|CHECKOUT)\.parent\b"), "the repository's parent directory"),

@@ -116,7 +116,7 @@ def test_source_names_the_only_gpu_fact_source(empty_sysfs: Path, empty_root: Pa
     nothing to say - there is no driver here (`nvidia-smi` under an image root without one on this host's
     PATH: refused, exit 2, test_image_never_run.py); `--source pci` reads sysfs only (no GPU in it here:
     exit 1 too); a capture and --source
-    exclude each other (scripts/gpu-check.sh relies on all three)."""
+    exclude each other (the GPU acceptance tier, acceptance/gpu/, relies on all three)."""
     dmi = write_dmi(tmp_path / "dmi2", sys_vendor="Dell Inc.", product_name="PowerEdge")
     args = ["labels", "--root", str(empty_root), "--sysfs-root", str(empty_sysfs), "--dmi-root", str(dmi),
             "--cloud", "none"]

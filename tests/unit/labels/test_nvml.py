@@ -141,14 +141,14 @@ def test_nvml_init_failure_falls_back(nvml_sysfs: Path, monkeypatch: pytest.Monk
 def test_nvml_and_the_capture_agree_as_gpu_check_compares(nvml_sysfs: Path, monkeypatch: pytest.MonkeyPatch,
                                                           options: Callable[..., LabelOptions],
                                                           nvidia_smi_fixtures: Path) -> None:
-    """scripts/gpu_check.py's comparison on the A100 (NVML stand-in vs the real capture it was made
+    """acceptance/gpu/gpu_check.py's comparison on the A100 (NVML stand-in vs the real capture it was made
     from): every label agrees but the source's name; labels only NVML can give are allowed to be
     missing from the capture's; a changed value is found."""
     import importlib.util
 
     from tests.support.fixtures import REPO
 
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "acceptance/gpu/gpu_check.py")
     assert spec and spec.loader
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)

@@ -1,4 +1,4 @@
-"""Check 8 of scripts/gpu-check.sh (--containers): real podman starts on the live GPU.
+"""Check 8 of acceptance/gpu/gpu-check.sh (--containers): real podman starts on the live GPU.
 
 Needs root, podman (with conmon and runc) on PATH, nvcc (builds the CUDA program) and the node's
 /usr/bin/python3 (nodeprep's hook program runs with it). Takes the driver root check 4 mirrored
@@ -19,7 +19,7 @@ containers from a rootfs of this machine's glibc and a CUDA program built here:
 - timing: N interleaved starts of `sh -c :` per variant, each on its own copy of the rootfs; prints
   the median and what each adds to a start without a device.
 
-    python3 scripts/gpu_containers.py --work WORK --driver VERSION [--nvidia-bin DIR] [--runs N]
+    python3 acceptance/gpu/gpu_containers.py --work WORK --driver VERSION [--nvidia-bin DIR] [--runs N]
 
 Prints one line per finding; exit 0 when every expectation held, 1 otherwise.
 """
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_check import copy_into  # scripts/gpu_check.py: a binary and the libraries ldd names
+from gpu_check import copy_into  # acceptance/gpu/gpu_check.py: a binary and the libraries ldd names
 
 from nodeprep import runner
 from nodeprep.node import gpufacts

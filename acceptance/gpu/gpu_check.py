@@ -1,4 +1,4 @@
-"""The checks of scripts/gpu-check.sh against the live NVIDIA driver (run by it, in its temp venv,
+"""The checks of acceptance/gpu/gpu-check.sh against the live NVIDIA driver (run by it, in its temp venv,
 with PYTHONPATH at this checkout). Reads the system, writes only under --work. Prints one line per
 check and a closing summary; exit 0 when every check passed, 1 when one failed.
 
@@ -21,7 +21,7 @@ With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPR
              /host): it must find and run the root's nvidia-smi ("Detected a pre-installed driver")
 With --containers (root, podman and nvcc on PATH):
 8. containers podman starts on the GPU through nodeprep's spec, the CUDA gate and NVIDIA's spec
-             (scripts/gpu_containers.py: what it checks and measures)
+             (acceptance/gpu/gpu_containers.py: what it checks and measures)
 """
 
 from __future__ import annotations
