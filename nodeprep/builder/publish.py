@@ -41,7 +41,7 @@ from . import (
     smoke,
     userspace,
 )
-from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, ResolvedInputs
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def _make_userspace(
     the request has one, else from Debian's packages."""
     if req.runfile:
         assert req.runfile_sha256
-        run = runfile.fetch(req.runfile, req.runfile_sha256, req.cache)  # a cache hit: fetched by the plan
+        run = runfile.fetch(req.runfile, req.runfile_sha256, req.cache)  # a cache hit: fetched by resolve
         return runfileuserspace.build_userspace(
             run, driver_version, _userspace_cache(req), arch=req.arch, os_name=req.target.name,
             fabricmanager=check_fabricmanager(req, driver_version),
@@ -264,7 +264,7 @@ def prebuild_userspace(
 
 def pack_and_publish(
     req: BuildRequest,
-    plan: Plan,
+    resolved: ResolvedInputs,
     src_file: Path | None,
     root: AnyRoot,
     archive: Any,
@@ -287,7 +287,7 @@ def pack_and_publish(
     work = buildroot.private_dir(tmp_parent, "pack")
     try:
         payload = work / "payload"
-        mod_dir = payload / "modules" / plan.kernel_release
+        mod_dir = payload / "modules" / resolved.kernel_release
         mod_dir.mkdir(parents=True)
         for ko in json.loads((modules_dir / "modules.json").read_text())["modules"]:
             shutil.copyfile(modules_dir / ko, mod_dir / ko)
@@ -300,12 +300,12 @@ def pack_and_publish(
                 os.chmod(mod_dir / ko, 0o644)
         vermagic = read_module(mod_dir / "nvidia.ko").vermagic.strip()
         extra: dict[str, Any] = {
-            "source": {k: v for k, v in plan.source.items() if k != "url"}
+            "source": {k: v for k, v in resolved.source.items() if k != "url"}
             | ({"sha256": inputs[src_file.name]} if src_file else {}),
             "kernel_headers": (
                 {"dir": str(root.headers_dir), "sha256": root.headers_sha256}
                 if isinstance(root, hostbuild.HostRoot)
-                else {p: v for p, v in plan.header_packages}
+                else {p: v for p, v in resolved.header_packages}
             ),
             "build_root": {
                 "os": req.target.name,
@@ -326,16 +326,16 @@ def pack_and_publish(
                                    "sources": {n: {"name": Path(u).name, "sha256": sha}
                                                for n, u, sha in req.companions}}
         if req.sign_key and req.sign_cert:
-            with timed(timings, "sign", "Signing the modules"), _headers_tree(req, plan, root) as hdir:
+            with timed(timings, "sign", "Signing the modules"), _headers_tree(req, resolved, root) as hdir:
                 extra["signing"] = signing.sign_modules(
                     mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert), req.sign_hash
                 )
         if smoke_on:
-            text = f"Smoke-testing the modules on {plan.kernel_release}"
+            text = f"Smoke-testing the modules on {resolved.kernel_release}"
             with timed(timings, "smoke_test", text), phases.phase("smoke_test", text):
                 result = smoke.smoke_test_modules(
                     mod_dir,
-                    plan.kernel_release,
+                    resolved.kernel_release,
                     archive=archive,
                     cache=req.cache,
                     # Signed modules boot under UEFI Secure Boot with the signing certificate
@@ -345,20 +345,20 @@ def pack_and_publish(
             extra["smoke_test"] = result.to_dict()
             if not result.passed:
                 raise BuildError(
-                    f"smoke test failed on {plan.kernel_release}: "
+                    f"smoke test failed on {resolved.kernel_release}: "
                     f"{getattr(result, 'reason', 'see the log')}; not publishing "
                     "(--no-smoke-test skips it)",
                     hint=getattr(result, "log_excerpt", None) or None,
                 )
         manifest = Manifest(
             kind="kmod",
-            driver_version=plan.driver_version,
+            driver_version=resolved.driver_version,
             arch=req.arch,
             os=req.target.name,
             input_digest=digest,
             inputs=inputs,
-            flavour=plan.flavour,
-            kernel_release=plan.kernel_release,
+            flavour=resolved.flavour,
+            kernel_release=resolved.kernel_release,
             vermagic=vermagic,
             compiler=info["compiler"],
             extra=extra,
@@ -375,20 +375,20 @@ def pack_and_publish(
 
 
 class _headers_tree:
-    """Context manager: the arch-specific headers of `plan` extracted in a temporary root
+    """Context manager: the arch-specific headers of `resolved` extracted in a temporary root
     (the signing hook needs scripts/sign-file and the kernel's certs there)."""
 
-    def __init__(self, req: BuildRequest, plan: Plan, root: AnyRoot) -> None:
-        self.req, self.plan, self.root = req, plan, root
+    def __init__(self, req: BuildRequest, resolved: ResolvedInputs, root: AnyRoot) -> None:
+        self.req, self.resolved, self.root = req, resolved, root
         self.tmp: Path | None = None
 
     def __enter__(self) -> Path:
         if isinstance(self.root, hostbuild.HostRoot):
             return self.root.headers_dir  # the system's own headers (scripts/sign-file, certs)
         self.tmp = buildroot.private_dir(self.req.cache / "tmp", "headers")
-        for deb in [self.plan.debs[p] for p, _ in self.plan.header_packages]:
+        for deb in [self.resolved.debs[p] for p, _ in self.resolved.header_packages]:
             runner.run(["dpkg-deb", "-x", deb, self.tmp])
-        return self.tmp / "usr" / "src" / f"linux-headers-{self.plan.kernel_release}"
+        return self.tmp / "usr" / "src" / f"linux-headers-{self.resolved.kernel_release}"
 
     def __exit__(self, *exc: object) -> None:
         if self.tmp is not None:
