@@ -102,7 +102,7 @@ def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]
 
     archive = open_archive(req)
     resolved, run_path = resolve_inputs(req, archive)
-    root = buildroot.ensure(
+    build_root = buildroot.ensure(
         buildroot.spec_for(req.target, req.kernel),
         req.cache,
         mirror=archive.mirror,
@@ -110,7 +110,7 @@ def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]
     )
 
     def once() -> tuple[float, float]:
-        with buildroot.workspace(root, req.cache / "tmp") as clone:
+        with buildroot.workspace(build_root, req.cache / "tmp") as clone:
             scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
             for pkg, _ in resolved.header_packages:
                 stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))

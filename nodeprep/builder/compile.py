@@ -32,7 +32,7 @@ from ..log import timed
 from ..progress import Phases
 from ..sources import opensource, runfile
 from . import buildroot, cc, companions, hostbuild, kbuild
-from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, ResolvedInputs
+from .resolve import BUILD_FORMAT, AnyBuildRoot, BuildRequest, ResolvedInputs
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,11 @@ def output_dir(resolved: ResolvedInputs) -> str:
     return opensource.OUTPUT_DIR if resolved.source.get("kind") == "open-source" else ""
 
 
-def place_sources(resolved: ResolvedInputs, src_file: Path | None, root: Path, scratch: Path) -> Path:
+def place_sources(resolved: ResolvedInputs, src_file: Path | None, clone: Path, scratch: Path) -> Path:
     """Put the kernel module tree (an open-source release: its whole top directory, whose Makefile
-    builds src/ and then kernel-open/) at BUILD_DIR inside `root`; returns that path."""
-    dest = root / kbuild.BUILD_DIR.lstrip("/")
+    builds src/ and then kernel-open/) at BUILD_DIR inside `clone` (a clone of the build root, or the
+    host build's work directory); returns that path."""
+    dest = clone / kbuild.BUILD_DIR.lstrip("/")
     dest.parent.mkdir(parents=True, exist_ok=True)
     if src_file is not None and resolved.source.get("kind") == "open-source":
         return opensource.extract_tree(src_file, dest)
@@ -99,7 +100,7 @@ def compile_in_root(
     req: BuildRequest,
     resolved: ResolvedInputs,
     src_file: Path | None,
-    root: AnyRoot,
+    build_root: AnyBuildRoot,
     *,
     log_path: Path,
     phases: Phases | None = None,
@@ -116,12 +117,13 @@ def compile_in_root(
     timings = timings if timings is not None else {}
     phases = phases or Phases()
     what = f"Compiling {resolved.flavour} {resolved.driver_version} for {resolved.kernel_release}"
-    if isinstance(root, hostbuild.HostRoot):
+    if isinstance(build_root, hostbuild.HostRoot):
         work = buildroot.private_dir(req.cache / "tmp", "build")
         try:
             with phases.phase("compile", what):
                 return _compile_in_clone(
-                    req, resolved, src_file, root, work, log_path=log_path, phases=phases, timings=timings
+                    req, resolved, src_file, build_root, work, log_path=log_path, phases=phases,
+                    timings=timings,
                 )
         finally:
             t = time.monotonic()
@@ -131,13 +133,13 @@ def compile_in_root(
         with phases.phase("buildroot", "Kernel headers layer and a private clone of the build root"):
             with timed(timings, "headers_layer"):
                 layered = buildroot.with_headers(
-                    root, [Path(resolved.debs[p]) for p, _ in resolved.header_packages], req.cache
+                    build_root, [Path(resolved.debs[p]) for p, _ in resolved.header_packages], req.cache
                 )
             with timed(timings, "clone"):
                 clone = stack.enter_context(buildroot.workspace(layered, req.cache / "tmp", cleanup=cleanup))
         with phases.phase("compile", what):
             result = _compile_in_clone(
-                req, resolved, src_file, root, clone, log_path=log_path, phases=phases, timings=timings
+                req, resolved, src_file, build_root, clone, log_path=log_path, phases=phases, timings=timings
             )
         if companion_files:
             names = ", ".join(sorted(companion_files))
@@ -146,7 +148,7 @@ def compile_in_root(
                     companion_files, clone=clone, tree=clone / kbuild.BUILD_DIR.lstrip("/"),
                     driver_dir=result[0], driver_key=result[1]["compile_key"],
                     kernel_release=resolved.kernel_release, flavour=resolved.flavour,
-                    build_root=list(root.packages),
+                    build_root=list(build_root.packages),
                     cache=req.cache, jobs=req.jobs or os.cpu_count() or 1,
                     log_dir=log_path.parent / f"{log_path.name.removesuffix('.log')}.companions",
                     rebuild=req.rebuild, timings=timings,
@@ -161,7 +163,7 @@ def _compile_in_clone(
     req: BuildRequest,
     resolved: ResolvedInputs,
     src_file: Path | None,
-    root: AnyRoot,
+    build_root: AnyBuildRoot,
     clone: Path,
     *,
     log_path: Path,
@@ -173,7 +175,7 @@ def _compile_in_clone(
     with timed(timings, "prepare", "Placing the driver sources in the build root"):
         tree = place_sources(resolved, src_file, clone, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
-    host = root if isinstance(root, hostbuild.HostRoot) else None
+    host = build_root if isinstance(build_root, hostbuild.HostRoot) else None
     if host is not None:
         headers_dir = host.headers_dir
         kernel_cc = cc.read_kernel_compiler(headers_dir)
@@ -208,7 +210,7 @@ def _compile_in_clone(
                 "tree": tree_sha,
                 "flavour": resolved.flavour,
                 "headers": headers_key,
-                "build_root": list(root.packages),
+                "build_root": list(build_root.packages),
                 "kernel_release": resolved.kernel_release,
             }
         )

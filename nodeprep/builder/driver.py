@@ -35,7 +35,7 @@ from .publish import (
     store_hit,
 )
 from .resolve import (
-    AnyRoot,
+    AnyBuildRoot,
     BuildRequest,
     LazyArchive,
     ResolvedInputs,
@@ -116,16 +116,16 @@ def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: An
 
 def _resolve(
     req: BuildRequest, archive: Any, store: LocalStore, phases: Phases, background: list[threading.Thread]
-) -> tuple[ResolvedInputs, Path | None, AnyRoot]:
+) -> tuple[ResolvedInputs, Path | None, AnyBuildRoot]:
     """The resolved inputs, the source file (runfile or open-source release, if any) and the root to compile
     in (the host's, or the build root)."""
     if req.builder == "host":
-        root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
+        host_root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
         with phases.phase("resolve", "Resolving and downloading the inputs"):
             resolved, src_file = resolve_host_inputs(req, archive, release, phases)
             check_fabricmanager(req, resolved.driver_version)  # another version refused before the compile
         runfile_userspace(req, resolved.driver_version, phases)
-        return resolved, src_file, root
+        return resolved, src_file, host_root
     with phases.phase("resolve", "Resolving and downloading the inputs"):
         resolved, src_file = resolve_inputs(req, archive, phases)
         check_persistenced(req, resolved.driver_version)  # a wrong version refused before the build root
@@ -153,14 +153,14 @@ def _userspace_last(
     notes: list[str],
     phases: Phases,
     background: list[threading.Thread],
-    root: AnyRoot | None = None,
+    build_root: AnyBuildRoot | None = None,
 ) -> Path | None:
     """Wait for the user-space prebuild, then publish (or reuse) the user-space artifact."""
     for thread in background:
         thread.join()
     if not req.userspace:
         return None
-    return publish_userspace(req, archive, store, resolved.driver_version, notes, phases, root)
+    return publish_userspace(req, archive, store, resolved.driver_version, notes, phases, build_root)
 
 
 def _build_driver(
@@ -174,13 +174,13 @@ def _build_driver(
     req = replace(req, smoke_test=smoke_on)
 
     buildroot.sweep_stale(req.cache / "tmp")
-    resolved, src_file, root = _resolve(req, archive, store, phases, background)
+    resolved, src_file, build_root = _resolve(req, archive, store, phases, background)
     companion_files = fetch_companions(req, phases)
     inputs = {Path(p).name: sha256_file(Path(p)) for p in resolved.debs.values()}
     if src_file is not None:
         inputs[src_file.name] = sha256_file(src_file)
     inputs |= {p.name: sha256_file(p) for p in companion_files.values()}
-    params = build_params(req, resolved, root)
+    params = build_params(req, resolved, build_root)
     digest = input_digest(inputs, params)
     name = artifact_name(
         "kmod", resolved.driver_version, flavour=resolved.flavour, kernel_release=resolved.kernel_release
@@ -191,7 +191,7 @@ def _build_driver(
     hit = None if req.rebuild else store_hit(store, name, digest)
     if hit is not None:
         log.info("%s is up to date in %s (input digest %s…): nothing to build", name, store.path, digest[:12])
-        us = _userspace_last(req, archive, store, resolved, notes, phases, background, root)
+        us = _userspace_last(req, archive, store, resolved, notes, phases, background, build_root)
         return BuildResult(
             hit,
             read_manifest(hit),
@@ -209,14 +209,14 @@ def _build_driver(
     cleanup: list[threading.Thread] = []  # the workspace is deleted while we pack
     try:
         modules_dir, info = compile_in_root(
-            req, resolved, src_file, root, log_path=log_path, phases=phases, timings=timings, cleanup=cleanup,
-            companion_files=companion_files,
+            req, resolved, src_file, build_root, log_path=log_path, phases=phases, timings=timings,
+            cleanup=cleanup, companion_files=companion_files,
         )
         manifest = pack_and_publish(
-            req, resolved, src_file, root, archive, store, inputs, digest, name, modules_dir, info,
+            req, resolved, src_file, build_root, archive, store, inputs, digest, name, modules_dir, info,
             phases=phases, timings=timings,
         )
-        us = _userspace_last(req, archive, store, resolved, notes, phases, background, root)
+        us = _userspace_last(req, archive, store, resolved, notes, phases, background, build_root)
         return BuildResult(
             store.path / name,
             manifest,

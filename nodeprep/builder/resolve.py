@@ -32,7 +32,7 @@ from . import buildroot, headers, hostbuild
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
 BUILDERS = ("chroot", "host", "podman", "docker")
-AnyRoot = buildroot.BuildRoot | hostbuild.HostRoot
+AnyBuildRoot = buildroot.BuildRoot | hostbuild.HostRoot
 
 
 @dataclass(frozen=True)
@@ -390,7 +390,7 @@ def preview(req: BuildRequest, archive: Any, host_release: str | None = None) ->
     return out
 
 
-def build_params(req: BuildRequest, resolved: ResolvedInputs, root: AnyRoot) -> dict[str, Any]:
+def build_params(req: BuildRequest, resolved: ResolvedInputs, build_root: AnyBuildRoot) -> dict[str, Any]:
     """Everything besides the input files that decides the artifact's bytes."""
     return {
         "build_format": BUILD_FORMAT,
@@ -400,7 +400,7 @@ def build_params(req: BuildRequest, resolved: ResolvedInputs, root: AnyRoot) -> 
         "kernel_release": resolved.kernel_release,
         "os": req.target.name,
         "arch": req.arch,
-        "build_root": {"key": root.spec.key, "packages": list(root.packages)},
+        "build_root": {"key": build_root.spec.key, "packages": list(build_root.packages)},
         "source": {k: v for k, v in resolved.source.items() if k != "url"},
         "signing": (
             {"cert_sha256": sha256_file(req.sign_cert), "hash": req.sign_hash} if req.sign_cert else None
