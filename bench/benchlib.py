@@ -91,18 +91,18 @@ def children_cpu() -> float:
 
 
 def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]]]:
-    """The baseline of the build benches for builder.resolve.BuildRequest `req`: (its build plan, a function
-    that clones the cached build root, puts the kernel headers and driver sources in (not timed) and
-    runs ONLY `make modules`, returning (wall s, CPU s of make and its children)). The plan and the
-    build root are resolved once, here."""
+    """The baseline of the build benches for builder.resolve.BuildRequest `req`: (its resolved inputs, a
+    function that clones the cached build root, puts the kernel headers and driver sources in (not timed) and
+    runs ONLY `make modules`, returning (wall s, CPU s of make and its children)). The inputs and the build
+    root are resolved once, here."""
     from nodeprep import runner
     from nodeprep.builder import buildroot, headers, kbuild
     from nodeprep.builder.compile import place_sources
-    from nodeprep.builder.resolve import open_archive, resolve_plan
+    from nodeprep.builder.resolve import open_archive, resolve_inputs
 
     archive = open_archive(req)
-    plan, run_path = resolve_plan(req, archive)
-    root = buildroot.ensure(
+    resolved, run_path = resolve_inputs(req, archive)
+    build_root = buildroot.ensure(
         buildroot.spec_for(req.target, req.kernel),
         req.cache,
         mirror=archive.mirror,
@@ -110,16 +110,16 @@ def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]
     )
 
     def once() -> tuple[float, float]:
-        with buildroot.workspace(root, req.cache / "tmp") as clone:
+        with buildroot.workspace(build_root, req.cache / "tmp") as clone:
             scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
-            for pkg, _ in plan.header_packages:
+            for pkg, _ in resolved.header_packages:
                 stage = Path(tempfile.mkdtemp(prefix="stage.", dir=scratch))
-                runner.run(["dpkg-deb", "-x", plan.debs[pkg], stage])
+                runner.run(["dpkg-deb", "-x", resolved.debs[pkg], stage])
                 headers.install_into(stage, clone)
-            place_sources(plan, run_path, clone, scratch)  # (ours reuses a cached headers layer)
+            place_sources(resolved, run_path, clone, scratch)  # (ours reuses a cached headers layer)
             t, c = time.monotonic(), children_cpu()
             runner.run(
-                kbuild.make_argv(plan.kernel_release, jobs),
+                kbuild.make_argv(resolved.kernel_release, jobs),
                 root=clone,
                 env=kbuild.REPRODUCIBLE_ENV,
                 timeout=kbuild.MAKE_TIMEOUT,
@@ -127,4 +127,4 @@ def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]
             )
             return time.monotonic() - t, children_cpu() - c
 
-    return plan, once
+    return resolved, once

@@ -34,7 +34,7 @@ ldconfig -n makes them in a driver root):
   running any hooks.d hook costs podman), for information: the gate's own overhead is each gate row
   minus this one, printed in ms;
 - spec + nvidia-cdi-hook: what nodeprep's spec adds on a GPU node with NVIDIA's nvidia-cdi-hook: the
-  hook nodeprep.runtime.cdi.hooks writes where the driver is loaded (its params file present):
+  hook nodeprep.runtime.cdi.spec_hooks writes where the driver is loaded (its params file present):
   nodeprep's as in `spec` with `--nvidia-cdi-hook` naming the real binary (NODEPREP_NVIDIA_BIN,
   tests/support/nvidia.py), which it runs for enable-cuda-compat only in an image with CUDA compat
   libraries (not this one), and `--disable-device-node-modification`: it becomes NVIDIA's hook of
@@ -81,8 +81,7 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 
 use_venv()
 
-from nodeprep.runtime.cdi import EXTRA_NAMES  # noqa: E402
-from nodeprep.runtime.cdi import hooks as spec_hooks  # noqa: E402
+from nodeprep.runtime.cdi import EXTRA_NAMES, spec_hooks  # noqa: E402
 from nodeprep.runtime.files import apply_changes  # noqa: E402
 from nodeprep.runtime.hookprogram import HOOK_PATH, hook_command, hook_program  # noqa: E402
 from nodeprep.runtime.ocihooks import HOOK_NAME, render_hooks_d  # noqa: E402

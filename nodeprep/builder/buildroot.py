@@ -176,15 +176,15 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
         return _load(final, spec)
 
 
-def with_headers(root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
-    """`root` plus the kernel header packages `debs`, as a cached hard-link layer beside it
+def with_headers(build_root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
+    """`build_root` plus the kernel header packages `debs`, as a cached hard-link layer beside it
     (`<root dir>+headers-<key>`, key = the .debs' sha256), so a build only adds its sources."""
-    return with_debs(root, debs, cache, "headers")
+    return with_debs(build_root, debs, cache, "headers")
 
 
-def with_debs(root: BuildRoot, debs: list[Path], cache: Path, label: str,
+def with_debs(build_root: BuildRoot, debs: list[Path], cache: Path, label: str,
               packages: tuple[str, ...] = ()) -> BuildRoot:
-    """`root` plus the packages `debs` (unpacked, no maintainer scripts), as a cached hard-link layer
+    """`build_root` plus the packages `debs` (unpacked, no maintainer scripts), as a cached hard-link layer
     beside it (`<root dir>+<label>-<key>`, key = the .debs' sha256); `packages` ("name=version" of
     those debs) are added to the layer's package list (a build's input digest names them)."""
     from .headers import install_into
@@ -192,20 +192,21 @@ def with_debs(root: BuildRoot, debs: list[Path], cache: Path, label: str,
     key = sha256_bytes(
         canonical_json(
             {
-                "base": root.path.parent.name,
-                "packages": list(root.packages),
+                "base": build_root.path.parent.name,
+                "packages": list(build_root.packages),
                 "debs": sorted(sha256_file(d) for d in debs),
             }
         )
     )[:16]
     base = cache / "buildroots"
-    final = base / f"{root.path.parent.name}+{label}-{key}"
-    layered = replace(root, path=final / "root", packages=tuple(sorted({*root.packages, *packages})))
+    final = base / f"{build_root.path.parent.name}+{label}-{key}"
+    layered = replace(build_root, path=final / "root",
+                      packages=tuple(sorted({*build_root.packages, *packages})))
     with _flock(base / f".{final.name}.lock"):
         if (final / ".complete").is_file():
             return layered
         with _staged(final) as tmp:
-            runner.run(["cp", "-al", root.path, tmp / "root"], timeout=600)
+            runner.run(["cp", "-al", build_root.path, tmp / "root"], timeout=600)
             for deb in debs:
                 stage = Path(tempfile.mkdtemp(prefix="stage.", dir=tmp))
                 runner.run(["dpkg-deb", "-x", deb, stage])
@@ -333,9 +334,9 @@ def sweep_stale(parent: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def workspace(
-    root: BuildRoot, parent: Path, *, cleanup: list[threading.Thread] | None = None
+    build_root: BuildRoot, parent: Path, *, cleanup: list[threading.Thread] | None = None
 ) -> Iterator[Path]:
-    """A private hard-link clone of `root` under `parent`; removed (and unmounted) on exit.
+    """A private hard-link clone of `build_root` under `parent`; removed (and unmounted) on exit.
 
     With `cleanup`, a successful block's clone is unmounted, renamed and deleted by a thread
     appended there (the caller joins it before returning), so deleting the build's object files
@@ -344,7 +345,7 @@ def workspace(
     ok = False
     try:
         clone = tmp / "root"
-        runner.run(["cp", "-al", root.path, clone], timeout=600)
+        runner.run(["cp", "-al", build_root.path, clone], timeout=600)
         yield clone
         ok = True
     finally:

@@ -1,5 +1,5 @@
-"""Compiling one plan: the driver sources placed in a build root clone, kbuild, strip, and the
-compile cache.
+"""Compiling one build's resolved inputs: the driver sources placed in a build root clone, kbuild,
+strip, and the compile cache.
 
     place_sources -> compiler check -> compile key -> kept in <cache>/kmod-builds/<key>? reuse.
     otherwise: kbuild (error lines into BuildError's hint) -> strip -> keep under the compile key.
@@ -32,7 +32,7 @@ from ..log import timed
 from ..progress import Phases
 from ..sources import opensource, runfile
 from . import buildroot, cc, companions, hostbuild, kbuild
-from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+from .resolve import BUILD_FORMAT, AnyBuildRoot, BuildRequest, ResolvedInputs
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +59,27 @@ def _find_module_tree(top: Path) -> Path:
     raise InputError(f"{top}: no NVIDIA kernel module tree (Kbuild + nvidia/) in the sources")
 
 
-def output_dir(plan: Plan) -> str:
+def output_dir(resolved: ResolvedInputs) -> str:
     """Where `make modules` leaves the .ko, relative to the placed tree ('' : the tree itself)."""
-    return opensource.OUTPUT_DIR if plan.source.get("kind") == "open-source" else ""
+    return opensource.OUTPUT_DIR if resolved.source.get("kind") == "open-source" else ""
 
 
-def place_sources(plan: Plan, src_file: Path | None, root: Path, scratch: Path) -> Path:
+def place_sources(resolved: ResolvedInputs, src_file: Path | None, clone: Path, scratch: Path) -> Path:
     """Put the kernel module tree (an open-source release: its whole top directory, whose Makefile
-    builds src/ and then kernel-open/) at BUILD_DIR inside `root`; returns that path."""
-    dest = root / kbuild.BUILD_DIR.lstrip("/")
+    builds src/ and then kernel-open/) at BUILD_DIR inside `clone` (a clone of the build root, or the
+    host build's work directory); returns that path."""
+    dest = clone / kbuild.BUILD_DIR.lstrip("/")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if src_file is not None and plan.source.get("kind") == "open-source":
+    if src_file is not None and resolved.source.get("kind") == "open-source":
         return opensource.extract_tree(src_file, dest)
     if src_file is not None:
-        subdir = "kernel-open" if plan.flavour == "open" else "kernel"
+        subdir = "kernel-open" if resolved.flavour == "open" else "kernel"
         return runfile.extract_tree(src_file, subdir, dest)
     pkg = scratch / "source-deb"
-    runner.run(["dpkg-deb", "-x", plan.debs["source"], pkg])
+    runner.run(["dpkg-deb", "-x", resolved.debs["source"], pkg])
     tarballs = sorted((pkg / "usr" / "src").glob("*.tar.xz"))
     if not tarballs:
-        raise InputError(f"{Path(plan.debs['source']).name}: no /usr/src/*.tar.xz kernel sources")
+        raise InputError(f"{Path(resolved.debs['source']).name}: no /usr/src/*.tar.xz kernel sources")
     unpacked = scratch / "source"
     unpacked.mkdir()
     runner.run(["tar", "-xJf", tarballs[0], "-C", unpacked, "--no-same-owner"], timeout=600)
@@ -97,9 +98,9 @@ def _error_lines(log_path: Path, limit: int = 12) -> str:
 
 def compile_in_root(
     req: BuildRequest,
-    plan: Plan,
+    resolved: ResolvedInputs,
     src_file: Path | None,
-    root: AnyRoot,
+    build_root: AnyBuildRoot,
     *,
     log_path: Path,
     phases: Phases | None = None,
@@ -115,13 +116,14 @@ def compile_in_root(
     against the driver's tree and nvidia.ko; their directory and facts are in info["companions"]."""
     timings = timings if timings is not None else {}
     phases = phases or Phases()
-    what = f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release}"
-    if isinstance(root, hostbuild.HostRoot):
+    what = f"Compiling {resolved.flavour} {resolved.driver_version} for {resolved.kernel_release}"
+    if isinstance(build_root, hostbuild.HostRoot):
         work = buildroot.private_dir(req.cache / "tmp", "build")
         try:
             with phases.phase("compile", what):
                 return _compile_in_clone(
-                    req, plan, src_file, root, work, log_path=log_path, phases=phases, timings=timings
+                    req, resolved, src_file, build_root, work, log_path=log_path, phases=phases,
+                    timings=timings,
                 )
         finally:
             t = time.monotonic()
@@ -131,21 +133,22 @@ def compile_in_root(
         with phases.phase("buildroot", "Kernel headers layer and a private clone of the build root"):
             with timed(timings, "headers_layer"):
                 layered = buildroot.with_headers(
-                    root, [Path(plan.debs[p]) for p, _ in plan.header_packages], req.cache
+                    build_root, [Path(resolved.debs[p]) for p, _ in resolved.header_packages], req.cache
                 )
             with timed(timings, "clone"):
                 clone = stack.enter_context(buildroot.workspace(layered, req.cache / "tmp", cleanup=cleanup))
         with phases.phase("compile", what):
             result = _compile_in_clone(
-                req, plan, src_file, root, clone, log_path=log_path, phases=phases, timings=timings
+                req, resolved, src_file, build_root, clone, log_path=log_path, phases=phases, timings=timings
             )
         if companion_files:
             names = ", ".join(sorted(companion_files))
-            with phases.phase("compile", f"Compiling {names} against {plan.driver_version}"):
+            with phases.phase("compile", f"Compiling {names} against {resolved.driver_version}"):
                 kept, cinfo = companions.compile_companions(
                     companion_files, clone=clone, tree=clone / kbuild.BUILD_DIR.lstrip("/"),
                     driver_dir=result[0], driver_key=result[1]["compile_key"],
-                    kernel_release=plan.kernel_release, flavour=plan.flavour, build_root=list(root.packages),
+                    kernel_release=resolved.kernel_release, flavour=resolved.flavour,
+                    build_root=list(build_root.packages),
                     cache=req.cache, jobs=req.jobs or os.cpu_count() or 1,
                     log_dir=log_path.parent / f"{log_path.name.removesuffix('.log')}.companions",
                     rebuild=req.rebuild, timings=timings,
@@ -158,9 +161,9 @@ def compile_in_root(
 
 def _compile_in_clone(
     req: BuildRequest,
-    plan: Plan,
+    resolved: ResolvedInputs,
     src_file: Path | None,
-    root: AnyRoot,
+    build_root: AnyBuildRoot,
     clone: Path,
     *,
     log_path: Path,
@@ -170,22 +173,23 @@ def _compile_in_clone(
     tmp_parent = req.cache / "tmp"
     scratch = Path(tempfile.mkdtemp(prefix="scratch.", dir=clone.parent))
     with timed(timings, "prepare", "Placing the driver sources in the build root"):
-        tree = place_sources(plan, src_file, clone, scratch)
+        tree = place_sources(resolved, src_file, clone, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
-    host = root if isinstance(root, hostbuild.HostRoot) else None
+    host = build_root if isinstance(build_root, hostbuild.HostRoot) else None
     if host is not None:
         headers_dir = host.headers_dir
         kernel_cc = cc.read_kernel_compiler(headers_dir)
         build_cc = cc.Compiler(host.compiler)
         headers_key: dict[str, str] = {"host-headers": host.headers_sha256}
     else:
-        headers_dir = clone / "usr" / "src" / f"linux-headers-{plan.kernel_release}"
+        headers_dir = clone / "usr" / "src" / f"linux-headers-{resolved.kernel_release}"
         kernel_cc = cc.read_kernel_compiler(headers_dir)
         build_cc = cc.Compiler(
             kbuild.root_compiler_version(clone, kernel_cc.program) or f"{kernel_cc.program} (missing)"
         )
         headers_key = {
-            Path(plan.debs[p]).name: sha256_file(Path(plan.debs[p])) for p, _ in plan.header_packages
+            Path(resolved.debs[p]).name: sha256_file(Path(resolved.debs[p]))
+            for p, _ in resolved.header_packages
         }
     problem = cc.mismatch(kernel_cc, build_cc)
     info: dict[str, Any] = {"compiler": kernel_cc.text, "build_compiler": build_cc.text}
@@ -204,10 +208,10 @@ def _compile_in_clone(
             {
                 "format": BUILD_FORMAT,
                 "tree": tree_sha,
-                "flavour": plan.flavour,
+                "flavour": resolved.flavour,
                 "headers": headers_key,
-                "build_root": list(root.packages),
-                "kernel_release": plan.kernel_release,
+                "build_root": list(build_root.packages),
+                "kernel_release": resolved.kernel_release,
             }
         )
     )
@@ -218,19 +222,19 @@ def _compile_in_clone(
         info["compiled"] = False
         return kept, info
     jobs = req.jobs or os.cpu_count() or 1
-    out = output_dir(plan)
+    out = output_dir(resolved)
     counter = kbuild.CompileProgress(kbuild.count_objects(tree), phases.reporter("compile", "objects"))
     counter.start()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with timed(
         timings,
         "make",
-        f"Compiling {plan.flavour} {plan.driver_version} for {plan.kernel_release} (-j{jobs})",
+        f"Compiling {resolved.flavour} {resolved.driver_version} for {resolved.kernel_release} (-j{jobs})",
     ):
         try:
             built = kbuild.compile_modules(
                 None if host else clone,
-                plan.kernel_release,
+                resolved.kernel_release,
                 jobs=jobs,
                 log_path=log_path,
                 on_line=counter,

@@ -2,7 +2,7 @@
 
 The short orchestration of the pipeline; each step lives in its own module:
 
-    resolve.py  validate the request, resolve and download the inputs -> Plan, build_params
+    resolve.py  validate the request, resolve and download the inputs -> ResolvedInputs, build_params
     (here)      build root (or the host's headers) -> input digest -> publish.store_hit? done.
     compile.py  sources into a build root clone -> kbuild -> strip (cached by compile key)
     publish.py  [sign] -> [smoke test] -> pack -> publish; then the user-space artifact
@@ -35,16 +35,16 @@ from .publish import (
     store_hit,
 )
 from .resolve import (
-    AnyRoot,
+    AnyBuildRoot,
     BuildRequest,
     LazyArchive,
-    Plan,
+    ResolvedInputs,
     build_params,
     buildroot_extra,
     fetch_companions,
     open_archive,
-    resolve_host_plan,
-    resolve_plan,
+    resolve_host_inputs,
+    resolve_inputs,
     validate_request,
 )
 
@@ -116,25 +116,25 @@ def build_driver(req: BuildRequest, *, progress: Sink | None = None, archive: An
 
 def _resolve(
     req: BuildRequest, archive: Any, store: LocalStore, phases: Phases, background: list[threading.Thread]
-) -> tuple[Plan, Path | None, AnyRoot]:
-    """The plan, the source file (runfile or open-source release, if any) and the root to compile
+) -> tuple[ResolvedInputs, Path | None, AnyBuildRoot]:
+    """The resolved inputs, the source file (runfile or open-source release, if any) and the root to compile
     in (the host's, or the build root)."""
     if req.builder == "host":
-        root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
+        host_root, release = hostbuild.host_root(req.target, req.kernel, req.headers_dir)
         with phases.phase("resolve", "Resolving and downloading the inputs"):
-            plan, src_file = resolve_host_plan(req, archive, release, phases)
-            check_fabricmanager(req, plan.driver_version)  # another version refused before the compile
-        runfile_userspace(req, plan.driver_version, phases)
-        return plan, src_file, root
+            resolved, src_file = resolve_host_inputs(req, archive, release, phases)
+            check_fabricmanager(req, resolved.driver_version)  # another version refused before the compile
+        runfile_userspace(req, resolved.driver_version, phases)
+        return resolved, src_file, host_root
     with phases.phase("resolve", "Resolving and downloading the inputs"):
-        plan, src_file = resolve_plan(req, archive, phases)
-        check_persistenced(req, plan.driver_version)  # a wrong version refused before the build root
-        check_fabricmanager(req, plan.driver_version)  # so is Fabric Manager's
-    runfile_userspace(req, plan.driver_version, phases)
+        resolved, src_file = resolve_inputs(req, archive, phases)
+        check_persistenced(req, resolved.driver_version)  # a wrong version refused before the build root
+        check_fabricmanager(req, resolved.driver_version)  # so is Fabric Manager's
+    runfile_userspace(req, resolved.driver_version, phases)
     spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
     if not buildroot.cached(spec, req.cache):
         # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.
-        prebuild_userspace(req, archive, store, plan.driver_version, phases, background)
+        prebuild_userspace(req, archive, store, resolved.driver_version, phases, background)
     with phases.phase("buildroot", f"Build root for {req.target.name}"):
         build_root = buildroot.ensure(
             spec,
@@ -142,25 +142,25 @@ def _resolve(
             mirror=archive.mirror,
             security_mirror=getattr(archive, "security_mirror", None),
         )
-    return plan, src_file, build_root
+    return resolved, src_file, build_root
 
 
 def _userspace_last(
     req: BuildRequest,
     archive: Any,
     store: LocalStore,
-    plan: Plan,
+    resolved: ResolvedInputs,
     notes: list[str],
     phases: Phases,
     background: list[threading.Thread],
-    root: AnyRoot | None = None,
+    build_root: AnyBuildRoot | None = None,
 ) -> Path | None:
     """Wait for the user-space prebuild, then publish (or reuse) the user-space artifact."""
     for thread in background:
         thread.join()
     if not req.userspace:
         return None
-    return publish_userspace(req, archive, store, plan.driver_version, notes, phases, root)
+    return publish_userspace(req, archive, store, resolved.driver_version, notes, phases, build_root)
 
 
 def _build_driver(
@@ -174,16 +174,16 @@ def _build_driver(
     req = replace(req, smoke_test=smoke_on)
 
     buildroot.sweep_stale(req.cache / "tmp")
-    plan, src_file, root = _resolve(req, archive, store, phases, background)
+    resolved, src_file, build_root = _resolve(req, archive, store, phases, background)
     companion_files = fetch_companions(req, phases)
-    inputs = {Path(p).name: sha256_file(Path(p)) for p in plan.debs.values()}
+    inputs = {Path(p).name: sha256_file(Path(p)) for p in resolved.debs.values()}
     if src_file is not None:
         inputs[src_file.name] = sha256_file(src_file)
     inputs |= {p.name: sha256_file(p) for p in companion_files.values()}
-    params = build_params(req, plan, root)
+    params = build_params(req, resolved, build_root)
     digest = input_digest(inputs, params)
     name = artifact_name(
-        "kmod", plan.driver_version, flavour=plan.flavour, kernel_release=plan.kernel_release
+        "kmod", resolved.driver_version, flavour=resolved.flavour, kernel_release=resolved.kernel_release
     )
     notes: list[str] = []
     log_path = req.cache / "logs" / f"{name.removesuffix('.tar.zst')}.log"
@@ -191,7 +191,7 @@ def _build_driver(
     hit = None if req.rebuild else store_hit(store, name, digest)
     if hit is not None:
         log.info("%s is up to date in %s (input digest %s…): nothing to build", name, store.path, digest[:12])
-        us = _userspace_last(req, archive, store, plan, notes, phases, background, root)
+        us = _userspace_last(req, archive, store, resolved, notes, phases, background, build_root)
         return BuildResult(
             hit,
             read_manifest(hit),
@@ -209,14 +209,14 @@ def _build_driver(
     cleanup: list[threading.Thread] = []  # the workspace is deleted while we pack
     try:
         modules_dir, info = compile_in_root(
-            req, plan, src_file, root, log_path=log_path, phases=phases, timings=timings, cleanup=cleanup,
-            companion_files=companion_files,
+            req, resolved, src_file, build_root, log_path=log_path, phases=phases, timings=timings,
+            cleanup=cleanup, companion_files=companion_files,
         )
         manifest = pack_and_publish(
-            req, plan, src_file, root, archive, store, inputs, digest, name, modules_dir, info, phases=phases,
-            timings=timings,
+            req, resolved, src_file, build_root, archive, store, inputs, digest, name, modules_dir, info,
+            phases=phases, timings=timings,
         )
-        us = _userspace_last(req, archive, store, plan, notes, phases, background, root)
+        us = _userspace_last(req, archive, store, resolved, notes, phases, background, build_root)
         return BuildResult(
             store.path / name,
             manifest,

@@ -144,14 +144,14 @@ def host_root(target: TargetOS, kernel: str | None, headers_dir: Path | None) ->
     kernel_cc = cc.read_kernel_compiler(hdir)
     program = select_compiler(kernel_cc)
     text = compiler_version(program) or f"{program} (missing)"
-    root = HostRoot(
+    build_root = HostRoot(
         headers_dir=hdir,
         spec=HostSpec(os_name=target.name),
         program=program,
         compiler=text,
         headers_sha256=headers_digest(hdir, text),
     )
-    return root, release
+    return build_root, release
 
 
 INCLUDE_RE = re.compile(r"^include\s+(\S+)/Makefile\s*$", re.M)
@@ -169,12 +169,12 @@ def source_dir(headers_dir: Path) -> Path:
     return headers_dir
 
 
-def make_vars(root: HostRoot, tree: Path) -> list[str]:
+def make_vars(build_root: HostRoot, tree: Path) -> list[str]:
     """make variables for NVIDIA's Makefile on the host: the headers (SYSSRC/SYSOUT), the compiler,
     and the tree's path mapped to the chroot builder's fixed path in debug info and __FILE__."""
     return [
-        f"SYSSRC={source_dir(root.headers_dir)}",
-        f"SYSOUT={root.headers_dir}",
-        f"CC={root.program}",
+        f"SYSSRC={source_dir(build_root.headers_dir)}",
+        f"SYSOUT={build_root.headers_dir}",
+        f"CC={build_root.program}",
         f"KCFLAGS=-ffile-prefix-map={tree}={kbuild.BUILD_DIR}",
     ]

@@ -152,7 +152,7 @@ def load_order(wanted: Mapping[str, Sequence[str]], modules_dep: Mapping[str, tu
 
 
 @dataclass(frozen=True)
-class InitPlan:
+class InitSteps:
     """What /init does: insmod each module in `load` (dependencies first), in order; `expect_enodev`
     are the modules allowed to fail with ENODEV (no GPU); a failed dependency stops the run."""
 
@@ -161,7 +161,7 @@ class InitPlan:
     stop_after: list[str] = field(default_factory=list)  # load nothing after these fail
 
 
-def render_init(plan: InitPlan) -> str:
+def render_init(steps: InitSteps) -> str:
     """The busybox sh /init script. Output lines start with MARKER so they can be parsed."""
     lines = [
         "#!/bin/busybox sh",
@@ -181,15 +181,15 @@ def render_init(plan: InitPlan) -> str:
         "  $B dmesg -c | while IFS= read -r l; do echo \"" + MARKER + ": kmsg $l\"; done",
         "}",
     ]
-    for name in plan.load:
-        fname = plan.files[name]
+    for name in steps.load:
+        fname = steps.files[name]
         lines += [
             f'echo "{MARKER}: insmod {name}"',
             f"out=$($B insmod {MODULE_DIR}/{fname} 2>&1); rc=$?",
             "report",
             f'echo "{MARKER}: result {name} rc=$rc $out"',
         ]
-        if name in plan.stop_after:
+        if name in steps.stop_after:
             lines.append(f'[ $rc -eq 0 ] || {{ echo "{MARKER}: end"; $B poweroff -f; }}')
     lines += [
         f'echo "{MARKER}: end"',

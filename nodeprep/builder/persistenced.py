@@ -93,16 +93,16 @@ def _dep_names(depends: str) -> list[list[str]]:
     return out
 
 
-def tools_layer(root: buildroot.BuildRoot, archive: Any, target: TargetOS, cache: Path,
+def tools_layer(build_root: buildroot.BuildRoot, archive: Any, target: TargetOS, cache: Path,
                 arch: str = "amd64") -> buildroot.BuildRoot:
-    """`root` plus the target's tools_packages it lacks, unpacked from the archive's .debs as a cached
+    """`build_root` plus the target's tools_packages it lacks, unpacked from the archive's .debs as a cached
     layer (buildroot.with_debs). Every Depends of those packages must be in the root already (they
     are small leaf packages: m4 needs libc6, libtirpc-dev its libtirpc3); InputError names one
     that is not."""
-    have = {p.split(":", 1)[0].split("=", 1)[0] for p in root.packages}
+    have = {p.split(":", 1)[0].split("=", 1)[0] for p in build_root.packages}
     wanted = [p for p in target.tools_packages if p not in have]
     if not wanted:
-        return root
+        return build_root
     chosen: list[tuple[str, str]] = []
     for pkg in wanted:
         versions = archive.versions(pkg)
@@ -115,7 +115,7 @@ def tools_layer(root: buildroot.BuildRoot, archive: Any, target: TargetOS, cache
                 raise InputError(f"{pkg}={version} needs {' or '.join(names)}, which the {target.name} "
                                  "build root lacks: add it to the target's build root packages")
     debs = archive.download_many(chosen)
-    return buildroot.with_debs(root, [Path(d) for d in debs], cache, "tools",
+    return buildroot.with_debs(build_root, [Path(d) for d in debs], cache, "tools",
                                packages=tuple(f"{p}:{arch}={v}" for p, v in chosen))
 
 
@@ -127,19 +127,19 @@ def make_argv(compiler: str, jobs: int) -> list[str]:
             "WHOAMI=echo nodeprep", "NV_VERBOSE=1"]
 
 
-def build_key(sha256: str, root: buildroot.BuildRoot, compiler: str) -> str:
-    return sha256_bytes(canonical_json({"format": FORMAT, "source": sha256, "build_root": list(root.packages),
-                                        "compiler": compiler}))
+def build_key(sha256: str, build_root: buildroot.BuildRoot, compiler: str) -> str:
+    return sha256_bytes(canonical_json({"format": FORMAT, "source": sha256,
+                                        "build_root": list(build_root.packages), "compiler": compiler}))
 
 
-def build(source: Path, sha256: str, driver_version: str, root: buildroot.BuildRoot, archive: Any,
+def build(source: Path, sha256: str, driver_version: str, build_root: buildroot.BuildRoot, archive: Any,
           target: TargetOS, cache: Path, *, arch: str = "amd64", jobs: int | None = None,
           rebuild: bool = False) -> Built:
     """nvidia-persistenced of the archive `source` (sha256 `sha256`, already checked) for
-    `driver_version`, built in `root` with the target's tools layered over it."""
+    `driver_version`, built in `build_root` with the target's tools layered over it."""
     version = source_version(source)
     check_version(version, driver_version, source.name)
-    layered = tools_layer(root, archive, target, cache, arch)
+    layered = tools_layer(build_root, archive, target, cache, arch)
     compiler = target.compiler
     key = build_key(sha256, layered, compiler)
     kept = cache / "persistenced-builds" / key
@@ -184,6 +184,6 @@ def build(source: Path, sha256: str, driver_version: str, root: buildroot.BuildR
     return _built(kept / PROJECT, version, source.name, sha256, layered)
 
 
-def _built(binary: Path, version: str, name: str, sha256: str, root: buildroot.BuildRoot) -> Built:
-    return Built(binary=binary, version=version, source=name, sha256=sha256, build_root=root.spec.key,
-                 packages=root.packages)
+def _built(binary: Path, version: str, name: str, sha256: str, build_root: buildroot.BuildRoot) -> Built:
+    return Built(binary=binary, version=version, source=name, sha256=sha256, build_root=build_root.spec.key,
+                 packages=build_root.packages)

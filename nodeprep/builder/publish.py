@@ -41,7 +41,7 @@ from . import (
     smoke,
     userspace,
 )
-from .resolve import BUILD_FORMAT, AnyRoot, BuildRequest, Plan
+from .resolve import BUILD_FORMAT, AnyBuildRoot, BuildRequest, ResolvedInputs
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,10 @@ def publish_userspace(
     driver_version: str,
     notes: list[str],
     phases: Phases | None = None,
-    root: AnyRoot | None = None,
+    build_root: AnyBuildRoot | None = None,
 ) -> Path | None:
     """The user-space artifact of `driver_version` in the store: reused when current, else built
-    and published; None (with a note) when it is skipped. `root`: the build root nvidia-persistenced
+    and published; None (with a note) when it is skipped. `build_root`: the build root nvidia-persistenced
     is built in (--persistenced-source)."""
     name = artifact_name("userspace", driver_version, arch=req.arch)
     if not req.rebuild:
@@ -103,7 +103,7 @@ def publish_userspace(
     text = f"Building the user-space artifact for {driver_version}"
     with step(text), phases.phase("userspace", text):
         try:
-            path, manifest = _make_userspace(req, archive, driver_version, phases, root)
+            path, manifest = _make_userspace(req, archive, driver_version, phases, build_root)
         except soft as e:
             notes.append(f"user-space artifact skipped: {e}")
             log.warning("warning: user-space artifact skipped: %s", e)
@@ -170,15 +170,15 @@ def check_persistenced(req: BuildRequest, driver_version: str) -> Path | None:
 
 
 def _built_persistenced(req: BuildRequest, archive: Any, driver_version: str,
-                        root: AnyRoot | None) -> persistenced.Built | None:
+                        build_root: AnyBuildRoot | None) -> persistenced.Built | None:
     src = check_persistenced(req, driver_version)
     if src is None:
         return None
-    if not isinstance(root, buildroot.BuildRoot):
+    if not isinstance(build_root, buildroot.BuildRoot):
         raise InputError("--persistenced-source: built in the chroot build root, which this build lacks")
     assert req.persistenced_sha256
     with step(f"Building nvidia-persistenced {driver_version} from {src.name}"):
-        return persistenced.build(src, req.persistenced_sha256.lower(), driver_version, root, archive,
+        return persistenced.build(src, req.persistenced_sha256.lower(), driver_version, build_root, archive,
                                   req.target, req.cache, arch=req.arch, jobs=req.jobs, rebuild=req.rebuild)
 
 
@@ -195,18 +195,19 @@ def _userspace_cache(req: BuildRequest) -> Path:
 
 
 def _make_userspace(
-    req: BuildRequest, archive: Any, driver_version: str, phases: Phases, root: AnyRoot | None = None,
+    req: BuildRequest, archive: Any, driver_version: str, phases: Phases,
+    build_root: AnyBuildRoot | None = None,
 ) -> tuple[Path, Manifest]:
     """The user-space artifact of `driver_version` in the cache: from the runfile's own files when
     the request has one, else from Debian's packages."""
     if req.runfile:
         assert req.runfile_sha256
-        run = runfile.fetch(req.runfile, req.runfile_sha256, req.cache)  # a cache hit: fetched by the plan
+        run = runfile.fetch(req.runfile, req.runfile_sha256, req.cache)  # a cache hit: fetched by resolve
         return runfileuserspace.build_userspace(
             run, driver_version, _userspace_cache(req), arch=req.arch, os_name=req.target.name,
             fabricmanager=check_fabricmanager(req, driver_version),
         )
-    built = _built_persistenced(req, archive, driver_version, root)
+    built = _built_persistenced(req, archive, driver_version, build_root)
     fm = check_fabricmanager(req, driver_version)
     return userspace.build_userspace(
         archive,
@@ -264,9 +265,9 @@ def prebuild_userspace(
 
 def pack_and_publish(
     req: BuildRequest,
-    plan: Plan,
+    resolved: ResolvedInputs,
     src_file: Path | None,
-    root: AnyRoot,
+    build_root: AnyBuildRoot,
     archive: Any,
     store: LocalStore,
     inputs: dict[str, str],
@@ -287,7 +288,7 @@ def pack_and_publish(
     work = buildroot.private_dir(tmp_parent, "pack")
     try:
         payload = work / "payload"
-        mod_dir = payload / "modules" / plan.kernel_release
+        mod_dir = payload / "modules" / resolved.kernel_release
         mod_dir.mkdir(parents=True)
         for ko in json.loads((modules_dir / "modules.json").read_text())["modules"]:
             shutil.copyfile(modules_dir / ko, mod_dir / ko)
@@ -300,18 +301,18 @@ def pack_and_publish(
                 os.chmod(mod_dir / ko, 0o644)
         vermagic = read_module(mod_dir / "nvidia.ko").vermagic.strip()
         extra: dict[str, Any] = {
-            "source": {k: v for k, v in plan.source.items() if k != "url"}
+            "source": {k: v for k, v in resolved.source.items() if k != "url"}
             | ({"sha256": inputs[src_file.name]} if src_file else {}),
             "kernel_headers": (
-                {"dir": str(root.headers_dir), "sha256": root.headers_sha256}
-                if isinstance(root, hostbuild.HostRoot)
-                else {p: v for p, v in plan.header_packages}
+                {"dir": str(build_root.headers_dir), "sha256": build_root.headers_sha256}
+                if isinstance(build_root, hostbuild.HostRoot)
+                else {p: v for p, v in resolved.header_packages}
             ),
             "build_root": {
                 "os": req.target.name,
-                "key": root.spec.key,
-                "packages_sha256": root.packages_sha256,
-                "packages": list(root.packages),
+                "key": build_root.spec.key,
+                "packages_sha256": build_root.packages_sha256,
+                "packages": list(build_root.packages),
             },
             "build": {
                 "format": BUILD_FORMAT,
@@ -326,16 +327,17 @@ def pack_and_publish(
                                    "sources": {n: {"name": Path(u).name, "sha256": sha}
                                                for n, u, sha in req.companions}}
         if req.sign_key and req.sign_cert:
-            with timed(timings, "sign", "Signing the modules"), _headers_tree(req, plan, root) as hdir:
+            signing_headers = _headers_tree(req, resolved, build_root)
+            with timed(timings, "sign", "Signing the modules"), signing_headers as hdir:
                 extra["signing"] = signing.sign_modules(
                     mod_dir, hdir, Path(req.sign_key), Path(req.sign_cert), req.sign_hash
                 )
         if smoke_on:
-            text = f"Smoke-testing the modules on {plan.kernel_release}"
+            text = f"Smoke-testing the modules on {resolved.kernel_release}"
             with timed(timings, "smoke_test", text), phases.phase("smoke_test", text):
                 result = smoke.smoke_test_modules(
                     mod_dir,
-                    plan.kernel_release,
+                    resolved.kernel_release,
                     archive=archive,
                     cache=req.cache,
                     # Signed modules boot under UEFI Secure Boot with the signing certificate
@@ -345,20 +347,20 @@ def pack_and_publish(
             extra["smoke_test"] = result.to_dict()
             if not result.passed:
                 raise BuildError(
-                    f"smoke test failed on {plan.kernel_release}: "
+                    f"smoke test failed on {resolved.kernel_release}: "
                     f"{getattr(result, 'reason', 'see the log')}; not publishing "
                     "(--no-smoke-test skips it)",
                     hint=getattr(result, "log_excerpt", None) or None,
                 )
         manifest = Manifest(
             kind="kmod",
-            driver_version=plan.driver_version,
+            driver_version=resolved.driver_version,
             arch=req.arch,
             os=req.target.name,
             input_digest=digest,
             inputs=inputs,
-            flavour=plan.flavour,
-            kernel_release=plan.kernel_release,
+            flavour=resolved.flavour,
+            kernel_release=resolved.kernel_release,
             vermagic=vermagic,
             compiler=info["compiler"],
             extra=extra,
@@ -375,20 +377,20 @@ def pack_and_publish(
 
 
 class _headers_tree:
-    """Context manager: the arch-specific headers of `plan` extracted in a temporary root
+    """Context manager: the arch-specific headers of `resolved` extracted in a temporary root
     (the signing hook needs scripts/sign-file and the kernel's certs there)."""
 
-    def __init__(self, req: BuildRequest, plan: Plan, root: AnyRoot) -> None:
-        self.req, self.plan, self.root = req, plan, root
+    def __init__(self, req: BuildRequest, resolved: ResolvedInputs, build_root: AnyBuildRoot) -> None:
+        self.req, self.resolved, self.build_root = req, resolved, build_root
         self.tmp: Path | None = None
 
     def __enter__(self) -> Path:
-        if isinstance(self.root, hostbuild.HostRoot):
-            return self.root.headers_dir  # the system's own headers (scripts/sign-file, certs)
+        if isinstance(self.build_root, hostbuild.HostRoot):
+            return self.build_root.headers_dir  # the system's own headers (scripts/sign-file, certs)
         self.tmp = buildroot.private_dir(self.req.cache / "tmp", "headers")
-        for deb in [self.plan.debs[p] for p, _ in self.plan.header_packages]:
+        for deb in [self.resolved.debs[p] for p, _ in self.resolved.header_packages]:
             runner.run(["dpkg-deb", "-x", deb, self.tmp])
-        return self.tmp / "usr" / "src" / f"linux-headers-{self.plan.kernel_release}"
+        return self.tmp / "usr" / "src" / f"linux-headers-{self.resolved.kernel_release}"
 
     def __exit__(self, *exc: object) -> None:
         if self.tmp is not None:

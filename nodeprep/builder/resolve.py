@@ -1,10 +1,10 @@
 """The inputs of one kmod build: the request, its validation, and resolving (and downloading) them.
 
-    validate_request -> resolve_plan (Debian archive, a .run installer or an open-gpu-kernel-modules
+    validate_request -> resolve_inputs (Debian archive, a .run installer or an open-gpu-kernel-modules
     release; headers from the archive)
-    or resolve_host_plan (--builder host: the system's headers) -> build_params.
+    or resolve_host_inputs (--builder host: the system's headers) -> build_params.
 
-Owns BuildRequest (with its TargetOS, resolved from `--os` where the request is made) and Plan,
+Owns BuildRequest (with its TargetOS, resolved from `--os` where the request is made) and ResolvedInputs,
 the archive of a request (`open_archive`, lazily for host builds), the fetch of a runfile or
 open-source release (the source file), and `build_params`: everything besides the input files that
 decides the artifact's bytes (with the input files it makes the input digest, the store key of a
@@ -32,7 +32,7 @@ from . import buildroot, headers, hostbuild
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
 BUILDERS = ("chroot", "host", "podman", "docker")
-AnyRoot = buildroot.BuildRoot | hostbuild.HostRoot
+AnyBuildRoot = buildroot.BuildRoot | hostbuild.HostRoot
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class BuildRequest:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ResolvedInputs:
     """Everything resolved about the inputs of one build (JSON-serialisable)."""
 
     driver_version: str
@@ -134,10 +134,10 @@ def _runfile_version(name: str, header: runfile.MakeselfHeader | None) -> str | 
     return None
 
 
-def resolve_plan(
+def resolve_inputs(
     req: BuildRequest, archive: Any, phases: Phases | None = None
-) -> tuple[Plan, Path | None]:
-    """Resolve and download every input. Returns the plan and the source file (the runfile or the
+) -> tuple[ResolvedInputs, Path | None]:
+    """Resolve and download every input. Returns the resolved inputs and the source file (the runfile or the
     open-source release; None for Debian's sources).
 
     The answers for the Debian archive are memoised per apt lists state (same lists -> same answers)
@@ -164,9 +164,9 @@ def resolve_plan(
     )
     memo = req.cache / "plans" / f"{memo_key}.json"
     if _lists_fingerprint(archive) and memo.is_file():
-        plan = Plan(**json.loads(memo.read_text()))
-        if all(Path(p).is_file() for p in plan.debs.values()):
-            return plan, src_file
+        resolved = ResolvedInputs(**json.loads(memo.read_text()))
+        if all(Path(p).is_file() for p in resolved.debs.values()):
+            return resolved, src_file
     version, source = _driver_source(req, archive, src_file)
     hdrs = headers.resolve(archive, req.kernel, arch=req.arch)
     wanted = ([("source", source["package"], source["version"])] if src_file is None else []) + [
@@ -176,7 +176,7 @@ def resolve_plan(
         [(pkg, ver) for _, pkg, ver in wanted], phases.reporter("resolve", "bytes") if phases else None
     )
     debs = {role: str(path) for (role, _, _), path in zip(wanted, fetched, strict=True)}
-    plan = Plan(
+    resolved = ResolvedInputs(
         driver_version=version,
         flavour=req.flavour,
         kernel_release=hdrs.release,
@@ -185,8 +185,8 @@ def resolve_plan(
         header_packages=[list(p) for p in hdrs.packages],
     )
     if _lists_fingerprint(archive):
-        atomic_write(memo, json.dumps(asdict(plan), sort_keys=True))
-    return plan, src_file
+        atomic_write(memo, json.dumps(asdict(resolved), sort_keys=True))
+    return resolved, src_file
 
 
 def _fetch_runfile(req: BuildRequest, phases: Phases | None) -> Path | None:
@@ -317,9 +317,9 @@ def _driver_source(req: BuildRequest, archive: Any, src_file: Path | None) -> tu
     }
 
 
-def resolve_host_plan(
+def resolve_host_inputs(
     req: BuildRequest, archive: Any, release: str, phases: Phases | None = None
-) -> tuple[Plan, Path | None]:
+) -> tuple[ResolvedInputs, Path | None]:
     """`--builder host`: the headers are the system's (no packages); only the driver sources are
     resolved (the source file, or Debian's kernel-source package, whose .deb is the one input file)."""
     src_file = _fetch_source_file(req, phases)
@@ -331,7 +331,7 @@ def resolve_host_plan(
         if src_file is not None
         else {"source": str(archive.download(source["package"], source["version"]))}
     )
-    plan = Plan(
+    resolved = ResolvedInputs(
         driver_version=version,
         flavour=req.flavour,
         kernel_release=release,
@@ -339,13 +339,13 @@ def resolve_host_plan(
         debs=debs,
         header_packages=[],
     )
-    return plan, src_file
+    return resolved, src_file
 
 
 def preview(req: BuildRequest, archive: Any, host_release: str | None = None) -> dict[str, Any]:
     """`build-driver --check`: the inputs a build would resolve and the artifact it would publish,
     from the archive's package index alone: no input is downloaded (a runfile's or release's version
-    is read from its name), no build root made, no plan memo or store written. `host_release`: the
+    is read from its name), no build root made, no resolved-inputs memo or store written. `host_release`: the
     kernel of the host's headers (--builder host)."""
     from ..artifact import artifact_name
 
@@ -390,18 +390,18 @@ def preview(req: BuildRequest, archive: Any, host_release: str | None = None) ->
     return out
 
 
-def build_params(req: BuildRequest, plan: Plan, root: AnyRoot) -> dict[str, Any]:
+def build_params(req: BuildRequest, resolved: ResolvedInputs, build_root: AnyBuildRoot) -> dict[str, Any]:
     """Everything besides the input files that decides the artifact's bytes."""
     return {
         "build_format": BUILD_FORMAT,
         "kind": "kmod",
-        "driver_version": plan.driver_version,
-        "flavour": plan.flavour,
-        "kernel_release": plan.kernel_release,
+        "driver_version": resolved.driver_version,
+        "flavour": resolved.flavour,
+        "kernel_release": resolved.kernel_release,
         "os": req.target.name,
         "arch": req.arch,
-        "build_root": {"key": root.spec.key, "packages": list(root.packages)},
-        "source": {k: v for k, v in plan.source.items() if k != "url"},
+        "build_root": {"key": build_root.spec.key, "packages": list(build_root.packages)},
+        "source": {k: v for k, v in resolved.source.items() if k != "url"},
         "signing": (
             {"cert_sha256": sha256_file(req.sign_cert), "hash": req.sign_hash} if req.sign_cert else None
         ),

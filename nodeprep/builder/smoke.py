@@ -163,12 +163,12 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
         for suffix in (".xz", ".gz", ".zst"):
             fname = fname.removesuffix(suffix)
         files[name], sources[fname] = fname, src
-    plan = initramfs.InitPlan(load=order, files=files, stop_after=[n for n in order if n not in infos])
+    steps = initramfs.InitSteps(load=order, files=files, stop_after=[n for n in order if n not in infos])
     lines: list[str] = []
     timed_out = False
     with tempfile.TemporaryDirectory(prefix="nodeprep-smoke-") as tmp:
         t0 = time.monotonic()
-        image = initramfs.build_initramfs(Path(tmp) / "initramfs.cpio", busybox, initramfs.render_init(plan),
+        image = initramfs.build_initramfs(Path(tmp) / "initramfs.cpio", busybox, initramfs.render_init(steps),
                                           sources)
         timings["initramfs"] = time.monotonic() - t0
         uefi_vars = None

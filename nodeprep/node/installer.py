@@ -119,20 +119,20 @@ def _live_kernel(layout: Layout) -> str | None:
 
 def _plan_install(
     layout: Layout, index: Callable[[], list[IndexEntry]], request: InstallRequest, modules: tuple[str, ...],
-    hook: kernelhook.HookConfig | None, daemons: Daemons = DEFAULT_DAEMONS,
+    kernel_hook_config: kernelhook.KernelHookConfig | None, daemons: Daemons = DEFAULT_DAEMONS,
 ) -> InstallPlan:
     """plan_install over this root's state, reading the store's index only when it is needed.
-    `hook`: the kernel hook to set up (None: none)."""
+    `kernel_hook_config`: the kernel hook to set up (None: none)."""
     state = load_state(layout.root)
     entries = index() if needs_index(state, request.version, request.kernel) else None
     drift = (system.drift(layout, modules, daemons) + entrypoints.drift(layout, request.version, request.arch)
              if request.activate else ())
-    hook_drift = kernelhook.drift(layout, system.nodeprep_command()) if hook else ()
-    record = hook.to_dict() if hook else None
+    kernel_hook_drift = kernelhook.drift(layout, system.nodeprep_command()) if kernel_hook_config else ()
+    record = kernel_hook_config.to_dict() if kernel_hook_config else None
     if record and kernelhook.keep_record(state.active, state.kernel_hook, request.version, request.activate):
         record = state.kernel_hook  # the active version's modules come from the store recorded
     return plan_install(state, request, entries, live_kernel=_live_kernel(layout), drift=drift,
-                        kernel_hook=record, hook_drift=hook_drift)
+                        kernel_hook=record, kernel_hook_drift=kernel_hook_drift)
 
 
 @dataclass(frozen=True)
@@ -172,11 +172,12 @@ def plan_install_of(root: Path, given: InstallInput) -> tuple[State, InstallPlan
     request = _request(layout, given.version, given.kernel, given.flavour, given.arch, given.activate)
     state = load_state(layout.root)
     src = Store(given.store, given.store_options or StoreOptions())
-    hook = (_hook_config(layout, src.location, given.arch, given.store_options, given.keep_boot_kernel,
-                         given.node_store) if given.kernel_hook else None)
-    todo = _plan_install(layout, src.entries, request, given.modules, hook, given.daemons)
-    return state, replace(todo, notes=todo.notes + _hook_notes(layout, src.location, given.node_store,
-                                                                given.kernel_hook, hook))
+    kernel_hook_config = (_kernel_hook_config(layout, src.location, given.arch, given.store_options,
+                                              given.keep_boot_kernel, given.node_store)
+                          if given.kernel_hook else None)
+    todo = _plan_install(layout, src.entries, request, given.modules, kernel_hook_config, given.daemons)
+    return state, replace(todo, notes=todo.notes + _kernel_hook_notes(layout, src.location, given.node_store,
+                                                                       given.kernel_hook, kernel_hook_config))
 
 
 def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) -> InstallResult:
@@ -193,9 +194,10 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
     src = Store(store, store_options or StoreOptions())
     # Planned before taking the lock (bad input fails fast, nothing changed), then again under it.
     index = functools.cache(src.entries)  # read at most once, and only when something is missing
-    hook = (_hook_config(layout, src.location, arch, store_options, keep_boot_kernel, node_store)
-            if kernel_hook else None)
-    first = _plan_install(layout, index, request, modules, hook, given.daemons)
+    kernel_hook_config = (_kernel_hook_config(layout, src.location, arch, store_options, keep_boot_kernel,
+                                              node_store)
+                          if kernel_hook else None)
+    first = _plan_install(layout, index, request, modules, kernel_hook_config, given.daemons)
     if activate:  # another package's nvidia-smi: refused before anything is fetched or installed
         problem = entrypoints.refusal(layout, version, load_state(layout.root).entry_points,
                                       entrypoints.required(layout, arch))
@@ -206,7 +208,7 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
     with locked(layout):
         crash_point("install:locked")
         clean_leftovers(layout)
-        todo = _plan_install(layout, index, request, modules, hook, given.daemons)
+        todo = _plan_install(layout, index, request, modules, kernel_hook_config, given.daemons)
         if todo.new_version:
             assert todo.userspace is not None and todo.kmod is not None
             with step(f"Installing NVIDIA driver {version} for kernel {rel}"):
@@ -254,33 +256,35 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
         installed_userspace=installed_us,
         installed_kmod=installed_kmod,
         activation=activation,
-        notes=todo.notes + tuple(n for n in _hook_notes(layout, src.location, node_store, kernel_hook, hook)
+        notes=todo.notes + tuple(n for n in _kernel_hook_notes(layout, src.location, node_store, kernel_hook,
+                                                               kernel_hook_config)
                                  if activation is None or n not in activation.notes),
     )
 
 
-def _hook_config(layout: Layout, store: str, arch: str, options: StoreOptions | None,
-                 keep_boot_kernel: bool, node_store: str | None = None) -> kernelhook.HookConfig | None:
+def _kernel_hook_config(layout: Layout, store: str, arch: str, options: StoreOptions | None,
+                        keep_boot_kernel: bool, node_store: str | None = None
+                        ) -> kernelhook.KernelHookConfig | None:
     """What the kernel hook needs, as the node sees it (paths under --root lose the prefix); None
     when the booted node would not reach the store (kernelhook.node_store)."""
     opts = options or StoreOptions()
     recorded = kernelhook.node_store(layout, store, node_store)
     if recorded is None:
         return None
-    return kernelhook.HookConfig(
+    return kernelhook.KernelHookConfig(
         store=recorded, arch=arch,
         registry_auth=kernelhook.node_view(layout, opts.registry_auth),
         ca_file=kernelhook.node_view(layout, opts.ca_file), insecure_http=opts.insecure_http,
         keep_boot_kernel=keep_boot_kernel)
 
 
-def _hook_notes(layout: Layout, store: str, node_store: str | None, wanted: bool,
-                hook: kernelhook.HookConfig | None) -> tuple[str, ...]:
+def _kernel_hook_notes(layout: Layout, store: str, node_store: str | None, wanted: bool,
+                       kernel_hook_config: kernelhook.KernelHookConfig | None) -> tuple[str, ...]:
     """What the install says about the kernel hook: not set up (an image's store), or the root
     lacking the nodeprep it runs (system.command_problem)."""
     if not wanted:
         return ()
-    if hook is None:
+    if kernel_hook_config is None:
         return (kernelhook.unrecorded_note(store),)
     note = system.command_problem(layout)
     return (f"warning: {note}",) if note else ()

@@ -23,7 +23,7 @@ from . import system
 from .callbacks import ActivationCallbacks
 from .fsutil import atomic_write, fsync_dir
 from .installer import InstallInput, install
-from .kernelhook import HOLD_FILE, LOUD, HookConfig
+from .kernelhook import HOLD_FILE, LOUD, KernelHookConfig
 from .kmod import running_kernel
 from .layout import Layout, check_kernel
 from .lock import locked
@@ -31,7 +31,7 @@ from .state import load_state
 
 
 @dataclass(frozen=True)
-class HookResult:
+class KernelHookResult:
     event: str
     kernel: str
     version: str | None = None
@@ -135,7 +135,7 @@ def _flavour(layout: Layout, version: str, kernels: tuple[str, ...]) -> str | No
     return None
 
 
-def kernel_installed(root: Path, kernel: str, *, callbacks: ActivationCallbacks) -> HookResult:
+def kernel_installed(root: Path, kernel: str, *, callbacks: ActivationCallbacks) -> KernelHookResult:
     """postinst: put the active driver's modules for `kernel` in place (see the module docstring).
     `hooks`: passed on to installer.install, as every caller does (nodeprep.join.activation.CALLBACKS)."""
     layout = Layout(Path(root))
@@ -145,15 +145,16 @@ def kernel_installed(root: Path, kernel: str, *, callbacks: ActivationCallbacks)
                          f"(no /lib/modules/{kernel}/kernel); "
                          "the hook takes the release of an installed kernel")
     state = load_state(layout.root)
-    config = HookConfig.from_dict(state.kernel_hook)
+    config = KernelHookConfig.from_dict(state.kernel_hook)
     version = state.active
     if config is None or version is None:
         why = "no store recorded by nodeprep install" if config is None else "no active NVIDIA driver"
-        return HookResult("postinst", kernel, version, message=f"nodeprep kernel hook: {why}; nothing to do")
+        return KernelHookResult("postinst", kernel, version,
+                                message=f"nodeprep kernel hook: {why}; nothing to do")
     have = state.installed[version].kernels
     if kernel in have:
         hold = release_hold(layout, have)
-        return HookResult("postinst", kernel, version, changed=hold is not None,
+        return KernelHookResult("postinst", kernel, version, changed=hold is not None,
                           boot_hold=_node(layout, hold),
                           message=f"nodeprep kernel hook: {version} already has modules for {kernel}")
     try:
@@ -165,15 +166,15 @@ def kernel_installed(root: Path, kernel: str, *, callbacks: ActivationCallbacks)
     except NodeprepError as e:
         return _missing(layout, kernel, version, have, config, str(e))
     hold = release_hold(layout, (*have, kernel))
-    return HookResult("postinst", kernel, version, changed=True, boot_hold=_node(layout, hold),
+    return KernelHookResult("postinst", kernel, version, changed=True, boot_hold=_node(layout, hold),
                       message=f"nodeprep kernel hook: installed the NVIDIA {version} modules "
                       f"for kernel {kernel}"
                       + (f" (removed {_node(layout, hold)}: the boot default is the newest kernel again)"
                          if hold else ""))
 
 
-def _missing(layout: Layout, kernel: str, version: str, have: tuple[str, ...], config: HookConfig,
-             reason: str) -> HookResult:
+def _missing(layout: Layout, kernel: str, version: str, have: tuple[str, ...], config: KernelHookConfig,
+             reason: str) -> KernelHookResult:
     kept = kernel_to_keep(layout, have, kernel)
     hold = None
     if not config.keep_boot_kernel:
@@ -187,19 +188,20 @@ def _missing(layout: Layout, kernel: str, version: str, have: tuple[str, ...], c
         if not layout.resolved("/etc/default/grub").exists():
             after += ", but GRUB is not installed here"
     message = f"{LOUD} {kernel}: {reason.splitlines()[0]}; it boots WITHOUT the GPU driver ({after})"
-    return HookResult("postinst", kernel, version, ok=False, message=message, boot_hold=_node(layout, hold))
+    return KernelHookResult("postinst", kernel, version, ok=False, message=message,
+                            boot_hold=_node(layout, hold))
 
 
 def _node(layout: Layout, path: Path | None) -> str | None:
     return layout.node_path(path) if path else None
 
 
-def kernel_removed(root: Path, kernel: str) -> HookResult:
+def kernel_removed(root: Path, kernel: str) -> KernelHookResult:
     """postrm: delete every version's modules for `kernel` and their links, once the kernel is gone."""
     layout = Layout(Path(root))
     check_kernel(kernel)
     if _installed_kernel(layout, kernel):
-        return HookResult("postrm", kernel, message=f"nodeprep kernel hook: kernel {kernel} is still "
+        return KernelHookResult("postrm", kernel, message=f"nodeprep kernel hook: kernel {kernel} is still "
                           "installed; its NVIDIA modules stay")
     removed: list[str] = []
     with locked(layout):
@@ -221,4 +223,4 @@ def kernel_removed(root: Path, kernel: str) -> HookResult:
             removed.append(layout.node_path(hold))
     message = (f"nodeprep kernel hook: removed the NVIDIA modules of kernel {kernel} ({', '.join(removed)})"
                if removed else f"nodeprep kernel hook: no NVIDIA modules for kernel {kernel}")
-    return HookResult("postrm", kernel, changed=bool(removed), message=message, removed=tuple(removed))
+    return KernelHookResult("postrm", kernel, changed=bool(removed), message=message, removed=tuple(removed))

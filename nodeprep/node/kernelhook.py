@@ -36,7 +36,7 @@ LOUD = "nodeprep kernel hook: NO NVIDIA DRIVER FOR KERNEL"
 
 
 @dataclass(frozen=True)
-class HookConfig:
+class KernelHookConfig:
     """What the hook needs besides the filesystem; node paths (as the node sees them)."""
 
     store: str
@@ -50,7 +50,7 @@ class HookConfig:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @classmethod
-    def from_dict(cls, data: Any) -> HookConfig | None:
+    def from_dict(cls, data: Any) -> KernelHookConfig | None:
         if not isinstance(data, dict) or not isinstance(data.get("store"), str):
             return None
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}

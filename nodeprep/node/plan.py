@@ -128,12 +128,12 @@ def needs_index(state: State, version: str, kernel: str) -> bool:
 def plan_install(
     state: State, request: InstallRequest, entries: list[IndexEntry] | None, *,
     live_kernel: str | None = None, drift: tuple[str, ...] = (),
-    kernel_hook: dict[str, Any] | None = None, hook_drift: tuple[str, ...] = (),
+    kernel_hook: dict[str, Any] | None = None, kernel_hook_drift: tuple[str, ...] = (),
 ) -> InstallPlan:
     """The install of `request` on a node in `state` from a store with index `entries` (None when
     needs_index() said no). `live_kernel`: the running kernel of a live system; `drift`: files an
     activation would rewrite (system.drift); `kernel_hook`: the kernel hook's record to keep in
-    state.json (None: no kernel hook), `hook_drift`: its scripts that are missing or differ
+    state.json (None: no kernel hook), `kernel_hook_drift`: its scripts that are missing or differ
     (kernelhook.drift)."""
     version, kernel = request.version, request.kernel
     have = state.installed.get(version)
@@ -159,7 +159,7 @@ def plan_install(
         activation = plan_activate(after, version, kernel=None if live_kernel else kernel,
                                    live_kernel=live_kernel, drift=drift)
     hook = None if kernel_hook is None else KernelHookPlan(
-        record=kernel_hook, recorded=state.kernel_hook == kernel_hook, write=hook_drift)
+        record=kernel_hook, recorded=state.kernel_hook == kernel_hook, write=kernel_hook_drift)
     return InstallPlan(request=request, userspace=us, kmod=kmod, new_version=have is None,
                        activation=activation, notes=tuple(notes), kernel_hook=hook)
 

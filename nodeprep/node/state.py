@@ -49,7 +49,7 @@ class State:
     installed: dict[str, Installed] = field(default_factory=dict)
     active: str | None = None
     previous: str | None = None
-    kernel_hook: dict[str, Any] | None = None  # what the kernel hook needs (kernelhook.HookConfig)
+    kernel_hook: dict[str, Any] | None = None  # what the kernel hook needs (kernelhook.KernelHookConfig)
     entry_points: tuple[str, ...] = ()  # node paths of the links entrypoints.py made
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def _version(value: Any) -> bool:
     return isinstance(value, str) and DRIVER_VERSION_RE.fullmatch(value) is not None
 
 
-# kernel_hook's fields (kernelhook.HookConfig) -> the types they take
+# kernel_hook's fields (kernelhook.KernelHookConfig) -> the types they take
 HOOK_FIELDS: dict[str, tuple[type, ...]] = {
     "store": (str,), "arch": (str,), "registry_auth": (str, type(None)), "ca_file": (str, type(None)),
     "insecure_http": (bool,), "keep_boot_kernel": (bool,),

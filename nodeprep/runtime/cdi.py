@@ -154,7 +154,7 @@ def _mounts(root: Path, version: str, manifest: Manifest) -> tuple[list[dict[str
     return mounts, names
 
 
-def toolkit_hook(root: Path, configured: str | None = None) -> str | None:
+def find_nvidia_cdi_hook(root: Path, configured: str | None = None) -> str | None:
     """Where nvidia-cdi-hook is on the node: `configured` (runtime.cdi_hook_path) when that file
     exists, else the first TOOL_DIRS entry holding it; None when it is not there."""
     for path in [configured] if configured else [f"{d}/{CDI_HOOK}" for d in TOOL_DIRS]:
@@ -195,7 +195,7 @@ def _mount(host: str, container: str) -> dict[str, Any]:
 
 
 def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None = None,
-               dev_root: Path | None = None, cdi_hook: str | None = None) -> dict[str, Any]:
+               dev_root: Path | None = None, nvidia_cdi_hook_path: str | None = None) -> dict[str, Any]:
     """The CDI spec as data (pure apart from reading the driver root under `root` and what exists
     under `dev_root`, default `root`: device nodes, daemon sockets, the driver's params file)."""
     version = version or active_driver(root)
@@ -212,14 +212,14 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     if "nvidia-modeset" in driver.modules or _exists(dev_root, "/dev/nvidia-modeset"):
         common_nodes.append({"path": "/dev/nvidia-modeset"})
     lib_dir = LIB_DIRS.get(manifest.arch, LIB_DIRS["amd64"])
-    toolkit = toolkit_hook(root, cdi_hook)
+    nvidia_cdi_hook = find_nvidia_cdi_hook(root, nvidia_cdi_hook_path)
     mounts, links = _mounts(root, version, manifest)
     edits: dict[str, Any] = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": common_nodes,
         "mounts": mounts + ipc_mounts(dev_root),
     }
-    edits["hooks"] = hooks(version, lib_dir, toolkit, links, params=_exists(dev_root, PARAMS))
+    edits["hooks"] = spec_hooks(version, lib_dir, nvidia_cdi_hook, links, params=_exists(dev_root, PARAMS))
     devices: list[dict[str, Any]] = []
     for g in gpus.gpus:
         node = {"deviceNodes": [{"path": f"/dev/nvidia{g.minor}"}]}
@@ -231,12 +231,12 @@ def build_spec(root: Path, driver: Driver, gpus: GpuList, *, version: str | None
     return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
 
 
-def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
+def spec_hooks(version: str, lib_dir: str, nvidia_cdi_hook: str | None, links: list[str], *,
           params: bool = False) -> list[dict[str, Any]]:
     """createContainer hooks (pure). nodeprep's own, always: the requirement check, the `links`
     (`--link` values: NAME or NAME=ENTRY of the versioned lib64/ folder the spec mounts) made in the
     image's loader default directory, the ld cache rebuilt only when shadowed. With nvidia-cdi-hook
-    (`toolkit`, its path on the node), what only NVIDIA's does: `enable-cuda-compat` (the image's
+    (`nvidia_cdi_hook`, its path on the node), what only NVIDIA's does: `enable-cuda-compat` (the image's
     CUDA forward-compatibility libraries when newer than the driver), run by nodeprep's hook
     (`--nvidia-cdi-hook`) only for an image that has such libraries, before its ld cache check (which
     so also sees the compat folder `enable-cuda-compat` added), and, on a node with the driver's
@@ -247,8 +247,8 @@ def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
     path, argv, env = hook_command()
     ours: dict[str, Any] = {"hookName": "createContainer", "path": path,
                             "args": [*argv, "--driver", version, "--ldconfig", lib_dir]}
-    if toolkit:
-        ours["args"] += ["--nvidia-cdi-hook", toolkit]
+    if nvidia_cdi_hook:
+        ours["args"] += ["--nvidia-cdi-hook", nvidia_cdi_hook]
         ours["args"] += ["--disable-device-node-modification"] if params else []
     if links:
         ours["args"] += ["--libraries", f"{DRIVER_BASE}/{version}/lib64",
@@ -256,7 +256,7 @@ def hooks(version: str, lib_dir: str, toolkit: str | None, links: list[str], *,
     return [{**ours, "env": env} if env else ours]
 
 
-def toolkit_of(spec: dict[str, Any]) -> str | None:
+def nvidia_cdi_hook_of(spec: dict[str, Any]) -> str | None:
     """The nvidia-cdi-hook a spec `hooks` wrote names (pure; None: none)."""
     for h in (spec.get("containerEdits") or {}).get("hooks") or []:
         args = h.get("args") or []
@@ -382,7 +382,7 @@ def plan_cdi(root: Path, driver: Driver, runtime: Runtime, gpus: GpuList, *,
         return []
     target = spec_target(runtime)
     path = under(root, target)
-    spec = build_spec(root, driver, gpus, dev_root=dev_root, cdi_hook=runtime.cdi_hook_path)
+    spec = build_spec(root, driver, gpus, dev_root=dev_root, nvidia_cdi_hook_path=runtime.cdi_hook_path)
     content = render_spec(spec, on_disk=_read_if_file(path))
     problem = python_problem(root)
     if problem:
@@ -466,9 +466,9 @@ def refresh_after_activation(root: Path, version: str) -> list[str]:
         nodes = {n["path"] for n in old.get("containerEdits", {}).get("deviceNodes", [])}
         modules = ("nvidia",) + (("nvidia-uvm",) if "/dev/nvidia-uvm" in nodes else ()) + (
             ("nvidia-modeset",) if "/dev/nvidia-modeset" in nodes else ())
-        configured = toolkit_of(old)
+        configured = nvidia_cdi_hook_of(old)
         spec = build_spec(root, Driver(version=version, modules=modules), _devices_from_spec(old),
-                          version=version, cdi_hook=configured)
+                          version=version, nvidia_cdi_hook_path=configured)
         change = FileChange(path, target, render_spec(spec, on_disk=raw), 0o644)
         if change.changed:
             atomic_write(path, change.content, mode=change.mode)

@@ -18,7 +18,7 @@ import pytest
 
 from nodeprep import artifact, runner, targets
 from nodeprep.builder import kbuild
-from nodeprep.builder.resolve import BuildRequest, resolve_plan, validate_request
+from nodeprep.builder.resolve import BuildRequest, resolve_inputs, validate_request
 from nodeprep.sources import opensource
 from nodeprep.sources.debian import DebianArchive
 from tests.support import supporttable
@@ -123,11 +123,11 @@ def test_other_cells_resolve_to_their_plans(version: str, os_name: str, kernel: 
                        open_source_sha256=sha, cache=test_cache, store=test_cache / "unused-store",
                        userspace=False, smoke_test=False)
     validate_request(req)
-    plan, src = resolve_plan(req, DebianArchive(test_cache, os_name=os_name, kernel=kernel))
+    resolved, src = resolve_inputs(req, DebianArchive(test_cache, os_name=os_name, kernel=kernel))
     assert src is not None and src.name == path.name
-    assert (plan.driver_version, plan.flavour, plan.kernel_release) == (version, "open", kernel)
-    assert plan.source["kind"] == "open-source" and "source" not in plan.debs
-    assert any(p == f"linux-headers-{kernel}" for p, _ in plan.header_packages)
+    assert (resolved.driver_version, resolved.flavour, resolved.kernel_release) == (version, "open", kernel)
+    assert resolved.source["kind"] == "open-source" and "source" not in resolved.debs
+    assert any(p == f"linux-headers-{kernel}" for p, _ in resolved.header_packages)
     assert OPEN_RELEASES[version] == sha
 
 

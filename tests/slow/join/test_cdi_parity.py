@@ -187,4 +187,4 @@ def test_every_mount_device_and_link_of_nvidia_ctk_is_in_nodeprep_spec(
         assert name in names or name in made, link
     assert made == {"libcuda.so", "libnvidia-opticalflow.so", "libGLX_indirect.so.0"}
     assert their_hooks["enable-cuda-compat"] == [f"--host-driver-version={V}"]  # what nodeprep's hook passes
-    assert cdi.toolkit_of(ours) == "/usr/bin/nvidia-cdi-hook"
+    assert cdi.nvidia_cdi_hook_of(ours) == "/usr/bin/nvidia-cdi-hook"

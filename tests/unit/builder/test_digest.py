@@ -13,9 +13,9 @@ import pytest
 from nodeprep import artifact, targets
 from nodeprep.builder import buildroot, kbuild
 from nodeprep.builder.compile import tree_digest
-from nodeprep.builder.resolve import BuildRequest, Plan, build_params
+from nodeprep.builder.resolve import BuildRequest, ResolvedInputs, build_params
 
-PLAN = Plan(
+RESOLVED = ResolvedInputs(
     driver_version="535.309.01",
     flavour="proprietary",
     kernel_release="6.1.0-56-amd64",
@@ -23,7 +23,7 @@ PLAN = Plan(
     debs={},
     header_packages=[["linux-headers-6.1.0-56-amd64", "6.1.192-2"]],
 )
-ROOT = buildroot.BuildRoot(
+BUILD_ROOT = buildroot.BuildRoot(
     path=Path("/nonexistent"),
     spec=buildroot.spec_for(targets.get("debian-12")),
     packages=("gcc-12:amd64=12.2.0-14+deb12u1", "make:amd64=4.3-4.1"),
@@ -34,8 +34,8 @@ INPUTS = {"nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb": "a" * 64}
 DEFAULT_REQUEST = BuildRequest()
 
 
-def digest(req=DEFAULT_REQUEST, plan=PLAN, root=ROOT, inputs=INPUTS):
-    return artifact.input_digest(inputs, build_params(req, plan, root))
+def digest(req=DEFAULT_REQUEST, resolved=RESOLVED, build_root=BUILD_ROOT, inputs=INPUTS):
+    return artifact.input_digest(inputs, build_params(req, resolved, build_root))
 
 
 def test_digest_is_stable_and_sensitive(tmp_path):
@@ -43,9 +43,9 @@ def test_digest_is_stable_and_sensitive(tmp_path):
     assert base == digest()
     assert digest(inputs={**INPUTS, "linux-kbuild-6.1_6.1.192-2_amd64.deb": "b" * 64}) != base
     assert digest(inputs={k: "c" * 64 for k in INPUTS}) != base
-    assert digest(root=replace(ROOT, packages=("gcc-12:amd64=12.2.0-14+deb12u2",))) != base
-    assert digest(plan=replace(PLAN, kernel_release="6.1.0-55-amd64")) != base
-    assert digest(plan=replace(PLAN, flavour="open")) != base
+    assert digest(build_root=replace(BUILD_ROOT, packages=("gcc-12:amd64=12.2.0-14+deb12u2",))) != base
+    assert digest(resolved=replace(RESOLVED, kernel_release="6.1.0-55-amd64")) != base
+    assert digest(resolved=replace(RESOLVED, flavour="open")) != base
     assert digest(req=BuildRequest(smoke_test=True)) != base
     cert = tmp_path / "cert.pem"
     cert.write_text("CERT")
@@ -55,10 +55,10 @@ def test_digest_is_stable_and_sensitive(tmp_path):
 
 
 def test_runfile_url_is_not_an_input_but_its_bytes_are():
-    a = replace(PLAN, source={"kind": "runfile", "url": "http://127.0.0.1:1/a.run", "name": "a.run"})
-    b = replace(PLAN, source={"kind": "runfile", "url": "http://127.0.0.1:2/a.run", "name": "a.run"})
-    assert digest(plan=a, inputs={"a.run": "d" * 64}) == digest(plan=b, inputs={"a.run": "d" * 64})
-    assert digest(plan=a, inputs={"a.run": "d" * 64}) != digest(plan=a, inputs={"a.run": "e" * 64})
+    a = replace(RESOLVED, source={"kind": "runfile", "url": "http://127.0.0.1:1/a.run", "name": "a.run"})
+    b = replace(RESOLVED, source={"kind": "runfile", "url": "http://127.0.0.1:2/a.run", "name": "a.run"})
+    assert digest(resolved=a, inputs={"a.run": "d" * 64}) == digest(resolved=b, inputs={"a.run": "d" * 64})
+    assert digest(resolved=a, inputs={"a.run": "d" * 64}) != digest(resolved=a, inputs={"a.run": "e" * 64})
 
 
 def test_buildroot_key_follows_the_package_list():
@@ -215,8 +215,8 @@ def test_a_request_carries_its_resolved_os_and_the_digest_stays_the_same(os_name
     its name, so build roots and input digests are what they were when the request held the name
     (digests computed by the code before issue 29 moved the TargetOS into the request)."""
     target = targets.get(os_name)
-    root = replace(ROOT, spec=buildroot.spec_for(target))
+    build_root = replace(BUILD_ROOT, spec=buildroot.spec_for(target))
     req = BuildRequest(target=target)
-    assert req.target is target and build_params(req, PLAN, root)["os"] == os_name
-    assert root.spec.key == root_key
-    assert digest(req=req, root=root) == pinned
+    assert req.target is target and build_params(req, RESOLVED, build_root)["os"] == os_name
+    assert build_root.spec.key == root_key
+    assert digest(req=req, build_root=build_root) == pinned

@@ -71,8 +71,8 @@ def test_discovery_errors_name_what_was_tried(tmp_path):
 def test_release_comes_from_utsrelease_and_must_match_kernel(tmp_path):
     d = headers_tree(tmp_path / "h", "6.1.0-56-amd64")
     assert hostbuild.headers_release(d) == "6.1.0-56-amd64"
-    root, release = hostbuild.host_root(targets.get("debian-12"), None, d)
-    assert release == "6.1.0-56-amd64" and root.spec.key == "host"
+    build_root, release = hostbuild.host_root(targets.get("debian-12"), None, d)
+    assert release == "6.1.0-56-amd64" and build_root.spec.key == "host"
     with pytest.raises(InputError, match="holds the headers of 6.1.0-56-amd64, not --kernel 6.1.0-47-amd64"):
         hostbuild.host_root(targets.get("debian-12"), "6.1.0-47-amd64", d)
 
@@ -138,9 +138,9 @@ def test_select_compiler(kernel_cc, installed, env, expected):
 def test_this_systems_gcc_passes_the_chroot_builders_check(tmp_path):
     """On this Debian 12 machine the kernel's gcc-12 is installed: host_root picks and checks it."""
     d = headers_tree(tmp_path / "h", "6.1.0-56-amd64")
-    root, _ = hostbuild.host_root(targets.get("debian-12"), "6.1.0-56-amd64", d)
-    assert root.program == "gcc-12"
-    assert cc.mismatch(cc.read_kernel_compiler(d), cc.Compiler(root.compiler)) is None
+    build_root, _ = hostbuild.host_root(targets.get("debian-12"), "6.1.0-56-amd64", d)
+    assert build_root.program == "gcc-12"
+    assert cc.mismatch(cc.read_kernel_compiler(d), cc.Compiler(build_root.compiler)) is None
     other = headers_tree(tmp_path / "o", "6.1.0-56-amd64", cc_text="gcc-11 (Debian 11.3.0-12) 11.3.0")
     if shutil.which("gcc-11") or os.environ.get("CC"):
         pytest.skip("gcc-11 or $CC is available here")
@@ -152,8 +152,8 @@ def test_this_systems_gcc_passes_the_chroot_builders_check(tmp_path):
 
 def test_make_vars(tmp_path):
     d = headers_tree(tmp_path / "h", "6.1.0-56-amd64")
-    root, _ = hostbuild.host_root(targets.get("debian-12"), None, d)
-    assert hostbuild.make_vars(root, tmp_path / "w" / "build" / "kernel") == [
+    build_root, _ = hostbuild.host_root(targets.get("debian-12"), None, d)
+    assert hostbuild.make_vars(build_root, tmp_path / "w" / "build" / "kernel") == [
         f"SYSSRC={d}",
         f"SYSOUT={d}",
         "CC=gcc-12",

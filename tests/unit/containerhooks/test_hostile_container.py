@@ -36,7 +36,8 @@ def test_every_hook_entry_nodeprep_writes_carries_its_own_environment() -> None:
     whole environment, never an empty one (an empty `env` is dropped on the way to runc: inherited)."""
     want = [f"{k}={v}" for k, v in HOOK_ENV.items()]
     assert hook_env() == want and want
-    spec_hooks = cdi.hooks("535.309.01", MULTIARCH, "/usr/bin/nvidia-cdi-hook", ["libcuda.so.1"], params=True)
+    spec_hooks = cdi.spec_hooks("535.309.01", MULTIARCH, "/usr/bin/nvidia-cdi-hook", ["libcuda.so.1"],
+                                params=True)
     hooks_d = json.loads(ocihooks.render_hooks_d())["hook"]
     default = {"process": {}, "root": {}, "mounts": [], "linux": {}, "hooks": {"createContainer": [
         {"path": ocihooks.gate_hook()["path"], "args": ["cdi-hook", "gate"]}]}}  # an earlier nodeprep's

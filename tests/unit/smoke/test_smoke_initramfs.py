@@ -121,9 +121,9 @@ def test_load_order_skips_builtin_and_rejects_unknown(data: Path) -> None:
 
 
 def test_init_script_loads_in_order_and_is_valid_sh(tmp_path: Path) -> None:
-    plan = initramfs.InitPlan(load=["drm", "nvidia"], files={"drm": "drm.ko", "nvidia": "nvidia.ko"},
-                              stop_after=["drm"])
-    script = initramfs.render_init(plan)
+    steps = initramfs.InitSteps(load=["drm", "nvidia"], files={"drm": "drm.ko", "nvidia": "nvidia.ko"},
+                                stop_after=["drm"])
+    script = initramfs.render_init(steps)
     assert script.startswith("#!/bin/busybox sh\n")
     assert script.index("insmod /modules/drm.ko") < script.index("insmod /modules/nvidia.ko")
     assert "module.sig_enforce" not in script
