@@ -151,6 +151,8 @@ def _vm(kernel: Path, initrd: Path, disk: Path, port: int, console: Path) -> Ite
     finally:
         proc.kill()
         proc.wait(timeout=30)
+        disk.unlink(missing_ok=True)  # 6 GB sparse; the rootfs tree went once the image was made
+        initrd.unlink(missing_ok=True)
 
 
 def _ssh(
@@ -279,4 +281,4 @@ def test_upgrade_reboots_the_vm_into_the_new_driver(
         assert f"kernel module {new} matches the active user space" in after.stdout, after.stdout
         assert '"ok": true' in after.stdout, after.stdout
         assert "TASK [Upgrade | Doctor gate]" in upgrade.output
-    assert proc.returncode is not None  # qemu killed
+    assert proc.returncode is not None and not disk.exists()  # qemu killed, its disk removed
