@@ -79,6 +79,7 @@ class _Finder(ast.NodeVisitor):
             self.parts = self.parts[:-1]
         self.file = str(path.relative_to(REPO / "nodeprep"))
         self.stack: list[str] = []
+        self.guarded = 0  # inside a try that handles ImportError: an optional module, absent at the call
         self.found: list[dict[str, Any]] = []
 
     def _scope(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, name: str) -> None:
@@ -95,6 +96,18 @@ class _Finder(ast.NodeVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:  # noqa: N802
         self._scope(node, "class " + node.name)
 
+    def visit_Try(self, node: ast.Try) -> None:  # noqa: N802
+        names = {ast.unparse(h.type) for h in node.handlers if h.type is not None}
+        if not names & {"ImportError", "ModuleNotFoundError"}:
+            self.generic_visit(node)
+            return
+        self.guarded += 1
+        for stmt in [*node.body, *node.handlers]:
+            self.visit(stmt)
+        self.guarded -= 1
+        for stmt in [*node.orelse, *node.finalbody]:
+            self.visit(stmt)
+
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
         if not self.stack or self.stack[-1].startswith("class "):
             return
@@ -105,7 +118,7 @@ class _Finder(ast.NodeVisitor):
             statement = f"from {module} import " + ", ".join(a.name for a in node.names)
         self.found.append({"module": ".".join(self.parts), "file": self.file, "line": node.lineno,
                            "func": ".".join(s.removeprefix("class ") for s in self.stack),
-                           "statement": statement})
+                           "statement": statement, "guarded": bool(self.guarded)})
 
     def visit_Import(self, node: ast.Import) -> None:  # noqa: N802
         self._import(node)
@@ -160,7 +173,7 @@ def markdown(rows: list[dict[str, Any]], counts: dict[str, int]) -> str:
 
     out = [f"{len(rows)} imports inside functions in {len({r['file'] for r in rows})} modules: "
            + ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
-    for kind in ("stay", "marginal"):
+    for kind in ("stay", "marginal", "guarded"):
         out += [f"### {kind.capitalize()}", "", "| where (line: function) | what it imports | "
                 "what moving it up would add (modules; ms) |", "| --- | --- | --- |"]
         for r in (r for r in rows if r["verdict"] == kind):
@@ -205,11 +218,14 @@ def main() -> int:
                 timed[s, r["statement"]] = least_ms(table[s], r["statement"], args.runs)
         r["ms"] = {s: timed[s, r["statement"]] for s in r["added"]}
         r["verdict"], r["held"] = verdict(r["added"], rules)
+        if r["verdict"] == "move" and r["guarded"]:
+            r["verdict"] = "guarded"
         spent = ", ".join(f"{s} +{len(m)} ({r['ms'][s]:.0f} ms)" for s, m in r["added"].items()) or "nothing"
         print(f"{r['verdict']:<8} nodeprep/{r['file']}:{r['line']} {r['func']}: {r['statement']}"
               f"  adds {spent}")
-    counts = {k: sum(r["verdict"] == k for r in rows) for k in ("stay", "marginal", "move")}
+    counts = {k: sum(r["verdict"] == k for r in rows) for k in ("stay", "marginal", "guarded", "move")}
     print(f"{len(rows)} imports inside functions: {counts['stay']} stay, {counts['marginal']} marginal, "
+          f"{counts['guarded']} guarded (an absent optional module handled at the call), "
           f"{counts['move']} no measured start needs; median start load "
           f"{statistics.median(len(m) for m in sets.values()):.0f} modules")
     if args.markdown:

@@ -16,6 +16,7 @@ What a member may be, and how extraction writes it, is nodeprep/safetar.py.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import io
@@ -669,8 +670,6 @@ class LocalStore:
         self.path = Path(path)
 
     def _lock(self) -> Any:
-        import fcntl
-
         self.path.mkdir(parents=True, exist_ok=True)
         f = open(self.path / ".lock", "w")  # noqa: SIM115
         fcntl.flock(f, fcntl.LOCK_EX)

@@ -24,66 +24,77 @@ log = logging.getLogger("nodeprep")
 
 
 def _build() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import build
 
     return build.COMMANDS
 
 
 def _install() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import install
 
     return install.COMMANDS
 
 
 def _labels() -> list[click.Command]:
+    # lazy: nodeprep --help, import nodeprep.cli
     from .commands import labels
 
     return labels.COMMANDS
 
 
 def _join() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import join
 
     return join.COMMANDS
 
 
 def _profile() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import profile
 
     return profile.COMMANDS
 
 
 def _smoke() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import smoke
 
     return smoke.COMMANDS
 
 
 def _bootstrap() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import bootstrap
 
     return bootstrap.COMMANDS
 
 
 def _verify() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import verify
 
     return verify.COMMANDS
 
 
 def _mig() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import mig
 
     return mig.COMMANDS
 
 
 def _health() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import health
 
     return health.COMMANDS
 
 
 def _upgrade() -> list[click.Command]:
+    # lazy: nodeprep --help, labels --help, import nodeprep.cli
     from .commands import upgrade
 
     return upgrade.COMMANDS
@@ -207,6 +218,7 @@ class NodeprepGroup(click.Group):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
+            # lazy: nodeprep --help, labels --help, import nodeprep.cli
             from .commands.usage import usage_line
 
             click.echo(f"error: {usage_line(e)}", err=True)
@@ -216,6 +228,7 @@ class NodeprepGroup(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
+            # lazy: nodeprep --help, labels --help, import nodeprep.cli
             from .commands.usage import usage_line
 
             click.echo(f"error: {usage_line(e)}", err=True)

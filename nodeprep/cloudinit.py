@@ -12,6 +12,7 @@ carrying `merge_how`, so `runcmd`/`write_files`/`packages` lists append instead 
 from __future__ import annotations
 
 import base64
+import email
 import gzip
 import logging
 import re
@@ -28,7 +29,9 @@ from . import __version__
 from .digests import sha256_file
 from .errors import InputError
 from .join.token import read_token_file
+from .node.fsutil import atomic_write
 from .profile.fields import field_by_path
+from .stores.auth import check_private
 from .yamlinput import decode_text, parse_yaml, read_input_bytes
 
 log = logging.getLogger(__name__)
@@ -221,8 +224,6 @@ def published_wheel(store: Path, wheel: Path) -> Path:
 
 def publish_wheel(store: Path, wheel: Path) -> Path:
     """Copy a nodeprep wheel into `<store>/tools/` (atomically) and return its path there."""
-    from .node.fsutil import atomic_write
-
     dest = published_wheel(store, wheel)
     atomic_write(dest, wheel.read_bytes(), mode=0o644)
     return dest
@@ -373,8 +374,6 @@ def render(spec: UserDataSpec, *, fmt: Format = "auto", limit: int = AWS_USER_DA
 
 def unpack(data: bytes) -> list[tuple[str, str]]:
     """(content type, text) of every part of `data` (gzip and MIME undone)."""
-    import email
-
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     text = data.decode()
@@ -409,8 +408,6 @@ def store_files(driver: Any, *, registry_auth: Path | None, ca_file: Path | None
                 ) -> tuple[tuple[str, str, str], ...]:
     """write_files entries for the registry credentials (0600, at driver.registry_auth) and the
     store's CA (0644, at driver.ca_file), read from local files."""
-    from .stores.auth import check_private
-
     out: list[tuple[str, str, str]] = []
     for given, field_name, mode in ((registry_auth, "registry_auth", "0600"), (ca_file, "ca_file", "0644")):
         if given is None:

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import random
+import re
 import shutil
 import socket
 import threading
@@ -326,6 +327,7 @@ def _run(attempt: Callable[[tuple[float, float], float], None], what: str, polic
          kept: Callable[[], int]) -> None:
     """Call `attempt` until it returns, retrying _Retry and transport errors within `policy`.
     `kept()` is how far the kept bytes have reached: an attempt that raised it made progress."""
+    # lazy: Ansible nodeprep_build, Ansible nodeprep_driver, Ansible nodeprep_join and 3 more starts
     import requests
     import urllib3.exceptions
 
@@ -381,8 +383,6 @@ def _transport_reason(e: Exception, policy: Policy) -> str:
 
 def tls_reason(e: Exception) -> str:
     """The useful part of a TLS error ("certificate verify failed: self-signed certificate")."""
-    import re
-
     m = re.search(r"(certificate verify failed[^(\])'\"]*)", str(e))
     return m.group(1).strip() if m else _short(e)
 
@@ -435,8 +435,10 @@ def _iter_body(resp: Any, what: str) -> Iterator[memoryview | bytes]:
     if _encoded(resp) or not callable(getattr(fp, "readinto", None)):
         yield from resp.iter_content(READ_CHUNK)
         return
+    # lazy: Ansible nodeprep_build, Ansible nodeprep_driver, Ansible nodeprep_join and 3 more starts
     import http.client
 
+    # lazy: Ansible nodeprep_build, Ansible nodeprep_driver, Ansible nodeprep_join and 3 more starts
     import urllib3.exceptions
 
     size = _content_length(resp) or READ_CHUNK
@@ -565,6 +567,7 @@ def session() -> Any:
 def _watched_pools() -> dict[str, type]:
     """urllib3's pool classes, with connections that report their socket to `_watch` on connect
     and on reuse (urllib3 1.26 and 2.x: `ConnectionCls`, `connect`, `_get_conn`)."""
+    # lazy: Ansible nodeprep_build, Ansible nodeprep_driver, Ansible nodeprep_join and 3 more starts
     import urllib3
     from urllib3.connection import HTTPConnection, HTTPSConnection
 

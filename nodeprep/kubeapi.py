@@ -56,6 +56,7 @@ def _named(items: Any, name: str | None, what: str, path: Path) -> dict[str, Any
 
 def load_kubeconfig(path: Path, context: str | None = None) -> KubeConfig:
     """Server, CA and credentials of `context` (default: current-context) in a kubeconfig file."""
+    # lazy: import nodeprep.kubeapi
     from .yamlinput import load_yaml
 
     _, document = load_yaml(path)  # the strict, bounded reader of every user YAML file
@@ -127,6 +128,7 @@ def credential_files(cfg: KubeConfig) -> Iterator[tuple[str | None, str | None, 
 @contextmanager
 def api_session(cfg: KubeConfig) -> Iterator[requests.Session]:
     """A requests session honouring the kubeconfig's CA, client certificate/key and token."""
+    # lazy: import nodeprep.kubeapi
     import requests
 
     with credential_files(cfg) as (ca, cert, key):
@@ -159,6 +161,7 @@ def status_message(r: requests.Response) -> str:
 
 def read_node(cfg: KubeConfig, node: str, *, timeout: float = 10.0) -> dict[str, Any]:
     """GET the Node, once (what a `--check` plans against; nothing is written)."""
+    # lazy: import nodeprep.kubeapi
     import requests
 
     url = f"{cfg.server}/api/v1/nodes/{quote(node, safe='')}"
@@ -196,6 +199,7 @@ class Connection:
     conn: http.client.HTTPConnection | None = None
 
     def _connect(self) -> http.client.HTTPConnection:
+        # lazy: import nodeprep.kubeapi
         import http.client
         import ssl
 
@@ -215,6 +219,7 @@ class Connection:
 
     def request(self, method: str, path: str, body: Any = None,
                 content_type: str = PATCH_TYPE) -> tuple[int, Any, str]:
+        # lazy: import nodeprep.kubeapi
         import http.client
         import ssl
 

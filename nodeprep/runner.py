@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -141,8 +142,6 @@ def _run_streaming(
             raise CommandError(args, 127, message=f"{args[0]} not found") from None
         timer = None
         if timeout is not None:
-            import threading
-
             timer = threading.Timer(timeout, _kill_group, (proc,))
             timer.start()
         try:
@@ -194,6 +193,7 @@ def _tail(text: str, lines: int = TAIL_LINES) -> str:
 
 def which(tool: str) -> str | None:
     """Path of `tool` on PATH (BASE_ENV's PATH included), or None."""
+    # lazy: import nodeprep.labels.gpu
     import shutil
 
     return shutil.which(tool) or shutil.which(tool, path=BASE_ENV["PATH"])

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..digests import canonical_json, sha256_bytes
 from ..errors import InputError
+from ..profile import parse_profile, read_profile
+from ..yamlinput import decode_text, parse_yaml
 from .engine import Journal, Outcome, Report, Step, run_steps
 from .steps import Context, Options, default_steps
 
@@ -31,8 +33,6 @@ def journal(root: Path) -> Journal:
 
 def profile_digest(raw: bytes) -> str:
     """Digest of a profile's content: YAML parsed and canonicalised, so comments and layout don't count."""
-    from ..yamlinput import decode_text, parse_yaml
-
     try:
         data: Any = parse_yaml(decode_text(raw, source="profile"), source="profile").data
     except InputError:
@@ -50,8 +50,6 @@ def bootstrap(
     on_outcome: Callable[[Outcome], None] | None = None,
 ) -> Report:
     """Bring up the node described by `profile_path` (a file on this machine) under `root`."""
-    from ..profile import parse_profile, read_profile
-
     _, document = read_profile(profile_path)  # bounded, strict: the reader of every command
     profile = parse_profile(document.data, str(profile_path), document)
     if steps is None:

@@ -15,7 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..containerhooks.gate import FACTS as GPU_FACTS
 from ..errors import StateError
+from ..join.activation import CALLBACKS
+from ..join.usecase import JoinRequest, join_cluster
+from ..labels.output import render_nfd
+from ..labels.profilelabels import ProfileLabels
+from ..node.devices import load_modules
+from ..node.doctor import doctor
+from ..node.fsutil import atomic_write
+from ..node.labeling import LabelNode, label_node
+from ..node.migapply import run
+from ..node.usecase import DriverInstall, Planned, install_driver
+from ..rootpath import beneath
+from ..runtime.configure import RuntimeRequest, configure_runtime
 from .engine import Step
 
 if TYPE_CHECKING:
@@ -69,8 +82,6 @@ LABELS_JSON = "/etc/nodeprep/labels.json"
 
 
 def _under(root: Path, target: str) -> Path:
-    from ..rootpath import beneath
-
     return beneath(root, target, follow_last=False)
 
 
@@ -81,9 +92,6 @@ def _load(ctx: Context) -> bool:
 def step_driver(ctx: Context) -> dict[str, Any]:
     """Install user space + kmod of driver.version (or of the version driver.branch / driver.gpus
     choose) from driver.store and make it the active root: nodeprep.node.usecase.install_driver."""
-    from ..join.activation import CALLBACKS
-    from ..node.usecase import DriverInstall, Planned, install_driver
-
     request = DriverInstall(ctx.profile.driver, activate=True, load=False, check=ctx.check,
                             sys_dir=ctx.options.sysfs_root, image_kernel=True)
     result = install_driver(ctx.root, request, callbacks=CALLBACKS)
@@ -101,9 +109,6 @@ def step_driver(ctx: Context) -> dict[str, Any]:
 
 def step_modules(ctx: Context) -> dict[str, Any]:
     """Load the modules (live systems) and run doctor as the gate for the rest of the bring-up."""
-    from ..node.devices import load_modules
-    from ..node.doctor import doctor
-
     made: list[str] = []
     loaded = _load(ctx) and not ctx.check
     if loaded:
@@ -136,20 +141,12 @@ def step_mig(ctx: Context) -> dict[str, Any]:
     if not (ctx.live if ctx.options.mig is None else ctx.options.mig):
         return {"changes": False, "summary": "offline root: MIG is put in place on the node "
                 "(bootstrap there, or nodeprep mig)"}
-    from ..node.migapply import run
-
     return run(ctx.root, mig.config, mig.select, check=ctx.check)
 
 
 def step_labels(ctx: Context) -> dict[str, Any]:
     """Compute the node's labels (nodeprep.node.labeling.label_node: in --check the driver step would
     activate); write them as an NFD feature file and as JSON for the join."""
-    from ..containerhooks.gate import FACTS as GPU_FACTS
-    from ..labels.output import render_nfd
-    from ..labels.profilelabels import ProfileLabels
-    from ..node.fsutil import atomic_write
-    from ..node.labeling import LabelNode, label_node
-
     labelled = label_node(ctx.root, LabelNode(
         ProfileLabels.of(ctx.profile), check=ctx.check, activating=ctx.check,
         options={"sysfs_root": ctx.options.sysfs_root, "nvidia_smi_xml": ctx.options.nvidia_smi_xml,
@@ -184,8 +181,6 @@ def _joining(ctx: Context) -> dict[str, Any]:
 def step_runtime(ctx: Context) -> dict[str, Any]:
     """containerd drop-in (nvidia runtime, CDI) and the CDI spec for the active driver root:
     nodeprep.runtime.configure.configure_runtime."""
-    from ..runtime.configure import RuntimeRequest, configure_runtime
-
     outcome = configure_runtime(ctx.root, RuntimeRequest(ctx.profile, check=ctx.check,
                                                          nvidia_smi_xml=ctx.options.nvidia_smi_xml))
     plan, result = outcome.plan, outcome.applied
@@ -203,8 +198,6 @@ def step_runtime(ctx: Context) -> dict[str, Any]:
 def step_join(ctx: Context) -> dict[str, Any]:
     """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration:
     nodeprep.join.usecase.join_cluster."""
-    from ..join.usecase import JoinRequest, join_cluster
-
     if ctx.profile.cluster is None:
         return {"joined": False, "summary": "no cluster section in the profile: not joining"}
     outcome = join_cluster(ctx.root, JoinRequest(ctx.profile, dry_run=ctx.dry_run_join, **_joining(ctx)))

@@ -29,6 +29,7 @@ from .. import runner, targets
 from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import CommandError, InputError, NetworkError
 from ..targets import TargetOS
+from .headers import install_into
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +188,6 @@ def with_debs(build_root: BuildRoot, debs: list[Path], cache: Path, label: str,
     """`build_root` plus the packages `debs` (unpacked, no maintainer scripts), as a cached hard-link layer
     beside it (`<root dir>+<label>-<key>`, key = the .debs' sha256); `packages` ("name=version" of
     those debs) are added to the layer's package list (a build's input digest names them)."""
-    from .headers import install_into
-
     key = sha256_bytes(
         canonical_json(
             {

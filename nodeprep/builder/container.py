@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import runner
 from ..errors import InputError
+from ..sources.companions import COMPANIONS
 from ..targets import TargetOS
 
 log = logging.getLogger(__name__)
@@ -175,8 +176,6 @@ def for_request(engine: str, req: Any, *, as_json: bool = False) -> ContainerBui
         args += source("--fabricmanager", req.fabricmanager, "--fabricmanager-sha256",
                        req.fabricmanager_sha256, "fabricmanager")
     for name, url, sha in req.companions:
-        from ..sources.companions import COMPANIONS
-
         option = COMPANIONS[name].option
         args += source(option, url, f"{option}-sha256", sha, name)
     if req.jobs:

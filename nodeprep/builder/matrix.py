@@ -36,14 +36,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import jsonschema
+
 from .. import targets
 from ..errors import InputError, InputFileError
+from ..node.branch import Candidate, choose, gpu_ids
 from ..sources import drivers as driver_sources
 from ..sources import opensource
+from ..sources.debian import DebianArchive
 from ..targets import facts
 from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
 from ..yamlinput import Document, load_yaml, parse_yaml
 from . import fabricmanager, headers
+from .resolve import BuildRequest
+from .userspace import supported_gpus
 
 DEFAULT = ("default", "latest")
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "matrix.schema.json"
@@ -234,8 +240,6 @@ def _messages(error: Any) -> Iterator[tuple[list[Any], str]]:
 def validate(data: Any, document: Document | None = None) -> list[str]:
     """One `field: message` per problem of the parsed matrix file `data` (empty: valid); with the
     line when `document` is the parsed file."""
-    import jsonschema
-
     validator = jsonschema.Draft202012Validator(json_schema())
     problems: list[str] = []
     for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
@@ -307,8 +311,6 @@ class Cell:
     def request(self, **common: Any) -> Any:
         """The resolve.BuildRequest of this cell (its OS resolved here), with the options `common`
         every cell of the build shares (store, cache, jobs, rebuild, userspace, smoke_test)."""
-        from .resolve import BuildRequest
-
         given = {key: (url, sha) for key, url, sha in self.companions}
         persistenced, fm = given.get("persistenced", (None, None)), given.get("fabricmanager", (None, None))
         modules = tuple((name, *given[key])
@@ -514,8 +516,6 @@ class FollowGpus:
 def follow_gpus(gpus: str, archive_for: ArchiveFor, policy: str) -> FollowGpus:
     """`--gpus node|10de:DEVICE,...` (node: this machine's NVIDIA GPUs) over the real archives'
     supported-GPU lists."""
-    from ..node.branch import gpu_ids
-
     return FollowGpus(tuple(gpu_ids(Path("/"), gpus)), gpu_lists(archive_for), policy)
 
 
@@ -664,8 +664,6 @@ def _gpu_cell(target: targets.TargetOS, kernel: str, channel: Any, follow: Follo
               catalog: Callable[[Any, Any], dict[str, list[str]]]) -> tuple[Cell | None, str | None]:
     """The cell whose driver and flavour nodeprep.node.branch chooses for `follow.gpus` among the
     drivers the kernel's line serves (less the known build failures), or why there is none."""
-    from ..node.branch import Candidate, choose
-
     source_os, line, _ = driver_sources.source_line(target, kernel, channel)
     cat = catalog(source_os, line)
     if line.driver_version_tag:
@@ -690,8 +688,6 @@ def _gpu_cell(target: targets.TargetOS, kernel: str, channel: Any, follow: Follo
 
 def gpu_lists(archive_for: ArchiveFor) -> GpuLists:
     """`GpuLists` over the real archives (builder.userspace.supported_gpus, one package per version)."""
-    from .userspace import supported_gpus
-
     made: dict[tuple[str, str, str], str | None] = {}
 
     def lists(os_name: str, channel: str, version: str) -> str | None:
@@ -705,8 +701,6 @@ def gpu_lists(archive_for: ArchiveFor) -> GpuLists:
 def archives(cache: Path, *, arch: str = "amd64") -> ArchiveFor:
     """`archive_for` over the real archive: one DebianArchive per (OS, channel), with its apt lists
     under `<cache>/apt/` (the same lists build-driver reads, refreshed when older than an hour)."""
-    from ..sources.debian import DebianArchive
-
     made: dict[tuple[str, str], Any] = {}
 
     def archive_for(os_name: str, channel: str) -> Any:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NodeprepError
+from .driver import build_driver
 
 if TYPE_CHECKING:
     from .resolve import BuildRequest
@@ -67,8 +68,6 @@ def published(results: Sequence[dict[str, Any]]) -> list[str]:
 
 def _cell(item: tuple[dict[str, Any], BuildRequest]) -> dict[str, Any]:
     """One cell, in a worker process."""
-    from .driver import build_driver
-
     cell, req = item
     try:
         return {"cell": cell, "ok": True, **build_driver(req).to_dict()}

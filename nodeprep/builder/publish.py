@@ -15,6 +15,7 @@ Everything temporary lives under `<cache>/tmp` and is removed (and unmounted) on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from ..log import step, timed
 from ..modfacts import read_module
 from ..progress import Phases
 from ..sources import opensource, runfile
+from ..stores import is_oci
 from . import (
     buildroot,
     fabricmanager,
@@ -404,10 +406,9 @@ class _headers_tree:
 def staging_target(store: str, cache: Path, options: Any) -> tuple[Path, str | None]:
     """(directory the build publishes to, registry location to push it to afterwards or None):
     a directory `store` is itself; an `oci://` one is built into `<cache>/oci-publish/<repo>`."""
-    from ..stores import is_oci
-
     if not is_oci(store):
         return Path(store), None
+    # lazy: Ansible nodeprep_build
     from ..stores.ref import parse_ref
 
     ref = parse_ref(store, insecure_http=options.insecure_http)
@@ -420,7 +421,7 @@ def staging_target(store: str, cache: Path, options: Any) -> tuple[Path, str | N
 def check_push_source(source: Path, registry: str) -> None:
     """`artifacts push`: REGISTRY is an oci:// reference and SOURCE a store directory that passes
     verification (InputError otherwise, before the registry is contacted)."""
-    from ..stores import is_oci
+    # lazy: Ansible nodeprep_build
     from ..stores.verify import verify_store
 
     if not is_oci(registry):
@@ -443,6 +444,7 @@ def push_selection(source: Path, names: tuple[str, ...]) -> tuple[list[Any], lis
 def push(location: str, staging: Path, names: list[str] | None, options: Any) -> tuple[str, int]:
     """Push `names` (default: everything) of the directory store `staging` to the registry
     `location`; returns (the new index digest, how many artifacts)."""
+    # lazy: Ansible nodeprep_build
     from ..stores import oci
 
     reg = oci.connect(location, options, push=True)
@@ -455,8 +457,7 @@ def container_to_registry(builder: str, req: BuildRequest, registry: str, option
     directory store under the cache (it never sees the registry or its credentials); on success
     the host pushes everything in it, then removes it. Returns the container's result and what was
     pushed (None when the build failed)."""
-    import dataclasses
-
+    # lazy: Ansible nodeprep_build
     from . import container
 
     staging = container.staging_store(req.cache)

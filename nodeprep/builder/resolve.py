@@ -20,15 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths, targets
+from ..artifact import artifact_name
 from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from ..log import step
 from ..node.fsutil import atomic_write
 from ..progress import Phases
-from ..sources import drivers, opensource, runfile
+from ..sources import companions, drivers, opensource, runfile
 from ..targets import TargetOS
 from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION, DRIVER_VERSION_RE, FLAVOURS
-from . import buildroot, headers, hostbuild
+from . import buildroot, fabricmanager, headers, hostbuild
+from .companions import FORMAT
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
 BUILDERS = ("chroot", "host", "podman", "docker")
@@ -93,6 +95,7 @@ class ResolvedInputs:
 
 def open_archive(req: BuildRequest, *, read_only: bool = False) -> Any:
     """`read_only`: answers from the cached package lists, writes nothing (build-driver --check)."""
+    # lazy: Ansible nodeprep_build
     from ..sources.debian import DebianArchive
 
     # The archive of the target OS and the kernel's line; an OS that borrows another's driver
@@ -259,8 +262,6 @@ def check_persistenced_request(req: BuildRequest) -> None:
 def check_fabricmanager_request(req: BuildRequest) -> None:
     """--fabricmanager: pinned, into the user space (Debian's packages or the runfile's), its name
     NVIDIA's archive name for the build's arch and, when --driver is an exact version, of that version."""
-    from . import fabricmanager
-
     source = _check_pinned("--fabricmanager", req.fabricmanager, "--fabricmanager-sha256",
                            req.fabricmanager_sha256)
     if not req.userspace:
@@ -347,8 +348,6 @@ def preview(req: BuildRequest, archive: Any, host_release: str | None = None) ->
     from the archive's package index alone: no input is downloaded (a runfile's or release's version
     is read from its name), no build root made, no resolved-inputs memo or store written. `host_release`: the
     kernel of the host's headers (--builder host)."""
-    from ..artifact import artifact_name
-
     named = None
     if req.open_source:
         named = opensource.name_version(opensource.release_name(req.open_source))
@@ -414,15 +413,11 @@ def _companion_params(req: BuildRequest) -> dict[str, Any]:
     """The companions' part of the parameters: only when there are any (other builds keep their digest)."""
     if not req.companions:
         return {}
-    from .companions import FORMAT
-
     return {"companions": {"format": FORMAT, "names": sorted(n for n, _, _ in req.companions)}}
 
 
 def validate_companions(req: BuildRequest) -> None:
     """Each companion once, known, with a sha256 and a tarball of its project's name; chroot builds only."""
-    from ..sources import companions
-
     seen: set[str] = set()
     for name, url, sha in req.companions:
         if name not in companions.COMPANIONS:
@@ -442,8 +437,6 @@ def validate_companions(req: BuildRequest) -> None:
 
 def fetch_companions(req: BuildRequest, phases: Phases | None = None) -> dict[str, Path]:
     """The companions' tarballs, downloaded into the cache and sha256-checked (name -> path)."""
-    from ..sources import companions
-
     out = {}
     for name, url, sha in req.companions:
         companion = companions.COMPANIONS[name]

@@ -25,6 +25,7 @@ from ..artifact import Manifest, input_digest
 from ..digests import sha256_file
 from ..errors import ArtifactError, InputError
 from ..sources import runfile
+from . import fabricmanager as fm
 from . import userspace
 from .userspace import BINARIES, SONAME_LINK_RE, TRIPLETS, check_required, digest_params, is_elf, place
 
@@ -153,8 +154,6 @@ def build_userspace(run: Path, driver_version: str, dest_dir: Path, *, arch: str
         if "nvidia-persistenced" in contents["bin"]:  # the installer's own: the driver's version
             extra["persistenced"] = {"version": driver_version, "from": "runfile"}
         if fabricmanager is not None:
-            from . import fabricmanager as fm
-
             fm.place(fabricmanager, payload, contents)
             extra["fabricmanager"] = fabricmanager.record()
         return userspace.pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs,

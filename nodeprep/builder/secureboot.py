@@ -4,11 +4,13 @@ operator's certificate in db, so the kernel boots locked down and trusts the mod
 from __future__ import annotations
 
 import struct
+import sys
 import tempfile
 from pathlib import Path
 
 from .. import runner
 from ..atomicfile import publish_file
+from ..digests import sha256_bytes, sha256_file
 from ..errors import ArtifactError, InputError, NodeprepError
 from .kernelfetch import Kernel
 
@@ -37,8 +39,6 @@ def pe_signature(image: bytes) -> bytes:
 
 
 def _virt_fw_vars() -> str:
-    import sys
-
     tool = Path(sys.executable).parent / "virt-fw-vars"
     found = str(tool) if tool.exists() else runner.which("virt-fw-vars")
     if not found:
@@ -56,8 +56,6 @@ def secure_boot_vars(kernel: Kernel, trusted_cert: Path, cache: Path) -> Path:
             raise NodeprepError(f"{f} is missing: the Secure Boot smoke test needs the ovmf package")
     if not trusted_cert.is_file():
         raise InputError(f"--trust-cert: {trusted_cert} does not exist")
-    from ..digests import sha256_bytes, sha256_file
-
     key = sha256_bytes(f"{sha256_file(kernel.vmlinuz)} {sha256_file(trusted_cert)} "
                        f"{sha256_file(OVMF_VARS)}".encode())[:16]
     dest = cache / "secureboot" / f"vars-{kernel.release}-{key}.fd"

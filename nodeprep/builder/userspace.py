@@ -39,6 +39,8 @@ from ..artifact import (
 )
 from ..digests import sha256_file
 from ..errors import ArtifactError, InputError
+from . import fabricmanager as fm
+from . import persistenced
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +264,6 @@ def is_current(manifest: Manifest) -> bool:
     """Whether an existing user-space artifact was made the way this nodeprep makes it: its input
     digest, recomputed from its own recorded inputs with today's parameters, is unchanged (an
     nvidia-persistenced built from source: with the parameters its record keeps, its FORMAT today's)."""
-    from . import persistenced
-
     rec = manifest.extra.get("persistenced")
     built = None
     if isinstance(rec, dict) and rec.get("from") == "source":
@@ -345,8 +345,6 @@ def build_userspace(
         if record:
             extra["persistenced"] = record
         if fabricmanager is not None:
-            from . import fabricmanager as fm
-
             fm.place(fabricmanager, payload, contents)
             extra["fabricmanager"] = fabricmanager.record()
         return pack_userspace(payload, dest_dir, driver_version, arch, os_name, digest, inputs, contents,

@@ -15,6 +15,7 @@ from .. import bootstrap as bootstrap_lib
 from .. import cloudinit
 from ..errors import InputError
 from ..node import oplog
+from ..profile import parse_profile, profile_path, read_profile
 from .options import check_option, emit_json, json_option, root_option, sysfs_root_option
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,6 @@ log = logging.getLogger(__name__)
 def _profile_path(profile: Path | None, root: Path) -> Path:
     if profile is not None:
         return profile
-    from ..profile import profile_path
-
     default = profile_path(root, None)
     if not default.exists():
         raise InputError(f"{default}: no profile (pass --profile FILE)")
@@ -212,8 +211,6 @@ def build_spec(profile_path: Path, *, token_file: Path | None, ca_hashes: tuple[
                check: bool = False) -> cloudinit.UserDataSpec:
     """Validate the inputs and assemble what the user-data is made of. `check`: a --publish-wheel
     is checked, not copied (the user-data names it where it would be)."""
-    from ..profile import parse_profile, read_profile
-
     text, document = read_profile(profile_path)  # the same reader and checks as join/profile check
     hashes = cloudinit.check_ca_hashes(ca_hashes)
     # --ca-cert-hash supplies the pins the profile may lack: the merged profile is validated again

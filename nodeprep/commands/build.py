@@ -5,6 +5,7 @@ Thin: parse options, call nodeprep.builder.driver / resolve / matrix / publish /
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -18,9 +19,12 @@ import click
 from click.core import ParameterSource
 
 from .. import artifact, log, targets
-from ..builder import parallel
+from ..builder import container, hostbuild, matrix, parallel, publish
+from ..builder.driver import build_driver
+from ..builder.resolve import BuildRequest, LazyArchive, open_archive, preview, validate_request
 from ..errors import InputError, NodeprepError
 from ..paths import DEFAULT_STORE, default_cache
+from ..stores.store import Store
 from ..stores.verify import verify_store
 from ..vocab import DEFAULT_FLAVOUR, FLAVOURS
 from . import progress as render
@@ -71,8 +75,6 @@ def _progress_renderer() -> Iterator[Sink | None]:
 
 def _push(location: str, staging: Path, names: list[str] | None, options: Any, as_json: bool) -> str:
     """Push `names` (default: everything) of the staging store to the registry; one summary line."""
-    from ..builder import publish
-
     digest, count = publish.push(location, staging, names, options)
     if not as_json:
         click.echo(f"pushed {count} artifacts to {location}; index {digest}", err=True)
@@ -82,10 +84,6 @@ def _push(location: str, staging: Path, names: list[str] | None, options: Any, a
 def _container_to_registry(builder: str, req: Any, registry: str, options: Any, as_json: bool) -> int:
     """build-driver --builder podman|docker --store oci://... (publish.container_to_registry),
     rendered; returns the container's exit code."""
-    import json
-
-    from ..builder import publish
-
     res, pushed = publish.container_to_registry(builder, req, registry, options, capture=as_json)
     if as_json:
         sys.stderr.write(res.stderr)
@@ -139,9 +137,6 @@ def next_steps(result: BuildResult, *, store: Path | str, cache: Path) -> list[s
 def _preview(req: Any, in_container: bool, as_json: bool) -> None:
     """build-driver --check: builder.resolve.preview, rendered (the host's headers only for a host build
     here; a container's host build names its kernel)."""
-    from ..builder import hostbuild
-    from ..builder.resolve import LazyArchive, open_archive, preview
-
     release = None
     if req.builder == "host":
         if in_container and req.kernel is None:
@@ -356,10 +351,6 @@ def build_driver_cmd(
     With no arguments: the newest driver Debian 12 serves (proprietary) for Debian 12's current
     kernel, into ./artifacts. Same inputs -> no compile, the same bytes (`"cached": true`).
     """
-    from ..builder import container, publish
-    from ..builder.driver import build_driver
-    from ..builder.resolve import BuildRequest, validate_request
-
     if runfile_sha256 and not runfile:
         raise InputError("--sha256 is only used with --runfile")
     if open_source_sha256 and not open_source:
@@ -501,8 +492,6 @@ def build_matrix_cmd(
 
     Without --build, prints `{"include": [cells]}` (GitHub Actions' matrix shape; one build-driver
     invocation per cell): as written, or with --expand the cells that exist in the archive."""
-    from ..builder import matrix, publish
-
     spec = matrix.load(file)
     archive_for = matrix.archives(cache)
     follow = None
@@ -569,12 +558,8 @@ def artifacts_list(store: str, registry_auth: str | None, ca_file: str | None, i
                    as_json: bool) -> None:
     """List the artifacts of STORE (a directory, base URL with index.json, or oci:// repository;
     default: ./artifacts, where build-driver publishes)."""
-    from ..stores.store import Store
-
     entries = Store(store, store_options(registry_auth, ca_file, insecure_http)).entries()
     if as_json:
-        from dataclasses import asdict
-
         emit_json([asdict(e) for e in entries])
         return
     for e in entries:
@@ -594,8 +579,6 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
                    ca_file: str | None, insecure_http: bool, check: bool, as_json: bool) -> None:
     """Publish the artifacts of the store directory SOURCE to REGISTRY (oci://HOST[:PORT]/REPO):
     blobs, one tagged manifest per artifact, and the index merged with what the registry has."""
-    from ..builder import publish
-
     publish.check_push_source(source, registry)
     options = store_options(registry_auth, ca_file, insecure_http)
     publish.staging_target(registry, Path("."), options)  # refuses a digest-pinned target
@@ -611,8 +594,6 @@ def artifacts_push(source: Path, registry: str, names: tuple[str, ...], registry
 
 def _print_push_plan(source: Path, registry: str, names: tuple[str, ...], as_json: bool) -> None:
     """artifacts push --check: the artifacts publish.push would send (the same selection)."""
-    from ..builder import publish
-
     chosen, missing = publish.push_selection(source, names)
     if as_json:
         emit_json({"check": True, "registry": registry, "would_push": [e.name for e in chosen],

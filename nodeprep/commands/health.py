@@ -10,10 +10,14 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import InputError
+from ..health.publish import Publisher, condition, current_condition, write_condition
+from ..health.service import KMSG, Settings, Stop, judge, look_once, serve
+from ..kubeapi import connection, default_node_name, load_kubeconfig, read_node
+from ..profile import load_profile, profile_path
+from ..runtime.files import under
 from .options import check_option, emit_json, json_option, profile_option, root_option
 
 if TYPE_CHECKING:
-    from ..health.service import Settings
     from ..health.verdict import NodeVerdict
     from ..kubeapi import KubeConfig
 
@@ -52,8 +56,6 @@ def health_cmd(profile: Path | None, root: Path, as_json: bool, do_apply: bool, 
     """Judge every GPU: lost, Xid errors (classed by NVIDIA's Xid catalog), uncorrected ECC, pending
     or failed row remaps, pending page retirements, NVLink links down, fabric not COMPLETED. Exit 0
     when all are healthy, 1 when one is not, 2 for bad input."""
-    from ..health.service import KMSG, Settings, judge, look_once
-
     if watch and check:
         raise InputError("--watch and --check: a plan is one look (drop --watch)")
     settings = Settings(hold=hold, xid_window=xid_window, interval=interval,
@@ -84,10 +86,6 @@ def health_cmd(profile: Path | None, root: Path, as_json: bool, do_apply: bool, 
 
 def _cluster(root: Path, profile: Path | None, kubeconfig: Path | None,
              node: str | None) -> tuple[KubeConfig, str]:
-    from ..kubeapi import default_node_name, load_kubeconfig
-    from ..profile import load_profile, profile_path
-    from ..runtime.files import under
-
     prof = None
     path = profile_path(root, profile)
     if profile is not None or path.is_file():
@@ -100,9 +98,6 @@ def _cluster(root: Path, profile: Path | None, kubeconfig: Path | None,
 
 
 def _apply_once(cfg: KubeConfig, name: str, verdict: NodeVerdict, check: bool) -> dict[str, object]:
-    from ..health.publish import condition, current_condition, write_condition
-    from ..kubeapi import read_node
-
     if check:
         cond = condition(verdict, current_condition(read_node(cfg, name)), "(now)")
         click.echo(f"node {name}: would set GPUHealthy={cond['status']} reason {cond['reason']}", err=True)
@@ -113,17 +108,12 @@ def _apply_once(cfg: KubeConfig, name: str, verdict: NodeVerdict, check: bool) -
 
 
 def _watch(settings: Settings, cfg: KubeConfig | None, name: str | None, heartbeat: float) -> None:
-    from ..health.service import Stop, serve
-
     def echo(line: str) -> None:
         click.echo(line, err=True)
 
     if cfg is None:
         serve(settings, None, echo, Stop())
         return
-    from ..health.publish import Publisher
-    from ..kubeapi import connection
-
     publisher = Publisher(cfg, name or "", heartbeat=heartbeat)
     with connection(cfg) as conn:
         serve(settings, lambda v: publisher.offer(v, conn), echo, Stop())

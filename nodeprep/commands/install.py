@@ -11,9 +11,11 @@ import click
 
 from ..errors import InputError
 from ..join.activation import CALLBACKS
-from ..node import oplog, preview
+from ..node import kernelevents, oplog, preview
+from ..node.devices import load_modules
 from ..node.doctor import ALL_CHECKS, doctor
 from ..node.installer import InstallResult
+from ..node.inventory import inventory, kmod_flavour, render
 from ..node.plan import ActivatePlan, InstallPlan, UninstallPlan
 from ..node.switch import ActivateResult
 from ..node.usecase import (
@@ -28,6 +30,7 @@ from ..node.usecase import (
 )
 from ..node.versions import remove
 from ..profile.model import Driver
+from ..runtime.hookaudit import inheriting_hooks
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from .defaults import node_driver, node_profile
 from .options import (
@@ -71,8 +74,6 @@ def _activation_changes(result: ActivateResult | None) -> list[str]:
 
 def _install_changes(root: Path, result: InstallResult) -> list[str]:
     """What an install changed, for the node operation log (nodeprep.node.oplog)."""
-    from ..node.inventory import kmod_flavour
-
     changes = []
     if result.changed:
         flavour = kmod_flavour(root, result.version, result.kernel) or "unknown flavour"
@@ -252,8 +253,6 @@ def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
     module flavour; --json adds what doctor works from."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
         node_profile(root, profile)
-    from ..node.inventory import inventory, render
-
     doc = inventory(root)
     if as_json:
         emit_json(doc)
@@ -361,8 +360,6 @@ def doctor_cmd(
     node's container hooks."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
         node_profile(root, profile)
-    from ..runtime.hookaudit import inheriting_hooks
-
     report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version,
                     hook_audit=inheriting_hooks)
     if as_json:
@@ -378,8 +375,6 @@ def doctor_cmd(
 @json_option
 def load_modules_cmd(as_json: bool, **overrides: Any) -> None:
     """Load the active driver's modules and create /dev/nvidia* (run by nodeprep-nvidia.service)."""
-    from ..node.devices import load_modules
-
     modules = pop_overrides(overrides)["driver.modules"] or ",".join(DEFAULT_MODULES)
 
     made = load_modules(_modules(modules))
@@ -398,8 +393,6 @@ def load_modules_cmd(as_json: bool, **overrides: Any) -> None:
 def kernel_hook_cmd(event: str, kernel: str, image: str | None, root: Path, as_json: bool) -> None:
     """Run by /etc/kernel/{postinst,postrm}.d/nodeprep for KERNEL: install (or, once removed, delete)
     the active driver's modules for it. Exit 1 with one line when the store has none for it."""
-    from ..node import kernelevents
-
     if event == "postinst":
         result = kernelevents.kernel_installed(root, kernel, callbacks=CALLBACKS)
     else:

@@ -95,6 +95,7 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
         return
     applied = None
     if do_apply:
+        # lazy: labels --help
         from ..kubeapi import default_node_name, load_kubeconfig
         from ..labels.apply import apply_labels
 
@@ -137,6 +138,7 @@ def _print_plan(labels: dict[str, str], text: str | None, out: Path | None, kube
             same = False
         click.echo(f"{out}: unchanged" if same else f"would write {out} ({len(str(text).encode())} bytes)")
     if kubeconfig is not None:
+        # lazy: labels --help
         from ..kubeapi import default_node_name, load_kubeconfig, read_node
         from ..labels.apply import plan_patch
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ..node.migapply import run
+from ..profile import load_profile, profile_path
 from .options import check_option, emit_json, json_option, profile_option, root_option
 
 
@@ -20,9 +22,6 @@ def mig_cmd(profile: Path | None, root: Path, as_json: bool, check: bool) -> Non
     the MIG devices; nothing when it is in place. The GPUs are always this host's (NVML); --root is
     where the profile is read and the outcome recorded (var/lib/nodeprep/mig.json, read back by
     `labels` as nvidia.com/mig.config.state)."""
-    from ..node.migapply import run
-    from ..profile import load_profile, profile_path
-
     prof = load_profile(profile_path(root, profile))
     result = run(root, prof.mig.config, prof.mig.select, check=check)
     if as_json:

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from ..profile.fields import FIELDS, field_by_path
 
 log = logging.getLogger("nodeprep")
 
@@ -78,6 +79,7 @@ def registry_options(f: Any) -> Any:
 
 
 def store_options(registry_auth: str | None, ca_file: str | None, insecure_http: bool) -> Any:
+    # lazy: labels --help
     from ..stores.oci import Options
 
     return Options(registry_auth=registry_auth, ca_file=ca_file, insecure_http=insecure_http)
@@ -99,8 +101,6 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
     """click decorator: one option per field path, from the table's `flag`, `metavar` and `envvar`
     (default None = not given; a boolean field is a flag, an enum a choice). The command passes its
     kwargs through `pop_overrides()` and then `with_overrides()` (or `driver_with()`)."""
-    from ..profile.fields import field_by_path  # here: a command without overrides loads no profile code
-
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for path in reversed(paths):
             f = field_by_path(path)
@@ -125,8 +125,6 @@ def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[...
 
 def section_flags(section: str) -> tuple[str, ...]:
     """The field paths of `section` that have a command-line flag, in the table's order."""
-    from ..profile.fields import FIELDS
-
     return tuple(f.path for f in FIELDS if f.section == section and f.flag is not None)
 
 

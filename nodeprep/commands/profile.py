@@ -7,7 +7,11 @@ from typing import Any
 
 import click
 
+from ..errors import InputError
+from ..node import branch, usecase
 from ..profile import load_profile, profile_path, render_schema
+from ..stores.store import Store
+from ..urls import redact_url
 from .options import emit_json, json_option, profile_option, root_option
 
 
@@ -43,11 +47,6 @@ def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
     """nodeprep.node.branch.require_pinned for the profile's driver.version and `gpus`; without one,
     a version of driver.branch (any when unset) that runs them must be in the store (for
     driver.kernel when set, else for any kernel)."""
-    from ..errors import InputError
-    from ..node import branch, usecase
-    from ..stores.store import Store
-    from ..urls import redact_url
-
     d = prof.driver
     if not d.store:
         raise InputError("--gpus checks the driver against driver.store's lists: the profile sets no store")

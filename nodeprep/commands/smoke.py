@@ -8,7 +8,11 @@ from typing import Any
 import click
 
 from .. import targets
+from ..artifact import read_manifest
+from ..builder.smoke import smoke_preview, smoke_test_artifact
+from ..errors import NodeprepError
 from ..paths import default_cache
+from ..sources.debian import DebianArchive
 from .options import check_option, emit_json, json_option
 
 
@@ -58,11 +62,6 @@ def smoke_test(artifact: Path, cache: Path, kernel_release: str | None, force: b
     nvidia.ko gets as far as its GPU probe ("No NVIDIA GPU found") and every symbol of the other
     modules resolves; FAIL quotes the kernel's reason. Exit status 0 on PASS, 1 on FAIL.
     """
-    from ..artifact import read_manifest
-    from ..builder.smoke import smoke_preview, smoke_test_artifact
-    from ..errors import NodeprepError
-    from ..sources.debian import DebianArchive
-
     if check:
         _preview(smoke_preview(artifact, cache=cache, kernel_release=kernel_release, force=force,
                                sig_enforce=sig_enforce, trusted_cert=trust_cert), os_name, as_json)

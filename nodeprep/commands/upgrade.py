@@ -13,6 +13,14 @@ from typing import Any
 import click
 
 from ..errors import InputError, NodeprepError
+from ..kubeapi import load_kubeconfig
+from ..node import oplog
+from ..upgrade import policy, rollout
+from ..upgrade.cluster import connect
+from ..upgrade.nodeside import replace, revert
+from ..upgrade.rollout import Options
+from ..upgrade.states import FAILED, NodeView, resume_point
+from .install import _driver
 from .options import check_option, emit_json, json_option, root_option
 
 kubeconfig_option = click.option(
@@ -41,9 +49,6 @@ def _nodes(values: tuple[str, ...]) -> list[str]:
 
 
 def _cluster(kubeconfig: Path) -> Any:
-    from ..kubeapi import load_kubeconfig
-    from ..upgrade.cluster import connect
-
     return connect(load_kubeconfig(kubeconfig))
 
 
@@ -56,8 +61,6 @@ def _emit(result: dict[str, Any], lines: list[str], as_json: bool) -> None:
 
 
 def _options(**kw: Any) -> Any:
-    from ..upgrade.rollout import Options
-
     return Options(**{k: v for k, v in kw.items() if v is not None})
 
 
@@ -115,9 +118,6 @@ def plan_cmd(
     as_json: bool,
 ) -> None:
     """The batches of a rollout and their order; exit 1 when the failure budget is spent already."""
-    from ..upgrade import policy, rollout
-    from ..upgrade.states import NodeView
-
     names = _nodes(nodes)
     if mark and kubeconfig is None:
         raise InputError("--mark needs --kubeconfig FILE")
@@ -185,8 +185,6 @@ def admit_cmd(
     """Re-plan a batch before it starts, from the cluster's state now: which of its nodes may start
     (nodes that became unschedulable meanwhile count against --max-unavailable, failed nodes against
     the failure budget); exit 1 when the failure budget is spent (the rollout pauses). Reads only."""
-    from ..upgrade import policy, rollout
-
     names = _nodes(nodes)
     batch = _nodes(batch_nodes)
     with _cluster(kubeconfig) as c:
@@ -266,8 +264,6 @@ def prepare_cmd(
 ) -> None:
     """From the node's state on: cordon (recorded as the rollout's), wait for jobs, evict the GPU pods
     (Eviction API, disruption budgets honoured), drain; up to pod-restart-required."""
-    from ..upgrade import rollout
-
     opts = _options(
         timeout=timeout,
         interval=interval,
@@ -316,8 +312,6 @@ def finish_cmd(
 ) -> None:
     """After the node's driver changed: validation, uncordon (only a node the rollout cordoned),
     upgrade-done. Exit 1 when validation fails (the node stays cordoned)."""
-    from ..upgrade import rollout
-
     opts = _options(validation_timeout=validation_timeout, require_selftest=not no_selftest)
     with _cluster(kubeconfig) as c:
         res = rollout.finish(c, node, target, opts, check=check)
@@ -335,8 +329,6 @@ def finish_cmd(
 @json_option
 def fail_cmd(kubeconfig: Path, node: str, target: str, reason: str, check: bool, as_json: bool) -> None:
     """Mark the node upgrade-failed with the reason; it stays cordoned."""
-    from ..upgrade import rollout
-
     with _cluster(kubeconfig) as c:
         res = rollout.fail(c, node, target, reason, check=check)
     _emit(
@@ -373,9 +365,6 @@ def budget_cmd(
     as_json: bool,
 ) -> None:
     """Exit 1 with the failed nodes listed once they reach the failure budget (the rollout pauses)."""
-    from ..upgrade import policy, rollout
-    from ..upgrade.states import FAILED, resume_point
-
     failed = {n.strip() for v in failed_now for n in v.split(",") if n.strip()}
     if kubeconfig is not None and nodes:
         with _cluster(kubeconfig) as c:
@@ -412,9 +401,6 @@ def reload_cmd(
 ) -> None:
     """Replace the loaded nvidia modules with VERSION's in place when nothing holds them (reference
     counts, holders, processes with /dev/nvidia* open); otherwise report that a reboot is needed."""
-    from ..upgrade.nodeside import replace
-    from .install import _driver
-
     mods = _driver(root, None, {"driver.modules": modules}).modules
     res = replace(root, target, sysfs_root=sysfs_root, modules=mods, check=check)
     lines = [f"{res.decision.action}: {r}" for r in res.decision.reasons] + list(res.done)
@@ -432,10 +418,6 @@ def reload_cmd(
 def revert_cmd(root: Path, target: str, no_load: bool, check: bool, as_json: bool) -> None:
     """Roll a failed upgrade back: `nodeprep rollback` when VERSION is the active driver (nothing when
     the upgrade never switched)."""
-    from ..node import oplog
-    from ..upgrade.nodeside import revert
-    from .install import _driver
-
     mods = _driver(root, None, {}).modules
     res = revert(root, target, load=not no_load, modules=mods, check=check)
     if res.changed and not check:

@@ -9,6 +9,11 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, NodeprepError
+from ..join.verification import publish_verdict, verdict_patch, verify_nodes
+from ..kubeapi import default_node_name, load_kubeconfig, read_node
+from ..node.fabric import decide, read_pci
+from ..node.selftest import evaluate, gather
+from ..profile import load_profile, profile_path
 from .options import check_option, emit_json, json_option, profile_option, root_option
 
 
@@ -49,9 +54,6 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
     pending row remaps or page retirements, persistence mode as configured, every NVLink fabric
     registered: NVML's fabric state COMPLETED, waited for); exit 1 when it fails.
     With --apply, publish the verdict so `nodeprep verify-nodes` can lift the node's taint."""
-    from ..node.selftest import evaluate, gather
-    from ..profile import load_profile, profile_path
-
     if do_apply and kubeconfig is None:
         raise InputError("--apply needs --kubeconfig FILE")
     prof = None
@@ -65,16 +67,10 @@ def verify_gpus_cmd(profile: Path | None, root: Path, as_json: bool, sysfs_root:
     result: dict[str, object] = verdict.to_dict()
     problems = list(verdict.problems)
     if do_apply:
-        from ..join.verification import publish_verdict
-        from ..kubeapi import default_node_name, load_kubeconfig
-
         assert kubeconfig is not None
         name = node or (prof.cluster.node_name if prof and prof.cluster else None) or default_node_name()
         cfg = load_kubeconfig(kubeconfig)
         if check:  # the patch publish_verdict would send, against the Node as it is now
-            from ..join.verification import verdict_patch
-            from ..kubeapi import read_node
-
             _, pub = verdict_patch(read_node(cfg, name), verdict, _boot_id(root))
         else:
             pub = publish_verdict(cfg, name, verdict, _boot_id(root))
@@ -106,9 +102,6 @@ def verify_nodes_cmd(kubeconfig: Path, once: bool, interval: float, health_stale
     valid for their current boot and driver; put it back on GPU nodes without one. Keep
     nodeprep.dev/gpu-unhealthy:NoSchedule on nodes whose condition GPUHealthy is False (nodeprep
     health) or Unknown, or whose heartbeat is stale, and lift it when it is True again."""
-    from ..join.verification import verify_nodes
-    from ..kubeapi import load_kubeconfig
-
     cfg = load_kubeconfig(kubeconfig)
     while True:
         try:
@@ -135,8 +128,6 @@ def fabric_manager_cmd(as_json: bool, sysfs_root: Path, condition: bool) -> None
     """Say whether this machine needs NVIDIA Fabric Manager, from its PCI devices: NVSwitches (PCI class
     0x0680, HGX A100/H100/H200) or an NVSwitch management bridge (VPD SW_MNG, HGX B200/B300) need it;
     GB200/GB300 (switches managed off-host) and everything else do not."""
-    from ..node.fabric import decide, read_pci
-
     decision = decide(read_pci(sysfs_root))
     if as_json:
         emit_json(decision.to_dict())

@@ -196,6 +196,7 @@ def update_ldcache(rootfs: str, lib_dir: str, conf_name: str = CONF_NAME, *, com
     if proc is None or not _is_dir(proc):
         print("nodeprep hook: ld cache not updated (the container's /proc is no folder)", file=sys.stderr)
         return
+    # lazy: the container hook
     from .. import runner
     from ..errors import CommandError
 

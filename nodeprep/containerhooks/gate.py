@@ -36,6 +36,7 @@ of CPU at each start), posix (its C half, already loaded) does.
 
 from __future__ import annotations
 
+import posix
 import sys
 
 from .jsonload import loads, oci_config, rootfs_of
@@ -101,8 +102,6 @@ def carries_spec_hook(config: dict[str, Any]) -> bool:
 
 def driver_version(driver_root: str) -> str | None:
     """The node's driver: the versioned root `driver_root` links to, else the loaded module's."""
-    import posix
-
     try:
         name = posix.readlink(driver_root).rstrip("/").rpartition("/")[2]
     except OSError:
@@ -119,8 +118,6 @@ def driver_version(driver_root: str) -> str | None:
 
 def read_facts(path: str) -> list[dict[str, str | None]]:
     """Each GPU's {"brand", "arch"} from the facts file; [] when missing or malformed."""
-    import posix
-
     try:
         fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
         with open(fd, "rb") as f:
@@ -137,8 +134,7 @@ def read_facts(path: str) -> list[dict[str, str | None]]:
 
 def compat_version(rootfs: str) -> str | None:
     """The newest version of the image's /usr/local/cuda/compat/libcuda.so.<version>, if any."""
-    import posix
-
+    # lazy: labels --help, Ansible nodeprep_labels
     from .container import in_image
 
     path = in_image(rootfs, COMPAT_DIR)
@@ -159,12 +155,14 @@ def decide(
     env: dict[str, str], driver: str | None, gpus: list[dict[str, str | None]], compat: str | None
 ) -> tuple[str | None, bool]:
     """(the one-line refusal or None, whether to enable the image's compat libcuda) (pure)."""
+    # lazy: labels --help, Ansible nodeprep_labels
     from .container import TRUE
 
     keys = sorted(k for k in env if k.startswith("NVIDIA_REQUIRE_") and env[k].strip())
     disabled = env.get("NVIDIA_DISABLE_REQUIRE", "").strip().lower() in TRUE
     if compat is None and (not keys or disabled):
         return None, False  # nothing to check or enable: decided without importing nodeprep.cuda
+    # lazy: the container hook, labels --help, Ansible nodeprep_join and 4 more starts
     from ..cuda import forward_compatible, max_cuda, parse_requirement, requirements_hold, vkey
     from ..errors import InputError
 
@@ -213,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         bundle, raw = oci_config(sys.stdin.read())
         if b"nvidia" not in raw and b"195" not in raw:
             return 0  # no NVIDIA GPU: the common case, decided without parsing
+        # lazy: labels --help, Ansible nodeprep_labels
         from .container import container_env, update_ldcache
 
         config = loads(raw.decode())

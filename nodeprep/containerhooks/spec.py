@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import posix
 import sys
 
 from . import gate
@@ -76,6 +77,7 @@ def nvidia_cuda_compat(tool: str, driver: str, state: str) -> str | None:
     """NVIDIA's `enable-cuda-compat` (`tool`: its nvidia-cdi-hook) for this container, the OCI state
     on its stdin; why it failed, or None. Run only for an image with CUDA compat libraries: the one
     case it does anything in, so that every other start is spared a second hook process."""
+    # lazy: the container hook
     from .. import runner
     from ..errors import CommandError
 
@@ -91,8 +93,6 @@ def become_nvidia_hook(tool: str, command: str, state: str) -> str:
     """Replace this process with NVIDIA's hook `command` (`tool`: its nvidia-cdi-hook), the OCI state
     on its stdin, HOOK_ENV its whole environment, in /: its exit status is the hook's. Returns only
     on failure, saying why."""
-    import posix
-
     try:
         fd = posix.memfd_create("oci-state")
         data = state.encode()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,8 +94,6 @@ class KmsgReader:
         self._partial = b""
 
     def _fifo(self) -> bool:
-        import stat
-
         return stat.S_ISFIFO(os.fstat(self.fd).st_mode)
 
     def fileno(self) -> int:

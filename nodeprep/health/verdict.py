@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .catalog import action_of, catalog, worst
+from .kmsg import pci_key
 
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
@@ -62,8 +63,6 @@ class GpuObservation:
 
     @property
     def pci_key(self) -> str | None:
-        from .kmsg import pci_key
-
         return pci_key(self.pci)
 
 

@@ -16,12 +16,14 @@ from ..node.callbacks import ActivationCallbacks, FollowUp, Removal
 
 def refusal(root: Path) -> str | None:
     """Why the specs could not follow the switch (checked before anything changes)."""
+    # lazy: Ansible nodeprep_driver, Ansible nodeprep_upgrade, import nodeprep.join.activation
     from ..runtime.cdi import refresh_problem
 
     return refresh_problem(root)
 
 
 def follow(root: Path, version: str) -> FollowUp:
+    # lazy: Ansible nodeprep_driver, Ansible nodeprep_upgrade, import nodeprep.join.activation
     from ..runtime.cdi import refresh_after_activation
     from ..runtime.containerd import drop_in_runtime_warning
 
@@ -35,6 +37,7 @@ def follow(root: Path, version: str) -> FollowUp:
 
 def removal(root: Path) -> Removal:
     """What `nodeprep uninstall` undoes of `nodeprep runtime` and `nodeprep join` (nodeprep.join.removal)."""
+    # lazy: Ansible nodeprep_driver, Ansible nodeprep_upgrade, import nodeprep.join.activation
     from .removal import plan_removal
 
     return plan_removal(root, join=True)

@@ -110,6 +110,7 @@ def verify_jws(signature: str, payload: str, token: BootstrapToken) -> bool:
 
 
 def _fetch(url: str, timeout: float) -> dict[str, Any]:
+    # lazy: Ansible nodeprep_join, Ansible nodeprep_runtime
     import requests
     import urllib3
 

@@ -175,6 +175,7 @@ def registration_labels(labels: Mapping[str, str]) -> tuple[dict[str, str], dict
     """(labels the kubelet registers with, labels that need an API write, the warning naming those).
     labels.extra holds only labels a kubelet may register with: the profile's own validation refuses
     the others (nodeprep.profile.checks.label_pair), for every command that reads a profile."""
+    # lazy: Ansible nodeprep_join, Ansible nodeprep_runtime
     from ..labels.validate import split_for_kubelet
 
     mine, api = split_for_kubelet(dict(labels))

@@ -37,6 +37,7 @@ def node_labels(profile: Profile, root: Path, *,
                 nvidia_smi_xml: Path | None) -> tuple[dict[str, str], list[str]]:
     """The node's labels (nodeprep.labels.core.node_labels, the root's facts by
     nodeprep.labels.options.label_options) and their warnings."""
+    # lazy: Ansible nodeprep_join, Ansible nodeprep_runtime
     from ..labels.core import node_labels as compute
     from ..labels.options import label_options
     from ..labels.profilelabels import ProfileLabels
@@ -48,6 +49,7 @@ def node_labels(profile: Profile, root: Path, *,
 def doctor_problems(root: Path) -> list[str]:
     """`nodeprep doctor` on the root: one line naming every failed check, or nothing."""
     try:
+        # lazy: Ansible nodeprep_join, Ansible nodeprep_runtime
         from ..node.doctor import doctor
     except ImportError:
         return ["nodeprep.node.doctor is not available in this installation"]

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from ..node.crash import crash_point
 from ..node.fsutil import atomic_write, fsync_dir
 from ..node.layout import Layout
 from ..profile import Profile, Runtime, load_profile, profile_path
+from ..profile.fields import field_by_path
 from ..runtime import cdi as cdimod
 from ..runtime import containerd as ctd
 from ..runtime import ctkconfig, hookprogram, ocihooks
@@ -43,6 +45,7 @@ from ..runtime.files import under
 from ..runtime.plan import RuntimeOptions, plan_runtime
 from . import enablement
 from .plan import JoinOptions, plan_join
+from .token import BootstrapToken
 
 HEADER = b"# Written by nodeprep"
 
@@ -57,11 +60,6 @@ def _join_targets(root: Path, profile: Profile | None) -> dict[str, bool]:
     changed since the join), each with whether the profile's own mode writes it."""
     if profile is None or profile.cluster is None:
         return {}
-    from dataclasses import replace
-
-    from ..profile.fields import field_by_path
-    from .token import BootstrapToken
-
     out: dict[str, bool] = {}
     options = JoinOptions(root=Path(root), check=True, discovery=False, skip_preflight=True, labels={},
                           insecure_skip_ca_verification=True, token=BootstrapToken("abcdef", "0" * 16))

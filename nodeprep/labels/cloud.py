@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,8 +181,6 @@ class _Connection(http.client.HTTPConnection):
             raise TimeoutError("metadata time budget spent")
         sock = socket.create_connection((self.host, self.port), timeout=left)
         if self._tls:
-            import ssl
-
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
         self.sock = _DeadlineSocket(sock, self._deadline)
 

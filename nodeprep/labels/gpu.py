@@ -195,6 +195,7 @@ def from_nvml(sysfs_root: Path, driver_sysfs: Path | None = None) -> GpuFacts:
     if not driver_loaded(loaded_in):
         raise GpuSourceUnavailable(f"NVIDIA kernel module not loaded ({loaded_in}/module/nvidia absent)")
     try:
+        # lazy: labels --help, Ansible nodeprep_driver, Ansible nodeprep_join and 6 more starts
         import pynvml
     except ImportError:
         raise GpuSourceUnavailable("nvidia-ml-py is not installed") from None

@@ -24,9 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..artifact import read_member
 from ..errors import InputError
+from ..profile.fields import field_error
+from ..urls import redact_url
 from ..vocab import BRANCH_POLICIES, DRIVER_BRANCH_RE, driver_branch, version_key
 from . import support
+from .kmod import target_kernel
+from .layout import Layout
 
 POLICIES = BRANCH_POLICIES
 log = logging.getLogger(__name__)
@@ -133,8 +138,6 @@ def store_candidates(store: Any, kernel: str | None, arch: str, download_dir: Pa
     user-space artifact for `arch` carrying a supported-GPU list and kmod artifacts (their flavours)
     for `kernel` (None: any); each user space is read (a remote one downloaded into `download_dir`)
     only when the candidate is reached."""
-    from ..artifact import read_member
-
     entries = store.entries()
     spaces = sorted((e for e in entries if e.kind == "userspace" and e.arch == arch
                      and branch in (None, driver_branch(e.driver_version))),
@@ -166,8 +169,6 @@ def require_pinned(store: Any, version: str, flavour: str, gpus: Sequence[str], 
     """Refuse (InputError naming `what`) a pinned `version` and `flavour` that does not run a GPU in
     `gpus` by the version's list in the store, as install would (nodeprep.node.support's rules: a GPU
     the list does not name is not refused); False when its user space carries no list (not checked)."""
-    from ..artifact import read_member
-
     entry = next((e for e in store.entries() if e.kind == "userspace" and e.driver_version == version
                   and e.arch == arch), None)
     if entry is None:
@@ -204,11 +205,6 @@ def pick(store: Any, root: Path, *, version: str | None, branch: str | None, gpu
     store, running those GPUs when given (`choose_from_store`). `gpus` 'node': the GPUs under
     `sys_dir` (default ROOT/sys). `kernel`: the one whose modules count (None: the running kernel).
     InputErrors name the field (the CLI its flag)."""
-    from ..profile.fields import field_error
-    from ..urls import redact_url
-    from .kmod import target_kernel
-    from .layout import Layout
-
     if branch is not None and not DRIVER_BRANCH_RE.fullmatch(branch):
         raise field_error("driver.branch", f"{branch!r} is not a driver branch (its major number, e.g. 580)")
     if version is not None and branch is not None and driver_branch(version) != branch:

@@ -195,8 +195,6 @@ def doctor(
     wanted = set(checks) if checks else set(ALL_CHECKS)
     unknown = wanted - set(ALL_CHECKS)
     if unknown:
-        from ..errors import InputError
-
         raise InputError(
             f"--check: unknown check(s) {', '.join(sorted(unknown))} (known: {', '.join(ALL_CHECKS)})"
         )

@@ -100,6 +100,7 @@ def record(root: Path, gpu: GpuFacts | None, *, check: bool = False,
 def gather(layout: Layout, warnings: list[str], *, timeout: float = 5.0) -> GpuFacts | None:
     """The node's GPU facts as the labels read them: NVML and nvidia-smi only on a live root (under
     a --root they would describe this machine), PCI sysfs under ROOT/sys otherwise."""
+    # lazy: Ansible nodeprep_driver, Ansible nodeprep_join, Ansible nodeprep_runtime, Ansible nodeprep_upgrade
     from ..labels.core import LabelOptions, gpu_facts
 
     opts = LabelOptions(root=layout.root, sysfs_root=layout.root / "sys", use_nvml=layout.live,

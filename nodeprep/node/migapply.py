@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StateError
+from ..profile.fields import field_error
 from ..rootpath import beneath
 from .fsutil import atomic_write
 from .mig import STATE_FAILED, STATE_PENDING, STATE_SUCCESS, GpuMig, MigPlan
+from .mig import plan as make_plan
 
 STATE_FILE = "/var/lib/nodeprep/mig.json"  # read by nodeprep.labels.system (MIG_STATE_FILE)
 # NVML's GPU instance profile ids whose name has an attribute (nvml.h, as go-nvlib names them).
@@ -255,9 +257,6 @@ def run(root: Path, spec: dict[str, Any] | None, select: str | None, *, check: b
     """The profile's MIG layout on this host's GPUs: plan (and, unless `check`, apply and record in
     ROOT/var/lib/nodeprep/mig.json). A plan with problems is refused (InputError naming mig.config);
     an NVML error while applying is recorded as `failed` and raised (StateError)."""
-    from ..profile.fields import field_error
-    from .mig import plan as make_plan
-
     if spec is None:
         return {"changes": False, "summary": "no mig.config in the profile: MIG left as it is"}
     todo = make_plan(read_gpus(), spec, select)

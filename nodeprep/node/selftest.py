@@ -195,6 +195,7 @@ def read_nvml() -> tuple[str | None, tuple[GpuHealth, ...]] | None:
     """(driver version, per-GPU health) from NVML, None when NVML cannot be used here (no nvidia-ml-py,
     no libnvidia-ml, init fails). A query a GPU does not support is None in its GpuHealth."""
     try:
+        # lazy: import nodeprep.join.verification
         import pynvml
     except ImportError:
         return None

@@ -201,6 +201,7 @@ def problems_for(
 
 def require_artifact(root: Path, userspace: Path, version: str, flavour: str | None) -> None:
     """`require` against the list inside user-space artifact `userspace` (read, not extracted)."""
+    # lazy: labels --help, Ansible nodeprep_doctor, Ansible nodeprep_labels
     from ..artifact import read_member
 
     data = read_member(userspace, SUPPORT_FILE)

@@ -14,6 +14,7 @@ from ..profile.fields import FIELDS, field_error
 from ..profile.model import Driver
 from ..rootpath import beneath
 from ..stores.oci import Options as StoreOptions
+from ..stores.store import Store
 from .callbacks import ActivationCallbacks
 from .installer import InstallInput, InstallResult, install, plan_install_of
 from .plan import ActivatePlan, InstallPlan, UninstallPlan
@@ -111,7 +112,7 @@ def install_input(root: Path, request: DriverInstall) -> InstallInput:
     kernel = target_kernel(root, request)
     version, flavour = drv.version, drv.flavour
     if drv.gpus is not None or drv.branch is not None:
-        from ..stores.store import Store
+        # lazy: Ansible nodeprep_driver
         from .branch import pick
 
         version, flavour = pick(Store(drv.store, options), root, version=drv.version, branch=drv.branch,

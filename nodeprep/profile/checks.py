@@ -8,8 +8,10 @@ import ipaddress
 import re
 from collections import Counter
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import kubeletflags, labelrules
+from ..errors import InputError
 from ..urls import has_userinfo, parse_store_location, plain_http_allowed
 from ..vocab import KERNEL_MODULES
 from .model import DNS1123_SUBDOMAIN_RE, FLAG_NAME_RE, K8S_VERSION_RE, OLDEST_KUBERNETES, TAINT_EFFECTS, Taint
@@ -41,7 +43,7 @@ def store(value: str) -> str | None:
         return (f"{show(value)}: credentials in the URL are refused (they would end up in logs and "
                 "output); give them in a credentials file (docs/profile.md)")
     if value.startswith(("oci://", "oci+http://")):
-        from ..errors import InputError
+        # lazy: labels --help, Ansible nodeprep_doctor, Ansible nodeprep_join and 6 more starts
         from ..stores.ref import parse_ref
 
         try:
@@ -52,8 +54,6 @@ def store(value: str) -> str | None:
     if value.startswith(("/", "file://")):
         return abs_path(value.removeprefix("file://"))
     if value.startswith(("http://", "https://")):
-        from ..errors import InputError
-
         try:  # what --store refuses (host, port, characters parsers read differently); transport below
             parse_store_location(value, insecure_http=True, what="driver.store")
         except InputError as e:
@@ -70,10 +70,9 @@ def store_transport(value: Any, insecure_http: Any) -> str | None:
     if not isinstance(value, str) or store(value) is not None or insecure_http is True:
         return None
     if value.startswith("http://"):
-        from urllib.parse import urlsplit
-
         host = urlsplit(value).hostname or ""
     elif value.startswith("oci+http://"):
+        # lazy: labels --help, Ansible nodeprep_doctor, Ansible nodeprep_join and 6 more starts
         from ..stores.ref import parse_ref
 
         host = parse_ref(value, insecure_http=True, what="driver.store").hostname

@@ -186,6 +186,7 @@ def profile_path(root: Path, profile: Path | None) -> Path:
     resolved beneath it (nodeprep.rootpath.beneath)."""
     if profile is not None:
         return profile
+    # lazy: Ansible nodeprep_profile
     from ..rootpath import beneath
 
     return beneath(Path(root), DEFAULT_PATH)

@@ -22,13 +22,18 @@ naming the program is written. `hook_command()` is the one place that says how a
 """
 
 from __future__ import annotations
+import __future__
 
+import hashlib
+import marshal
 import re
 import sys
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from types import CodeType  # loaded at every interpreter start
 
 from .. import __version__
+from ..containerhooks import gate  # noqa: F401
 from ..containerhooks import spec as _spec  # noqa: F401  (its source is the program's)
 from ..containerhooks.container import HOOK_ENV
 from .files import FileChange, under
@@ -137,12 +142,7 @@ def render_modules(on_disk: bytes | None = None) -> bytes:
     """The modules file's bytes (pure apart from reading nodeprep's own sources). `on_disk`, the
     file there now, is kept when its stamp (nodeprep version, sources, writer's magic number) is
     this one's: marshal's output is not byte-stable across processes, the modules it holds are."""
-    import hashlib
-    import marshal
-    from importlib.util import MAGIC_NUMBER
-
     from .. import cuda, errors, runner  # noqa: F401  (the hook imports them lazily; their sources)
-    from ..containerhooks import gate  # noqa: F401
 
     sources = {name: _source(sys.modules[name]) for name in MODULES}
     stamp = hashlib.sha256(repr((__version__, MAGIC_NUMBER, sorted(sources.items()), sorted(ENTRIES.items()),
@@ -162,8 +162,6 @@ def _compile(text: str, filename: str) -> CodeType:
     """A module's bytecode as the program holds it: its future statement (on a line of its own,
     replaced by an empty one: the line numbers stay) given as the compiler flag instead, and without
     docstrings and asserts (optimize=2: less to unmarshal at each start) (pure)."""
-    import __future__
-
     flags = 0
     if FUTURE in text:
         text, flags = text.replace(FUTURE, "\n", 1), __future__.annotations.compiler_flag
@@ -173,8 +171,6 @@ def _compile(text: str, filename: str) -> CodeType:
 
 def read_modules(data: bytes) -> dict[str, object]:
     """What a modules file holds (its marshal data after the header)."""
-    import marshal
-
     modules: dict[str, object] = marshal.loads(data[data.index(b"\n\n") + 2:])
     return modules
 

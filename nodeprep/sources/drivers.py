@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import targets
 from ..errors import InputError
 from ..vocab import DRIVER_REQUEST_RE, FLAVOURS, Flavour, version_key
 
@@ -165,8 +166,6 @@ def source_line(target: TargetOS, kernel: str | None, channel: Any = None) -> tu
     """(the OS whose driver sources a build for `target`/`kernel` takes, the kernel line those
     sources are chosen in, that line described for messages). `channel` (a targets.Channel of
     `target`) names the line when the kernel is not known yet."""
-    from .. import targets
-
     source_os = targets.sources_of(target)
     if target.borrows_sources:
         line = source_os.channels[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, replace
 
@@ -87,7 +88,5 @@ def tag_for(name: str) -> str:
     if not tag or tag[0] in ".-":
         tag = "_" + tag
     if len(tag) > TAG_MAX:
-        import hashlib
-
         tag = tag[: TAG_MAX - 13] + "-" + hashlib.sha256(name.encode()).hexdigest()[:12]
     return tag

@@ -223,6 +223,7 @@ class Registry:
     # -- push --------------------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        # lazy: Ansible nodeprep_driver
         import requests
 
         try:

@@ -20,14 +20,16 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import download
 from ..artifact import INDEX, MAX_INDEX, IndexEntry, file_name, parse_index, read_index, sha256_listed
 from ..errors import ChecksumError
 from ..profile.fields import field_error
-from ..urls import parse_store_location, redact_url
+from ..stores import auth
+from ..urls import is_loopback, parse_store_location, redact_url
 from . import is_oci
-from .oci import Options
+from .oci import OciStore, Options, connect
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,6 @@ class Store:
 
     def _registry(self) -> Any:
         if not self._oci:
-            from .oci import OciStore, connect
-
             self._oci.append(OciStore(connect(self.location, self.options)))
         return self._oci[0]
 
@@ -100,11 +100,6 @@ class Store:
     def _headers(self) -> dict[str, str]:
         """Basic credentials for an http(s) store from the credentials file (same file and format
         as for registries), sent only over https or to loopback."""
-        from urllib.parse import urlsplit
-
-        from ..stores import auth
-        from ..urls import is_loopback
-
         path = auth.resolve_path(self.options.registry_auth)
         if path is None:
             return {}

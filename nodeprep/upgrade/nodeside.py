@@ -14,6 +14,7 @@ from ..join.activation import CALLBACKS
 from ..node import switch
 from ..node.devices import load_modules
 from ..node.state import load_state
+from ..sysfs import read_attr
 from . import reload as rl
 from .states import DRIVER_LABEL
 
@@ -136,6 +137,7 @@ def selftest(
     A verdict only passes when the Node's driver-version label is the tested driver; that label comes
     from the labels file node_labels wrote, through NFD, a while later: up to `label_timeout` seconds
     are waited for it before the verdict is published."""
+    # lazy: Ansible nodeprep_upgrade
     from ..node.selftest import evaluate, gather
 
     verdict = evaluate(
@@ -145,9 +147,9 @@ def selftest(
     )
     if kubeconfig is None:
         return SelfTested(node, "", verdict.passed, verdict.problems, check, published=False)
+    # lazy: Ansible nodeprep_upgrade
     from ..join.verification import publish_verdict, verdict_patch
     from ..kubeapi import load_kubeconfig, read_node
-    from ..sysfs import read_attr
 
     boot = (read_attr(root / "proc/sys/kernel/random/boot_id") or "").strip() or None
     cfg = load_kubeconfig(kubeconfig)
