@@ -13,7 +13,8 @@ process re-reads): no GPU here.
   meanwhile once the API server is back;
 - one look (`nodeprep health --apply`, `--check`) on the mock's `example-h100-faults`;
 - every fault class in turn on one node, each arriving and leaving;
-- a silent reporter: its heartbeat older than `verify-nodes --health-stale` taints the node.
+- a silent reporter: its heartbeat older than `verify-nodes --health-stale` taints the node;
+- retired pages pending on a T4 (the mock, with a C stand-in for its two pre-Ampere answers).
 """
 
 from __future__ import annotations
@@ -251,9 +252,8 @@ def test_every_fault_class_arrives_and_leaves(control_plane: ControlPlane, test_
     brought and taken away through its runtime overrides file; the kmsg-only Xid 119 is the recorded
     NVRM line of tests/fixtures/kmsg/nvrm-xid.dmesg, fed as a /dev/kmsg record stamped now. NVLink
     down comes from a derived profile (the mock's overrides cannot change links), by one look each way.
-    Retired pages pending on a pre-Ampere GPU is not here: the mock's T4 answers
-    nvmlDeviceGetRetiredPagesPendingStatus NOT_PENDING whatever its profile says (tests/unit/health/
-    test_verdict.py holds that rule)."""
+    Retired pages pending on a pre-Ampere GPU is test_retired_pages_pending_on_a_pre_ampere_gpu (the
+    mock's T4 needs a stand-in for two answers)."""
     cp, name = control_plane, "np-faults"
     register(cp, name)
     overrides, kmsg = tmp_path / "overrides.yaml", tmp_path / "kmsg"
@@ -401,3 +401,61 @@ def test_mig_devices_follow_their_failed_parent(control_plane: ControlPlane, tes
     assert "GPUHealthy=False (GPULost): nodeprep.dev/gpu-unhealthy:NoSchedule added" in done.stdout
     assert tainted(cp, name)
     print(c["message"])
+
+
+def _retired_pages_nvml(folder: Path) -> Path:
+    """A folder whose `libnvidia-ml.so.1` is the C stand-in tests/fixtures/mocknvml/t4-retired-pages.c
+    (row remapping NOT_SUPPORTED as on a real T4, retired pages pending for the GPU indexes listed in
+    $NVML_RETIRED_PENDING_FILE), needing the mock's library for every other NVML function."""
+    folder.mkdir(parents=True)
+    real = Path(mocknvml.LIBRARY).name  # libnvidia-ml.so.550.163.01: the name the stand-in needs
+    (folder / "stub.c").write_text("int nvmlDeviceGetIndex(void *d, unsigned *i) { return 999; }\n")
+    stub_dir = folder / "stub"
+    stub_dir.mkdir()
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stub_dir / real), f"-Wl,-soname,{real}",
+                    str(folder / "stub.c")], check=True)  # only to link against: the loader finds the mock
+    source = REPO / "tests/fixtures/mocknvml/t4-retired-pages.c"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(folder / "libnvidia-ml.so.1"),
+                    "-Wl,-soname,libnvidia-ml-retired.so", str(source), "-Wl,--no-as-needed",
+                    str(stub_dir / real)], check=True)
+    (folder / real).symlink_to(mocknvml.root() / mocknvml.LIBRARY)
+    return folder
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc builds the retired-pages stand-in")
+def test_retired_pages_pending_on_a_pre_ampere_gpu(control_plane: ControlPlane, test_cache: Path,
+                                                    tmp_path: Path, spawn: Any) -> None:
+    """Retired pages pending (pre-Ampere: Turing retires pages, it has no row remapping) arrive as the
+    condition and the taint, and leave after the hold. GPUs: NVIDIA's NVML mock as a T4 machine, with the
+    two NVML answers it gets wrong for a T4 given by the C stand-in tests/fixtures/mocknvml/
+    t4-retired-pages.c (row remapping NOT_SUPPORTED; retired pages pending for the GPUs listed in a file);
+    everything else the running service reads is the mock's."""
+    cp, name = control_plane, "np-retired"
+    register(cp, name)
+    pending = tmp_path / "pending"
+    pending.write_text("")
+    env = mocknvml.env(test_cache, "t4")
+    env["LD_LIBRARY_PATH"] = str(_retired_pages_nvml(tmp_path / "nvml"))
+    env["NVML_RETIRED_PENDING_FILE"] = str(pending)
+    spawn(["health", "--watch", "--apply", "--kubeconfig", str(cp.node_credential(name)), "--node", name,
+           "--hold", str(HOLD), "--interval", "1", "--no-kmsg"], env, "health.log")
+    controller = spawn(["verify-nodes", "--kubeconfig", str(controller_credential(cp)), "--interval", "1"],
+                       {"PATH": env["PATH"]}, "verify-nodes.log")
+    wait_status(cp, name, "True", "GPUHealthy=True at the start")
+    pending.write_text("2\n")
+
+    def arrived() -> dict[str, Any] | None:
+        c = condition(cp, name)
+        return c if c and c["status"] == "False" and c["reason"] == "RetiredPagesPending" else None
+
+    down = cp.wait("GPUHealthy=False RetiredPagesPending", arrived, timeout=45, interval=0.2)
+    assert down["message"] == ("GPU 2 (GPU-00000074-0000-0000-0000-000000000002, 00000000:AF:00.0): "
+                               "retired pages pending a reset: reset"), down["message"]
+    cp.wait("the taint", lambda: tainted(cp, name), timeout=30)
+    t0 = time.monotonic()
+    pending.write_text("")
+    up = wait_status(cp, name, "True", "True again", timeout=60)
+    assert time.monotonic() - t0 >= HOLD - 0.5 and up["reason"] == "GPUsHealthy", up
+    cp.wait("the taint lifted", lambda: not tainted(cp, name), timeout=30)
+    assert controller.poll() is None, (tmp_path / "verify-nodes.log").read_text()
+    print(f"{down['reason']}: {down['message']}")
