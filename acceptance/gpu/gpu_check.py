@@ -8,7 +8,8 @@ check and a closing summary; exit 0 when every check passed, 1 when one failed.
             nvidia-smi's CUDA version is the one nodeprep's table gives for that driver
 3. doctor   `nodeprep doctor` on / (gpu + device nodes; every check when nodeprep installed the driver)
    health   `nodeprep health --json` (read only: NVML, its events for half a second, the kernel log):
-            every GPU healthy (docs/node.md "GPU health after the join")
+            every GPU healthy (docs/node.md "GPU health after the join"); and `nodeprep health --watch`
+            (read only) at most 30 MB resident after 10 s at rest on the real NVML
 4. cdi      the CDI spec generated from the live driver's libraries (mirrored into a driver root under
             --work) is valid against the CDI schema, and its mounts and device nodes exist
 With --nvidia-bin DIR (NVIDIA's binaries, plain or NAME.zst / NAME.xz, as NODEPREP_NVIDIA_BIN has them):
@@ -34,6 +35,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,8 +210,30 @@ def check_health(report: Report) -> None:
     message = (f"{len(gpus)} GPU(s) healthy: {names}" if data.get("healthy")
                else f"{cond.get('reason')}: {cond.get('message')}")
     notes = "; ".join(data.get("notes", []))
-    report.line("health", r.returncode == 0 and bool(data.get("healthy")) and bool(gpus),
-                message + (f" (notes: {notes})" if notes else ""))
+    healthy = r.returncode == 0 and bool(data.get("healthy")) and bool(gpus)
+    report.line("health", healthy, message + (f" (notes: {notes})" if notes else ""))
+    if healthy:  # the service's cost at rest means something only where NVML answers
+        report.line("health-rss", *health_rss())
+
+
+def health_rss(rest: float = 10.0) -> tuple[bool, str]:
+    """The resident memory of `nodeprep health --watch` at rest on this machine's real NVML (read only:
+    no --apply, nothing written anywhere), against issue 37's goal of 30 MB; bench/health.py measures it
+    on NVIDIA's NVML mock, whose Go runtime a real libnvidia-ml does not have."""
+    argv = [sys.executable, "-c", "from nodeprep.cli import main; main()", "health", "--watch", "--interval",
+            "5"]
+    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        try:
+            time.sleep(rest)
+            status = Path(f"/proc/{proc.pid}/status").read_text() if proc.poll() is None else ""
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    m = re.search(r"VmRSS:\s+(\d+)", status)
+    if m is None:
+        return False, f"`nodeprep health --watch` exited ({proc.returncode}) before {rest:.0f} s"
+    mb = int(m.group(1)) / 1000
+    return mb <= 30.0, f"{mb:.1f} MB resident after {rest:.0f} s at rest (goal <= 30 MB)"
 
 
 def mirror_driver_root(root: Path, version: str, libs: dict[str, Path]) -> int:
