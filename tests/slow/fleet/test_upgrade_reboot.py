@@ -9,6 +9,8 @@ tests/slow/node/test_node_live.py found), with every -cpu model tried.
 Run 1 installs the old version on the live root (`/`): upgrade_reload auto loads its modules in place.
 Run 2 upgrades with `upgrade_reload: reboot`: Ansible's `reboot` reboots the VM, nodeprep-nvidia.service
 loads the new version's modules at boot, then the doctor gate (state, ldcache, module, kmod) passes.
+Run 3 goes back to the old version with `upgrade_reload: auto` while the new version's modules are
+loaded and nothing holds them: they are unloaded and the old ones loaded in place, no reboot.
 
 The modules are the kmod-shaped stand-ins of tests/slow/node/helpers.py (really compiled for that
 kernel, MODULE_VERSION = the driver version): no GPU, nothing GPU-like, no NVML mock; the real NVIDIA
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -281,4 +284,39 @@ def test_upgrade_reboots_the_vm_into_the_new_driver(
         assert f"kernel module {new} matches the active user space" in after.stdout, after.stdout
         assert '"ok": true' in after.stdout, after.stdout
         assert "TASK [Upgrade | Doctor gate]" in upgrade.output
+
+        # Run 3: back to the other version with upgrade_reload auto while the new version's modules
+        # are loaded and nothing holds them (refcnt 0, no holders, no /dev/nvidia* open): the reload
+        # unloads them and loads the other version in place, without a reboot.
+        back = testhosts.ansible_playbook(
+            fl,
+            "playbooks/upgrade-driver.yml",
+            inventory,
+            extra_vars={**common, "upgrade_reload": "auto"},
+            args=["-v"],
+        )
+        assert back.returncode == 0, back.output[-6000:]
+        print("reload-in-place run:", back.recap)
+        swapped = _task_result(back.output, "Upgrade | Reload the modules in place")
+        assert swapped, back.output[-6000:]
+        print("reload-in-place run's reload:", swapped.group(0))
+        assert swapped.group(1) == "changed", swapped.group(0)
+        result = json.loads(swapped.group(2))
+        assert result["action"] == "reload" and result["reboot_required"] is False, result
+        assert result["reasons"] == [f"nvidia {new} is loaded and nothing holds it: unload, load {old}"]
+        assert result["survey"]["loaded_version"] == new and result["survey"]["processes"] == []
+        assert all(m["refcnt"] == 0 and m["holders"] == [] for m in result["survey"]["modules"]), result
+        assert result["done"][0].startswith("unloaded nvidia"), result
+        not_rebooted = _task_result(back.output, "Upgrade | Reboot")
+        assert not_rebooted and not_rebooted.group(1) == "skipping", back.output[-6000:]
+        final = _ssh(
+            fl,
+            port,
+            "cat /proc/sys/kernel/random/boot_id; readlink /opt/nvidia/current; "
+            "cat /sys/module/nvidia/version",
+        )
+        print("after the reload in place:", final.stdout, final.stderr)
+        boot_id, current, version = final.stdout.splitlines()
+        assert boot_id == boot_after, "the reload in place rebooted the VM"
+        assert current.rstrip("/").endswith(old) and version == old, final.stdout
     assert proc.returncode is not None and not disk.exists()  # qemu killed, its disk removed
