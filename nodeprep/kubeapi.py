@@ -159,31 +159,43 @@ def status_message(r: requests.Response) -> str:
         return r.reason or ""
 
 
-def read_node(cfg: KubeConfig, node: str, *, timeout: float = 10.0) -> dict[str, Any]:
-    """GET the Node, once (what a `--check` plans against; nothing is written)."""
+def api_request(s: requests.Session, method: str, url: str, server: str, body: Any = None, *,
+                timeout: float, content_type: str = PATCH_TYPE) -> requests.Response:
+    """One request of session `s` (`body` sent as JSON with `content_type`); an API server that does
+    not answer, or whose TLS fails verification, is one NetworkError line naming `server`."""
     # lazy: import nodeprep.kubeapi
     import requests
 
-    url = f"{cfg.server}/api/v1/nodes/{quote(node, safe='')}"
-    with api_session(cfg) as s:
-        try:
-            r = s.get(url, timeout=timeout)
-        except requests.exceptions.SSLError as e:
-            raise NetworkError(f"{cfg.server}: TLS verification failed ({e})") from None
-        except requests.RequestException as e:
-            raise NetworkError(f"{cfg.server}: {type(e).__name__}: {e}") from None
-    if r.status_code == 404:
-        raise InputError(f"node {node!r} not found at {cfg.server}")
+    try:
+        return s.request(method, url, timeout=timeout, data=json.dumps(body) if body is not None else None,
+                         headers={"Content-Type": content_type} if body is not None else {})
+    except requests.exceptions.SSLError as e:
+        raise NetworkError(f"{server}: TLS verification failed ({e})") from None
+    except requests.RequestException as e:
+        raise NetworkError(f"{server}: {type(e).__name__}: {e}") from None
+
+
+def object_answer(r: requests.Response, server: str, what: str) -> dict[str, Any]:
+    """The JSON object of a 200 answer to `what` (e.g. "reading node 'n1'"), else one NodeprepError line."""
     if r.status_code != 200:
-        raise NodeprepError(f"{cfg.server}: reading node {node!r} failed (HTTP {r.status_code} "
-                            f"{status_message(r)})")
+        raise NodeprepError(f"{server}: {what} failed (HTTP {r.status_code} {status_message(r)})")
     try:
         data = r.json()
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise NodeprepError(f"{cfg.server}: node {node!r}: the answer is not a JSON object")
+        raise NodeprepError(f"{server}: {what}: the answer is not a JSON object")
     return data
+
+
+def read_node(cfg: KubeConfig, node: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    """GET the Node, once (what a `--check` plans against; nothing is written)."""
+    with api_session(cfg) as s:
+        r = api_request(s, "GET", f"{cfg.server}/api/v1/nodes/{quote(node, safe='')}", cfg.server,
+                        timeout=timeout)
+    if r.status_code == 404:
+        raise InputError(f"node {node!r} not found at {cfg.server}")
+    return object_answer(r, cfg.server, f"reading node {node!r}")
 
 
 @dataclass

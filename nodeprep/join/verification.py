@@ -37,7 +37,7 @@ import requests
 
 from ..errors import InputError, NetworkError, NodeprepError
 from ..health.publish import CONDITION, HEARTBEAT
-from ..kubeapi import PATCH_TYPE, KubeConfig, api_session, status_message
+from ..kubeapi import KubeConfig, api_request, api_session, status_message
 from ..labels.core import PREFIX, VERIFIED_LABEL
 from ..node.selftest import Verdict
 from ..profile import UNHEALTHY_TAINT, UNVERIFIED_TAINT
@@ -117,13 +117,7 @@ def _url(cfg: KubeConfig, node: str) -> str:
 
 
 def _request(s: requests.Session, method: str, url: str, server: str, body: Any = None) -> requests.Response:
-    try:
-        return s.request(method, url, timeout=15, data=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": PATCH_TYPE} if body is not None else {})
-    except requests.exceptions.SSLError as e:
-        raise NetworkError(f"{server}: TLS verification failed ({e})") from None
-    except requests.RequestException as e:
-        raise NetworkError(f"{server}: {type(e).__name__}: {e}") from None
+    return api_request(s, method, url, server, body, timeout=15)
 
 
 def publish_verdict(cfg: KubeConfig, node: str, verdict: Verdict, local_boot_id: str | None) -> Published:

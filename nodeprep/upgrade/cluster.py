@@ -8,7 +8,6 @@ namespace's budgets whose selector matches the pod).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,8 +17,8 @@ from urllib.parse import quote, urlencode
 
 import requests
 
-from ..errors import InputError, NetworkError, NodeprepError
-from ..kubeapi import PATCH_TYPE, KubeConfig, api_session, status_message
+from ..errors import InputError, NodeprepError
+from ..kubeapi import PATCH_TYPE, KubeConfig, api_request, api_session, object_answer, status_message
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
@@ -48,31 +47,11 @@ class Cluster:
         content_type: str = "application/json",
     ) -> requests.Response:
         url = self.cfg.server + path + (("?" + urlencode(params)) if params else "")
-        try:
-            return self.session.request(
-                method,
-                url,
-                timeout=30,
-                data=json.dumps(body) if body is not None else None,
-                headers={"Content-Type": content_type} if body is not None else {},
-            )
-        except requests.exceptions.SSLError as e:
-            raise NetworkError(f"{self.cfg.server}: TLS verification failed ({e})") from None
-        except requests.RequestException as e:
-            raise NetworkError(f"{self.cfg.server}: {type(e).__name__}: {e}") from None
+        return api_request(self.session, method, url, self.cfg.server, body, timeout=30,
+                           content_type=content_type)
 
     def _json(self, r: requests.Response, what: str) -> dict[str, Any]:
-        if r.status_code != 200:
-            raise NodeprepError(
-                f"{self.cfg.server}: {what} failed (HTTP {r.status_code} {status_message(r)})"
-            )
-        try:
-            data = r.json()
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise NodeprepError(f"{self.cfg.server}: {what}: the answer is not a JSON object")
-        return data
+        return object_answer(r, self.cfg.server, what)
 
     def node(self, name: str) -> dict[str, Any]:
         r = self.request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
