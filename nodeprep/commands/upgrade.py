@@ -7,6 +7,7 @@ nodeprep.upgrade, rendering (docs/fleet.md, "Upgrades")."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,13 @@ version_option = click.option(
 )
 
 
+def _names(values: tuple[str, ...]) -> list[str]:
+    """The node names of repeatable NAME[,NAME…] options, in order."""
+    return [n.strip() for v in values for n in v.split(",") if n.strip()]
+
+
 def _nodes(values: tuple[str, ...]) -> list[str]:
-    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    names = _names(values)
     if not names:
         raise InputError("at least one node name is needed", flag="--node")
     if len(set(names)) != len(names):
@@ -58,6 +64,11 @@ def _emit(result: dict[str, Any], lines: list[str], as_json: bool) -> None:
     else:
         for line in lines:
             click.echo(line)
+
+
+def _emit_step(node: str, res: Any, lines: list[str], as_json: bool) -> None:
+    """A node step's result: its lines, then the state it left the node in, each naming the node."""
+    _emit(res.to_dict(), [f"node {node}: {line}" for line in [*lines, res.state]], as_json)
 
 
 def _options(**kw: Any) -> Any:
@@ -122,21 +133,13 @@ def plan_cmd(
     if mark and kubeconfig is None:
         raise InputError("--mark needs --kubeconfig FILE")
     marked: list[str] = []
-    if kubeconfig is None:
-        views = [NodeView(n, None, None, None, False, False) for n in names]
-        p = policy.plan(
-            views, target, batch=batch, max_unavailable=max_unavailable, failure_budget=failure_budget
-        )
-    else:
-        with _cluster(kubeconfig) as c:
-            views = rollout.status(c, names)
-            p = policy.plan(
-                views, target, batch=batch, max_unavailable=max_unavailable, failure_budget=failure_budget
-            )
-            if mark and not p.paused:
-                marked = rollout.mark_required(
-                    c, views, [n for b in p.batches for n in b], target, check=check
-                )
+    with _cluster(kubeconfig) if kubeconfig is not None else nullcontext() as c:
+        views = (rollout.status(c, names) if c is not None
+                 else [NodeView(n, None, None, None, False, False) for n in names])
+        p = policy.plan(views, target, batch=batch, max_unavailable=max_unavailable,
+                        failure_budget=failure_budget)
+        if mark and c is not None and not p.paused:  # --mark needs --kubeconfig (above)
+            marked = rollout.mark_required(c, views, [n for b in p.batches for n in b], target, check=check)
     result = {**p.to_dict(), "marked": marked, "nodes": [v.to_dict() for v in views]}
     lines = p.render() + (
         [f"{'would label' if check else 'labelled'} upgrade-required: {', '.join(marked)}"] if marked else []
@@ -275,12 +278,7 @@ def prepare_cmd(
     )
     with _cluster(kubeconfig) as c:
         res = rollout.prepare(c, node, target, opts, check=check)
-    _emit(
-        res.to_dict(),
-        [f"node {node}: {line}" for line in res.lines + [f"kept {k}" for k in res.kept]]
-        + [f"node {node}: {res.state}"],
-        as_json,
-    )
+    _emit_step(node, res, res.lines + [f"kept {k}" for k in res.kept], as_json)
 
 
 @upgrade_group.command("finish")
@@ -315,9 +313,7 @@ def finish_cmd(
     opts = _options(validation_timeout=validation_timeout, require_selftest=not no_selftest)
     with _cluster(kubeconfig) as c:
         res = rollout.finish(c, node, target, opts, check=check)
-    _emit(
-        res.to_dict(), [f"node {node}: {line}" for line in res.lines] + [f"node {node}: {res.state}"], as_json
-    )
+    _emit_step(node, res, list(res.lines), as_json)
 
 
 @upgrade_group.command("fail")
@@ -331,9 +327,7 @@ def fail_cmd(kubeconfig: Path, node: str, target: str, reason: str, check: bool,
     """Mark the node upgrade-failed with the reason; it stays cordoned."""
     with _cluster(kubeconfig) as c:
         res = rollout.fail(c, node, target, reason, check=check)
-    _emit(
-        res.to_dict(), [f"node {node}: {line}" for line in res.lines] + [f"node {node}: {res.state}"], as_json
-    )
+    _emit_step(node, res, list(res.lines), as_json)
 
 
 @upgrade_group.command("budget")
@@ -365,7 +359,7 @@ def budget_cmd(
     as_json: bool,
 ) -> None:
     """Exit 1 with the failed nodes listed once they reach the failure budget (the rollout pauses)."""
-    failed = {n.strip() for v in failed_now for n in v.split(",") if n.strip()}
+    failed = set(_names(failed_now))
     if kubeconfig is not None and nodes:
         with _cluster(kubeconfig) as c:
             failed |= {v.name for v in rollout.status(c, _nodes(nodes)) if resume_point(v, target) == FAILED}
