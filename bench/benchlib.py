@@ -103,7 +103,7 @@ def raw_make(req: Any, jobs: int) -> tuple[Any, Callable[[], tuple[float, float]
     archive = open_archive(req)
     resolved, run_path = resolve_inputs(req, archive)
     build_root = buildroot.ensure(
-        buildroot.spec_for(req.target, req.kernel),
+        buildroot.recipe_for(req.target, req.kernel),
         req.cache,
         mirror=archive.mirror,
         security_mirror=archive.security_mirror,

@@ -33,7 +33,7 @@ from benchlib import Goals, cannot_measure, run, use_venv  # noqa: E402  (bench/
 
 use_venv()
 
-from nodeprep.node import system  # noqa: E402
+from nodeprep.node import integration  # noqa: E402
 from nodeprep.node.layout import Layout  # noqa: E402
 from tests.support import hgxsysfs, mocknvml  # noqa: E402
 
@@ -76,8 +76,8 @@ def main() -> int:
         def units() -> float:
             r = Path(tempfile.mkdtemp(dir=work))
             t = time.monotonic()
-            system.write_persistenced_unit(Layout(r))
-            system.write_fabricmanager_unit(Layout(r))
+            integration.write_persistenced_unit(Layout(r))
+            integration.write_fabricmanager_unit(Layout(r))
             return time.monotonic() - t
         written = median(args.rounds, units)
     added = cond + max(0.0, nvml - capture) + written

@@ -102,7 +102,8 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-SERVICE = ("import nodeprep.cli, nodeprep.commands.health, nodeprep.health.service, nodeprep.health.publish, "
+SERVICE = ("import nodeprep.cli, nodeprep.commands.health, nodeprep.health.service, "
+           "nodeprep.health.condition, "
            "nodeprep.kubeapi, ssl, http.client")
 RSS_PARTS = (
     ("python alone", "pass"),

@@ -60,9 +60,9 @@ def _profile() -> list[click.Command]:
 
 def _smoke() -> list[click.Command]:
     # lazy: nodeprep --help, labels --help, import nodeprep.cli
-    from .commands import smoke
+    from .commands import smoketest
 
-    return smoke.COMMANDS
+    return smoketest.COMMANDS
 
 
 def _bootstrap() -> list[click.Command]:

@@ -26,10 +26,10 @@ from typing import Any, Literal
 import yaml
 
 from . import __version__
+from .atomicfile import atomic_write
 from .digests import sha256_file
 from .errors import InputError
 from .join.token import read_token_file
-from .node.fsutil import atomic_write
 from .profile.fields import field_by_path
 from .stores.auth import check_private
 from .yamlinput import decode_text, parse_yaml, read_input_bytes

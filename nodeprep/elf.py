@@ -1,5 +1,5 @@
 """An ELF file's facts read from hostile bytes: a shared object's DT_SONAME, read the way `ldconfig`
-reads it, and the section table (`Sections`) a kernel module's facts are read from (modfacts.py).
+reads it, and the section table (`Sections`) a kernel module's facts are read from (modinfo.py).
 
 `soname(read, size)` is pure over `read(offset, length) -> bytes` (fewer bytes only at the end of
 the input), so it serves files (`file_soname`, by pread) and buffers alike. It follows the program

@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from ..atomicfile import atomic_write
 from ..errors import InputError, NodeprepError, StateError
-from ..node.fsutil import atomic_write
 
 RECORD_FORMAT = 1
 KEEP_RUNS = 5  # digests kept in the record (newest first by start time)

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..atomicfile import atomic_write
 from ..containerhooks.gate import FACTS as GPU_FACTS
 from ..errors import StateError
 from ..join.activation import CALLBACKS
-from ..join.usecase import JoinRequest, join_cluster
+from ..join.joining import JoinRequest, join_cluster
 from ..labels.output import render_nfd
 from ..labels.profilelabels import ProfileLabels
 from ..node.devices import load_modules
 from ..node.doctor import doctor
-from ..node.fsutil import atomic_write
+from ..node.driververbs import DriverInstall, Planned, install_driver
 from ..node.labeling import LabelNode, label_node
 from ..node.migapply import run
-from ..node.usecase import DriverInstall, Planned, install_driver
 from ..rootpath import beneath
 from ..runtime.configure import RuntimeRequest, configure_runtime
 from .engine import Step
@@ -91,7 +91,7 @@ def _load(ctx: Context) -> bool:
 
 def step_driver(ctx: Context) -> dict[str, Any]:
     """Install user space + kmod of driver.version (or of the version driver.branch / driver.gpus
-    choose) from driver.store and make it the active root: nodeprep.node.usecase.install_driver."""
+    choose) from driver.store and make it the active root: nodeprep.node.driververbs.install_driver."""
     request = DriverInstall(ctx.profile.driver, activate=True, load=False, check=ctx.check,
                             sys_dir=ctx.options.sysfs_root, image_kernel=True)
     result = install_driver(ctx.root, request, callbacks=CALLBACKS)
@@ -197,7 +197,7 @@ def step_runtime(ctx: Context) -> dict[str, Any]:
 
 def step_join(ctx: Context) -> dict[str, Any]:
     """Join the cluster (kubeadm/kubelet); with dry-run, or offline, only write the configuration:
-    nodeprep.join.usecase.join_cluster."""
+    nodeprep.join.joining.join_cluster."""
     if ctx.profile.cluster is None:
         return {"joined": False, "summary": "no cluster section in the profile: not joining"}
     outcome = join_cluster(ctx.root, JoinRequest(ctx.profile, dry_run=ctx.dry_run_join, **_joining(ctx)))

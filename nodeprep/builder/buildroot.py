@@ -38,7 +38,7 @@ MMDEBSTRAP_TIMEOUT = 1800
 
 
 @dataclass(frozen=True)
-class BuildRootSpec:
+class BuildRootRecipe:
     os_name: str
     suite: str
     packages: tuple[str, ...]
@@ -61,7 +61,7 @@ class BuildRootSpec:
         )[:16]
 
 
-def spec_for(target: TargetOS, kernel: str | None = None, extra: tuple[str, ...] = ()) -> BuildRootSpec:
+def recipe_for(target: TargetOS, kernel: str | None = None, extra: tuple[str, ...] = ()) -> BuildRootRecipe:
     """The chroot build root recipe of `target` for the kernel line of `kernel`
     (nodeprep.targets holds the packages: the OS's, plus the line's `buildroot_extra`), plus the
     packages `extra` the driver sources need (an open-source release: its BUILD_PACKAGES)."""
@@ -72,7 +72,7 @@ def spec_for(target: TargetOS, kernel: str | None = None, extra: tuple[str, ...]
             f"build roots: {', '.join(have)}); use --builder host or podman/docker"
         )
     line_extra = targets.channel(target, kernel).buildroot_extra
-    return BuildRootSpec(
+    return BuildRootRecipe(
         os_name=target.name, suite=target.suite, packages=target.buildroot_packages + line_extra + extra
     )
 
@@ -80,7 +80,7 @@ def spec_for(target: TargetOS, kernel: str | None = None, extra: tuple[str, ...]
 @dataclass(frozen=True)
 class BuildRoot:
     path: Path  # the root filesystem
-    spec: BuildRootSpec
+    recipe: BuildRootRecipe
     packages: tuple[str, ...]  # "name=version", sorted
 
     @property
@@ -88,21 +88,22 @@ class BuildRoot:
         return sha256_bytes("\n".join(self.packages).encode())
 
 
-def mmdebstrap_argv(spec: BuildRootSpec, target: Path, mirror: str, security_mirror: str | None) -> list[str]:
-    comps = " ".join(spec.components)
-    sources = [f"deb {mirror} {spec.suite} {comps}", f"deb {mirror} {spec.suite}-updates {comps}"]
+def mmdebstrap_argv(recipe: BuildRootRecipe, target: Path, mirror: str,
+                    security_mirror: str | None) -> list[str]:
+    comps = " ".join(recipe.components)
+    sources = [f"deb {mirror} {recipe.suite} {comps}", f"deb {mirror} {recipe.suite}-updates {comps}"]
     if security_mirror:
-        sources.append(f"deb {security_mirror} {spec.suite}-security {comps}")
+        sources.append(f"deb {security_mirror} {recipe.suite}-security {comps}")
     return [
         "mmdebstrap",
-        f"--variant={spec.variant}",
+        f"--variant={recipe.variant}",
         "--mode=root",
         "--format=directory",
-        "--include=" + ",".join(spec.packages),
+        "--include=" + ",".join(recipe.packages),
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
         "--dpkgopt=path-exclude=/usr/share/doc/*",
-        spec.suite,
+        recipe.suite,
         os.fspath(target),
         *sources,
     ]
@@ -128,19 +129,20 @@ def _flock(path: Path) -> Iterator[None]:
         yield
 
 
-def cached(spec: BuildRootSpec, cache: Path) -> bool:
-    """Whether the build root for `spec` is already in `cache` (ensure() returns at once)."""
-    final = cache / "buildroots" / f"{spec.os_name}-{spec.key}"
+def cached(recipe: BuildRootRecipe, cache: Path) -> bool:
+    """Whether the build root for `recipe` is already in `cache` (ensure() returns at once)."""
+    final = cache / "buildroots" / f"{recipe.os_name}-{recipe.key}"
     return (final / "packages.txt").is_file() and (final / "root").is_dir()
 
 
-def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: str | None = None) -> BuildRoot:
-    """The cached build root for `spec`, created with mmdebstrap on first use."""
+def ensure(recipe: BuildRootRecipe, cache: Path, *, mirror: str,
+           security_mirror: str | None = None) -> BuildRoot:
+    """The cached build root for `recipe`, created with mmdebstrap on first use."""
     base = cache / "buildroots"
-    final = base / f"{spec.os_name}-{spec.key}"
+    final = base / f"{recipe.os_name}-{recipe.key}"
     with _flock(base / f".{final.name}.lock"):
-        if cached(spec, cache):
-            return _load(final, spec)
+        if cached(recipe, cache):
+            return _load(final, recipe)
         if not runner.which("mmdebstrap"):
             raise InputError(
                 "mmdebstrap not found: install it (scripts/deps/build.apt lists what building needs)"
@@ -148,33 +150,33 @@ def ensure(spec: BuildRootSpec, cache: Path, *, mirror: str, security_mirror: st
         with _staged(final) as tmp:
             log.info(
                 "Creating the %s build root with mmdebstrap (once per recipe; cached in %s)",
-                spec.os_name,
+                recipe.os_name,
                 final,
             )
             try:
                 runner.run(
-                    mmdebstrap_argv(spec, tmp / "root", mirror, security_mirror),
+                    mmdebstrap_argv(recipe, tmp / "root", mirror, security_mirror),
                     timeout=MMDEBSTRAP_TIMEOUT,
                     log_path=tmp / "mmdebstrap.log",
                 )
             except CommandError as e:
                 raise NetworkError(
-                    f"mmdebstrap could not create the {spec.os_name} build root from {mirror}", hint=e.tail
+                    f"mmdebstrap could not create the {recipe.os_name} build root from {mirror}", hint=e.tail
                 ) from None
             pkgs = installed_packages(tmp / "root")
             (tmp / "packages.txt").write_text("\n".join(pkgs) + "\n")
             (tmp / "recipe.json").write_bytes(
                 canonical_json(
                     {
-                        "os": spec.os_name,
-                        "suite": spec.suite,
-                        "variant": spec.variant,
-                        "packages": list(spec.packages),
+                        "os": recipe.os_name,
+                        "suite": recipe.suite,
+                        "variant": recipe.variant,
+                        "packages": list(recipe.packages),
                         "mirror": mirror,
                     }
                 )
             )
-        return _load(final, spec)
+        return _load(final, recipe)
 
 
 def with_headers(build_root: BuildRoot, debs: list[Path], cache: Path) -> BuildRoot:
@@ -231,9 +233,9 @@ def _staged(final: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load(final: Path, spec: BuildRootSpec) -> BuildRoot:
+def _load(final: Path, recipe: BuildRootRecipe) -> BuildRoot:
     pkgs = tuple(line for line in (final / "packages.txt").read_text().splitlines() if line)
-    return BuildRoot(path=final / "root", spec=spec, packages=pkgs)
+    return BuildRoot(path=final / "root", recipe=recipe, packages=pkgs)
 
 
 def mounts_under(path: Path) -> list[str]:

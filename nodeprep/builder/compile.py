@@ -31,7 +31,7 @@ from ..errors import BuildError, CommandError, InputError
 from ..log import timed
 from ..progress import Phases
 from ..sources import opensource, runfile
-from . import buildroot, cc, companions, hostbuild, kbuild
+from . import buildroot, cc, companionbuild, hostbuild, kbuild
 from .resolve import BUILD_FORMAT, AnyBuildRoot, BuildRequest, ResolvedInputs
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def compile_in_root(
     system). Returns (dir with stripped .ko, build info).
 
     The result is cached by compile key under <cache>/kmod-builds/ (unless --rebuild).
-    `companion_files` (name -> tarball, builder/companions.py) are compiled next in the same clone,
+    `companion_files` (name -> tarball, builder/companionbuild.py) are compiled next in the same clone,
     against the driver's tree and nvidia.ko; their directory and facts are in info["companions"]."""
     timings = timings if timings is not None else {}
     phases = phases or Phases()
@@ -144,7 +144,7 @@ def compile_in_root(
         if companion_files:
             names = ", ".join(sorted(companion_files))
             with phases.phase("compile", f"Compiling {names} against {resolved.driver_version}"):
-                kept, cinfo = companions.compile_companions(
+                kept, cinfo = companionbuild.compile_companions(
                     companion_files, clone=clone, tree=clone / kbuild.BUILD_DIR.lstrip("/"),
                     driver_dir=result[0], driver_key=result[1]["compile_key"],
                     kernel_release=resolved.kernel_release, flavour=resolved.flavour,

@@ -131,13 +131,13 @@ def _resolve(
         check_persistenced(req, resolved.driver_version)  # a wrong version refused before the build root
         check_fabricmanager(req, resolved.driver_version)  # so is Fabric Manager's
     runfile_userspace(req, resolved.driver_version, phases)
-    spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
-    if not buildroot.cached(spec, req.cache):
+    recipe = buildroot.recipe_for(req.target, req.kernel, buildroot_extra(req))
+    if not buildroot.cached(recipe, req.cache):
         # mmdebstrap is mostly one dpkg on one core: the user-space artifact is made meanwhile.
         prebuild_userspace(req, archive, store, resolved.driver_version, phases, background)
     with phases.phase("buildroot", f"Build root for {req.target.name}"):
         build_root = buildroot.ensure(
-            spec,
+            recipe,
             req.cache,
             mirror=archive.mirror,
             security_mirror=getattr(archive, "security_mirror", None),

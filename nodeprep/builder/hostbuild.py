@@ -107,7 +107,7 @@ def compiler_version(program: str) -> str:
 
 
 @dataclass(frozen=True)
-class HostSpec:
+class HostRecipe:
     os_name: str
     key: str = "host"
 
@@ -118,7 +118,7 @@ class HostRoot:
     root (its key and package list) is here the headers tree's digest and the compiler."""
 
     headers_dir: Path
-    spec: HostSpec
+    recipe: HostRecipe
     program: str  # the compiler passed to make as CC=
     compiler: str  # its version line
     headers_sha256: str
@@ -146,7 +146,7 @@ def host_root(target: TargetOS, kernel: str | None, headers_dir: Path | None) ->
     text = compiler_version(program) or f"{program} (missing)"
     build_root = HostRoot(
         headers_dir=hdir,
-        spec=HostSpec(os_name=target.name),
+        recipe=HostRecipe(os_name=target.name),
         program=program,
         compiler=text,
         headers_sha256=headers_digest(hdir, text),

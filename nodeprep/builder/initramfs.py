@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from ..atomicfile import atomic_write
 from ..errors import ArtifactError, InputError
-from ..modfacts import module_bytes, module_name
+from ..modinfo import module_bytes, module_name
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from ..node.branch import Candidate, choose, gpu_ids
 from ..sources import drivers as driver_sources
 from ..sources import opensource
 from ..sources.debian import DebianArchive
-from ..targets import facts
+from ..targets import limits
 from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
 from ..yamlinput import Document, load_yaml, parse_yaml
 from . import fabricmanager, headers
@@ -580,7 +580,7 @@ def expand(matrix: Matrix, archive_for: ArchiveFor, *, arch: str = "amd64",
                         out.cells.append(cell)
                 continue
             for (kernel, channel), rel in itertools.product(kernels, matrix.open_sources):
-                if why := facts.refusal(rel.version, "open", kernel):
+                if why := limits.refusal(rel.version, "open", kernel):
                     out.refuse(Refusal(os_name, kernel, rel.name, "open", why))
                 elif rel.cell(os_name, kernel, channel.name) not in out.cells:
                     out.cells.append(rel.cell(os_name, kernel, channel.name))
@@ -646,7 +646,7 @@ def _cell(target: targets.TargetOS, kernel: str, channel: Any, driver: str | Non
           catalog: Callable[[Any, Any], dict[str, list[str]]]) -> tuple[Cell | None, str | None]:
     """The cell for an existing kernel, or why it is refused (the driver is not served for that
     kernel's line, the branch has no open modules, a known build failure)."""
-    if driver is not None and (why := facts.refusal(driver, flavour, kernel)):
+    if driver is not None and (why := limits.refusal(driver, flavour, kernel)):
         return None, why
     source_os, line, described = driver_sources.source_line(target, kernel, channel)
     try:
@@ -654,7 +654,7 @@ def _cell(target: targets.TargetOS, kernel: str, channel: Any, driver: str | Non
                                              version_tag=line.driver_version_tag, line=described)
     except InputError as e:
         return None, str(e).split(": ", 1)[1] if str(e).startswith("--") else str(e)
-    if why := facts.refusal(src.driver_version, flavour, kernel):
+    if why := limits.refusal(src.driver_version, flavour, kernel):
         return None, why
     return Cell(os=target.name, driver=src.driver_version, flavour=flavour, kernel=kernel,
                 channel=channel.name, source=f"{src.package}={src.debian_version}"), None
@@ -670,7 +670,7 @@ def _gpu_cell(target: targets.TargetOS, kernel: str, channel: Any, follow: Follo
         cat = {p: [v for v in vs if line.driver_version_tag in v] for p, vs in cat.items()}
     sources: dict[tuple[str, str], driver_sources.DriverSource] = {
         (s.driver_version, s.flavour): s for s in driver_sources.served(cat)
-        if not facts.refusal(s.driver_version, s.flavour, kernel)}
+        if not limits.refusal(s.driver_version, s.flavour, kernel)}
     candidates = []
     for version in dict.fromkeys(v for v, _ in sources):
         text = follow.lists(target.name, channel.name, version)

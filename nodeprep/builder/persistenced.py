@@ -185,5 +185,5 @@ def build(source: Path, sha256: str, driver_version: str, build_root: buildroot.
 
 
 def _built(binary: Path, version: str, name: str, sha256: str, build_root: buildroot.BuildRoot) -> Built:
-    return Built(binary=binary, version=version, source=name, sha256=sha256, build_root=build_root.spec.key,
+    return Built(binary=binary, version=version, source=name, sha256=sha256, build_root=build_root.recipe.key,
                  packages=build_root.packages)

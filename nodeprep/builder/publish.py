@@ -28,7 +28,7 @@ from .. import __version__, runner
 from ..artifact import LocalStore, Manifest, artifact_name, pack, read_manifest, sha256_listed
 from ..errors import ArtifactError, BuildError, InputError, NodeprepError
 from ..log import step, timed
-from ..modfacts import read_module
+from ..modinfo import read_module
 from ..progress import Phases
 from ..sources import opensource, runfile
 from ..stores import is_oci
@@ -296,7 +296,7 @@ def pack_and_publish(
             shutil.copyfile(modules_dir / ko, mod_dir / ko)
             os.chmod(mod_dir / ko, 0o644)
         companions = info.get("companions")
-        if companions:  # the GPUDirect modules, compiled beside the driver (builder/companions.py)
+        if companions:  # the GPUDirect modules, compiled beside the driver (builder/companionbuild.py)
             cdir = Path(companions["dir"])
             for ko in json.loads((cdir / "modules.json").read_text())["modules"]:
                 shutil.copyfile(cdir / ko, mod_dir / ko)
@@ -312,7 +312,7 @@ def pack_and_publish(
             ),
             "build_root": {
                 "os": req.target.name,
-                "key": build_root.spec.key,
+                "key": build_root.recipe.key,
                 "packages_sha256": build_root.packages_sha256,
                 "packages": list(build_root.packages),
             },
@@ -422,13 +422,13 @@ def check_push_source(source: Path, registry: str) -> None:
     """`artifacts push`: REGISTRY is an oci:// reference and SOURCE a store directory that passes
     verification (InputError otherwise, before the registry is contacted)."""
     # lazy: Ansible nodeprep_build
-    from ..stores.verify import verify_store
+    from ..stores.storecheck import check_store
 
     if not is_oci(registry):
         raise InputError(f"REGISTRY: {registry!r} is not an oci:// reference")
     if not source.is_dir():
         raise InputError(f"{source}: store directory does not exist")
-    problems = verify_store(source)
+    problems = check_store(source)
     if problems:
         raise InputError(f"{source}: refusing to push a store that fails verification: {problems[0]}")
 
@@ -458,12 +458,12 @@ def container_to_registry(builder: str, req: BuildRequest, registry: str, option
     the host pushes everything in it, then removes it. Returns the container's result and what was
     pushed (None when the build failed)."""
     # lazy: Ansible nodeprep_build
-    from . import container
+    from . import containerbuild
 
-    staging = container.staging_store(req.cache)
+    staging = containerbuild.staging_store(req.cache)
     try:
-        cb = container.for_request(builder, dataclasses.replace(req, store=staging), as_json=capture)
-        res = container.run_in_container(cb, capture=capture)
+        cb = containerbuild.for_request(builder, dataclasses.replace(req, store=staging), as_json=capture)
+        res = containerbuild.run_in_container(cb, capture=capture)
         if res.returncode != 0:
             return res, None
         names = [e.name for e in LocalStore(staging).entries()]

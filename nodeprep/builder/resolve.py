@@ -21,16 +21,16 @@ from typing import Any
 
 from .. import paths, targets
 from ..artifact import artifact_name
+from ..atomicfile import atomic_write
 from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import InputError
 from ..log import step
-from ..node.fsutil import atomic_write
 from ..progress import Phases
 from ..sources import companions, drivers, opensource, runfile
 from ..targets import TargetOS
 from ..vocab import DRIVER_REQUEST_RE, DRIVER_VERSION, DRIVER_VERSION_RE, FLAVOURS
 from . import buildroot, fabricmanager, headers, hostbuild
-from .companions import FORMAT
+from .companionbuild import FORMAT
 
 BUILD_FORMAT = 1  # bump when the build procedure changes its output
 BUILDERS = ("chroot", "host", "podman", "docker")
@@ -384,8 +384,8 @@ def preview(req: BuildRequest, archive: Any, host_release: str | None = None) ->
         out["persistenced"] = {"source": req.persistenced_source, "sha256": req.persistenced_sha256,
                                "build_packages": list(req.target.tools_packages)}
     if req.builder != "host":
-        spec = buildroot.spec_for(req.target, req.kernel, buildroot_extra(req))
-        out["build_root"] = {"key": spec.key, "cached": buildroot.cached(spec, req.cache)}
+        recipe = buildroot.recipe_for(req.target, req.kernel, buildroot_extra(req))
+        out["build_root"] = {"key": recipe.key, "cached": buildroot.cached(recipe, req.cache)}
     return out
 
 
@@ -399,7 +399,7 @@ def build_params(req: BuildRequest, resolved: ResolvedInputs, build_root: AnyBui
         "kernel_release": resolved.kernel_release,
         "os": req.target.name,
         "arch": req.arch,
-        "build_root": {"key": build_root.spec.key, "packages": list(build_root.packages)},
+        "build_root": {"key": build_root.recipe.key, "packages": list(build_root.packages)},
         "source": {k: v for k, v in resolved.source.items() if k != "url"},
         "signing": (
             {"cert_sha256": sha256_file(req.sign_cert), "hash": req.sign_hash} if req.sign_cert else None
@@ -463,7 +463,7 @@ def validate_request(req: BuildRequest) -> None:
                 f"--smoke-test: boots Debian kernels only, not {target.name} (use --no-smoke-test)"
             )
     else:
-        buildroot.spec_for(target, req.kernel, buildroot_extra(req))
+        buildroot.recipe_for(target, req.kernel, buildroot_extra(req))
         targets.channel(target, req.kernel)
         if req.headers_dir is not None:
             raise InputError("--headers-dir is only used with --builder host")

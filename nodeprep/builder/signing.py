@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import runner
 from ..errors import ArtifactError, InputError, NodeprepError
-from ..modfacts import SIG_MAGIC
+from ..modinfo import SIG_MAGIC
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from ..artifact import Manifest, read_manifest
 from ..artifact import extract as extract_artifact
 from ..errors import ArtifactError, CommandError, InputError, NodeprepError
 from ..log import step
-from ..modfacts import ModuleFacts, module_name, read_module
+from ..modinfo import ModuleInfo, module_name, read_module
 from . import initramfs
 from .console import PROBE_MODULE, classify
 from .kernelfetch import Archive, Kernel, fetch_kernel, fetched_kernel
@@ -211,7 +211,7 @@ def smoke_test_modules(module_dir: Path, kernel_release: str, *, archive: Archiv
     return result
 
 
-def vermagic_mismatch(infos: Iterable[ModuleFacts], kernel_release: str) -> str | None:
+def vermagic_mismatch(infos: Iterable[ModuleInfo], kernel_release: str) -> str | None:
     """"vermagic <release> of <module> is not kernel <release>" for the first module built for
     another kernel release (with CONFIG_MODVERSIONS the kernel compares CRCs, not the release, so it
     may load such a module; nodeprep ships a module only for the exact release it was built for)."""
@@ -235,7 +235,7 @@ def _summarise(problems: Sequence[str], per_module: int = 5) -> list[str]:
     return out
 
 
-def split_boot_static(infos: Mapping[str, ModuleFacts]) -> tuple[list[str], list[str]]:
+def split_boot_static(infos: Mapping[str, ModuleInfo]) -> tuple[list[str], list[str]]:
     """(modules to insmod for real, modules to check statically).
 
     When the set holds nvidia.ko only it is loaded: every other NVIDIA module needs a loaded
@@ -251,7 +251,7 @@ def split_boot_static(infos: Mapping[str, ModuleFacts]) -> tuple[list[str], list
     return [n for n in infos if n not in dependent], sorted(dependent)
 
 
-def _closure(name: str, infos: Mapping[str, ModuleFacts],
+def _closure(name: str, infos: Mapping[str, ModuleInfo],
              dep: Mapping[str, tuple[str, list[str]]]) -> list[str]:
     """Every module `name` depends on (artifact modules via modinfo, kernel modules via modules.dep)."""
     seen: list[str] = []

@@ -1,6 +1,6 @@
 """The static symbol check of the smoke test: a module's undefined symbols against the kernel's
 Module.symvers (name, CRC, GPL-only) and the exports of the modules loaded before it, for the modules
-that cannot load without a GPU. The module's side is nodeprep.modfacts."""
+that cannot load without a GPU. The module's side is nodeprep.modinfo."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..modfacts import ModuleFacts
+from ..modinfo import ModuleInfo
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ def parse_symvers(text: str) -> dict[str, Export]:
     return result
 
 
-def check_symbols(module: ModuleFacts, symvers: Mapping[str, Export],
-                  providers: Iterable[ModuleFacts] = ()) -> list[str]:
+def check_symbols(module: ModuleInfo, symvers: Mapping[str, Export],
+                  providers: Iterable[ModuleInfo] = ()) -> list[str]:
     """Problems the kernel would report when loading `module` after `providers`: undefined symbols
     nobody exports, CRC mismatches against the kernel's and the providers' exports, GPL-only symbols used by a
     module whose licence is not GPL-compatible. Empty list: every symbol resolves."""

@@ -16,7 +16,7 @@ from .. import cloudinit
 from ..errors import InputError
 from ..node import oplog
 from ..profile import parse_profile, profile_path, read_profile
-from .options import check_option, emit_json, json_option, root_option, sysfs_root_option
+from .clioptions import check_option, emit_json, json_option, root_option, sysfs_root_option
 
 log = logging.getLogger(__name__)
 

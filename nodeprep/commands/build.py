@@ -19,16 +19,16 @@ import click
 from click.core import ParameterSource
 
 from .. import artifact, log, targets
-from ..builder import container, hostbuild, matrix, parallel, publish
+from ..builder import containerbuild, hostbuild, matrix, parallel, publish
 from ..builder.driver import build_driver
 from ..builder.resolve import BuildRequest, LazyArchive, open_archive, preview, validate_request
 from ..errors import InputError, NodeprepError
 from ..paths import DEFAULT_STORE, default_cache
 from ..stores.store import Store
-from ..stores.verify import verify_store
+from ..stores.storecheck import check_store
 from ..vocab import DEFAULT_FLAVOUR, FLAVOURS
-from . import progress as render
-from .options import check_option, emit_json, json_option, registry_options, store_options
+from . import progressview as render
+from .clioptions import check_option, emit_json, json_option, registry_options, store_options
 
 if TYPE_CHECKING:
     from ..builder.driver import BuildResult
@@ -396,12 +396,12 @@ def build_driver_cmd(
         sign_cert=sign_cert,
         sign_hash=sign_hash,
         smoke_test=smoke_test,
-        builder=container.request_builder(builder, target),
+        builder=containerbuild.request_builder(builder, target),
         headers_dir=headers_dir,
         companions=tuple(companions),
     )
     validate_request(req)
-    in_container = builder in container.ENGINES
+    in_container = builder in containerbuild.ENGINES
     if check:
         _preview(req, in_container, as_json)
         return
@@ -409,8 +409,8 @@ def build_driver_cmd(
         if registry:
             code = _container_to_registry(builder, req, registry, options, as_json)
         else:
-            cb = container.for_request(builder, req, as_json=as_json)
-            code = container.run_in_container(cb).returncode
+            cb = containerbuild.for_request(builder, req, as_json=as_json)
+            code = containerbuild.run_in_container(cb).returncode
         click.get_current_context().exit(code)
     parallel.sigterm_as_interrupt()
     with _progress_renderer() as progress:
@@ -617,7 +617,7 @@ def artifacts_verify(store: Path, as_json: bool) -> None:
     nodeprep cannot read is refused as install refuses it (one error line, exit 2)."""
     if not store.is_dir():
         raise InputError(f"{store}: store directory does not exist")
-    problems = verify_store(store)
+    problems = check_store(store)
     if as_json:
         emit_json({"store": str(store), "ok": not problems, "problems": problems})
     else:

@@ -1,7 +1,7 @@
 """The node commands' profile: a driver setting the command line leaves out comes from the profile
 (`--profile`, else /etc/nodeprep/node.yaml under --root when it exists) when the file sets it; a flag
 (the field table's, nodeprep/profile/fields.py) overrides it. The result is the typed Driver section
-the use cases (nodeprep/node/usecase.py) take."""
+the use cases (nodeprep/node/driververbs.py) take."""
 
 from __future__ import annotations
 

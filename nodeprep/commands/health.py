@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import InputError
-from ..health.publish import Publisher, condition, current_condition, write_condition
+from ..health.condition import Publisher, condition, current_condition, write_condition
 from ..health.service import KMSG, Settings, Stop, judge, look_once, serve
 from ..kubeapi import connection, default_node_name, load_kubeconfig, read_node
 from ..profile import load_profile, profile_path
 from ..runtime.files import under
-from .options import check_option, emit_json, json_option, profile_option, root_option
+from .clioptions import check_option, emit_json, json_option, profile_option, root_option
 
 if TYPE_CHECKING:
     from ..health.verdict import NodeVerdict

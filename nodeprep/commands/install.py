@@ -14,11 +14,8 @@ from ..join.activation import CALLBACKS
 from ..node import kernelevents, oplog, preview
 from ..node.devices import load_modules
 from ..node.doctor import ALL_CHECKS, doctor
-from ..node.installer import InstallResult
-from ..node.inventory import inventory, kmod_flavour, render
-from ..node.plan import ActivatePlan, InstallPlan, UninstallPlan
-from ..node.switch import ActivateResult
-from ..node.usecase import (
+from ..node.driverplan import ActivatePlan, InstallPlan, UninstallPlan
+from ..node.driververbs import (
     FILE_FIELDS,
     DriverActivate,
     DriverInstall,
@@ -28,12 +25,14 @@ from ..node.usecase import (
     install_driver,
     uninstall_node,
 )
+from ..node.installer import InstallResult
+from ..node.inventory import inventory, kmod_flavour, render
+from ..node.switch import ActivateResult
 from ..node.versions import remove
 from ..profile.model import Driver
 from ..runtime.hookaudit import inheriting_hooks
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
-from .defaults import node_driver, node_profile
-from .options import (
+from .clioptions import (
     check_option,
     emit_json,
     json_option,
@@ -43,6 +42,7 @@ from .options import (
     root_option,
     section_flags,
 )
+from .defaults import node_driver, node_profile
 
 log = logging.getLogger("nodeprep")
 
@@ -361,7 +361,7 @@ def doctor_cmd(
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
         node_profile(root, profile)
     report = doctor(root, require_cuda=require_cuda, checks=set(only) or None, expect_version=expect_version,
-                    hook_audit=inheriting_hooks)
+                    inheriting_hooks=inheriting_hooks)
     if as_json:
         emit_json(report.to_dict())
     else:

@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from ..join.usecase import JoinRequest, join_cluster
+from ..join.joining import JoinRequest, join_cluster
 from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
 from ..runtime.configure import RuntimeRequest, configure_runtime
-from .options import (
+from .clioptions import (
     check_option,
     emit_json,
     json_option,

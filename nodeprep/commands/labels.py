@@ -8,17 +8,17 @@ from typing import Any
 
 import click
 
+from ..atomicfile import atomic_write
 from ..errors import InputError, NodeprepError
 from ..labels import output
 from ..labels.cloud import CLOUD_CHOICES, Endpoints
 from ..labels.core import MIG_STRATEGIES
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
-from ..node.fsutil import atomic_write
 from ..node.gpufacts import Recording
 from ..node.labeling import GPU_SOURCES, LabelNode, label_node
 from ..profile import profile_path
-from .options import check_option, profile_option, root_option, sysfs_root_option
+from .clioptions import check_option, profile_option, root_option, sysfs_root_option
 
 log = logging.getLogger("nodeprep.labels")
 
@@ -97,7 +97,7 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
     if do_apply:
         # lazy: labels --help
         from ..kubeapi import default_node_name, load_kubeconfig
-        from ..labels.apply import apply_labels
+        from ..labels.nodepatch import apply_labels
 
         assert kubeconfig is not None
         applied = apply_labels(load_kubeconfig(kubeconfig), name or default_node_name(), result.labels)
@@ -140,7 +140,7 @@ def _print_plan(labels: dict[str, str], text: str | None, out: Path | None, kube
     if kubeconfig is not None:
         # lazy: labels --help
         from ..kubeapi import default_node_name, load_kubeconfig, read_node
-        from ..labels.apply import plan_patch
+        from ..labels.nodepatch import plan_patch
 
         name = name or default_node_name()
         patch = plan_patch(read_node(load_kubeconfig(kubeconfig), name), labels)

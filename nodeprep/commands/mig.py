@@ -9,7 +9,7 @@ import click
 
 from ..node.migapply import run
 from ..profile import load_profile, profile_path
-from .options import check_option, emit_json, json_option, profile_option, root_option
+from .clioptions import check_option, emit_json, json_option, profile_option, root_option
 
 
 @click.command("mig")

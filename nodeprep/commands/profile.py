@@ -8,11 +8,11 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..node import branch, usecase
+from ..node import branch, driververbs
 from ..profile import load_profile, profile_path, render_schema
 from ..stores.store import Store
 from ..urls import redact_url
-from .options import emit_json, json_option, profile_option, root_option
+from .clioptions import emit_json, json_option, profile_option, root_option
 
 
 @click.group("profile")
@@ -51,7 +51,7 @@ def _check_pinned(root: Path, prof: Any, gpus: str) -> None:
     if not d.store:
         raise InputError("--gpus checks the driver against driver.store's lists: the profile sets no store")
     ids = branch.gpu_ids(root, gpus)
-    store = Store(d.store, usecase.store_options(root, usecase.DriverInstall(d)))  # the node's files
+    store = Store(d.store, driververbs.store_options(root, driververbs.DriverInstall(d)))  # the node's files
     if d.version is None:
         if d.branch and not branch.branch_versions(store, d.branch, d.kernel):
             raise InputError(f"driver.branch: {d.branch} has no version in the store "

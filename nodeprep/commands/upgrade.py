@@ -21,8 +21,8 @@ from ..upgrade.cluster import connect
 from ..upgrade.nodeside import replace, revert
 from ..upgrade.rollout import Options
 from ..upgrade.states import FAILED, NodeView, resume_point
+from .clioptions import check_option, emit_json, json_option, root_option
 from .install import _driver
-from .options import check_option, emit_json, json_option, root_option
 
 kubeconfig_option = click.option(
     "--kubeconfig",

@@ -14,7 +14,7 @@ from ..kubeapi import default_node_name, load_kubeconfig, read_node
 from ..node.fabric import decide, read_pci
 from ..node.selftest import evaluate, gather
 from ..profile import load_profile, profile_path
-from .options import check_option, emit_json, json_option, profile_option, root_option
+from .clioptions import check_option, emit_json, json_option, profile_option, root_option
 
 
 def _boot_id(root: Path) -> str | None:

@@ -1,11 +1,11 @@
 """`nodeprep health` at the edges: one look (`look_once`) and the service loop (`serve`), both over
 nodeprep.health.nvml (NVML state and its event set) and nodeprep.health.kmsg (the kernel's Xid lines),
-judged by nodeprep.health.verdict and, with a kubeconfig, written by nodeprep.health.publish.
+judged by nodeprep.health.verdict and, with a kubeconfig, written by nodeprep.health.condition.
 
 The loop waits on NVML's event set (1 s at a time), reads /dev/kmsg without blocking, and reads the
 GPUs' state again at once after an event and otherwise every `interval` seconds. NVML that would not
 initialise is tried again every `interval`. Nothing it reads can stop it: a failed read is an answer,
-an API server that is away is retried (nodeprep.health.publish.Publisher).
+an API server that is away is retried (nodeprep.health.condition.Publisher).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The service's files, as `nodeprep join` writes them (nodeprep.join.plan) and `nodeprep uninstall`
+"""The service's files, as `nodeprep join` writes them (nodeprep.join.joinplan) and `nodeprep uninstall`
 takes them back (nodeprep.join.removal: both start with nodeprep's header):
 
 - /etc/systemd/system/nodeprep-health.service, `nodeprep health --watch --apply` with the kubelet's

@@ -2,7 +2,7 @@
 (docs/join.md), over the container runtime's configuration (nodeprep.runtime: containerd, CDI).
 
 Public API (CLI `nodeprep join`, Ansible roles kube_join and container_runtime, bootstrap): plans in
-nodeprep.join.plan (what they read from the node: nodeprep.join.probe), applies in nodeprep.join.apply
+nodeprep.join.joinplan (what they read from the node: nodeprep.join.probe), applies in nodeprep.join.apply
 (this package imports nothing: driver activation imports nodeprep.runtime.cdi on every run and must
 not pay for the planner):
     plan.plan_join(profile, JoinOptions(...)) -> JoinPlan            everything, nothing written

@@ -1,4 +1,4 @@
-"""Apply a join plan (nodeprep.join.plan): write its files atomically, run its commands.
+"""Apply a join plan (nodeprep.join.joinplan): write its files atomically, run its commands.
 
 `apply_join(plan, run=...)` for a join (the runtime's part: nodeprep.runtime.configure) (the token and CA
 first checked against the cluster), `preview_join(plan, output_dir)` for a dry run (nothing on the
@@ -17,7 +17,7 @@ from ..profile import Profile
 from ..runtime.configure import run_actions
 from ..runtime.files import apply_changes, relocated
 from .discovery import discover
-from .plan import JoinOptions, JoinPlan, plan_join
+from .joinplan import JoinOptions, JoinPlan, plan_join
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What a join plan reads from the node besides the files it writes: the bootstrap token, the
 cluster CA file, whether the node has joined, its labels, doctor's verdict and containerd's version.
-The edge of nodeprep.join.plan: each probe is one read (or one command, through nodeprep.runner),
+The edge of nodeprep.join.joinplan: each probe is one read (or one command, through nodeprep.runner),
 and the planners there take what it found as explicit input.
 """
 

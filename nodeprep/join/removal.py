@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..atomicfile import atomic_write, fsync_dir
+from ..crash import crash_point
 from ..health import unit as healthunit
 from ..node import imagefile
 from ..node import uninstall as node_uninstall
 from ..node.callbacks import Removal, Undo
-from ..node.crash import crash_point
-from ..node.fsutil import atomic_write, fsync_dir
 from ..node.layout import Layout
 from ..profile import Profile, Runtime, load_profile, profile_path
 from ..profile.fields import field_by_path
@@ -44,7 +44,7 @@ from ..runtime import ctkconfig, hookprogram, ocihooks
 from ..runtime.files import under
 from ..runtime.plan import RuntimeOptions, plan_runtime
 from . import enablement
-from .plan import JoinOptions, plan_join
+from .joinplan import JoinOptions, plan_join
 from .token import BootstrapToken
 
 HEADER = b"# Written by nodeprep"

@@ -36,7 +36,7 @@ from urllib.parse import quote
 import requests
 
 from ..errors import InputError, NetworkError, NodeprepError
-from ..health.publish import CONDITION, HEARTBEAT
+from ..health.condition import CONDITION, HEARTBEAT
 from ..kubeapi import KubeConfig, api_request, api_session, status_message
 from ..labels.core import PREFIX, VERIFIED_LABEL
 from ..node.selftest import Verdict

@@ -9,5 +9,6 @@ metadata client or the API client):
     nodeprep.labels.validate.split_for_kubelet(labels) -> (self_settable, needs_api)
     nodeprep.labels.validate.kubelet_flag_value(labels) -> str
         (the --node-labels value; InputError if refused)
-    nodeprep.labels.apply.apply_labels(nodeprep.kubeapi.load_kubeconfig(path), node, labels) -> ApplyResult
+    nodeprep.labels.nodepatch.apply_labels(nodeprep.kubeapi.load_kubeconfig(path), node, labels)
+        -> ApplyResult
 """

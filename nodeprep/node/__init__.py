@@ -1,9 +1,9 @@
 """Node side: versioned driver roots under /opt/nvidia, atomic activate/rollback, ldconfig, modules,
 device nodes, systemd unit, doctor. Library API (used by the CLI, bootstrap and Ansible modules);
 import each name from its module (this package imports nothing, so that loading one submodule, e.g.
-nodeprep.node.fsutil from join, does not load the operations):
+nodeprep.node.layout from join, does not load the operations):
 
-    nodeprep.node.usecase: install_driver, activate_driver, uninstall_node (every front-end's call)
+    nodeprep.node.driververbs: install_driver, activate_driver, uninstall_node (every front-end's call)
     nodeprep.node.installer.plan(root, store, version, ...) -> (State, InstallPlan): what install changes
     nodeprep.node.installer.install(root, InstallInput, callbacks=...) -> InstallResult(changed, ...)
     nodeprep.node.switch.activate(root, version, callbacks=..., ...) / rollback(root, callbacks=...)

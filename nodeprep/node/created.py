@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomicfile import atomic_write
 from ..errors import InputError
 from . import imagefile
-from .fsutil import atomic_write
 from .layout import Layout
 
 CREATED = "created.json"

@@ -14,7 +14,7 @@ Checks (names usable in `checks=`):
 - support:  the active version and flavour support every NVIDIA GPU of the node (its
             supported-GPU list against the PCI ids in ROOT/sys; nodeprep.node.support)
 - hooks:    no container hook on the node (nodeprep's, NVIDIA's, another tool's) would be started
-            with a container's environment (`hook_audit`, nodeprep.runtime.hookaudit, passed in by the
+            with a container's environment (`inheriting_hooks`, nodeprep.runtime.hookaudit, passed in by the
             front-ends as join's activation callbacks are; without it: skipped)
 A node without a GPU, or with a GPU but no loaded driver, is reported as such (gpu / module), and
 the checks that depend on a loaded driver are then skipped rather than failed.
@@ -34,7 +34,7 @@ from .. import cuda
 from ..errors import CommandError, InputError
 from ..pci import DISPLAY_CLASS, nvidia_devices
 from ..sysfs import read_attr
-from . import support, system
+from . import integration, support
 from .devices import parse_gpu_minors
 from .kmod import running_kernel
 from .layout import Layout
@@ -124,7 +124,7 @@ def _check_ldcache(layout: Layout, active: str | None) -> Check:
     if active is None:
         return Check("ldcache", False, "no active driver root for the ld cache to resolve into")
     try:
-        entries = system.read_ld_cache(layout)
+        entries = integration.read_ld_cache(layout)
     except CommandError as e:
         return Check("ldcache", False, f"cannot read {layout.node_path(layout.ld_cache)}: {e}")
     want = _real(layout, f"/opt/nvidia/{active}/lib64")
@@ -186,11 +186,11 @@ def _node(layout: Layout, path: Path) -> str:
 
 def doctor(
     root: Path, *, require_cuda: str | None = None, checks: set[str] | None = None,
-    expect_version: str | None = None, hook_audit: Callable[[Path], list[str]] | None = None,
+    expect_version: str | None = None, inheriting_hooks: Callable[[Path], list[str]] | None = None,
 ) -> DoctorReport:
     """Check the node under `root`; `checks` limits which checks run (default: all); with
     `expect_version` the state check also fails unless that version is the active one;
-    `hook_audit(root)` lists the container hooks that would inherit a container's environment."""
+    `inheriting_hooks(root)` lists the container hooks that would inherit a container's environment."""
     layout = Layout(Path(root))
     wanted = set(checks) if checks else set(ALL_CHECKS)
     unknown = wanted - set(ALL_CHECKS)
@@ -304,14 +304,14 @@ def doctor(
             ok, message = cuda.check_requirement(require_cuda, active)
             out.append(Check("cuda", ok, message))
     if "hooks" in wanted:
-        out.append(_check_hooks(layout.root, hook_audit))
+        out.append(_check_hook_audit(layout.root, inheriting_hooks))
     return DoctorReport(root=str(layout.root), active=active, checks=out)
 
 
-def _check_hooks(root: Path, hook_audit: Callable[[Path], list[str]] | None) -> Check:
-    if hook_audit is None:
+def _check_hook_audit(root: Path, inheriting_hooks: Callable[[Path], list[str]] | None) -> Check:
+    if inheriting_hooks is None:
         return Check("hooks", True, "not checked (this front-end has no container hook audit)", skipped=True)
-    found = hook_audit(root)
+    found = inheriting_hooks(root)
     if found:
         return Check("hooks", False, "container hooks a runtime starts with the container's environment "
                      "(an image's LD_PRELOAD runs in them as root; rewrite them with `nodeprep runtime`, "

@@ -25,8 +25,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..atomicfile import atomic_symlink
 from . import imagefile
-from .fsutil import atomic_symlink
 from .layout import Layout
 
 TOOLS = (

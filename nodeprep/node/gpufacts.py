@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomicfile import atomic_write, holds
 from ..containerhooks.gate import FACTS
 from ..errors import InputError
 from ..labels.gpu import GpuFacts, brand_from_name
 from ..sysfs import read_bytes
-from .fsutil import atomic_write, holds
 from .layout import Layout, check_version
 from .support import SUPPORT_FILE, parse_supported
 

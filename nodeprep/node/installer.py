@@ -14,18 +14,24 @@ from pathlib import Path
 from typing import Any
 
 from ..artifact import IndexEntry, Manifest, extract
+from ..atomicfile import fsync_dir, fsync_tree
+from ..crash import crash_point
 from ..errors import InputError
 from ..log import step
-from ..modfacts import parse_vermagic
+from ..modinfo import parse_vermagic
 from ..profile.model import DEFAULT_DAEMONS, Daemons
 from ..safetar import MANIFEST
 from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store, cache_path
 from ..vocab import DEFAULT_MODULES
-from . import complete, created, entrypoints, kernelhook, support, system
+from . import complete, created, entrypoints, integration, kernelhook, support
 from .callbacks import ActivationCallbacks
-from .crash import crash_point
-from .fsutil import fsync_dir, fsync_tree
+from .driverplan import (
+    InstallPlan,
+    InstallRequest,
+    needs_index,
+    plan_install,
+)
 from .kmod import (
     check_modules,
     kernel_vermagic,
@@ -39,12 +45,6 @@ from .layout import (
 )
 from .leftovers import clean_leftovers, writes
 from .lock import locked
-from .plan import (
-    InstallPlan,
-    InstallRequest,
-    needs_index,
-    plan_install,
-)
 from .state import State, load_state, now, save_state
 from .switch import ActivateResult, switch
 
@@ -125,9 +125,10 @@ def _plan_install(
     `kernel_hook_config`: the kernel hook to set up (None: none)."""
     state = load_state(layout.root)
     entries = index() if needs_index(state, request.version, request.kernel) else None
-    drift = (system.drift(layout, modules, daemons) + entrypoints.drift(layout, request.version, request.arch)
+    drift = (integration.drift(layout, modules, daemons)
+             + entrypoints.drift(layout, request.version, request.arch)
              if request.activate else ())
-    kernel_hook_drift = kernelhook.drift(layout, system.nodeprep_command()) if kernel_hook_config else ()
+    kernel_hook_drift = kernelhook.drift(layout, integration.nodeprep_command()) if kernel_hook_config else ()
     record = kernel_hook_config.to_dict() if kernel_hook_config else None
     if record and kernelhook.keep_record(state.active, state.kernel_hook, request.version, request.activate):
         record = state.kernel_hook  # the active version's modules come from the store recorded
@@ -137,7 +138,7 @@ def _plan_install(
 
 @dataclass(frozen=True)
 class InstallInput:
-    """What install() and plan_install_of() work from: the version chosen (node/usecase.py chooses
+    """What install() and plan_install_of() work from: the version chosen (node/driververbs.py chooses
     it from the profile's driver section) and how to reach the store.
     `store_options`: registry credentials file, CA file, plain http (nodeprep/stores/oci.py), the
     files as this machine reads them; `kernel_hook`: record the store and write the kernel hooks
@@ -220,7 +221,7 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
         crash_point("install:unpacked")
         # the folders the rest makes (/opt/nvidia is nodeprep's own), noted before they are made
         created.note(layout, writes(layout, [rel]))
-        fw_link = system.link_firmware(layout, version)
+        fw_link = integration.link_firmware(layout, version)
         crash_point("install:firmware-linked")
         state = load_state(layout.root)
         entry = state.installed[version]
@@ -238,7 +239,7 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
         save_state(layout, state, point="install:state-tmp")
         crash_point("install:state-written")
         if todo.kernel_hook is not None and todo.kernel_hook.write:
-            changed |= kernelhook.write_hooks(layout, system.nodeprep_command())
+            changed |= kernelhook.write_hooks(layout, integration.nodeprep_command())
         activation = None
         if activate:
             activation = switch(
@@ -247,8 +248,8 @@ def install(root: Path, given: InstallInput, *, callbacks: ActivationCallbacks) 
             )
             changed = changed or activation.changed
         elif installed_kmod and version == state.active:
-            system.link_modules(layout, version, [rel])
-            system.depmod(layout, rel)
+            integration.link_modules(layout, version, [rel])
+            integration.depmod(layout, rel)
     return InstallResult(
         version=version,
         kernel=rel,
@@ -281,12 +282,12 @@ def _kernel_hook_config(layout: Layout, store: str, arch: str, options: StoreOpt
 def _kernel_hook_notes(layout: Layout, store: str, node_store: str | None, wanted: bool,
                        kernel_hook_config: kernelhook.KernelHookConfig | None) -> tuple[str, ...]:
     """What the install says about the kernel hook: not set up (an image's store), or the root
-    lacking the nodeprep it runs (system.command_problem)."""
+    lacking the nodeprep it runs (integration.command_problem)."""
     if not wanted:
         return ()
     if kernel_hook_config is None:
         return (kernelhook.unrecorded_note(store),)
-    note = system.command_problem(layout)
+    note = integration.command_problem(layout)
     return (f"warning: {note}",) if note else ()
 
 
@@ -324,7 +325,7 @@ def _install_version(
         _stage_kmod(layout, kmod_path, kernel, staging / "modules" / kernel)
         crash_point("install:kmod-staged")
         if (staging / "lib64").is_dir():
-            system.soname_links(staging / "lib64")
+            integration.soname_links(staging / "lib64")
         complete.check(layout, staging, version, action="install")
         fsync_tree(staging)
         crash_point("install:ldconfig-n")

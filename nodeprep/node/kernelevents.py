@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..atomicfile import atomic_write, fsync_dir
 from ..errors import InputError, NodeprepError
 from ..stores.oci import Options
 from ..sysfs import read_bytes
-from . import system
+from . import integration
 from .callbacks import ActivationCallbacks
-from .fsutil import atomic_write, fsync_dir
 from .installer import InstallInput, install
 from .kernelhook import HOLD_FILE, LOUD, KernelHookConfig
 from .kmod import running_kernel
@@ -206,7 +206,7 @@ def kernel_removed(root: Path, kernel: str) -> KernelHookResult:
     removed: list[str] = []
     with locked(layout):
         state = load_state(layout.root)
-        if system.unlink_modules(layout, [kernel]):
+        if integration.unlink_modules(layout, [kernel]):
             removed.append(layout.node_path(layout.module_links(kernel)))
         for version, entry in sorted(state.installed.items()):
             if kernel not in entry.kernels:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import download
+from ..atomicfile import atomic_write
 from ..stores import is_oci
 from ..sysfs import read_bytes
-from .fsutil import atomic_write
 from .layout import Layout
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ A vermagic string is `<release> <flags...>`, e.g. `6.1.0-28-amd64 SMP preempt mo
 The kernel refuses a module whose vermagic differs from its own (unless forced), so nodeprep refuses
 it first: the release must equal the target kernel's, and when the target kernel's own modules are
 present under ROOT/lib/modules/<release>/kernel, their flags must match too. Modules are read by
-nodeprep.modfacts from their bytes (the same `.modinfo` strings modinfo(8) prints), not by running
+nodeprep.modinfo from their bytes (the same `.modinfo` strings modinfo(8) prints), not by running
 modinfo: no dependency on kmod's tools under --root, and no process per module.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..elf import ElfError
 from ..errors import InputError
-from ..modfacts import ModuleFacts, Vermagic, parse_vermagic, read_module
+from ..modinfo import ModuleInfo, Vermagic, parse_vermagic, read_module
 from ..profile.fields import field_error
 from .layout import Layout, check_kernel
 
@@ -55,7 +55,7 @@ def target_kernel(layout: Layout, kernel: str | None) -> str:
     return running_kernel()
 
 
-def _facts(path: Path) -> ModuleFacts:
+def _facts(path: Path) -> ModuleInfo:
     """The facts of the module file `path`; InputError naming it when it is no readable module."""
     try:
         return read_module(path)

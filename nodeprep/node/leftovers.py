@@ -8,8 +8,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import gpufacts, kernelhook, system
-from .fsutil import clean_temporaries
+from ..atomicfile import clean_temporaries
+from . import gpufacts, integration, kernelhook
 from .layout import (
     TEMP_PREFIXES,
     Layout,
@@ -41,7 +41,7 @@ def clean_leftovers(layout: Layout) -> list[Path]:
         if path.parent.is_dir():
             removed += clean_temporaries(path.parent, (f".tmp-{path.name}.", f".current-{path.name}."))
     base = layout.resolved("/lib/modules")
-    for rel in system.linked_kernels(layout):
+    for rel in integration.linked_kernels(layout):
         removed += clean_temporaries(base / rel / "updates" / "nodeprep", (".current-",))
     fw = layout.resolved("/lib/firmware/nvidia")
     if fw.is_dir():

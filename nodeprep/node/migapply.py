@@ -1,5 +1,5 @@
 """The MIG layout through NVML (nvidia-ml-py, imported only here): read each GPU's MIG state for the
-planner (nodeprep.node.mig), carry a plan out, and record the outcome in ROOT/var/lib/nodeprep/mig.json
+planner (nodeprep.node.migplan), carry a plan out, and record the outcome in ROOT/var/lib/nodeprep/mig.json
 (the config and mig-manager's `nvidia.com/mig.config.state` value the labels read back).
 
 Applying a plan, per GPU in index order: destroy its MIG devices (compute instances, then GPU
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomicfile import atomic_write
 from ..errors import StateError
 from ..profile.fields import field_error
 from ..rootpath import beneath
-from .fsutil import atomic_write
-from .mig import STATE_FAILED, STATE_PENDING, STATE_SUCCESS, GpuMig, MigPlan
-from .mig import plan as make_plan
+from .migplan import STATE_FAILED, STATE_PENDING, STATE_SUCCESS, GpuMig, MigPlan
+from .migplan import plan as make_plan
 
 STATE_FILE = "/var/lib/nodeprep/mig.json"  # read by nodeprep.labels.system (MIG_STATE_FILE)
 # NVML's GPU instance profile ids whose name has an attribute (nvml.h, as go-nvlib names them).

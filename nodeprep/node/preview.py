@@ -1,5 +1,5 @@
 """What `activate`, `rollback` and `remove` would change on this root (their `--check`): the pure
-plans of nodeprep.node.plan over the node's state now; nothing is locked or written."""
+plans of nodeprep.node.driverplan over the node's state now; nothing is locked or written."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 from ..profile.model import DEFAULT_DAEMONS, Daemons
 from ..vocab import DEFAULT_MODULES
-from . import system
+from . import integration
+from .driverplan import ActivatePlan, RemovePlan, plan_activate, plan_remove, rollback_target
 from .kmod import target_kernel
 from .layout import Layout, check_version
-from .plan import ActivatePlan, RemovePlan, plan_activate, plan_remove, rollback_target
 from .state import load_state
 
 
@@ -23,7 +23,7 @@ def activation(root: Path, version: str | None, *, kernel: str | None = None,
     version = rollback_target(state) if version is None else check_version(version)
     live_kernel = target_kernel(layout, kernel) if layout.live else None
     return plan_activate(state, version, kernel=None if layout.live else kernel, live_kernel=live_kernel,
-                         drift=system.drift(layout, modules, daemons))
+                         drift=integration.drift(layout, modules, daemons))
 
 
 def removal(root: Path, version: str) -> RemovePlan:

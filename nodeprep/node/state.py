@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..atomicfile import atomic_write
 from ..errors import StateFileError
 from ..safetar import MANIFEST
 from ..sysfs import read_bytes
 from ..vocab import DRIVER_VERSION_RE, KERNEL_RELEASE_RE, version_key
-from .fsutil import atomic_write
 from .layout import Layout
 
 log = logging.getLogger(__name__)

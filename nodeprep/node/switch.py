@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..atomicfile import atomic_symlink
+from ..crash import crash_point
 from ..errors import InputError
 from ..profile.model import DEFAULT_DAEMONS, Daemons
 from ..sysfs import read_attr
 from ..vocab import DEFAULT_MODULES
-from . import complete, created, entrypoints, gpufacts, support, system
+from . import complete, created, entrypoints, gpufacts, integration, support
 from .callbacks import ActivationCallbacks
-from .crash import crash_point
 from .devices import load_modules
-from .fsutil import atomic_symlink
+from .driverplan import daemon_commands, dropped_daemon_commands, plan_activate, rollback_target
 from .kmod import (
     target_kernel,
 )
@@ -41,7 +42,6 @@ from .layout import (
 )
 from .leftovers import clean_leftovers, writes
 from .lock import locked
-from .plan import daemon_commands, dropped_daemon_commands, plan_activate, rollback_target
 from .state import load_state, save_state
 
 log = logging.getLogger(__name__)
@@ -123,20 +123,20 @@ def switch(
                  caches=True)  # what this activation makes (folders, the ld caches), before it does
     previous = todo.active
     changed = False
-    changed |= system.write_ld_conf(layout)
+    changed |= integration.write_ld_conf(layout)
     crash_point("activate:ld-conf")
-    changed |= system.write_modprobe_conf(layout)
+    changed |= integration.write_modprobe_conf(layout)
     crash_point("activate:modprobe-conf")
-    changed |= system.write_unit(layout, modules)
-    persistenced_unit = system.write_persistenced_unit(layout, daemons.persistenced)
-    fabricmanager_unit = system.write_fabricmanager_unit(layout, daemons.fabricmanager)
+    changed |= integration.write_unit(layout, modules)
+    persistenced_unit = integration.write_persistenced_unit(layout, daemons.persistenced)
+    fabricmanager_unit = integration.write_fabricmanager_unit(layout, daemons.fabricmanager)
     changed |= persistenced_unit or fabricmanager_unit
-    if problem := system.command_problem(layout):  # the unit runs the root's own nodeprep
+    if problem := integration.command_problem(layout):  # the unit runs the root's own nodeprep
         notes.append(f"warning: {problem}")
-    old_kernels = set(system.linked_kernels(layout))
-    changed |= system.link_modules(layout, version, list(target.kernels))
+    old_kernels = set(integration.linked_kernels(layout))
+    changed |= integration.link_modules(layout, version, list(target.kernels))
     stale = sorted(old_kernels - set(target.kernels))
-    changed |= system.unlink_modules(layout, stale)
+    changed |= integration.unlink_modules(layout, stale)
     crash_point("activate:module-links")
     new_previous = previous if previous and previous != version else state.previous
     recorded = tuple(sorted(set(state.entry_points) | set(entry_points)))  # recorded before made
@@ -147,10 +147,10 @@ def switch(
     changed |= flipped
     crash_point("activate:flipped")
     changed |= _follow_entry_points(layout, version, new_state.entry_points, entry_points)
-    system.run_ldconfig(layout)
+    integration.run_ldconfig(layout)
     crash_point("activate:ldconfig")
     for rel in sorted(set(target.kernels) | set(stale)):
-        system.depmod(layout, rel)
+        integration.depmod(layout, rel)
     crash_point("activate:depmod")
     followed = callbacks.follow(layout.root, version)
     changed |= bool(followed.rewritten)

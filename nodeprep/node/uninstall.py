@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import runner
+from ..atomicfile import atomic_write, fsync_dir
+from ..crash import crash_point
 from ..errors import InputError
 from ..vocab import KERNEL_MODULES
-from . import created, entrypoints, gpufacts, imagefile, kernelhook, system
+from . import created, entrypoints, gpufacts, imagefile, integration, kernelhook
 from .callbacks import ActivationCallbacks
-from .crash import crash_point
-from .fsutil import atomic_write, fsync_dir
+from .driverplan import (
+    UninstallPlan,
+    plan_uninstall,
+)
 from .layout import (
     FABRICMANAGER_UNIT_NAME,
     MODULE_SUBDIR,
@@ -30,10 +34,6 @@ from .layout import (
 )
 from .leftovers import clean_leftovers, writes
 from .lock import locked
-from .plan import (
-    UninstallPlan,
-    plan_uninstall,
-)
 from .state import State, load_state
 
 log = logging.getLogger(__name__)
@@ -252,9 +252,9 @@ def _survey(
     s.file(layout.persistenced_unit, lambda raw: raw.startswith(_HEADER))
     s.link(layout.fabricmanager_wants, lambda text: text == f"../{FABRICMANAGER_UNIT_NAME}")
     s.file(layout.fabricmanager_unit, lambda raw: raw.startswith(_HEADER))
-    s.file(layout.ld_conf, lambda raw: raw == system.LD_CONF.encode())
-    s.file(layout.modprobe_conf, lambda raw: raw == system.MODPROBE_CONF.encode())
-    kernels = system.linked_kernels(layout)
+    s.file(layout.ld_conf, lambda raw: raw == integration.LD_CONF.encode())
+    s.file(layout.modprobe_conf, lambda raw: raw == integration.MODPROBE_CONF.encode())
+    kernels = integration.linked_kernels(layout)
     for rel in kernels:
         for child in sorted(layout.module_links(rel).iterdir()):
             s.link(child, lambda text: "/current/modules/" in text)
@@ -298,7 +298,7 @@ def _survey(
     ldconfig = bool({s.node(layout.ld_conf), opt} & set(remove)) or any(
         p.startswith(f"{opt}/current/")  # what a killed run left in the cache: nodeprep's names
         or (p in entry_points and (p in remove or not os.path.lexists(layout.host_path(p))))
-        for _, _, p in system.read_ld_cache(layout))
+        for _, _, p in integration.read_ld_cache(layout))
     depmod = sorted((set(kernels) | set(_stale_module_index(layout))) - set(fresh))
     todo = plan_uninstall(
         remove, sorted(restore), s.kept, loaded=_loaded_modules() if layout.live else (),
@@ -353,11 +353,11 @@ def uninstall(root: Path, *, callbacks: ActivationCallbacks) -> UninstallResult:
                 _remove(layout, layout.host_path(node_path))
                 crash_point(f"uninstall:removed {node_path}")
         if todo.ldconfig:
-            system.run_ldconfig(layout)
+            integration.run_ldconfig(layout)
             crash_point("uninstall:ldconfig")
         for rel in todo.depmod:
             if layout.resolved(f"/lib/modules/{rel}").is_dir():
-                system.depmod(layout, rel)
+                integration.depmod(layout, rel)
         for node_path in (*todo.after, *folders):  # the caches ldconfig made, created.json, the folders
             _remove(layout, layout.host_path(node_path))
             crash_point(f"uninstall:removed {node_path}")

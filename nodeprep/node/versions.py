@@ -10,18 +10,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import entrypoints, system
-from .crash import crash_point
-from .fsutil import fsync_dir
+from ..atomicfile import fsync_dir
+from ..crash import crash_point
+from . import entrypoints, integration
+from .driverplan import (
+    plan_remove,
+)
 from .layout import (
     Layout,
     check_version,
 )
 from .leftovers import clean_leftovers
 from .lock import locked
-from .plan import (
-    plan_remove,
-)
 from .state import State, load_state, save_state
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def remove(root: Path, version: str) -> RemoveResult:
             return RemoveResult(version=version, changed=False)
         entry = state.installed[version]
         removed: list[str] = []
-        if system.unlink_firmware(layout, version, entry.firmware_link):
+        if integration.unlink_firmware(layout, version, entry.firmware_link):
             removed.append(str(entry.firmware_link))
         installed = {v: i for v, i in state.installed.items() if v != version}
         if state.active is None and state.entry_points:  # nothing active: no entry point has a target

@@ -7,7 +7,7 @@
 - load.py: reading and validating a file (every problem in one ProfileError, exit 2);
 - overrides.py: command-line values merged in and validated like a file;
 - schema.py: the JSON Schema, derived from FIELDS (nodeprep/data/profile.schema.json).
-The click options for the overrides live in nodeprep/commands/options.py.
+The click options for the overrides live in nodeprep/commands/clioptions.py.
 """
 
 from __future__ import annotations

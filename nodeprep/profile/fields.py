@@ -53,7 +53,7 @@ class Field:
     envvar: str | None = None  # an environment variable that gives the flag's value
     commands: tuple[str, ...] = ()  # the commands that offer `flag` (docs/profile.md, test_names.py)
     doc: str | None = None  # docs/profile.md's meaning when it says more than `help` (Markdown)
-    file: bool = False  # names a file on the node (read beneath --root: node/usecase.py)
+    file: bool = False  # names a file on the node (read beneath --root: node/driververbs.py)
     # driver fields: an option of nodeprep.fleet.nodeprep_driver and a variable nvidia_driver_KEY of the
     # role nvidia_driver (False: the node's self-test reads it, not the install)
     ansible: bool = True

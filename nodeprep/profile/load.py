@@ -28,7 +28,7 @@ def _did_you_mean(key: str, options: list[str]) -> str:
 
 
 # kubeadm mode without CA pins: refused unless `join --insecure-skip-ca-verification` (also in
-# nodeprep.join.plan for profiles built by hand)
+# nodeprep.join.joinplan for profiles built by hand)
 CA_PIN_REQUIRED = ("cluster.ca_cert_hashes: required in mode kubeadm to verify the cluster CA (kubeadm token "
                    "create --print-join-command shows the sha256:... pin; cloud-init --ca-cert-hash adds it)")
 

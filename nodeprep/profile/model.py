@@ -77,7 +77,7 @@ class Driver:
 
     @property
     def daemons(self) -> Daemons:
-        """Which of the active driver's daemons the node runs (node/system.py writes their units)."""
+        """Which of the active driver's daemons the node runs (node/integration.py writes their units)."""
         return Daemons(self.persistenced, self.fabricmanager)
 
     @property

@@ -28,7 +28,7 @@ def with_overrides(profile: Profile, overrides: Mapping[str, Any], *,
 
 def driver_with(base: Driver, overrides: Mapping[str, Any]) -> Driver:
     """`base` with the `driver.KEY` values given (None: not given) in place of its fields: the one way
-    a front-end's flags or task options become the typed section (node/usecase.py's requests)."""
+    a front-end's flags or task options become the typed section (node/driververbs.py's requests)."""
     given = {field_by_path(path).key: value for path, value in overrides.items() if value is not None}
     unknown = [path for path in overrides if not path.startswith("driver.")]
     if unknown:

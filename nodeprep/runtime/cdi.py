@@ -39,8 +39,8 @@ from typing import Any
 import yaml
 
 from ..artifact import Manifest
+from ..atomicfile import atomic_write
 from ..errors import NodeprepError, StateError
-from ..node.fsutil import atomic_write
 from ..profile import Driver, Runtime
 from ..safetar import MANIFEST
 from .files import FileChange, under, writable_problem

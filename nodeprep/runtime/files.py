@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomicfile import atomic_write
 from ..errors import InputError
-from ..node.fsutil import atomic_write
 from ..rootpath import beneath
 
 log = logging.getLogger(__name__)

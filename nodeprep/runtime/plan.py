@@ -1,6 +1,6 @@
 """Plan the container runtime's configuration: what `nodeprep runtime` would write and run (containerd's
 drop-in, NVIDIA Container Toolkit's config, hooks.d, the CDI spec and the hook program), nothing
-written. nodeprep.runtime.configure applies it; nodeprep.join.plan adds the Kubernetes side. What it
+written. nodeprep.runtime.configure applies it; nodeprep.join.joinplan adds the Kubernetes side. What it
 reads from the node beyond the files: containerd's version (containerd_version)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .files import FileChange
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """Where and how the runtime is planned (nodeprep.join.plan.JoinOptions adds the join's)."""
+    """Where and how the runtime is planned (nodeprep.join.joinplan.JoinOptions adds the join's)."""
 
     root: Path = Path("/")
     nvidia_smi_xml: Path | None = None  # GPU facts from a capture (offline image builds, tests)

@@ -134,7 +134,7 @@ OPEN_SOURCE_CELLS = {
     "debian13-open-580": dict(release="580.142", os_name="debian-13", kernel="6.12.117+deb13-amd64"),
     # The newest release of the snapshot for the newest kernel it builds for: not trixie-backports'
     # 7.x (its nv-linux.h includes <linux/of_gpio.h>, which 7.2 and later removed: seen compiling it
-    # for 7.3.4+deb13 on 2026-11-26, make failed after 13.5 min; nodeprep.targets.facts refuses it
+    # for 7.3.4+deb13 on 2026-11-26, make failed after 13.5 min; nodeprep.targets.limits refuses it
     # there), so trixie's own 6.12.117, whose headers the other Debian 13 cells share.
     "debian13-open-595": dict(release="595.45.04", os_name="debian-13", kernel="6.12.117+deb13-amd64"),
 }

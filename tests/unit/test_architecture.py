@@ -1,5 +1,6 @@
 """docs/architecture.md is true of the tree: every module of nodeprep/ is named in its table, and a
-package `__init__` holds nothing but its docstring unless the doc lists it (and why)."""
+package `__init__` holds nothing but its docstring unless the doc lists it (and why); and a module's
+file name says one concern: no two modules of nodeprep/ share one (docs/glossary.md, "File names")."""
 
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ def test_every_module_is_named_in_the_architecture_table() -> None:
     rows = _rows()
     unnamed = [p.relative_to(NODEPREP).as_posix() for p in modules() if not _named(p, rows)]
     assert unnamed == [], f"name these in docs/architecture.md's table: {unnamed}"
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    by_name: dict[str, list[str]] = {}
+    for p in modules():
+        if p.name != "__main__.py":
+            by_name.setdefault(p.name, []).append(p.relative_to(NODEPREP).as_posix())
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert shared == {}, f"rename one of each (docs/glossary.md, 'File names'): {shared}"
 
 
 def _holds_code(init: Path) -> bool:

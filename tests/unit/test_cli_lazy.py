@@ -33,7 +33,7 @@ def test_help_imports_no_command_module() -> None:
 
 def test_a_command_loads_only_its_module() -> None:
     loaded = {m for m in _loaded_after(["health", "--help"]) if m.startswith("nodeprep.commands.")}
-    assert loaded == {"nodeprep.commands.health", "nodeprep.commands.options"}, sorted(loaded)
+    assert loaded == {"nodeprep.commands.health", "nodeprep.commands.clioptions"}, sorted(loaded)
 
 
 def _eager() -> click.Group:

@@ -17,20 +17,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 # module imported alone -> modules it must not load
 LIGHT = {
-    "nodeprep.runtime.cdi": ["nodeprep.join.plan", "nodeprep.runtime.plan", "nodeprep.join.kube",
+    "nodeprep.runtime.cdi": ["nodeprep.join.joinplan", "nodeprep.runtime.plan", "nodeprep.join.kube",
                              "nodeprep.labels.core"],
-    "nodeprep.join.activation": ["nodeprep.join.plan", "nodeprep.runtime.cdi", "nodeprep.node.installer",
+    "nodeprep.join.activation": ["nodeprep.join.joinplan", "nodeprep.runtime.cdi", "nodeprep.node.installer",
                                  "nodeprep.node.switch"],
-    "nodeprep.labels.gpu": ["nodeprep.labels.cloud", "nodeprep.labels.apply", "nodeprep.labels.core"],
-    "nodeprep.node.fsutil": ["nodeprep.node.installer", "nodeprep.node.switch", "nodeprep.node.state"],
+    "nodeprep.labels.gpu": ["nodeprep.labels.cloud", "nodeprep.labels.nodepatch", "nodeprep.labels.core"],
     "nodeprep.atomicfile": ["nodeprep.node.installer", "nodeprep.node.switch", "nodeprep.node.state",
                             "nodeprep.artifact"],
     # hashing a file needs none of the artifact format
     "nodeprep.digests": ["nodeprep.artifact", "tarfile", "zstandard"],
     "nodeprep.download": ["nodeprep.artifact", "tarfile", "zstandard"],
     # the Kubernetes API client sits below labels and join; the GPU verdict needs no label patching
-    "nodeprep.kubeapi": ["nodeprep.labels.core", "nodeprep.labels.apply", "nodeprep.join.plan"],
-    "nodeprep.join.verification": ["nodeprep.labels.apply"],
+    "nodeprep.kubeapi": ["nodeprep.labels.core", "nodeprep.labels.nodepatch", "nodeprep.join.joinplan"],
+    "nodeprep.join.verification": ["nodeprep.labels.nodepatch"],
     # the command line loads a command's module when that command runs (nodeprep/cli.py)
     "nodeprep.cli": ["nodeprep.commands.build", "nodeprep.commands.install", "nodeprep.commands.health",
                      "nodeprep.commands.usage", "nodeprep.profile", "yaml"],

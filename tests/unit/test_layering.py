@@ -29,7 +29,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("node", ("node",)),
     ("containers", ("containerhooks", "cuda")),
     ("labels", ("labels",)),
-    ("artifacts", ("artifact", "safetar", "elf", "modfacts", "sonames", "stores", "download", "digests")),
+    ("artifacts", ("artifact", "safetar", "elf", "modinfo", "sonames", "stores", "download", "digests")),
     ("shared", ("profile", "labelrules", "kubeletflags", "vocab", "kubeapi")),
     # stores/ref.py parses oci:// store locations as urls.py parses http(s) ones: the profile's checks
     # refuse a driver.store with them, so both sit below the profile

@@ -574,7 +574,7 @@ def test_override_options_come_from_the_table() -> None:
     import click
     from click.testing import CliRunner
 
-    from nodeprep.commands.options import override_options, pop_overrides
+    from nodeprep.commands.clioptions import override_options, pop_overrides
 
     @click.command()
     @override_options("driver.version", "cluster.api_server")

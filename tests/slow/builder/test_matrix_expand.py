@@ -141,7 +141,7 @@ def test_expand_by_kernel_lists_which_sources_build_for_every_served_kernel(test
         opened = [s for s in sources if s.startswith("open-source:")]
         if row["kernel"].startswith("6.12."):
             assert opened == [f"open-source:open-gpu-kernel-modules-{v}.tar.gz" for v in OPEN_RELEASES], row
-        else:  # their nv-linux.h includes <linux/of_gpio.h>, gone from 7.2 on (targets/facts.py)
+        else:  # their nv-linux.h includes <linux/of_gpio.h>, gone from 7.2 on (targets/limits.py)
             assert opened == [] and sum("of_gpio.h" in r["reason"] for r in row["refused"]) == 2, row
         assert all(r["reason"] for r in row["refused"]), row
         if row["kernel"].startswith("6.12."):  # trixie's own: tesla-535 builds, 550.163.01 is refused

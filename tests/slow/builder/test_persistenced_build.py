@@ -62,7 +62,7 @@ def test_persistenced_is_built_at_the_drivers_version_into_the_user_space(real_b
     assert manifest.inputs[ARCHIVE] == companions.ARCHIVES[ARCHIVE]
     # what `nvidia-persistenced --version` prints, run in the build root it was built in
     target = get("debian-12")
-    build_root = buildroot.ensure(buildroot.spec_for(target, None), real_build.cache, mirror="unused")
+    build_root = buildroot.ensure(buildroot.recipe_for(target, None), real_build.cache, mirror="unused")
     with buildroot.workspace(build_root, real_build.cache / "tmp") as clone:
         (clone / "tmp" / "nvidia-persistenced").write_bytes(binary.read_bytes())
         (clone / "tmp" / "nvidia-persistenced").chmod(0o755)

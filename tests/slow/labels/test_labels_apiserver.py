@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from nodeprep.cli import main
 from nodeprep.errors import InputError, NetworkError, NodeprepError
 from nodeprep.kubeapi import load_kubeconfig
-from nodeprep.labels.apply import MANAGED_ANNOTATION, apply_labels
 from nodeprep.labels.core import LabelOptions, node_labels
+from nodeprep.labels.nodepatch import MANAGED_ANNOTATION, apply_labels
 from nodeprep.labels.validate import self_settable, split_for_kubelet
 from tests.support.controlplane import ControlPlane, kubeconfig
 

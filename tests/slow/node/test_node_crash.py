@@ -1,5 +1,5 @@
 """kill -9 of a real `python -m nodeprep.cli` process at named points of install, activate, rollback
-and remove (NODEPREP_CRASH_AT, see nodeprep/node/crash.py). After each kill the active version still
+and remove (NODEPREP_CRASH_AT, see nodeprep/crash.py). After each kill the active version still
 resolves through the real ld cache of the Debian rootfs, `doctor` passes its library checks, and the
 same command run again completes and leaves no temporaries behind."""
 

@@ -21,7 +21,7 @@ import pytest
 import zstandard
 
 from nodeprep.artifact import read_manifest
-from nodeprep.modfacts import parse_module
+from nodeprep.modinfo import parse_module
 from tests.support.realbuild import ensure_gpudirect_build
 
 pytestmark = pytest.mark.slow

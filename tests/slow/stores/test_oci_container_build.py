@@ -54,8 +54,8 @@ def podman_env(real_build, tmp_path: Path) -> Iterator[dict[str, str]]:  # type:
     full = {**os.environ, **env}
     try:
         _req, archive = real_build_request(real_build.cache)
-        spec = buildroot.spec_for(targets.get("debian-12"))
-        root = buildroot.ensure(spec, real_build.cache, mirror=archive.mirror,
+        recipe = buildroot.recipe_for(targets.get("debian-12"))
+        root = buildroot.ensure(recipe, real_build.cache, mirror=archive.mirror,
                                 security_mirror=getattr(archive, "security_mirror", None))
         tar = subprocess.Popen(["tar", "-C", str(root.path), "-c", "."], stdout=subprocess.PIPE)
         subprocess.run(["podman", "import", "-", "docker.io/library/debian:12"], stdin=tar.stdout,

@@ -1,5 +1,5 @@
 """images/<os>/Containerfile: parsed (no container engine here) and checked against the contract of
-`build-driver --builder podman|docker` (nodeprep/builder/container.py: context images/<os>/, the
+`build-driver --builder podman|docker` (nodeprep/builder/containerbuild.py: context images/<os>/, the
 repository mounted at /src, `python3 -m nodeprep.cli`): every image starts FROM and provides python3;
 the Ubuntu/RHEL builders declare ARG KERNEL_RELEASE in the build stage, install that kernel's
 headers, gcc and make, a python3 >= 3.11 with nodeprep's dependencies, copy nothing from the

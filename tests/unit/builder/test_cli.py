@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from nodeprep import runner
 from nodeprep.artifact import LocalStore
-from nodeprep.builder import container
+from nodeprep.builder import containerbuild
 from nodeprep.builder.resolve import BuildRequest
 from nodeprep.cli import main
 from tests.support.httpdir import serve_directory
@@ -172,9 +172,9 @@ def test_container_argv(tmp_path):
         smoke_test=False,
         userspace=False,
     )
-    cb = container.for_request("podman", req, as_json=True)
+    cb = containerbuild.for_request("podman", req, as_json=True)
     assert cb.containerfile.is_file()
-    assert container.build_image_argv(cb) == [
+    assert containerbuild.build_image_argv(cb) == [
         "podman",
         "build",
         "-t",
@@ -183,7 +183,7 @@ def test_container_argv(tmp_path):
         str(cb.containerfile),
         str(cb.containerfile.parent),
     ]
-    argv = container.run_argv(cb)
+    argv = containerbuild.run_argv(cb)
     assert argv[:4] == ["podman", "run", "--rm", "--privileged"]
     assert (
         f"{(tmp_path / 'store').resolve()}:/store" in argv
@@ -293,13 +293,13 @@ def test_container_engine_env_and_registry_staging(tmp_path):
     and a registry build's container gets a fresh directory store under the cache as /store."""
     env = {"CONTAINERS_CONF": "/etc/c.conf", "DOCKER_HOST": "unix:///run/d.sock", "PATH": "/usr/bin",
            "NODEPREP_REGISTRY_AUTH": str(tmp_path / "config.json"), "HTTPS_PROXY": "http://p:3128"}
-    assert container.engine_env(env) == {"CONTAINERS_CONF": "/etc/c.conf",
+    assert containerbuild.engine_env(env) == {"CONTAINERS_CONF": "/etc/c.conf",
                                          "DOCKER_HOST": "unix:///run/d.sock"}
-    first, second = container.staging_store(tmp_path), container.staging_store(tmp_path)
+    first, second = containerbuild.staging_store(tmp_path), containerbuild.staging_store(tmp_path)
     assert first != second and first.parent == second.parent == tmp_path / "oci-publish"
     assert not list(first.iterdir())
-    cb = container.for_request("podman", BuildRequest(store=first, cache=tmp_path))
-    argv = container.run_argv(cb)
+    cb = containerbuild.for_request("podman", BuildRequest(store=first, cache=tmp_path))
+    argv = containerbuild.run_argv(cb)
     assert f"{first.resolve()}:/store" in argv and not any("oci://" in a for a in argv)
 
 
@@ -308,7 +308,7 @@ def test_container_argv_mounts_an_open_source_release(tmp_path):
     req = BuildRequest(flavour="open", kernel="6.1.0-56-amd64", store=tmp_path / "store",
                        cache=tmp_path / "c", open_source=str(release), open_source_sha256="ab" * 32,
                        smoke_test=False)
-    argv = container.run_argv(container.for_request("podman", req))
+    argv = containerbuild.run_argv(containerbuild.for_request("podman", req))
     assert f"{release.resolve()}:/inputs/open-source/{release.name}:ro" in argv
     i = argv.index("--open-source")
     assert argv[i : i + 4] == ["--open-source", f"/inputs/open-source/{release.name}", "--open-source-sha256",

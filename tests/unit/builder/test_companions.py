@@ -1,4 +1,4 @@
-"""The GPUDirect companions' build-side decisions (nodeprep/builder/companions.py,
+"""The GPUDirect companions' build-side decisions (nodeprep/builder/companionbuild.py,
 nodeprep/sources/companions.py): nvidia.ko's exports as Module.symvers, the facts check of a built
 companion, the tarballs' names and unpacking, and the request's refusals.
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from nodeprep import targets
-from nodeprep.builder.companions import P2P_PREFIX, check_facts, p2p_header_dir, symvers_of
+from nodeprep.builder.companionbuild import P2P_PREFIX, check_facts, p2p_header_dir, symvers_of
 from nodeprep.builder.resolve import BuildRequest, validate_request
 from nodeprep.builder.symvers import parse_symvers
 from nodeprep.errors import ArtifactError, InputError
-from nodeprep.modfacts import ModuleFacts, read_module
+from nodeprep.modinfo import ModuleInfo, read_module
 from nodeprep.sources import companions as sources
 from tests.support import companions as shared
 
@@ -32,10 +32,10 @@ NVIDIA_SYMVERS = (DATA / "nvidia-535.309.01-6.1.0-57-amd64.symvers").read_text()
 SHA = "0" * 64
 
 
-def nvidia_facts(symvers: str = NVIDIA_SYMVERS, vermagic: str = VERMAGIC) -> ModuleFacts:
+def nvidia_facts(symvers: str = NVIDIA_SYMVERS, vermagic: str = VERMAGIC) -> ModuleInfo:
     """nvidia.ko's loader facts as far as the companions see them: its exports and their CRCs."""
     exports = parse_symvers(symvers)
-    return ModuleFacts(name="nvidia", modinfo={"vermagic": [vermagic]}, signed=False,
+    return ModuleInfo(name="nvidia", modinfo={"vermagic": [vermagic]}, signed=False,
                        exports=sorted(exports), export_crcs={s: e.crc for s, e in exports.items()})
 
 
@@ -81,7 +81,7 @@ def test_symvers_of_writes_what_modpost_writes_and_reads_back() -> None:
 
 
 def test_export_crcs_of_real_kernel_modules_equal_the_kernels_module_symvers(test_cache: Path) -> None:
-    """modfacts' CRC of each export (the __crc_ symbols modpost reads) against the kernel's own
+    """modinfo' CRC of each export (the __crc_ symbols modpost reads) against the kernel's own
     Module.symvers, on real Debian modules of the test cache's kernels (fetched by the smoke tier)."""
     kernels = sorted(p for p in (test_cache / "kernels").glob("*/Module.symvers"))
     if not kernels:

@@ -25,7 +25,7 @@ RESOLVED = ResolvedInputs(
 )
 BUILD_ROOT = buildroot.BuildRoot(
     path=Path("/nonexistent"),
-    spec=buildroot.spec_for(targets.get("debian-12")),
+    recipe=buildroot.recipe_for(targets.get("debian-12")),
     packages=("gcc-12:amd64=12.2.0-14+deb12u1", "make:amd64=4.3-4.1"),
 )
 INPUTS = {"nvidia-kernel-source_535.309.01-0+deb12u1_amd64.deb": "a" * 64}
@@ -62,21 +62,21 @@ def test_runfile_url_is_not_an_input_but_its_bytes_are():
 
 
 def test_buildroot_key_follows_the_package_list():
-    spec = buildroot.spec_for(targets.get("debian-12"))
-    assert replace(spec, packages=spec.packages + ("bc",)).key != spec.key
-    assert replace(spec, packages=tuple(reversed(spec.packages))).key == spec.key
+    recipe = buildroot.recipe_for(targets.get("debian-12"))
+    assert replace(recipe, packages=recipe.packages + ("bc",)).key != recipe.key
+    assert replace(recipe, packages=tuple(reversed(recipe.packages))).key == recipe.key
 
 
 @pytest.mark.parametrize("os_name", ["debian-12", "debian-13"])
 def test_images_package_list_matches_the_recipe(os_name):
     listed = Path(__file__).resolve().parents[3] / "images" / os_name / "packages.list"
     names = [ln.split("#")[0].strip() for ln in listed.read_text().splitlines()]
-    assert tuple(n for n in names if n) == buildroot.spec_for(targets.get(os_name)).packages
+    assert tuple(n for n in names if n) == buildroot.recipe_for(targets.get(os_name)).packages
 
 
 def test_mmdebstrap_argv():
     argv = buildroot.mmdebstrap_argv(
-        buildroot.spec_for(targets.get("debian-12")), Path("/x/root"), "http://m/debian", "http://m/debian-security"
+        buildroot.recipe_for(targets.get("debian-12")), Path("/x/root"), "http://m/debian", "http://m/debian-security"
     )
     assert argv[:4] == ["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory"]
     assert "--include=gcc-12,make,libc6-dev,binutils,libelf1,libssl3,kmod" in argv
@@ -215,8 +215,8 @@ def test_a_request_carries_its_resolved_os_and_the_digest_stays_the_same(os_name
     its name, so build roots and input digests are what they were when the request held the name
     (digests computed by the code before issue 29 moved the TargetOS into the request)."""
     target = targets.get(os_name)
-    build_root = replace(BUILD_ROOT, spec=buildroot.spec_for(target))
+    build_root = replace(BUILD_ROOT, recipe=buildroot.recipe_for(target))
     req = BuildRequest(target=target)
     assert req.target is target and build_params(req, RESOLVED, build_root)["os"] == os_name
-    assert build_root.spec.key == root_key
+    assert build_root.recipe.key == root_key
     assert digest(req=req, build_root=build_root) == pinned

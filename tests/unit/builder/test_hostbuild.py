@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep import targets
-from nodeprep.builder import cc, container, hostbuild
+from nodeprep.builder import cc, containerbuild, hostbuild
 from nodeprep.builder.resolve import BuildRequest
 from nodeprep.cli import main
 from nodeprep.errors import InputError
@@ -72,7 +72,7 @@ def test_release_comes_from_utsrelease_and_must_match_kernel(tmp_path):
     d = headers_tree(tmp_path / "h", "6.1.0-56-amd64")
     assert hostbuild.headers_release(d) == "6.1.0-56-amd64"
     build_root, release = hostbuild.host_root(targets.get("debian-12"), None, d)
-    assert release == "6.1.0-56-amd64" and build_root.spec.key == "host"
+    assert release == "6.1.0-56-amd64" and build_root.recipe.key == "host"
     with pytest.raises(InputError, match="holds the headers of 6.1.0-56-amd64, not --kernel 6.1.0-47-amd64"):
         hostbuild.host_root(targets.get("debian-12"), "6.1.0-47-amd64", d)
 
@@ -176,9 +176,9 @@ def test_container_of_other_os_builds_per_kernel_and_runs_host(tmp_path, os_name
         runfile_sha256="ab" * 32,
         builder="host",
     )
-    cb = container.for_request("docker", req)
+    cb = containerbuild.for_request("docker", req)
     assert cb.containerfile.is_file()
-    assert container.build_image_argv(cb) == [
+    assert containerbuild.build_image_argv(cb) == [
         "docker",
         "build",
         "--build-arg",
@@ -189,7 +189,7 @@ def test_container_of_other_os_builds_per_kernel_and_runs_host(tmp_path, os_name
         str(cb.containerfile),
         str(cb.containerfile.parent),
     ]
-    argv = container.run_argv(cb)
+    argv = containerbuild.run_argv(cb)
     i = argv.index(f"nodeprep-builder:{os_name}-6.8.0-45-generic")
     assert argv[i + 1 : i + 6] == ["python3", "-m", "nodeprep.cli", "build-driver", "--builder"]
     assert argv[i + 6] == "host"
@@ -197,9 +197,10 @@ def test_container_of_other_os_builds_per_kernel_and_runs_host(tmp_path, os_name
 
 
 def test_debian_container_keeps_chroot_and_one_image(tmp_path):
-    cb = container.for_request("podman", BuildRequest(store=tmp_path / "s", cache=tmp_path / "c"))
-    assert cb.image == "nodeprep-builder:debian-12" and "--build-arg" not in container.build_image_argv(cb)
-    argv = container.run_argv(cb)
+    cb = containerbuild.for_request("podman", BuildRequest(store=tmp_path / "s", cache=tmp_path / "c"))
+    assert cb.image == "nodeprep-builder:debian-12"
+    assert "--build-arg" not in containerbuild.build_image_argv(cb)
+    argv = containerbuild.run_argv(cb)
     assert argv[argv.index("--builder") + 1] == "chroot"
 
 
@@ -258,9 +259,9 @@ def test_debian13_builds_in_debian12s_container(tmp_path):
     """Debian 13 has no image of its own: Debian 12's container makes the trixie build root, and the
     build inside still targets debian-13."""
     req = BuildRequest(store=tmp_path / "s", cache=tmp_path / "c", target=targets.get("debian-13"))
-    cb = container.for_request("podman", req)
-    assert cb.containerfile == container.REPO / "images" / "debian-12" / "Containerfile"
+    cb = containerbuild.for_request("podman", req)
+    assert cb.containerfile == containerbuild.REPO / "images" / "debian-12" / "Containerfile"
     assert cb.containerfile.is_file()
     assert cb.image == "nodeprep-builder:debian-12"
-    argv = container.run_argv(cb)
+    argv = containerbuild.run_argv(cb)
     assert argv[argv.index("--builder") + 1] == "chroot" and argv[argv.index("--os") + 1] == "debian-13"

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from nodeprep import targets
 from nodeprep.builder import matrix, parallel
 from nodeprep.cli import main
-from nodeprep.targets import facts
+from nodeprep.targets import limits
 from tests.support.recordedarchive import RecordedArchive, recorded
 
 YAML = """
@@ -152,13 +152,13 @@ def test_driver_too_old_for_the_kernel_is_refused_with_the_known_failure():
 
 
 def test_kernel_limit_boundaries():
-    limit = facts.KERNEL_LIMITS[0]
+    limit = limits.KERNEL_LIMITS[0]
     assert limit.refuses("550.163.01", "open", "6.12.107+deb13-amd64")
     assert limit.refuses("550.163.01", "proprietary", "6.12.117+deb12-amd64")
     assert not limit.refuses("550.163.01", "open", "6.12.94+deb13-amd64")
     assert not limit.refuses("550.163.01", "open", "6.1.0-56-amd64")  # an ABI name: no patch level
     assert not limit.refuses("535.274.02", "open", "6.12.117+deb13-amd64")
-    assert facts.refusal("515.43.04", "open", "6.1.0-56-amd64") is None
+    assert limits.refusal("515.43.04", "open", "6.1.0-56-amd64") is None
 
 
 def test_debian12_open_cell_is_refused_for_kernels_it_does_not_build_against():
@@ -168,7 +168,7 @@ def test_debian12_open_cell_is_refused_for_kernels_it_does_not_build_against():
     reason = refused[("debian-12", "6.1.0-56-amd64", "535.261.03", "open")]
     assert "pci_resize_resource" in reason and "6.1.0-53" in reason
     assert ("debian-12", "6.1.0-50-amd64", "535.261.03", "open") not in refused
-    limit = facts.KERNEL_LIMITS[1]
+    limit = limits.KERNEL_LIMITS[1]
     assert limit.refuses("535.261.03", "open", "6.1.0-53-amd64")
     assert not limit.refuses("535.261.03", "open", "6.1.0-52-amd64")
     assert not limit.refuses("535.261.03", "proprietary", "6.1.0-56-amd64")
@@ -251,7 +251,7 @@ def _follow(text: str, *gpus: str, policy: str = "newest") -> matrix.Expansion:
 def test_gpus_choose_each_kernels_driver_and_flavour_from_the_lines_lists():
     """A100 (10de:20b2): Debian 12's 535.309.01 lists it, proprietary by default. H200 (10de:2335):
     535.309.01's list does not name it, and trixie's 550.163.01, whose list does, does not build for
-    6.12.117 (targets/facts.py): each kernel is refused naming the GPU and the versions tried."""
+    6.12.117 (targets/limits.py): each kernel is refused naming the GPU and the versions tried."""
     text = "os: [debian-12, debian-13]\nkernels: [default]\ndrivers: ['470']\nflavours: [open]\n"
     got = _follow(text, "10de:20b2")
     assert [(c.os, c.kernel, c.driver, c.flavour, c.source) for c in got.cells][0] == (
@@ -335,12 +335,12 @@ def test_kernel_limits_of_the_releases():
     """595.45.04 seen failing on 7.3.4 (of_gpio.h), 580.142 by the same include: every 7.x kernel, not
     the 6.x ones (ABI-named 6.1.0-NN included)."""
     for version in ("595.45.04", "580.142"):
-        assert facts.refusal(version, "open", "7.2.6+deb13-amd64")
-        assert facts.refusal(version, "open", "7.3.4+deb13-amd64")
-        assert facts.refusal(version, "open", "8.0.1+deb13-amd64")
-        assert facts.refusal(version, "open", "6.12.117+deb13-amd64") is None
-        assert facts.refusal(version, "open", "6.1.0-56-amd64") is None
-    assert facts.refusal("595.45.04", "proprietary", "7.3.4+deb13-amd64") is None
+        assert limits.refusal(version, "open", "7.2.6+deb13-amd64")
+        assert limits.refusal(version, "open", "7.3.4+deb13-amd64")
+        assert limits.refusal(version, "open", "8.0.1+deb13-amd64")
+        assert limits.refusal(version, "open", "6.12.117+deb13-amd64") is None
+        assert limits.refusal(version, "open", "6.1.0-56-amd64") is None
+    assert limits.refusal("595.45.04", "proprietary", "7.3.4+deb13-amd64") is None
 
 
 def test_open_source_entries_are_checked_and_written_cells_carry_them(tmp_path):

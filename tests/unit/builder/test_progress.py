@@ -1,4 +1,4 @@
-"""Progress events (nodeprep/progress.py) and how the CLI renders them (nodeprep/commands/progress.py).
+"""Progress events (nodeprep/progress.py) and how the CLI renders them (nodeprep/commands/progressview.py).
 
 The compile stream is the real output of `make modules` of 535.309.01 for 6.1.0-56-amd64 recorded on
 the development machine (data/kbuild-535.309.01-6.1.0-56-amd64.log: 192 `CC [M]` lines among
@@ -17,7 +17,7 @@ import pytest
 
 from nodeprep import download
 from nodeprep.builder import kbuild
-from nodeprep.commands.progress import LineRenderer, TerminalRenderer
+from nodeprep.commands.progressview import LineRenderer, TerminalRenderer
 from nodeprep.progress import Advanced, Event, PhaseFinished, Phases, PhaseStarted
 from tests.support.httpdir import serve_directory
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodeprep.join.plan import JoinOptions, plan_join
+from nodeprep.join.joinplan import JoinOptions, plan_join
 from nodeprep.labels.system import root_kernel
 from nodeprep.profile import parse_profile
 

@@ -160,7 +160,7 @@ def test_enabling_kubelet_under_an_image_never_runs_its_update_rc_d(tmp_path: Pa
     image's program, as root). The action join plans for an image root skips SysV (the unit is then
     "not found": the join fails with systemctl's line, the image's program unrun)."""
     from nodeprep import runner
-    from nodeprep.join.plan import kubelet_actions
+    from nodeprep.join.joinplan import kubelet_actions
 
     image = tmp_path / "img"
     (image / "etc/init.d").mkdir(parents=True)

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from nodeprep.cli import main
 from nodeprep.errors import InputError
 from nodeprep.join.apply import apply_join
-from nodeprep.join.plan import JoinOptions, plan_join
+from nodeprep.join.joinplan import JoinOptions, plan_join
 from nodeprep.profile import parse_profile
 
 from .conftest import CA_HASH, TOKEN, mode_of, write_token

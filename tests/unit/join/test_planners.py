@@ -1,4 +1,4 @@
-"""The join's pure planners (nodeprep.join.plan) on explicit inputs: what a live node would run, which
+"""The join's pure planners (nodeprep.join.joinplan) on explicit inputs: what a live node would run, which
 a test could only see before by planning against this machine's own / (kubelet.conf, systemd)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.join.plan import checked_cluster, kubeadm_actions, kubelet_actions, kubelet_args
+from nodeprep.join.joinplan import checked_cluster, kubeadm_actions, kubelet_actions, kubelet_args
 from nodeprep.profile import parse_profile
 
 from .conftest import CA_HASH

@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from nodeprep.cli import main
-from nodeprep.join.plan import JoinOptions, plan_join
+from nodeprep.join.joinplan import JoinOptions, plan_join
 from nodeprep.profile import load_profile
 
 REPO = Path(__file__).resolve().parents[3]

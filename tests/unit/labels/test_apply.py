@@ -18,7 +18,7 @@ import yaml
 
 from nodeprep.errors import InputError, NetworkError
 from nodeprep.kubeapi import load_kubeconfig
-from nodeprep.labels.apply import (
+from nodeprep.labels.nodepatch import (
     MANAGED_ANNOTATION,
     apply_labels,
     plan_patch,

@@ -1,4 +1,4 @@
-"""nodeprep's one file writer (nodeprep.node.fsutil.atomic_write): the temporary has its final mode
+"""nodeprep's one file writer (nodeprep.atomicfile.atomic_write): the temporary has its final mode
 before the first byte, the content is fsynced before the rename and the directory after it, a link
 or a FIFO at the target is replaced (never followed, never waited on), and a kill before the rename
 leaves the old file."""
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import runner
-from nodeprep.node import fsutil
-from nodeprep.node.fsutil import atomic_write, open_temp, temp_name
+from nodeprep import atomicfile, runner
+from nodeprep.atomicfile import atomic_write, open_temp, temp_name
 
 REPO = Path(__file__).resolve().parents[3]
 MODES = (0o600, 0o640, 0o644, 0o755, 0o400)
@@ -110,7 +109,7 @@ def test_a_link_at_the_target_is_replaced_not_followed(tmp_path: Path) -> None:
 
 def _write_in_child(target: Path, text: str, *, crash_at: str | None = None,
                     mode: int = 0o640) -> runner.Result:
-    code = ("import sys; from pathlib import Path; from nodeprep.node.fsutil import atomic_write; "
+    code = ("import sys; from pathlib import Path; from nodeprep.atomicfile import atomic_write; "
             f"atomic_write(Path(sys.argv[1]), sys.argv[2], mode={mode}, point='test:tmp')")
     env = {"NODEPREP_CRASH_AT": crash_at} if crash_at else {}
     return runner.run([sys.executable, "-c", code, target, text], check=False, timeout=30, cwd=REPO,
@@ -125,7 +124,7 @@ def test_a_kill_before_the_rename_leaves_the_old_file_and_a_finished_temporary(t
     assert target.read_text() == "old\n"
     (leftover,) = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-f.")]
     assert leftover.read_text() == "new\n" and stat.S_IMODE(leftover.stat().st_mode) == 0o640
-    assert fsutil.clean_temporaries(tmp_path, (".tmp-f.",)) == [leftover]
+    assert atomicfile.clean_temporaries(tmp_path, (".tmp-f.",)) == [leftover]
     r = _write_in_child(target, "new\n")
     assert r.returncode == 0, r.stderr
     assert target.read_text() == "new\n" and sorted(os.listdir(tmp_path)) == ["f"]

@@ -1,9 +1,9 @@
 """One profile, three front-ends, one plan: `nodeprep install --check --json`, bootstrap's driver
 step in check mode and nodeprep.fleet.nodeprep_driver in check mode (run by ansible-core, the
 library from this checkout) plan the same install for the same profile on the same image root,
-because each is one call of nodeprep.node.usecase.install_driver; likewise uninstall
-(node.usecase.uninstall_node), labels (node.labeling.label_node), the runtime and the join
-(runtime.configure.configure_runtime, join.usecase.join_cluster), table-driven below.
+because each is one call of nodeprep.node.driververbs.install_driver; likewise uninstall
+(node.driververbs.uninstall_node), labels (node.labeling.label_node), the runtime and the join
+(runtime.configure.configure_runtime, join.joining.join_cluster), table-driven below.
 
 The store is a directory of small real artifacts (tests/support/standin.py) served over loopback
 http, so the store client reads the profile's credentials file; that file is the node's (in the

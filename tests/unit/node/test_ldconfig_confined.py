@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.node.system import proc_mounts_beneath
+from nodeprep.node.integration import proc_mounts_beneath
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                                 reason="mount namespaces need root and util-linux unshare")
 RUN = ("from pathlib import Path; from nodeprep.node import system; "
        "from nodeprep.node.layout import Layout; from nodeprep.errors import InputError\n"
-       "try:\n    system.run_ldconfig(Layout(Path({root!r})))\n"
+       "try:\n    integration.run_ldconfig(Layout(Path({root!r})))\n"
        "except InputError as e:\n    print('error:', e.message)")
 
 

@@ -1,4 +1,4 @@
-"""The MIG planner (nodeprep.node.mig) on GPU states written out here (pure: nothing GPU-like runs;
+"""The MIG planner (nodeprep.node.migplan) on GPU states written out here (pure: nothing GPU-like runs;
 NVML's own answers, through NVIDIA's NVML mock, are tests/unit/node/test_mig_nvml_mock.py).
 
 The GPUs are an 8-GPU HGX H100 80GB (PCI id 0x233010DE) with the GPU instance profiles NVML lists
@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from nodeprep.node.mig import GpuMig, MigPlan, creation_order, plan
+from nodeprep.node.migplan import GpuMig, MigPlan, creation_order, plan
 from nodeprep.profile import parse_profile
 
 H100_PROFILES = ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")

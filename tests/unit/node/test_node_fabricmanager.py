@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from nodeprep import artifact
 from nodeprep.builder import fabricmanager
 from nodeprep.cli import main
-from nodeprep.node.system import render_fabricmanager_unit
+from nodeprep.node.integration import render_fabricmanager_unit
 from tests.support import fmarchive
 from tests.support import rawartifact as ra
 from tests.support.standin import KERNEL, standin_kmod

@@ -1,4 +1,4 @@
-"""The install plan (nodeprep.node.plan) against roots prepared by real installs: what it says would
+"""The install plan (nodeprep.node.driverplan) against roots prepared by real installs: what it says would
 change is what the install then changes, and a root it calls done is one the install leaves alone.
 `install --check` prints that plan and writes nothing.
 
@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from nodeprep.cli import main
 from nodeprep.errors import InputError
 from nodeprep.node import installer
-from nodeprep.node.plan import plan_activate, plan_remove
+from nodeprep.node.driverplan import plan_activate, plan_remove
 from nodeprep.node.state import load_state
 from tests.support.standin import KERNEL, standin_store, tree
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep import artifact, runner
-from nodeprep.node import system
+from nodeprep.node import integration
 from tests.support import rawartifact as ra
 from tests.support.clirunner import error_line, invoke
 from tests.support.elfsynth import compile_so
@@ -136,11 +136,11 @@ def test_links_are_the_links_ldconfig_n_makes(tmp_path: Path) -> None:
     shutil.copytree(d, expected, symlinks=True)
     runner.run(["ldconfig", "-n", expected], timeout=60)
 
-    made = system.soname_links(d)
+    made = integration.soname_links(d)
     assert _lib64_tree(d) == _lib64_tree(expected)
     assert made == ["ld-test.so.2", "libfoo.so.1", "libstale.so.3", "libwrong.so.5", "libwrong.so.6"]
     assert os.readlink(d / "libfoo.so.1") == "libfoo.so.1.10.0"
-    assert system.soname_links(d) == []  # a second run changes nothing, as ldconfig -n
+    assert integration.soname_links(d) == []  # a second run changes nothing, as ldconfig -n
 
 
 def test_links_made_at_install_are_ldconfig_n_links(tmp_path: Path) -> None:
@@ -182,7 +182,7 @@ def test_links_for_the_real_user_space_are_ldconfig_n_links(test_cache: Path, tm
             p.unlink()
     shutil.copytree(ours / "lib64", theirs, symlinks=True)
     runner.run(["ldconfig", "-n", theirs], timeout=120)
-    assert system.soname_links(ours / "lib64")
+    assert integration.soname_links(ours / "lib64")
     assert _lib64_tree(ours / "lib64") == _lib64_tree(theirs)
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from nodeprep.atomicfile import atomic_symlink, atomic_write, clean_temporaries
 from nodeprep.errors import StateError
-from nodeprep.node.fsutil import atomic_symlink, atomic_write, clean_temporaries
 from nodeprep.node.layout import Layout
 from nodeprep.node.state import State, load_state, save_state
 

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from nodeprep import runner
 from nodeprep.cli import main
+from nodeprep.node.driverplan import plan_uninstall
 from nodeprep.node.layout import Layout
 from nodeprep.node.lock import locked
-from nodeprep.node.plan import plan_uninstall
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
 from tests.support.tree import snapshot as tree_snapshot

@@ -5,9 +5,9 @@ from __future__ import annotations
 import configparser
 from pathlib import Path
 
+from nodeprep.node.driverplan import daemon_commands, dropped_daemon_commands
+from nodeprep.node.integration import command_problem, nodeprep_command, render_persistenced_unit, render_unit
 from nodeprep.node.layout import Layout
-from nodeprep.node.plan import daemon_commands, dropped_daemon_commands
-from nodeprep.node.system import command_problem, nodeprep_command, render_persistenced_unit, render_unit
 
 
 def parse(text: str) -> configparser.ConfigParser:

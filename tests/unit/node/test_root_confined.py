@@ -134,7 +134,7 @@ def test_atomic_write_never_writes_through_links(tmp_path: Path) -> None:
     """A link in place of the file, or named like its temporary, is replaced, never written through."""
     import os
 
-    from nodeprep.node.fsutil import atomic_write
+    from nodeprep.atomicfile import atomic_write
 
     host = tmp_path / "host"
     host.write_text("host\n")

@@ -9,7 +9,7 @@ import pytest
 
 from nodeprep.builder.signing import SIG_MAGIC, find_sign_file, has_signature, sign_modules, strip_signature
 from nodeprep.errors import ArtifactError, InputError
-from nodeprep.modfacts import parse_module
+from nodeprep.modinfo import parse_module
 
 
 def test_strip_signature_of_a_debian_signed_module(data: Path) -> None:

@@ -14,7 +14,7 @@ from nodeprep import runner
 from nodeprep.builder import initramfs
 from nodeprep.builder.initramfs import CpioEntry
 from nodeprep.errors import InputError
-from nodeprep.modfacts import module_bytes
+from nodeprep.modinfo import module_bytes
 
 needs_cpio = pytest.mark.skipif(runner.which("cpio") is None,
                                 reason="cpio(1) not installed (scripts/deps/smoke.apt)")

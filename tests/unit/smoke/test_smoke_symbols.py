@@ -11,7 +11,7 @@ import pytest
 from nodeprep.builder.smoke import split_boot_static, vermagic_mismatch
 from nodeprep.builder.symvers import check_symbols, parse_symvers
 from nodeprep.errors import ArtifactError, InputError
-from nodeprep.modfacts import ModuleFacts, parse_module, read_module
+from nodeprep.modinfo import ModuleInfo, parse_module, read_module
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_missing_symbol_is_unknown(data: Path, symvers56) -> None:  # type: igno
 def test_symbols_exported_by_a_sibling_module_resolve(data: Path, symvers56) -> None:  # type: ignore
     vgem = read_module(data / "vgem.ko")
     without = {k: v for k, v in symvers56.items() if k != "drm_gem_shmem_dumb_create"}
-    provider = ModuleFacts(name="helper", modinfo={}, undefined=[], exports=["drm_gem_shmem_dumb_create"],
+    provider = ModuleInfo(name="helper", modinfo={}, undefined=[], exports=["drm_gem_shmem_dumb_create"],
                            versions={}, signed=False)
     assert check_symbols(vgem, without, [provider]) == []
 

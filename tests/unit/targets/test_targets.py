@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from nodeprep import targets
-from nodeprep.builder import buildroot, cc, container, headers
+from nodeprep.builder import buildroot, cc, containerbuild, headers
 from nodeprep.builder.resolve import BuildRequest, validate_request
 from nodeprep.errors import InputError
 from nodeprep.sources import drivers
@@ -32,7 +32,7 @@ def test_every_target_is_complete_and_unknown_ones_are_refused():
         assert t.name == name and t.channels and t.compiler and t.kernel_headers.count("{release}") == 1
         assert set(t.driver_packages) == set(drivers.FLAVOURS)
         assert (t.builder == "chroot") == t.has_buildroot
-        assert container.inner_builder(t) == t.builder
+        assert containerbuild.inner_builder(t) == t.builder
     with pytest.raises(InputError, match=r"^--os: unknown OS 'sles-15' \(known: debian-12, debian-13"):
         targets.get("sles-15")
 
@@ -73,8 +73,8 @@ def test_debian13_open_resolves_to_trixie_sources_headers_and_gcc14():
         ("linux-headers-6.12.117+deb13-common", "6.12.117-1"),
         ("linux-kbuild-6.12.117+deb13", "6.12.117-1"),
     )
-    spec = buildroot.spec_for(D13)
-    assert spec.suite == "trixie" and "gcc-14" in spec.packages and "libelf1t64" in spec.packages
+    recipe = buildroot.recipe_for(D13)
+    assert recipe.suite == "trixie" and "gcc-14" in recipe.packages and "libelf1t64" in recipe.packages
     # the compiler check: trixie's kernel names x86_64-linux-gnu-gcc-14, which gcc-14 provides
     kernel_cc = cc.Compiler(CC_TEXT[hdrs.release])
     assert kernel_cc.program == "x86_64-linux-gnu-gcc-14" and kernel_cc.version == "14.2.0"
@@ -98,7 +98,7 @@ def test_debian12_backports_kernel_takes_the_backports_driver_and_headers():
     )
     # built with bookworm's own gcc-12: Debian 12's build root has the kernel's compiler
     kernel_cc = cc.Compiler(CC_TEXT[kernel])
-    assert kernel_cc.version == "12.2.0" and "gcc-12" in buildroot.spec_for(D12).packages
+    assert kernel_cc.version == "12.2.0" and "gcc-12" in buildroot.recipe_for(D12).packages
     # the same archive answers mainline for a 6.1 kernel
     main = drivers.resolve_for_target(archive, D12, "6.1.0-56-amd64", None, "proprietary")
     assert main.debian_version == "535.309.01-0+deb12u1"
@@ -137,9 +137,9 @@ def test_requests_for_other_lines_and_builders_are_refused_before_any_download(t
 def test_backports_line_gets_its_own_build_root_with_pahole() -> None:
     """linux-kbuild-6.12.NN+deb12 depends on pahole (BTF for every module); bookworm's 6.1 line does
     not, so its build root (and every 6.1 artifact's input digest) stays as it was."""
-    main = buildroot.spec_for(D12)
-    bpo = buildroot.spec_for(D12, "6.12.117+deb12-amd64")
-    assert "pahole" not in main.packages and buildroot.spec_for(D12, "6.1.0-50-amd64") == main
+    main = buildroot.recipe_for(D12)
+    bpo = buildroot.recipe_for(D12, "6.12.117+deb12-amd64")
+    assert "pahole" not in main.packages and buildroot.recipe_for(D12, "6.1.0-50-amd64") == main
     assert bpo.packages == (*main.packages, "pahole") and bpo.key != main.key
 
 
@@ -151,7 +151,7 @@ def test_trixie_backports_kernels_are_their_own_line():
     bpo = d13.channel_for("7.3.4+deb13-amd64")
     assert (bpo.name, bpo.driver_version_tag, bpo.compiler) == ("backports", "~bpo13", "gcc-14")
     assert targets.archive(D13, "7.3.4+deb13-amd64").suites[-1] == "trixie-backports"
-    assert "pahole" in buildroot.spec_for(D13, "7.3.4+deb13-amd64").packages
+    assert "pahole" in buildroot.recipe_for(D13, "7.3.4+deb13-amd64").packages
     archive = recorded("debian13-backports-archive.json")
     assert headers.resolve(archive, None).release == "7.3.4+deb13-amd64"
     src = drivers.resolve_for_target(archive, D13, "7.3.4+deb13-amd64", None, "open")

@@ -203,7 +203,7 @@ def doctor_problems(doctor_mod, root, checks, require_cuda, expect_version):
         require_cuda=require_cuda or None,
         checks=set(checks) or None,
         expect_version=expect_version or None,
-        hook_audit=inheriting_hooks,
+        inheriting_hooks=inheriting_hooks,
     )
     problems = [f"{c.name}: {c.message}" for c in report.problems()]
     return problems, report.to_dict().get("checks", []), report.active

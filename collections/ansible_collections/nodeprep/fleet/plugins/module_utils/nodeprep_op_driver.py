@@ -72,7 +72,7 @@ def snapshot(state):
 
 
 def request_of(p, usecase, model, overrides):
-    """The nodeprep.node.usecase request for the task's options: the profile's typed Driver section
+    """The nodeprep.node.driververbs request for the task's options: the profile's typed Driver section
     (no flavour: whichever the store has), the options over it as flags over a profile."""
     given = {f"driver.{k}": tuple(p[k]) if spec["type"] == "list" else p[k]
              for k, spec in DRIVER_OPTIONS.items()}
@@ -84,7 +84,7 @@ def run(module):
     """The nodeprep_driver task on a validated AnsibleModule (see modules/nodeprep_driver.py)."""
     p = module.params
     state_mod, usecase, model, overrides, join_activation = host.import_nodeprep(
-        module, "nodeprep.node.state", "nodeprep.node.usecase", "nodeprep.profile.model",
+        module, "nodeprep.node.state", "nodeprep.node.driververbs", "nodeprep.profile.model",
         "nodeprep.profile.overrides", "nodeprep.join.activation",
     )
     from dataclasses import replace

@@ -48,7 +48,7 @@ def run(module):
         runtime_op.remove(module, removal_mod, profile_mod, join=True)
         return
     usecase, profile_mod, token_mod = host.import_nodeprep(
-        module, "nodeprep.join.usecase", "nodeprep.profile", "nodeprep.join.token"
+        module, "nodeprep.join.joining", "nodeprep.profile", "nodeprep.join.token"
     )
     from pathlib import Path
 

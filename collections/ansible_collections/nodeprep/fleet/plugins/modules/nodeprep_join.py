@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: nodeprep_join
 short_description: Join a GPU node to Kubernetes with nodeprep (kubeadm or kubelet bootstrap)
 description:
-  - Reads the node profile's C(cluster) section and calls C(nodeprep.join.plan.plan_join) then
+  - Reads the node profile's C(cluster) section and calls C(nodeprep.join.joinplan.plan_join) then
     C(nodeprep.join.apply.apply_join) - JoinConfiguration (v1beta3 below 1.31, v1beta4 from 1.31)
     or a bootstrap kubeconfig with KubeletConfiguration and a systemd drop-in, labels and taints at
     registration, the containerd drop-in and the CDI spec; then C(kubeadm join) or a kubelet restart.

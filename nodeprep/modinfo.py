@@ -62,7 +62,7 @@ def module_name(path: str | PurePosixPath) -> str:
 
 
 @dataclass(frozen=True)
-class ModuleFacts:
+class ModuleInfo:
     """What the kernel's loader looks at in a .ko."""
 
     name: str
@@ -109,7 +109,7 @@ class ModuleFacts:
         return self.field("license") in GPL_COMPATIBLE
 
 
-def module_facts(read: Callable[[int, int], bytes], size: int, name: str) -> ModuleFacts:
+def module_info(read: Callable[[int, int], bytes], size: int, name: str) -> ModuleInfo:
     """The facts of the module of `size` bytes that `read(offset, length)` serves (fewer bytes
     only at the end). ElfError when it is not an ELF file with a readable section table."""
     secs = Sections(read, size)
@@ -147,7 +147,7 @@ def module_facts(read: Callable[[int, int], bytes], size: int, name: str) -> Mod
             sym = raw[i + at:i + VERSION_ENTRY].split(b"\0", 1)[0].decode("utf-8", "replace")
             versions[sym] = crc & 0xFFFFFFFF
     signed = size >= len(SIG_MAGIC) and read(size - len(SIG_MAGIC), len(SIG_MAGIC)) == SIG_MAGIC
-    return ModuleFacts(name=name, modinfo=modinfo, signed=signed, undefined=sorted(undefined),
+    return ModuleInfo(name=name, modinfo=modinfo, signed=signed, undefined=sorted(undefined),
                        exports=sorted(exports), versions=versions,
                        export_crcs={k: v for k, v in sorted(crcs.items()) if k in exports},
                        gpl_exports=sorted(gpl))
@@ -169,13 +169,13 @@ def _crc_value(secs: Sections, shndx: int, value: int, cache: dict[int, bytes]) 
     return int(crc)
 
 
-def parse_module(data: bytes, name: str) -> ModuleFacts:
-    """module_facts() of a module image in memory; ElfError naming `name`."""
-    return _named(name, lambda: module_facts(lambda off, n: data[off:off + n], len(data), name))
+def parse_module(data: bytes, name: str) -> ModuleInfo:
+    """module_info() of a module image in memory; ElfError naming `name`."""
+    return _named(name, lambda: module_info(lambda off, n: data[off:off + n], len(data), name))
 
 
-def read_module(path: Path) -> ModuleFacts:
-    """module_facts() of the file `path` (a regular file, not a link; .ko or compressed .ko.xz/.gz/.zst).
+def read_module(path: Path) -> ModuleInfo:
+    """module_info() of the file `path` (a regular file, not a link; .ko or compressed .ko.xz/.gz/.zst).
     ElfError names the file for anything unreadable or malformed."""
     name = module_name(path.name)
     try:
@@ -185,15 +185,15 @@ def read_module(path: Path) -> ModuleFacts:
     try:
         if not path.name.endswith(COMPRESSED):
             size = os.fstat(fd).st_size
-            return _named(path.name, lambda: module_facts(lambda off, n: os.pread(fd, n, off), size, name))
+            return _named(path.name, lambda: module_info(lambda off, n: os.pread(fd, n, off), size, name))
         with os.fdopen(os.dup(fd), "rb") as f:
             data = decompress(path.name, f.read(MAX_MODULE + 1))
     finally:
         os.close(fd)
-    return _named(path.name, lambda: module_facts(lambda off, n: data[off:off + n], len(data), name))
+    return _named(path.name, lambda: module_info(lambda off, n: data[off:off + n], len(data), name))
 
 
-def _named(label: str, facts: Callable[[], ModuleFacts]) -> ModuleFacts:
+def _named(label: str, facts: Callable[[], ModuleInfo]) -> ModuleInfo:
     try:
         return facts()
     except ElfError as e:

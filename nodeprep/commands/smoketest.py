@@ -13,7 +13,7 @@ from ..builder.smoke import smoke_preview, smoke_test_artifact
 from ..errors import NodeprepError
 from ..paths import default_cache
 from ..sources.debian import DebianArchive
-from .options import check_option, emit_json, json_option
+from .clioptions import check_option, emit_json, json_option
 
 
 def _preview(result: dict[str, Any], os_name: str | None, as_json: bool) -> None:

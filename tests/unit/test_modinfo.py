@@ -1,4 +1,4 @@
-"""nodeprep.modfacts reads a kernel module's facts from its bytes: the same strings modinfo(8) prints
+"""nodeprep.modinfo reads a kernel module's facts from its bytes: the same strings modinfo(8) prints
 (compared on real Debian kernel modules, .ko and .ko.xz, from the test cache's kernels and the
 recorded smoke data), compressed modules read like plain ones, and hostile bytes (truncated,
 mutated, random, undecompressable, a FIFO or a link in place of the file) raise ElfError and
@@ -19,10 +19,10 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeprep import modfacts, runner
+from nodeprep import modinfo, runner
 from nodeprep.elf import ElfError
 from nodeprep.errors import InputError
-from nodeprep.modfacts import parse_module, read_module
+from nodeprep.modinfo import parse_module, read_module
 
 DATA = Path(__file__).parent / "smoke" / "data"
 VGEM = (DATA / "vgem.ko").read_bytes()
@@ -30,7 +30,7 @@ PEERMEM = (DATA / "nvidia-peermem.ko").read_bytes()
 FIELDS = ("vermagic", "version", "srcversion", "depends", "license", "name")
 
 
-def modinfo(path: Path, field: str) -> str:
+def modinfo_8(path: Path, field: str) -> str:
     if runner.which("modinfo") is None and not Path("/usr/sbin/modinfo").exists():
         pytest.skip("no modinfo(8) to compare with")
     argv = [runner.which("modinfo") or "/usr/sbin/modinfo", "-F", field, path]
@@ -62,19 +62,19 @@ def test_the_recorded_modules() -> None:
 def test_the_same_strings_as_modinfo(name: str) -> None:
     facts = read_module(DATA / name)
     for field in FIELDS:
-        assert facts.field(field).strip() == modinfo(DATA / name, field), field
+        assert facts.field(field).strip() == modinfo_8(DATA / name, field), field
 
 
 def test_real_kernel_modules_read_like_modinfo(test_cache: Path) -> None:
     sample = cached_modules(test_cache, 24)
     for path in sample:
         facts = read_module(path)
-        assert facts.name == modfacts.module_name(path.name)
+        assert facts.name == modinfo.module_name(path.name)
         for field in ("vermagic", "srcversion", "depends", "license"):
             # modinfo -F prints every value of a repeated key (sr_mod has MODULE_LICENSE twice), one a line
             shown = "\n".join(v.strip() for v in facts.modinfo.get(field, []))
-            assert shown == modinfo(path, field), (path, field)
-        assert facts.signed == bool(modinfo(path, "signer")), path
+            assert shown == modinfo_8(path, field), (path, field)
+        assert facts.signed == bool(modinfo_8(path, "signer")), path
 
 
 @pytest.mark.parametrize("suffix, pack", [
@@ -84,7 +84,7 @@ def test_compressed_modules_read_like_plain_ones(tmp_path: Path, suffix: str, pa
     path = tmp_path / f"vgem.ko{suffix}"
     path.write_bytes(pack(VGEM))
     assert read_module(path) == read_module(DATA / "vgem.ko")
-    assert modfacts.module_bytes(path) == VGEM
+    assert modinfo.module_bytes(path) == VGEM
     path.write_bytes(b"not " + suffix.encode())
     with pytest.raises(ElfError, match=f"vgem.ko{suffix}: cannot decompress"):
         read_module(path)

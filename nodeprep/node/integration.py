@@ -11,13 +11,13 @@ import stat
 from pathlib import Path
 
 from .. import runner, sonames, sysfs
+from ..atomicfile import atomic_symlink, atomic_write, fsync_dir, relative_target
 from ..containerhooks.container import ldconfig_argv
+from ..crash import crash_point
 from ..errors import InputError
 from ..profile.model import DEFAULT_DAEMONS, Daemons
 from ..vocab import DEFAULT_MODULES, KERNEL_MODULES
 from . import imagefile
-from .crash import crash_point
-from .fsutil import atomic_symlink, atomic_write, fsync_dir, relative_target
 from .layout import FABRICMANAGER_UNIT_NAME, PERSISTENCED_UNIT_NAME, UNIT_NAME, Layout
 
 log = logging.getLogger(__name__)
@@ -378,7 +378,7 @@ WantedBy=multi-user.target
 
 def render_persistenced_unit() -> str:
     """The unit that runs the active version's nvidia-persistenced: through `current`, so it moves with
-    activate, switch and rollback (restarted on a live root, nodeprep.node.plan.persistenced_commands);
+    activate, switch and rollback (restarted on a live root, nodeprep.node.driverplan.persistenced_commands);
     part of the module-load unit, so stopping that one (to unload the modules) stops it first."""
     return PERSISTENCED_UNIT
 

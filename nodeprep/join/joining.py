@@ -13,7 +13,7 @@ from typing import Any
 from ..profile import Profile
 from ..runtime.files import Seen, seen
 from .apply import apply_join, preview_join
-from .plan import JoinOptions, JoinPlan, plan_join
+from .joinplan import JoinOptions, JoinPlan, plan_join
 from .token import BootstrapToken
 
 

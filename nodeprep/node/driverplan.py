@@ -17,7 +17,7 @@ from typing import Any
 
 from ..artifact import IndexEntry, find
 from ..errors import InputError, StateError
-from ..modfacts import parse_vermagic
+from ..modinfo import parse_vermagic
 from ..profile.fields import field_error
 from ..vocab import version_key
 from .kmod import vermagic_problem

@@ -16,8 +16,8 @@ from ..rootpath import beneath
 from ..stores.oci import Options as StoreOptions
 from ..stores.store import Store
 from .callbacks import ActivationCallbacks
+from .driverplan import ActivatePlan, InstallPlan, UninstallPlan
 from .installer import InstallInput, InstallResult, install, plan_install_of
-from .plan import ActivatePlan, InstallPlan, UninstallPlan
 from .preview import activation
 from .state import State
 from .switch import ActivateResult, activate, rollback

@@ -9,7 +9,7 @@ from .. import artifact
 from ..errors import ArtifactError, NodeprepError
 
 
-def verify_store(path: Path) -> list[str]:
+def check_store(path: Path) -> list[str]:
     """One line per problem in the store directory `path` (empty: all good). An index nodeprep
     cannot use (malformed, a field of the wrong type, a name that is not the artifact's file name,
     not a regular file) and a manifest it cannot read (artifact.MalformedManifest) are refused as

@@ -29,7 +29,7 @@ from .. import runner
 from ..digests import canonical_json, sha256_bytes, sha256_file
 from ..errors import BuildError, CommandError, InputError
 from ..log import timed
-from ..modfacts import ModuleFacts, read_module
+from ..modinfo import ModuleInfo, read_module
 from ..sources import companions as sources
 from . import buildroot, kbuild
 from .symvers import check_symbols, parse_symvers
@@ -45,7 +45,7 @@ obj-m := $(filter-out nv-p2p-dummy.o,$(obj-m))
 """
 
 
-def symvers_of(facts: ModuleFacts, module_path: str) -> str:
+def symvers_of(facts: ModuleInfo, module_path: str) -> str:
     """Module.symvers lines for the exports of `facts` (as modpost writes them for the module at
     `module_path`, without .ko): `0xCRC<TAB>symbol<TAB>module<TAB>EXPORT_SYMBOL[_GPL]<TAB>`."""
     lines = []
@@ -67,7 +67,7 @@ def p2p_header_dir(tree: Path) -> Path:
     return found[0].parent
 
 
-def check_facts(name: str, facts: ModuleFacts, nvidia: ModuleFacts,
+def check_facts(name: str, facts: ModuleInfo, nvidia: ModuleInfo,
                 kernel_symvers: Mapping[str, Any]) -> list[str]:
     """Problems with companion module `name` built beside `nvidia`: another vermagic, no dependency on
     nvidia, an nvidia_p2p_* symbol without its CRC, or any symbol the kernel would refuse."""
