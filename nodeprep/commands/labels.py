@@ -11,14 +11,22 @@ import click
 from ..atomicfile import atomic_write
 from ..errors import InputError, NodeprepError
 from ..labels import output
-from ..labels.cloud import CLOUD_CHOICES, Endpoints
-from ..labels.core import MIG_STRATEGIES
+from ..labels.cloud import Endpoints
 from ..labels.profilelabels import ProfileLabels, profile_labels
 from ..labels.validate import check_kubelet_labels, parse_label_arg, split_for_kubelet
 from ..node.gpufacts import Recording
 from ..node.labeling import GPU_SOURCES, LabelNode, label_node
 from ..profile import profile_path
-from .clioptions import check_option, profile_option, root_option, sysfs_root_option
+from ..profile.overrides import section_with
+from .clioptions import (
+    check_option,
+    override_options,
+    pop_overrides,
+    profile_option,
+    root_option,
+    section_flags,
+    sysfs_root_option,
+)
 
 log = logging.getLogger("nodeprep.labels")
 
@@ -32,11 +40,7 @@ log = logging.getLogger("nodeprep.labels")
               help="Write to FILE (atomically) instead of stdout.")
 @click.option("--label", "extra_labels", multiple=True, metavar="KEY=VALUE",
               help="Extra label (repeatable); wins over the profile's labels.extra.")
-@click.option("--cloud", type=click.Choice(CLOUD_CHOICES), default=None,
-              help="Which metadata service to ask "
-                   "(default: the profile's labels.cloud, else auto = from DMI).")
-@click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES), default=None,
-              help="GFD's MIG strategy (default: the profile's labels.mig_strategy, else none).")
+@override_options(*section_flags("labels"))  # every labels field with a flag: a new one appears here
 @sysfs_root_option
 @click.option("--dmi-root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Stands for /sys/class/dmi/id (default: under --sysfs-root).")
@@ -61,18 +65,19 @@ log = logging.getLogger("nodeprep.labels")
 @profile_option
 @root_option
 def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[str, ...],
-               cloud: str | None, mig_strategy: str | None, sysfs_dir: Path | None, dmi_root: Path | None,
+               sysfs_dir: Path | None, dmi_root: Path | None,
                nvidia_smi_xml: Path | None, gpu_source: str, pci_ids: Path | None,
                aws_metadata_url: str | None,
                gce_metadata_url: str | None, azure_metadata_url: str | None, timeout: float, do_apply: bool,
                kubeconfig: Path | None, node: str | None, check: bool, profile: Path | None,
-               root: Path) -> None:
+               root: Path, **overrides: Any) -> None:
     """Compute this node's labels (GFD-compatible nvidia.com/*, instance type, topology, nodeprep.dev/*)
     and print them, write them for NFD, or apply them to the Node."""
     fmt = "json" if as_json else fmt
     if profile is None and profile_path(root, None).is_file():
         profile = profile_path(root, None)
-    prof = profile_labels(profile) if profile is not None else ProfileLabels()
+    prof = section_with(profile_labels(profile) if profile is not None else ProfileLabels(), "labels",
+                        pop_overrides(overrides))
     cli_extra = dict(parse_label_arg(t) for t in extra_labels)
     extra = {**prof.extra, **cli_extra}
     if do_apply and kubeconfig is None:
@@ -80,8 +85,8 @@ def labels_cmd(fmt: str, as_json: bool, out: Path | None, extra_labels: tuple[st
     if fmt == "kubelet":
         check_kubelet_labels(extra)
     labelled = label_node(root, LabelNode(prof, check=check, source=gpu_source, options=dict(
-        extra=extra, cloud=cloud, sysfs_root=sysfs_dir, dmi_root=dmi_root, nvidia_smi_xml=nvidia_smi_xml,
-        mig_strategy=mig_strategy, pci_ids=pci_ids,
+        extra=extra, sysfs_root=sysfs_dir, dmi_root=dmi_root, nvidia_smi_xml=nvidia_smi_xml,
+        pci_ids=pci_ids,
         endpoints=Endpoints.from_env(aws=aws_metadata_url, gce=gce_metadata_url, azure=azure_metadata_url),
         source_timeout=timeout, total_timeout=timeout * 1.5)))
     result, facts = labelled.result, labelled.facts

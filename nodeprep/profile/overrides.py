@@ -26,11 +26,18 @@ def with_overrides(profile: Profile, overrides: Mapping[str, Any], *,
                          insecure_skip_ca_verification=insecure_skip_ca_verification)
 
 
-def driver_with(base: Driver, overrides: Mapping[str, Any]) -> Driver:
-    """`base` with the `driver.KEY` values given (None: not given) in place of its fields: the one way
-    a front-end's flags or task options become the typed section (node/driververbs.py's requests)."""
-    given = {field_by_path(path).key: value for path, value in overrides.items() if value is not None}
-    unknown = [path for path in overrides if not path.startswith("driver.")]
+def section_with(base: Any, section: str, overrides: Mapping[str, Any]) -> Any:
+    """`base`, a dataclass whose fields are `section`'s keys, with the `section.KEY` values given
+    (None: not given) in place of its fields: the one way a front-end's flags or task options become
+    a typed section."""
+    unknown = [path for path in overrides if not path.startswith(f"{section}.")]
     if unknown:
         raise KeyError(", ".join(unknown))
+    given = {field_by_path(path).key: value for path, value in overrides.items() if value is not None}
     return replace(base, **given)
+
+
+def driver_with(base: Driver, overrides: Mapping[str, Any]) -> Driver:
+    """`base` with the `driver.KEY` values given: node/driververbs.py's requests."""
+    driver: Driver = section_with(base, "driver", overrides)
+    return driver
