@@ -37,7 +37,7 @@ from . import sonames, sysfs
 from .atomicfile import atomic_stream, atomic_write
 from .digests import CHUNK, SHA256_RE, canonical_json, sha256_bytes, sha256_file
 from .errors import ArtifactError, ChecksumError, InputError
-from .safetar import LIMITS, MANIFEST, Beneath, Limits, MemberRules, link_problem
+from .safetar import LIMITS, MANIFEST, Beneath, FileEntry, Limits, MemberRules, link_problem
 from .vocab import DRIVER_VERSION_RE, FLAVOURS, KERNEL_RELEASE_RE
 
 FORMAT_VERSION = 1
@@ -63,14 +63,6 @@ def input_digest(inputs: dict[str, str], params: dict[str, Any]) -> str:
             {"format": FORMAT_VERSION, "compression": COMPRESSION, "inputs": inputs, "params": params}
         )
     )
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    sha256: str
-    size: int
-    mode: int  # 0o755 or 0o644; symlinks: 0o777 with `target`
-    target: str | None = None
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from .errors import ArtifactError, StateError
 
-if TYPE_CHECKING:
-    from .artifact import FileEntry
-
 MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of a manifest (nodeprep.artifact.Manifest.files): what its tar member must match."""
+
+    sha256: str
+    size: int
+    mode: int  # 0o755 or 0o644; symlinks: 0o777 with `target`
+    target: str | None = None
+
+
 PATH_MAX = 4096  # bytes of a member name or link target, including the terminating NUL
 NAME_MAX = 255  # bytes of one path component
 MAX_MEMBER_BYTES = 1 << 30  # one file of an artifact
