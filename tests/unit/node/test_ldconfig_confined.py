@@ -18,7 +18,7 @@ from nodeprep.node.integration import proc_mounts_beneath
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                                 reason="mount namespaces need root and util-linux unshare")
-RUN = ("from pathlib import Path; from nodeprep.node import system; "
+RUN = ("from pathlib import Path; from nodeprep.node import integration; "
        "from nodeprep.node.layout import Layout; from nodeprep.errors import InputError\n"
        "try:\n    integration.run_ldconfig(Layout(Path({root!r})))\n"
        "except InputError as e:\n    print('error:', e.message)")
