@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,31 +13,28 @@ from ..join.usecase import JoinRequest, join_cluster
 from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
 from ..runtime.configure import RuntimeRequest, configure_runtime
-from .options import (
-    check_option,
-    emit_json,
-    json_option,
-    override_options,
-    pop_overrides,
-    profile_option,
-    root_option,
-)
+from .options import check_option, emit_json, node_options, override_options, pop_overrides
 
 log = logging.getLogger("nodeprep.join")
 
-nvidia_smi_xml_option = click.option(
+
+def _existing_path_option(flag: str, help: str, *, directory: bool) -> Callable[[Any], Any]:
+    """An optional path that must exist: a file, or with `directory` a directory."""
+    kind = click.Path(file_okay=not directory, dir_okay=directory, exists=True, path_type=Path)
+    return click.option(flag, type=kind, default=None, help=help)
+
+
+nvidia_smi_xml_option = _existing_path_option(
     "--nvidia-smi-xml",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
+    "Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
     "(offline image builds).",
+    directory=False,
 )
-dev_root_option = click.option(
+dev_root_option = _existing_path_option(
     "--dev-root",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Look for the device nodes and daemon sockets the CDI spec names under DIR instead of "
+    "Look for the device nodes and daemon sockets the CDI spec names under DIR instead of "
     "--root (an image being built: --dev-root /).",
+    directory=True,
 )
 
 
@@ -52,9 +50,7 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
 
 
 @click.command("join")
-@profile_option
-@root_option
-@json_option
+@node_options
 @check_option(
     "Change nothing: print every file the join would write (diffs against what is there, token "
     "masked), the commands it would run and what preflight found (only a real join refuses).",
@@ -138,9 +134,7 @@ def join_cmd(
 
 
 @click.command("runtime")
-@profile_option
-@root_option
-@json_option
+@node_options
 @check_option("Only report what would change (nothing written).")
 @nvidia_smi_xml_option
 @dev_root_option

@@ -39,6 +39,23 @@ profile_option = click.option(
     "--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Node profile (default /etc/nodeprep/node.yaml under --root when it exists).",
 )
+no_load_option = click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+
+
+def stacked(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The decorators as one, in the order listed: as if written one above the other (the first
+    outermost), so `--help` shows their options in that order."""
+
+    def decorate(f: Any) -> Any:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return decorate
+
+
+node_options = stacked(profile_option, root_option, json_option)
+"""--profile, --root, --json: the options of a command that reads this node's profile."""
 
 
 _ALIAS_USED = "nodeprep.check_alias"
@@ -64,6 +81,11 @@ def check_option(help: str, *deprecated: str, dest: str = "check") -> Callable[[
         return click.option("--check", dest, is_flag=True, help=help, callback=check)(f)
 
     return decorate
+
+
+def check_json_options(help: str, *deprecated: str) -> Callable[[Any], Any]:
+    """check_option(help, *deprecated), then --json."""
+    return stacked(check_option(help, *deprecated), json_option)
 
 
 def registry_options(f: Any) -> Any:
