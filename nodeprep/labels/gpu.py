@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner
-from ..pci import NVIDIA_VENDOR_ID, PciDevice, devices_dir, nvidia_gpus
+from ..pci import NVIDIA_VENDOR_ID, PciDevice, devices_dir, nvidia_gpus, nvidia_pci_id
 from ..sysfs import read_attr
 from . import pciids
 
@@ -244,7 +244,7 @@ def _nvml_gpu(nv: Any, handle: Any, sysfs_root: Path) -> Gpu:  # nv: pynvml, unt
     pci = opt(nv.nvmlDeviceGetPciInfo, handle)
     brand = opt(nv.nvmlDeviceGetBrand, handle) if hasattr(nv, "nvmlDeviceGetBrand") else None  # nvml 3xx+
     bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
-    pci_device = f"{NVIDIA_VENDOR_ID}:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
+    pci_device = nvidia_pci_id(pci.pciDeviceId >> 16) if pci is not None else None
     mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
     fabric, fabric_error = _nvml_fabric(nv, handle)
     migs: list[MigDevice] = []
