@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,28 +12,18 @@ from ..join.usecase import JoinRequest, join_cluster
 from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
 from ..runtime.configure import RuntimeRequest, configure_runtime
-from .options import check_option, emit_json, node_options, override_options, pop_overrides
+from .options import check_option, emit_json, node_options, override_options, path_option, pop_overrides
 
 log = logging.getLogger("nodeprep.join")
-
-
-def _existing_path_option(flag: str, help: str, *, directory: bool) -> Callable[[Any], Any]:
-    """An optional path that must exist: a file, or with `directory` a directory."""
-    kind = click.Path(file_okay=not directory, dir_okay=directory, exists=True, path_type=Path)
-    return click.option(flag, type=kind, default=None, help=help)
-
-
-nvidia_smi_xml_option = _existing_path_option(
-    "--nvidia-smi-xml",
-    "Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
+nvidia_smi_xml_option = path_option(
+    "--nvidia-smi-xml", exists=True,
+    help="Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
     "(offline image builds).",
-    directory=False,
 )
-dev_root_option = _existing_path_option(
-    "--dev-root",
-    "Look for the device nodes and daemon sockets the CDI spec names under DIR instead of "
+dev_root_option = path_option(
+    "--dev-root", directory=True, exists=True,
+    help="Look for the device nodes and daemon sockets the CDI spec names under DIR instead of "
     "--root (an image being built: --dev-root /).",
-    directory=True,
 )
 
 
@@ -56,12 +45,8 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
     "masked), the commands it would run and what preflight found (only a real join refuses).",
     "--dry-run",
 )
-@click.option(
-    "--output-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="With --check: also write the files under DIR (DIR/etc/...), not on the node.",
-)
+@path_option("--output-dir", directory=True,
+             help="With --check: also write the files under DIR (DIR/etc/...), not on the node.")
 @click.option(
     "--insecure-skip-ca-verification",
     is_flag=True,

@@ -39,6 +39,17 @@ profile_option = click.option(
     "--profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Node profile (default /etc/nodeprep/node.yaml under --root when it exists).",
 )
+
+
+def path_option(
+    *decls: str, help: str, directory: bool = False, exists: bool = False
+) -> Callable[[Any], Any]:
+    """An optional path option (default None): a file, or with `directory` a directory; with `exists`
+    it must be there."""
+    kind = click.Path(file_okay=not directory, dir_okay=directory, exists=exists, path_type=Path)
+    return click.option(*decls, type=kind, default=None, help=help)
+
+
 no_load_option = click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
 
 

@@ -23,7 +23,15 @@ from ..upgrade.nodeside import replace, revert
 from ..upgrade.rollout import Options
 from ..upgrade.states import FAILED, NodeView, resume_point
 from .install import _driver
-from .options import check_json_options, emit_json, json_option, no_load_option, root_option, stacked
+from .options import (
+    check_json_options,
+    emit_json,
+    json_option,
+    no_load_option,
+    path_option,
+    root_option,
+    stacked,
+)
 
 kubeconfig_option = click.option(
     "--kubeconfig",
@@ -46,8 +54,7 @@ failure_budget_option = click.option("--failure-budget", type=click.IntRange(1),
 
 def _cluster_read_option(help: str) -> Callable[[Any], Any]:
     """--kubeconfig, optional: without it the command works from its options alone."""
-    kind = click.Path(dir_okay=False, path_type=Path)
-    return click.option("--kubeconfig", type=kind, default=None, help=help)
+    return path_option("--kubeconfig", help=help)
 
 
 def _names_option(flag: str, dest: str, help: str, required: bool = False) -> Callable[[Any], Any]:
@@ -211,18 +218,10 @@ def admit_cmd(
 @click.option(
     "--full-drain", is_flag=True, help="Evict every pod (not DaemonSets, mirror pods), not only GPU pods."
 )
-@click.option(
-    "--opt-out-label",
-    default=None,
-    metavar="KEY",
-    help="Pods with KEY=true are never evicted [default: nodeprep.dev/upgrade-skip-eviction].",
-)
-@click.option(
-    "--wait-for-jobs",
-    default=None,
-    metavar="SELECTOR",
-    help="Before evicting, wait for the node's pods matching this label selector to finish.",
-)
+@click.option("--opt-out-label", default=None, metavar="KEY",
+              help="Pods with KEY=true are never evicted [default: nodeprep.dev/upgrade-skip-eviction].")
+@click.option("--wait-for-jobs", default=None, metavar="SELECTOR",
+              help="Before evicting, wait for the node's pods matching this label selector to finish.")
 @_seconds_option("--jobs-timeout", 0.0, "Seconds to wait for them (then go on).")
 @click.option(
     "--grace-period",
@@ -232,30 +231,14 @@ def admit_cmd(
 )
 @check_json_options("Print the steps and the pods that would be evicted; change nothing.")
 def prepare_cmd(
-    kubeconfig: Path,
-    node: str,
-    target: str,
-    timeout: float,
-    interval: float,
-    full_drain: bool,
-    opt_out_label: str | None,
-    wait_for_jobs: str | None,
-    jobs_timeout: float,
-    grace_period: int | None,
-    check: bool,
-    as_json: bool,
+    kubeconfig: Path, node: str, target: str, timeout: float, interval: float, full_drain: bool,
+    opt_out_label: str | None, wait_for_jobs: str | None, jobs_timeout: float, grace_period: int | None,
+    check: bool, as_json: bool,
 ) -> None:
     """From the node's state on: cordon (recorded as the rollout's), wait for jobs, evict the GPU pods
     (Eviction API, disruption budgets honoured), drain; up to pod-restart-required."""
-    opts = _options(
-        timeout=timeout,
-        interval=interval,
-        full_drain=full_drain,
-        opt_out_label=opt_out_label,
-        wait_for_jobs=wait_for_jobs,
-        jobs_timeout=jobs_timeout,
-        grace_seconds=grace_period,
-    )
+    opts = _options(timeout=timeout, interval=interval, full_drain=full_drain, opt_out_label=opt_out_label,
+                    wait_for_jobs=wait_for_jobs, jobs_timeout=jobs_timeout, grace_seconds=grace_period)
     with _cluster(kubeconfig) as c:
         res = rollout.prepare(c, node, target, opts, check=check)
     _emit_step(node, res, res.lines + [f"kept {k}" for k in res.kept], as_json)
@@ -274,12 +257,7 @@ def prepare_cmd(
 )
 @check_json_options("Print the steps; change nothing.")
 def finish_cmd(
-    kubeconfig: Path,
-    node: str,
-    target: str,
-    validation_timeout: float,
-    no_selftest: bool,
-    check: bool,
+    kubeconfig: Path, node: str, target: str, validation_timeout: float, no_selftest: bool, check: bool,
     as_json: bool,
 ) -> None:
     """After the node's driver changed: validation, uncordon (only a node the rollout cordoned),
@@ -333,12 +311,8 @@ def budget_cmd(
 
 @upgrade_group.command("reload")
 @root_option
-@click.option(
-    "--sysfs-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Stands for /sys (SYSFS/module/*/refcnt, holders) [default: ROOT/sys].",
-)
+@path_option("--sysfs-root", directory=True,
+             help="Stands for /sys (SYSFS/module/*/refcnt, holders) [default: ROOT/sys].")
 @version_option
 @click.option(
     "--modules",
