@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from .pci import NVIDIA_VENDOR_ID
+
 # Validation patterns: always applied with fullmatch (`$` alone also matches before a trailing
 # newline); their `^...$` text is what the JSON Schemas publish (ECMA-262 `$` is the end).
 DRIVER_VERSION = r"\d{3}\.\d{2,3}(\.\d{2})?"  # a full driver version, 535.309.01 (for patterns that embed it)
@@ -20,7 +22,7 @@ KERNEL_RELEASE_RE = re.compile(r"^\d{1,4}\.\d{1,4}[A-Za-z0-9.+_~-]{0,120}$")  # 
 DRIVER_BRANCH_RE = re.compile(r"^\d{3}$")  # a driver branch: the major number of its versions, 580
 # The GPUs a driver is chosen for: 'node' (the node's NVIDIA PCI devices) or a comma list of PCI ids
 # (10de:DEVICE[:SUBVENDOR:SUBDEVICE], nodeprep.node.support.PciId)
-_PCI_ID = r"10de:[0-9a-fA-F]{4}(:[0-9a-fA-F]{4}:[0-9a-fA-F]{4})?"
+_PCI_ID = rf"{NVIDIA_VENDOR_ID}:[0-9a-fA-F]{{4}}(:[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})?"
 GPUS_RE = re.compile(rf"^(node|{_PCI_ID}(,{_PCI_ID})*)$")
 # Which version of those that run the GPUs (or of a branch) is taken
 BRANCH_POLICIES = ("newest", "oldest")

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -289,6 +290,26 @@ def private_dir(parent: Path, kind: str) -> Path:
     assert key is not None
     _HELD[key] = fd
     return path
+
+
+def keep_modules(built: Sequence[Path], kept: Path, staging_parent: Path, **record: str) -> None:
+    """Put the built modules (mode 0644) and their modules.json (`{"modules": [file names],
+    **record}`) in place of the cache entry `kept`, whole: assembled in a private directory under
+    `staging_parent`, then renamed over it."""
+    staging = private_dir(staging_parent, "modules")
+    try:
+        for p in built:
+            shutil.copyfile(p, staging / p.name)
+            os.chmod(staging / p.name, 0o644)
+        (staging / "modules.json").write_text(
+            json.dumps({"modules": [p.name for p in built], **record}, sort_keys=True)
+        )
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        if kept.exists():
+            shutil.rmtree(kept)
+        os.replace(staging, kept)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _in_use(entry: Path) -> bool:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import shutil
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -189,18 +187,7 @@ def compile_companions(files: Mapping[str, Path], *, clone: Path, tree: Path, dr
                            for name, tarball in sorted(files.items())}
                 built = [jobs_of[name].result() for name in sorted(files)]
         runner.run(["strip", "--strip-debug", *built], root=clone, timeout=600)
-        staging = buildroot.private_dir(cache / "tmp", "modules")
-        try:
-            for ko in built:
-                shutil.copyfile(clone / ko.lstrip("/"), staging / Path(ko).name)
-                os.chmod(staging / Path(ko).name, 0o644)
-            (staging / "modules.json").write_text(json.dumps({"modules": [Path(k).name for k in built]}))
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            if kept.exists():
-                shutil.rmtree(kept)
-            os.replace(staging, kept)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        buildroot.keep_modules([clone / ko.lstrip("/") for ko in built], kept, cache / "tmp")
     else:
         log.info("Reusing the companion modules compiled earlier (%s…)", key[:12])
     facts: dict[str, Any] = {}

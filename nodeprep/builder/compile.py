@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import re
@@ -260,19 +259,6 @@ def _compile_in_clone(
             kbuild.strip_modules(None, names, tree=str(tree))
         else:
             kbuild.strip_modules(clone, names)
-    staging = buildroot.private_dir(tmp_parent, "modules")
-    try:
-        for p in built:
-            shutil.copyfile(p, staging / p.name)
-            os.chmod(staging / p.name, 0o644)
-        (staging / "modules.json").write_text(
-            json.dumps({"modules": [p.name for p in built], "compiler": kernel_cc.text}, sort_keys=True)
-        )
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        if kept.exists():
-            shutil.rmtree(kept)
-        os.replace(staging, kept)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    buildroot.keep_modules(built, kept, tmp_parent, compiler=kernel_cc.text)
     info["compiled"] = True
     return kept, info

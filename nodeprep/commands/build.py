@@ -28,7 +28,7 @@ from ..stores.store import Store
 from ..stores.storecheck import check_store
 from ..vocab import DEFAULT_FLAVOUR, FLAVOURS
 from . import progressview as render
-from .clioptions import check_option, emit_json, json_option, registry_options, store_options
+from .clioptions import check_option, emit_json, json_option, path_option, registry_options, store_options
 
 if TYPE_CHECKING:
     from ..builder.driver import BuildResult
@@ -280,25 +280,11 @@ def _preview(req: Any, in_container: bool, as_json: bool) -> None:
     "installed kernel headers and gcc; podman/docker: inside images/<os>/ (chroot for the Debian "
     "targets, host for the others).",
 )
-@click.option(
-    "--headers-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="--builder host: the kernel headers tree (default: /lib/modules/<kernel>/build, "
-    "/usr/src/linux-headers-<kernel>, /usr/src/kernels/<kernel>).",
-)
-@click.option(
-    "--sign-key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Private key to sign the modules with (with --sign-cert).",
-)
-@click.option(
-    "--sign-cert",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="X.509 certificate matching --sign-key.",
-)
+@path_option("--headers-dir", directory=True,
+             help="--builder host: the kernel headers tree (default: /lib/modules/<kernel>/build, "
+             "/usr/src/linux-headers-<kernel>, /usr/src/kernels/<kernel>).")
+@path_option("--sign-key", help="Private key to sign the modules with (with --sign-cert).")
+@path_option("--sign-cert", help="X.509 certificate matching --sign-key.")
 @click.option("--sign-hash", type=click.Choice(["sha256", "sha512"]), default="sha256", show_default=True)
 @click.option(
     "--smoke-test/--no-smoke-test",

@@ -41,6 +41,34 @@ profile_option = click.option(
 )
 
 
+def path_option(
+    *decls: str, help: str, directory: bool = False, exists: bool = False
+) -> Callable[[Any], Any]:
+    """An optional path option (default None): a file, or with `directory` a directory; with `exists`
+    it must be there."""
+    kind = click.Path(file_okay=not directory, dir_okay=directory, exists=exists, path_type=Path)
+    return click.option(*decls, type=kind, default=None, help=help)
+
+
+no_load_option = click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+
+
+def stacked(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The decorators as one, in the order listed: as if written one above the other (the first
+    outermost), so `--help` shows their options in that order."""
+
+    def decorate(f: Any) -> Any:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return decorate
+
+
+node_options = stacked(profile_option, root_option, json_option)
+"""--profile, --root, --json: the options of a command that reads this node's profile."""
+
+
 _ALIAS_USED = "nodeprep.check_alias"
 
 
@@ -64,6 +92,11 @@ def check_option(help: str, *deprecated: str, dest: str = "check") -> Callable[[
         return click.option("--check", dest, is_flag=True, help=help, callback=check)(f)
 
     return decorate
+
+
+def check_json_options(help: str, *deprecated: str) -> Callable[[Any], Any]:
+    """check_option(help, *deprecated), then --json."""
+    return stacked(check_option(help, *deprecated), json_option)
 
 
 def registry_options(f: Any) -> Any:

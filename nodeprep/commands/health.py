@@ -15,7 +15,7 @@ from ..health.service import KMSG, Settings, Stop, judge, look_once, serve
 from ..kubeapi import connection, default_node_name, load_kubeconfig, read_node
 from ..profile import load_profile, profile_path
 from ..runtime.files import under
-from .clioptions import check_option, emit_json, json_option, profile_option, root_option
+from .clioptions import check_option, emit_json, node_options
 
 if TYPE_CHECKING:
     from ..health.verdict import NodeVerdict
@@ -25,9 +25,7 @@ KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 
 
 @click.command("health")
-@profile_option
-@root_option
-@json_option
+@node_options
 @click.option("--apply", "do_apply", is_flag=True,
               help="Write the Node condition GPUHealthy (the node's own credential suffices).")
 @click.option("--watch", is_flag=True,

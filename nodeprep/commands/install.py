@@ -36,9 +36,10 @@ from .clioptions import (
     check_option,
     emit_json,
     json_option,
+    no_load_option,
+    node_options,
     override_options,
     pop_overrides,
-    profile_option,
     root_option,
     section_flags,
 )
@@ -101,9 +102,7 @@ def _print_notes(notes: tuple[str, ...]) -> None:
     help="The store the booted node will reach, recorded for the kernel hook instead of --store "
     "(needed with --root when --store is a directory of this machine, not of the image).",
 )
-@profile_option
-@root_option
-@json_option
+@node_options
 def install_cmd(
     arch: str,
     do_activate: bool,
@@ -210,12 +209,10 @@ def _activate(root: Path, request: DriverActivate, as_json: bool, verb: str) -> 
 @click.command("activate")
 @click.argument("version", required=False)
 @override_options("driver.kernel")
-@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@no_load_option
 @check_option("Print what activating VERSION would change and change nothing.")
 @override_options("driver.modules")
-@profile_option
-@root_option
-@json_option
+@node_options
 def activate_cmd(
     version: str | None, no_load: bool, check: bool, profile: Path | None, root: Path, as_json: bool,
     **overrides: Any,
@@ -231,12 +228,10 @@ def activate_cmd(
 
 
 @click.command("rollback")
-@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
+@no_load_option
 @check_option("Print what the rollback would change and change nothing.")
 @override_options("driver.modules")
-@profile_option
-@root_option
-@json_option
+@node_options
 def rollback_cmd(no_load: bool, check: bool, profile: Path | None, root: Path, as_json: bool,
                  **overrides: Any) -> None:
     """Activate the previously active driver version."""
@@ -245,9 +240,7 @@ def rollback_cmd(no_load: bool, check: bool, profile: Path | None, root: Path, a
 
 
 @click.command("list")
-@profile_option
-@root_option
-@json_option
+@node_options
 def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
     """Installed driver versions (* active, < previous): size, install time, kernels and their
     module flavour; --json adds what doctor works from."""
@@ -267,9 +260,7 @@ def list_cmd(profile: Path | None, root: Path, as_json: bool) -> None:
 @click.command("remove")
 @click.argument("version")
 @check_option("Print whether VERSION would be removed and change nothing.")
-@profile_option
-@root_option
-@json_option
+@node_options
 def remove_cmd(version: str, check: bool, profile: Path | None, root: Path, as_json: bool) -> None:
     """Delete an installed, inactive driver VERSION (only what nodeprep installed)."""
     if profile is not None:  # uses none of its fields; a profile given is checked as everywhere
@@ -349,9 +340,7 @@ def uninstall_cmd(check: bool, root: Path, as_json: bool) -> None:
 @click.option(
     "--expect-version", default=None, metavar="VERSION", help="Fail unless VERSION is the active driver."
 )
-@profile_option
-@root_option
-@json_option
+@node_options
 def doctor_cmd(
     require_cuda: str | None, only: tuple[str, ...], expect_version: str | None, profile: Path | None,
     root: Path, as_json: bool

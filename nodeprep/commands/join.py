@@ -12,29 +12,16 @@ from ..join.joining import JoinRequest, join_cluster
 from ..node import oplog
 from ..profile import load_profile, profile_path, with_overrides
 from ..runtime.configure import RuntimeRequest, configure_runtime
-from .clioptions import (
-    check_option,
-    emit_json,
-    json_option,
-    override_options,
-    pop_overrides,
-    profile_option,
-    root_option,
-)
+from .clioptions import check_option, emit_json, node_options, override_options, path_option, pop_overrides
 
 log = logging.getLogger("nodeprep.join")
-
-nvidia_smi_xml_option = click.option(
-    "--nvidia-smi-xml",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
+nvidia_smi_xml_option = path_option(
+    "--nvidia-smi-xml", exists=True,
     help="Read the GPU list from this `nvidia-smi -q -x` capture instead of asking the driver "
     "(offline image builds).",
 )
-dev_root_option = click.option(
-    "--dev-root",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
+dev_root_option = path_option(
+    "--dev-root", directory=True, exists=True,
     help="Look for the device nodes and daemon sockets the CDI spec names under DIR instead of "
     "--root (an image being built: --dev-root /).",
 )
@@ -52,20 +39,14 @@ def _warn(warnings: list[str] | tuple[str, ...]) -> None:
 
 
 @click.command("join")
-@profile_option
-@root_option
-@json_option
+@node_options
 @check_option(
     "Change nothing: print every file the join would write (diffs against what is there, token "
     "masked), the commands it would run and what preflight found (only a real join refuses).",
     "--dry-run",
 )
-@click.option(
-    "--output-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="With --check: also write the files under DIR (DIR/etc/...), not on the node.",
-)
+@path_option("--output-dir", directory=True,
+             help="With --check: also write the files under DIR (DIR/etc/...), not on the node.")
 @click.option(
     "--insecure-skip-ca-verification",
     is_flag=True,
@@ -138,9 +119,7 @@ def join_cmd(
 
 
 @click.command("runtime")
-@profile_option
-@root_option
-@json_option
+@node_options
 @check_option("Only report what would change (nothing written).")
 @nvidia_smi_xml_option
 @dev_root_option

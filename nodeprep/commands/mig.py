@@ -9,13 +9,11 @@ import click
 
 from ..node.migapply import run
 from ..profile import load_profile, profile_path
-from .clioptions import check_option, emit_json, json_option, profile_option, root_option
+from .clioptions import check_option, emit_json, node_options
 
 
 @click.command("mig")
-@profile_option
-@root_option
-@json_option
+@node_options
 @check_option("Print the plan (MIG mode to set, MIG devices to destroy and create) and change nothing.")
 def mig_cmd(profile: Path | None, root: Path, as_json: bool, check: bool) -> None:
     """Put mig.config's selected mig-config (mig.select) in place on this host's GPUs: MIG mode, then

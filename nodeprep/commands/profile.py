@@ -12,7 +12,7 @@ from ..node import branch, driververbs
 from ..profile import load_profile, profile_path, render_schema
 from ..stores.store import Store
 from ..urls import redact_url
-from .clioptions import emit_json, json_option, profile_option, root_option
+from .clioptions import emit_json, node_options
 
 
 @click.group("profile")
@@ -27,9 +27,7 @@ def profile_group() -> None:
     "supported-GPU list, read from driver.store, does not run these GPUs ('node': the PCI devices under "
     "--root).",
 )
-@profile_option
-@root_option
-@json_option
+@node_options
 def profile_check(gpus: str | None, profile: Path | None, root: Path, as_json: bool) -> None:
     """Validate the profile; print every problem as `field.path: message` (exit 2)."""
     prof = load_profile(profile_path(root, profile))

@@ -7,6 +7,7 @@ nodeprep.upgrade, rendering (docs/fleet.md, "Upgrades")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,15 @@ from ..upgrade.cluster import connect
 from ..upgrade.nodeside import replace, revert
 from ..upgrade.rollout import Options
 from ..upgrade.states import FAILED, NodeView, resume_point
-from .clioptions import check_option, emit_json, json_option, root_option
+from .clioptions import (
+    check_json_options,
+    emit_json,
+    json_option,
+    no_load_option,
+    path_option,
+    root_option,
+    stacked,
+)
 from .install import _driver
 
 kubeconfig_option = click.option(
@@ -38,6 +47,28 @@ version_option = click.option(
     metavar="VERSION",
     help="The driver version the rollout installs (its state refers to it).",
 )
+node_step_options = stacked(kubeconfig_option, node_option, version_option)
+"""--kubeconfig, --node, --version: a cluster-side step of one node."""
+failure_budget_option = click.option("--failure-budget", type=click.IntRange(1), default=1, show_default=True)
+
+
+def _cluster_read_option(help: str) -> Callable[[Any], Any]:
+    """--kubeconfig, optional: without it the command works from its options alone."""
+    return path_option("--kubeconfig", help=help)
+
+
+def _names_option(flag: str, dest: str, help: str, required: bool = False) -> Callable[[Any], Any]:
+    """A repeatable NAME[,NAME…] option (read with _names or _nodes)."""
+    return click.option(flag, dest, multiple=True, required=required, metavar="NAME[,NAME…]", help=help)
+
+
+def _max_unavailable_option(help: str) -> Callable[[Any], Any]:
+    return click.option("--max-unavailable", default="25%", show_default=True, help=help)
+
+
+def _seconds_option(flag: str, default: float, help: str) -> Callable[[Any], Any]:
+    """Seconds to wait, 0 to a day."""
+    return click.option(flag, type=click.FloatRange(0, 86400), default=default, show_default=True, help=help)
 
 
 def _names(values: tuple[str, ...]) -> list[str]:
@@ -82,30 +113,17 @@ def upgrade_group() -> None:
 
 
 @upgrade_group.command("plan")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Read each node's state from the cluster (without: every node is to do, none unschedulable).",
+@_cluster_read_option(
+    "Read each node's state from the cluster (without: every node is to do, none unschedulable)."
 )
-@click.option(
-    "--node",
-    "nodes",
-    multiple=True,
-    required=True,
-    metavar="NAME[,NAME…]",
-    help="The nodes of the rollout, in inventory order (repeatable).",
-)
+@_names_option("--node", "nodes", "The nodes of the rollout, in inventory order (repeatable).", required=True)
 @version_option
 @click.option(
     "--batch", default="1", show_default=True, help="Nodes per batch: a count or a percentage (5%)."
 )
-@click.option(
-    "--max-unavailable",
-    default="25%",
-    show_default=True,
-    help="Unschedulable nodes at most across these nodes (a count or a percentage); nodes already "
-    "unschedulable count.",
+@_max_unavailable_option(
+    "Unschedulable nodes at most across these nodes (a count or a percentage); nodes already "
+    "unschedulable count."
 )
 @click.option(
     "--failure-budget",
@@ -115,8 +133,7 @@ def upgrade_group() -> None:
     help="The rollout pauses once this many nodes failed.",
 )
 @click.option("--mark", is_flag=True, help="Label the planned nodes upgrade-required.")
-@check_option("With --mark: say which nodes would be labelled, label none.")
-@json_option
+@check_json_options("With --mark: say which nodes would be labelled, label none.")
 def plan_cmd(
     kubeconfig: Path | None,
     nodes: tuple[str, ...],
@@ -151,30 +168,12 @@ def plan_cmd(
 
 @upgrade_group.command("admit")
 @kubeconfig_option
-@click.option(
-    "--node",
-    "nodes",
-    multiple=True,
-    required=True,
-    metavar="NAME[,NAME…]",
-    help="All the rollout's nodes, in inventory order (repeatable).",
-)
-@click.option(
-    "--batch-nodes",
-    "batch_nodes",
-    multiple=True,
-    required=True,
-    metavar="NAME[,NAME…]",
-    help="The nodes of the batch about to start (repeatable).",
-)
+@_names_option("--node", "nodes", "All the rollout's nodes, in inventory order (repeatable).", required=True)
+@_names_option("--batch-nodes", "batch_nodes", "The nodes of the batch about to start (repeatable).",
+               required=True)
 @version_option
-@click.option(
-    "--max-unavailable",
-    default="25%",
-    show_default=True,
-    help="Unschedulable nodes at most across the rollout's nodes (a count or a percentage).",
-)
-@click.option("--failure-budget", type=click.IntRange(1), default=1, show_default=True)
+@_max_unavailable_option("Unschedulable nodes at most across the rollout's nodes (a count or a percentage).")
+@failure_budget_option
 @json_option
 def admit_cmd(
     kubeconfig: Path,
@@ -204,15 +203,10 @@ def admit_cmd(
 
 
 @upgrade_group.command("prepare")
-@kubeconfig_option
-@node_option
-@version_option
-@click.option(
-    "--timeout",
-    type=click.FloatRange(0, 86400),
-    default=600.0,
-    show_default=True,
-    help="Seconds an eviction may be refused by a PodDisruptionBudget, and evicted pods may take to go.",
+@node_step_options
+@_seconds_option(
+    "--timeout", 600.0,
+    "Seconds an eviction may be refused by a PodDisruptionBudget, and evicted pods may take to go.",
 )
 @click.option(
     "--interval",
@@ -224,88 +218,46 @@ def admit_cmd(
 @click.option(
     "--full-drain", is_flag=True, help="Evict every pod (not DaemonSets, mirror pods), not only GPU pods."
 )
-@click.option(
-    "--opt-out-label",
-    default=None,
-    metavar="KEY",
-    help="Pods with KEY=true are never evicted [default: nodeprep.dev/upgrade-skip-eviction].",
-)
-@click.option(
-    "--wait-for-jobs",
-    default=None,
-    metavar="SELECTOR",
-    help="Before evicting, wait for the node's pods matching this label selector to finish.",
-)
-@click.option(
-    "--jobs-timeout",
-    type=click.FloatRange(0, 86400),
-    default=0.0,
-    show_default=True,
-    help="Seconds to wait for them (then go on).",
-)
+@click.option("--opt-out-label", default=None, metavar="KEY",
+              help="Pods with KEY=true are never evicted [default: nodeprep.dev/upgrade-skip-eviction].")
+@click.option("--wait-for-jobs", default=None, metavar="SELECTOR",
+              help="Before evicting, wait for the node's pods matching this label selector to finish.")
+@_seconds_option("--jobs-timeout", 0.0, "Seconds to wait for them (then go on).")
 @click.option(
     "--grace-period",
     type=click.IntRange(0, 86400),
     default=None,
     help="Seconds evicted pods get to stop (default: each pod's own).",
 )
-@check_option("Print the steps and the pods that would be evicted; change nothing.")
-@json_option
+@check_json_options("Print the steps and the pods that would be evicted; change nothing.")
 def prepare_cmd(
-    kubeconfig: Path,
-    node: str,
-    target: str,
-    timeout: float,
-    interval: float,
-    full_drain: bool,
-    opt_out_label: str | None,
-    wait_for_jobs: str | None,
-    jobs_timeout: float,
-    grace_period: int | None,
-    check: bool,
-    as_json: bool,
+    kubeconfig: Path, node: str, target: str, timeout: float, interval: float, full_drain: bool,
+    opt_out_label: str | None, wait_for_jobs: str | None, jobs_timeout: float, grace_period: int | None,
+    check: bool, as_json: bool,
 ) -> None:
     """From the node's state on: cordon (recorded as the rollout's), wait for jobs, evict the GPU pods
     (Eviction API, disruption budgets honoured), drain; up to pod-restart-required."""
-    opts = _options(
-        timeout=timeout,
-        interval=interval,
-        full_drain=full_drain,
-        opt_out_label=opt_out_label,
-        wait_for_jobs=wait_for_jobs,
-        jobs_timeout=jobs_timeout,
-        grace_seconds=grace_period,
-    )
+    opts = _options(timeout=timeout, interval=interval, full_drain=full_drain, opt_out_label=opt_out_label,
+                    wait_for_jobs=wait_for_jobs, jobs_timeout=jobs_timeout, grace_seconds=grace_period)
     with _cluster(kubeconfig) as c:
         res = rollout.prepare(c, node, target, opts, check=check)
     _emit_step(node, res, res.lines + [f"kept {k}" for k in res.kept], as_json)
 
 
 @upgrade_group.command("finish")
-@kubeconfig_option
-@node_option
-@version_option
-@click.option(
-    "--validation-timeout",
-    type=click.FloatRange(0, 86400),
-    default=600.0,
-    show_default=True,
-    help="Seconds the GPU self-test verdict may take to lift the nodeprep.dev/unverified taint.",
+@node_step_options
+@_seconds_option(
+    "--validation-timeout", 600.0,
+    "Seconds the GPU self-test verdict may take to lift the nodeprep.dev/unverified taint.",
 )
 @click.option(
     "--no-selftest",
     is_flag=True,
     help="Do not wait for the GPU self-test verdict (nodes without verify-gpus; the doctor gate only).",
 )
-@check_option("Print the steps; change nothing.")
-@json_option
+@check_json_options("Print the steps; change nothing.")
 def finish_cmd(
-    kubeconfig: Path,
-    node: str,
-    target: str,
-    validation_timeout: float,
-    no_selftest: bool,
-    check: bool,
+    kubeconfig: Path, node: str, target: str, validation_timeout: float, no_selftest: bool, check: bool,
     as_json: bool,
 ) -> None:
     """After the node's driver changed: validation, uncordon (only a node the rollout cordoned),
@@ -317,12 +269,9 @@ def finish_cmd(
 
 
 @upgrade_group.command("fail")
-@kubeconfig_option
-@node_option
-@version_option
+@node_step_options
 @click.option("--reason", required=True, help="Why (kept in the nodeprep.dev/upgrade-reason annotation).")
-@check_option("Print the state it would set; change nothing.")
-@json_option
+@check_json_options("Print the state it would set; change nothing.")
 def fail_cmd(kubeconfig: Path, node: str, target: str, reason: str, check: bool, as_json: bool) -> None:
     """Mark the node upgrade-failed with the reason; it stays cordoned."""
     with _cluster(kubeconfig) as c:
@@ -331,24 +280,11 @@ def fail_cmd(kubeconfig: Path, node: str, target: str, reason: str, check: bool,
 
 
 @upgrade_group.command("budget")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Count the nodes labelled upgrade-failed for VERSION in the cluster too.",
-)
-@click.option(
-    "--node", "nodes", multiple=True, metavar="NAME[,NAME…]", help="The rollout's nodes (repeatable)."
-)
-@click.option(
-    "--failed",
-    "failed_now",
-    multiple=True,
-    metavar="NAME[,NAME…]",
-    help="Nodes that failed in this run (repeatable).",
-)
+@_cluster_read_option("Count the nodes labelled upgrade-failed for VERSION in the cluster too.")
+@_names_option("--node", "nodes", "The rollout's nodes (repeatable).")
+@_names_option("--failed", "failed_now", "Nodes that failed in this run (repeatable).")
 @version_option
-@click.option("--failure-budget", type=click.IntRange(1), default=1, show_default=True)
+@failure_budget_option
 @json_option
 def budget_cmd(
     kubeconfig: Path | None,
@@ -375,12 +311,8 @@ def budget_cmd(
 
 @upgrade_group.command("reload")
 @root_option
-@click.option(
-    "--sysfs-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Stands for /sys (SYSFS/module/*/refcnt, holders) [default: ROOT/sys].",
-)
+@path_option("--sysfs-root", directory=True,
+             help="Stands for /sys (SYSFS/module/*/refcnt, holders) [default: ROOT/sys].")
 @version_option
 @click.option(
     "--modules",
@@ -388,8 +320,7 @@ def budget_cmd(
     metavar="LIST",
     help="Modules to load after the unload [default: driver.modules of the profile].",
 )
-@check_option("Print the decision (reload, reboot, load, none) and its reasons; change nothing.")
-@json_option
+@check_json_options("Print the decision (reload, reboot, load, none) and its reasons; change nothing.")
 def reload_cmd(
     root: Path, sysfs_root: Path | None, target: str, modules: str | None, check: bool, as_json: bool
 ) -> None:
@@ -406,9 +337,8 @@ def reload_cmd(
 @upgrade_group.command("revert")
 @root_option
 @version_option
-@click.option("--no-load", is_flag=True, help="Do not load the kernel modules now.")
-@check_option("Print whether VERSION would be rolled back; change nothing.")
-@json_option
+@no_load_option
+@check_json_options("Print whether VERSION would be rolled back; change nothing.")
 def revert_cmd(root: Path, target: str, no_load: bool, check: bool, as_json: bool) -> None:
     """Roll a failed upgrade back: `nodeprep rollback` when VERSION is the active driver (nothing when
     the upgrade never switched)."""

@@ -14,7 +14,7 @@ from ..kubeapi import default_node_name, load_kubeconfig, read_node
 from ..node.fabric import decide, read_pci
 from ..node.selftest import evaluate, gather
 from ..profile import load_profile, profile_path
-from .clioptions import check_option, emit_json, json_option, profile_option, root_option
+from .clioptions import check_option, emit_json, json_option, node_options
 
 
 def _boot_id(root: Path) -> str | None:
@@ -25,9 +25,7 @@ def _boot_id(root: Path) -> str | None:
 
 
 @click.command("verify-gpus")
-@profile_option
-@root_option
-@json_option
+@node_options
 @click.option("--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys"),
               show_default=True, help="Stands for /sys (PCI devices, the nvidia module).")
 @click.option("--nvidia-smi-xml", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,

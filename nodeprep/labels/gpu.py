@@ -10,17 +10,18 @@ import logging
 import os
 import re
 import xml.etree.ElementTree as ET
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner
-from ..pci import NVIDIA_VENDOR_ID, PciDevice, devices_dir, nvidia_gpus
+from ..pci import NVIDIA_VENDOR_ID, PciDevice, devices_dir, nvidia_gpus, nvidia_pci_id
 from ..sysfs import read_attr
 from . import pciids
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a light entry point)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
 log = logging.getLogger(__name__)
@@ -188,32 +189,40 @@ def normalise_bus_id(bus_id: str) -> str:
 
 # --- NVML ------------------------------------------------------------------------------------------
 
-def from_nvml(sysfs_root: Path, driver_sysfs: Path | None = None) -> GpuFacts:
-    """Ask NVML (nvidia-ml-py, imported here so nodeprep works without it); only when the driver is
-    loaded (`driver_sysfs`, default `sysfs_root`, says so)."""
-    loaded_in = driver_sysfs or sysfs_root
-    if not driver_loaded(loaded_in):
-        raise GpuSourceUnavailable(f"NVIDIA kernel module not loaded ({loaded_in}/module/nvidia absent)")
+@contextmanager
+def nvml_session(unavailable: Callable[[str], Exception] = GpuSourceUnavailable) -> Iterator[Any]:
+    """The one way into NVML: the nvidia-ml-py module (imported here so nodeprep works without it)
+    initialised, shut down when the block ends; `unavailable(why)` raised when it cannot be
+    (not installed, init fails)."""
     try:
         # lazy: labels --help, Ansible nodeprep_driver, Ansible nodeprep_join and 6 more starts
         import pynvml
     except ImportError:
-        raise GpuSourceUnavailable("nvidia-ml-py is not installed") from None
+        raise unavailable("nvidia-ml-py is not installed") from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
-        raise GpuSourceUnavailable(f"NVML init failed: {e}") from None
+        raise unavailable(f"NVML init failed: {e}") from None
     try:
-        driver = _s(pynvml.nvmlSystemGetDriverVersion())
-        cuda_int = pynvml.nvmlSystemGetCudaDriverVersion()
-        cuda = (cuda_int // 1000, (cuda_int % 1000) // 10)
-        gpus = [_nvml_gpu(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i), sysfs_root)
-                for i in range(pynvml.nvmlDeviceGetCount())]
+        yield pynvml
     finally:
         try:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
+
+
+def from_nvml(sysfs_root: Path, driver_sysfs: Path | None = None) -> GpuFacts:
+    """Ask NVML; only when the driver is loaded (`driver_sysfs`, default `sysfs_root`, says so)."""
+    loaded_in = driver_sysfs or sysfs_root
+    if not driver_loaded(loaded_in):
+        raise GpuSourceUnavailable(f"NVIDIA kernel module not loaded ({loaded_in}/module/nvidia absent)")
+    with nvml_session() as nv:
+        driver = _s(nv.nvmlSystemGetDriverVersion())
+        cuda_int = nv.nvmlSystemGetCudaDriverVersion()
+        cuda = (cuda_int // 1000, (cuda_int % 1000) // 10)
+        gpus = [_nvml_gpu(nv, nv.nvmlDeviceGetHandleByIndex(i), sysfs_root)
+                for i in range(nv.nvmlDeviceGetCount())]
     return GpuFacts("nvml", tuple(gpus), driver, cuda)
 
 
@@ -235,7 +244,7 @@ def _nvml_gpu(nv: Any, handle: Any, sysfs_root: Path) -> Gpu:  # nv: pynvml, unt
     pci = opt(nv.nvmlDeviceGetPciInfo, handle)
     brand = opt(nv.nvmlDeviceGetBrand, handle) if hasattr(nv, "nvmlDeviceGetBrand") else None  # nvml 3xx+
     bus_id = normalise_bus_id(_s(pci.busId)) if pci is not None else None
-    pci_device = f"{NVIDIA_VENDOR_ID}:{(pci.pciDeviceId >> 16):04x}" if pci is not None else None
+    pci_device = nvidia_pci_id(pci.pciDeviceId >> 16) if pci is not None else None
     mig_enabled = bool(mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE)
     fabric, fabric_error = _nvml_fabric(nv, handle)
     migs: list[MigDevice] = []

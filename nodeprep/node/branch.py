@@ -26,6 +26,7 @@ from typing import Any
 
 from ..artifact import read_member
 from ..errors import InputError
+from ..pci import devices_dir
 from ..profile.fields import field_error
 from ..urls import redact_url
 from ..vocab import BRANCH_POLICIES, DRIVER_BRANCH_RE, driver_branch, version_key
@@ -118,7 +119,7 @@ def gpu_ids(root: Path, value: str, *, what: str = "--gpus", field: str | None =
     if value == "node":
         ids = support.node_pci_ids(root, sys_dir)
         if not ids:
-            where = Path(sys_dir if sys_dir is not None else Path(root) / "sys") / "bus/pci/devices"
+            where = devices_dir(sys_dir if sys_dir is not None else Path(root) / "sys")
             raise InputError(f"no NVIDIA GPU under {where}", flag=what, field=field)
         return ids
     ids = [v.strip() for v in value.split(",") if v.strip()]

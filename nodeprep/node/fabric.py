@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import sysfs
+from .. import pci, sysfs
 from ..pci import NVIDIA_VENDOR as NVIDIA
 
 MELLANOX = 0x15B3
@@ -29,6 +29,7 @@ NVSWITCH_CLASS = 0x0680
 OFF_HOST = {0x2941: "GB200", 0x31C2: "GB300", 0x31C3: "GB300"}
 SW_MNG = b"SW_MNG"
 VPD_LIMIT = 32 << 10  # PCI VPD is at most 32 KiB
+ATTR_LIMIT = 64  # vendor, device, class: "0x10de"; a longer one is no fact
 
 
 @dataclass(frozen=True)
@@ -90,32 +91,22 @@ def decide(devices: tuple[PciDevice, ...] | None) -> Decision:
     return Decision(_BY_NAME["no NVSwitch fabric"], "no NVSwitch device or management bridge on the PCI bus")
 
 
-def _hex(path: Path) -> int | None:
-    text = sysfs.read_attr(path, limit=64)
-    try:
-        return int(text.strip(), 16) if text else None
-    except ValueError:
-        return None
-
-
 def read_pci(sysfs_root: Path) -> tuple[PciDevice, ...] | None:
     """The PCI functions under `sysfs_root`/bus/pci/devices (None: that folder cannot be listed)."""
-    base = sysfs_root / "bus" / "pci" / "devices"
     try:
-        names = sorted(p.name for p in base.iterdir())
+        found = pci.pci_devices(sysfs_root)
     except OSError:
         return None
     out = []
-    for name in names:
-        d = base / name
-        vendor, device, cls = _hex(d / "vendor"), _hex(d / "device"), _hex(d / "class")
+    for d in found:
+        vendor, device, cls = (d.hex(attr, limit=ATTR_LIMIT) for attr in ("vendor", "device", "class"))
         if vendor is None or device is None or cls is None:
             continue
         sw_mng = False
         if vendor == MELLANOX:
             try:
-                sw_mng = SW_MNG in sysfs.read_bytes(d / "vpd", limit=VPD_LIMIT)
+                sw_mng = SW_MNG in sysfs.read_bytes(d.path / "vpd", limit=VPD_LIMIT)
             except OSError:
                 sw_mng = False
-        out.append(PciDevice(name.lower(), vendor, device, cls >> 8, sw_mng))
+        out.append(PciDevice(d.bus_id.lower(), vendor, device, cls >> 8, sw_mng))
     return tuple(out)

@@ -21,6 +21,7 @@ from ..atomicfile import atomic_write, holds
 from ..containerhooks.gate import FACTS
 from ..errors import InputError
 from ..labels.gpu import GpuFacts, brand_from_name
+from ..pci import nvidia_pci_id
 from ..sysfs import read_bytes
 from .layout import Layout, check_version
 from .support import SUPPORT_FILE, parse_supported
@@ -49,7 +50,7 @@ def supported_names(layout: Layout) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for c in chips:
-        out.setdefault(f"10de:{c.devid:04x}", c.name)
+        out.setdefault(nvidia_pci_id(c.devid), c.name)
     return out
 
 

@@ -1,6 +1,7 @@
-"""The MIG layout through NVML (nvidia-ml-py, imported only here): read each GPU's MIG state for the
-planner (nodeprep.node.migplan), carry a plan out, and record the outcome in ROOT/var/lib/nodeprep/mig.json
-(the config and mig-manager's `nvidia.com/mig.config.state` value the labels read back).
+"""The MIG layout through NVML (nvidia-ml-py, opened by nodeprep.labels.gpu.nvml_session): read each
+GPU's MIG state for the planner (nodeprep.node.migplan), carry a plan out, and record the outcome in
+ROOT/var/lib/nodeprep/mig.json (the config and mig-manager's `nvidia.com/mig.config.state` value the
+labels read back).
 
 Applying a plan, per GPU in index order: destroy its MIG devices (compute instances, then GPU
 instances), set MIG mode, read the mode back (a mode that takes effect only at the next GPU reset
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..atomicfile import atomic_write
 from ..errors import StateError
+from ..labels.gpu import nvml_session
 from ..profile.fields import field_error
 from ..rootpath import beneath
 from .migplan import STATE_FAILED, STATE_PENDING, STATE_SUCCESS, GpuMig, MigPlan
@@ -51,24 +52,9 @@ class Outcome:
                 "layout": self.layout}
 
 
-@contextmanager
-def nvml() -> Iterator[Any]:
+def nvml() -> AbstractContextManager[Any]:
     """An initialised nvidia-ml-py module (NvmlUnavailable when there is none)."""
-    try:
-        import pynvml
-    except ImportError:
-        raise NvmlUnavailable("nvidia-ml-py is not installed") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
-        raise NvmlUnavailable(f"NVML init failed: {e}") from None
-    try:
-        yield pynvml
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+    return nvml_session(NvmlUnavailable)
 
 
 def mig_memory_gb(total_bytes: int, mig_mib: int) -> int:

@@ -31,7 +31,13 @@ from typing import Any
 
 from .. import runner
 from ..errors import InputError
-from ..labels.gpu import find_nvidia_smi, normalise_bus_id, sysfs_driver_version
+from ..labels.gpu import (
+    GpuSourceUnavailable,
+    find_nvidia_smi,
+    normalise_bus_id,
+    nvml_session,
+    sysfs_driver_version,
+)
 from ..pci import nvidia_gpus
 from .layout import Layout
 from .state import active_version
@@ -195,23 +201,13 @@ def read_nvml() -> tuple[str | None, tuple[GpuHealth, ...]] | None:
     """(driver version, per-GPU health) from NVML, None when NVML cannot be used here (no nvidia-ml-py,
     no libnvidia-ml, init fails). A query a GPU does not support is None in its GpuHealth."""
     try:
-        # lazy: import nodeprep.join.verification
-        import pynvml
-    except ImportError:
+        with nvml_session() as nv:
+            try:
+                return _nvml_health(nv)
+            except nv.NVMLError:
+                return None
+    except GpuSourceUnavailable:
         return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        return _nvml_health(pynvml)
-    except pynvml.NVMLError:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def _nvml_health(nv: Any) -> tuple[str | None, tuple[GpuHealth, ...]]:  # nv: pynvml, untyped

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..pci import NVIDIA_VENDOR_ID, nvidia_gpus
+from ..pci import NVIDIA_VENDOR_ID, nvidia_gpus, nvidia_pci_id
 from ..sysfs import read_bytes
 
 MAX_LIST = 16 << 20  # supported-gpus.json (~1 MiB for 590) or a modules manifest
@@ -64,7 +64,7 @@ class PciId:
         return cls(nums[0], *(nums[1:] or (None, None)))
 
     def __str__(self) -> str:
-        return f"10de:{self.device:04x}"
+        return nvidia_pci_id(self.device)
 
 
 def parse_supported(text: str, *, source: str = "supported-gpus.json") -> tuple[Chip, ...]:
@@ -151,7 +151,7 @@ def check_support(
         elif gpu.device > top:
             problems.append(
                 f"{name} (PCI {gpu}) is newer than {driver_version}: not in its supported-GPU list, "
-                f"whose newest device is 10de:{top:04x}; use a newer driver branch{where}"
+                f"whose newest device is {nvidia_pci_id(top)}; use a newer driver branch{where}"
             )
         elif notes is not None:
             notes.append(f"{name} (PCI {gpu}) is not in the supported-GPU list of {driver_version} "
