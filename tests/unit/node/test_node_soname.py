@@ -37,19 +37,25 @@ def escaping_soname(victim: Path) -> str:
     return "../" * 40 + str(victim).lstrip("/")
 
 
-def evil_store(tmp_path: Path, victim: Path) -> tuple[Path, Path]:
-    """A directory store: V2's user space plus lib64/libevil.so.V2 with an escaping SONAME, and
-    a stand-in kmod. Returns (store, user-space artifact)."""
+def _store_of(tmp_path: Path, payload: Path) -> tuple[Path, Path]:
+    """(tmp_path/store, its user-space artifact): `payload` packed as V2's user space beside a
+    stand-in kmod of V2."""
     store = tmp_path / "store"
     store.mkdir()
-    payload = build_payload(tmp_path / "work", V2)
-    compile_so(payload / "lib64" / f"libevil.so.{V2}", escaping_soname(victim))
     manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
                                  input_digest="0" * 64, inputs={})
     us, _ = artifact.pack(payload, manifest, store)
     kmod, kmod_manifest = standin_kmod(tmp_path / "ko", V2, store)
     ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
     return store, us
+
+
+def evil_store(tmp_path: Path, victim: Path) -> tuple[Path, Path]:
+    """A directory store: V2's user space plus lib64/libevil.so.V2 with an escaping SONAME, and
+    a stand-in kmod. Returns (store, user-space artifact)."""
+    payload = build_payload(tmp_path / "work", V2)
+    compile_so(payload / "lib64" / f"libevil.so.{V2}", escaping_soname(victim))
+    return _store_of(tmp_path, payload)
 
 
 def test_install_refuses_a_library_whose_soname_escapes(tmp_path: Path) -> None:
@@ -141,19 +147,6 @@ def test_links_are_the_links_ldconfig_n_makes(tmp_path: Path) -> None:
     assert made == ["ld-test.so.2", "libfoo.so.1", "libstale.so.3", "libwrong.so.5", "libwrong.so.6"]
     assert os.readlink(d / "libfoo.so.1") == "libfoo.so.1.10.0"
     assert system.soname_links(d) == []  # a second run changes nothing, as ldconfig -n
-
-
-def _store_of(tmp_path: Path, payload: Path) -> tuple[Path, Path]:
-    """(tmp_path/store, its user-space artifact): `payload` packed as V2's user space beside a
-    stand-in kmod of V2."""
-    store = tmp_path / "store"
-    store.mkdir()
-    manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
-                                 input_digest="0" * 64, inputs={})
-    us, _ = artifact.pack(payload, manifest, store)
-    kmod, kmod_manifest = standin_kmod(tmp_path / "ko", V2, store)
-    ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
-    return store, us
 
 
 def test_links_made_at_install_are_ldconfig_n_links(tmp_path: Path) -> None:
