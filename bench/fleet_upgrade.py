@@ -95,37 +95,13 @@ def measure_node(cache: Path, work: Path) -> tuple[float, float, float]:
     old_store = standin_store(work / "standin", work / "old-store", old, (kernel,))
     root = work / "root"
     root.mkdir()
-    nodeprep(
-        "install",
-        "--store",
-        str(old_store),
-        "--driver",
-        old,
-        "--kernel",
-        kernel,
-        "--root",
-        str(root),
-        "--activate",
-        "--no-load",
-        "--node-store",
-        str(old_store),
-    )
-    # the upgrade: the new version installed beside the old one and activated
-    install = nodeprep(
-        "install",
-        "--store",
-        str(store),
-        "--driver",
-        version,
-        "--kernel",
-        kernel,
-        "--root",
-        str(root),
-        "--activate",
-        "--no-load",
-        "--node-store",
-        str(store),
-    )
+
+    def activate(source: Path, driver: str) -> float:
+        return nodeprep("install", "--store", str(source), "--driver", driver, "--kernel", kernel, "--root",
+                        str(root), "--activate", "--no-load", "--node-store", str(source))
+
+    activate(old_store, old)
+    install = activate(store, version)  # the upgrade: the new version installed beside the old one
     revert = nodeprep("upgrade", "revert", "--root", str(root), "--version", version, "--no-load")
     sysfs, proc = work / "sys", work / "sroot"
     (sysfs / "module/nvidia").mkdir(parents=True)

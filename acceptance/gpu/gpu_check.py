@@ -342,16 +342,29 @@ def first_line(r: runner.Result) -> str:
     return f"exit {r.returncode}: {text[-1][:300] if text else '(no output)'}"
 
 
+def ran_beside(report: Report, check: str, name: str, tool: Path | None, ours: dict[str, Any] | None,
+               ours_failed: str, args: list[str | Path], shown: int, out: Path) -> dict[str, Any] | None:
+    """nodeprep's result `ours` once NVIDIA's `tool` (`name` in --nvidia-bin) ran with `args` and wrote
+    `out`, to compare the two; None where either is missing or the tool failed, the check's FAIL line
+    reported (`ours_failed` where nodeprep's result is missing; a failed run named by its first `shown`
+    arguments)."""
+    if tool is None or ours is None:
+        report.line(check, False, f"no {name} in --nvidia-bin" if tool is None else ours_failed)
+        return None
+    r = runner.run([tool, *args], timeout=120, check=False)
+    if r.returncode != 0 or not out.is_file():
+        report.line(check, False, f"{name} {' '.join(map(str, args[:shown]))} {first_line(r)}")
+        return None
+    return ours
+
+
 def check_gfd(report: Report, work: Path, gfd: Path | None, ours: dict[str, Any] | None) -> None:
     """GFD --oneshot (driver root /) against nodeprep's labels of check 1 (NVML, else nvidia-smi)."""
-    if gfd is None or ours is None:
-        report.line("gfd", False, "no gpu-feature-discovery in --nvidia-bin" if gfd is None
-                    else "nodeprep labels failed (see labels)")
-        return
     out = work / "gfd.labels"
-    r = runner.run([gfd, "--oneshot", "--use-node-feature-api=false", "-o", out], timeout=120, check=False)
-    if r.returncode != 0 or not out.is_file():
-        report.line("gfd", False, f"gpu-feature-discovery --oneshot {first_line(r)}")
+    ours = ran_beside(report, "gfd", "gpu-feature-discovery", gfd, ours,
+                      "nodeprep labels failed (see labels)",
+                      ["--oneshot", "--use-node-feature-api=false", "-o", out], 1, out)
+    if ours is None:
         return
     theirs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     mine = {k: v for k, v in ours["labels"].items() if k.startswith("nvidia.com/")}
@@ -385,14 +398,10 @@ def spec_summary(spec: dict[str, Any]) -> dict[str, set[str]]:
 
 def check_ctk(report: Report, work: Path, ctk: Path | None, ours: dict[str, Any] | None) -> None:
     """nvidia-ctk's spec for the live driver (driver root /) beside nodeprep's: differences listed."""
-    if ctk is None or ours is None:
-        report.line("ctk", False, "no nvidia-ctk in --nvidia-bin" if ctk is None
-                    else "nodeprep's spec was not generated (see cdi)")
-        return
     out = work / "nvidia-ctk.yaml"
-    r = runner.run([ctk, "cdi", "generate", "--driver-root", "/", "--output", out], timeout=120, check=False)
-    if r.returncode != 0 or not out.is_file():
-        report.line("ctk", False, f"nvidia-ctk cdi generate {first_line(r)}")
+    ours = ran_beside(report, "ctk", "nvidia-ctk", ctk, ours, "nodeprep's spec was not generated (see cdi)",
+                      ["cdi", "generate", "--driver-root", "/", "--output", out], 2, out)
+    if ours is None:
         return
     import yaml
 

@@ -2,7 +2,8 @@
 there either plain or as `NAME.zst` (zstd, long window), checked against a sha256 list kept in
 tests/support. Compressed ones are decompressed once into `<test cache>/<subdir>/<sha256>/NAME`
 (under an flock, so parallel test processes share one copy). Used by controlplane.py (Kubernetes)
-and nvidia.py (NVIDIA's GPU stack)."""
+and nvidia.py (NVIDIA's GPU stack); `pinned` checks one file the same way for companions.py and
+mocknvml.py."""
 
 from __future__ import annotations
 
@@ -29,6 +30,37 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def not_set(env: str, what: str) -> str:
+    """The skip reason where `$env`, which names `what`, is not set."""
+    return f"{env} is not set: it names {what}"
+
+
+def unavailable(env: str, names: Iterable[str], what: str) -> str | None:
+    """Why `names` cannot be had from the directory `$env` names (`what`): the variable not set, or
+    names it holds neither plain nor as NAME.zst; None when they can."""
+    where = os.environ.get(env)
+    if not where:
+        return not_set(env, what)
+    lacking = missing(env, names)
+    if lacking:
+        return f"{env}={where} lacks {', '.join(lacking)}"
+    return None
+
+
+def pinned(env: str, what: str, name: str, digest: str, differs: str) -> Path | str:
+    """The path of file `name` in the directory `$env` names (`what`) when its sha256 is `digest`, or
+    why not (a skip reason): the variable not set, no such file, or the path followed by `differs`."""
+    where = os.environ.get(env)
+    if not where:
+        return not_set(env, what)
+    path = Path(where) / name
+    if not path.is_file():
+        return f"{env}={where} has no {name}"
+    if sha256_file(path) != digest:
+        return f"{path}{differs}"
+    return path
 
 
 def missing(env: str, names: Iterable[str]) -> list[str]:

@@ -6,9 +6,9 @@ tests that need them skip, saying why). Each archive is checked against its pinn
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
+
+from tests.support import binaries
 
 ENV = "NODEPREP_NVIDIA_COMPANIONS"
 _PERSISTENCED = "nvidia-persistenced-{}.tar.gz"
@@ -24,12 +24,5 @@ ARCHIVES = {
 
 def archive(name: str) -> Path | str:
     """The path of archive `name`, sha256-checked, or why it is not at hand (a skip reason)."""
-    where = os.environ.get(ENV)
-    if not where:
-        return f"{ENV} is not set: it names NVIDIA's companion sources (.ci/run: ../shared/nvidia-companions)"
-    path = Path(where) / name
-    if not path.is_file():
-        return f"{ENV}={where} has no {name}"
-    if hashlib.sha256(path.read_bytes()).hexdigest() != ARCHIVES[name]:
-        return f"{path}: sha256 differs from the pinned one"
-    return path
+    return binaries.pinned(ENV, "NVIDIA's companion sources (.ci/run: ../shared/nvidia-companions)", name,
+                           ARCHIVES[name], ": sha256 differs from the pinned one")

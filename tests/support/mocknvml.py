@@ -10,9 +10,10 @@ gives before any test loads it. A test that uses it says so in its docstring.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
+
+from tests.support import binaries
 
 ENV = "NODEPREP_MOCKNVML"
 LIBRARY = "lib/libnvidia-ml.so.550.163.01"
@@ -22,15 +23,9 @@ MACHINES = ("a100", "h100", "b200", "gb200", "gb300", "l40s", "t4")
 
 def skip_reason() -> str | None:
     """Why the mock cannot be used here (None when it can)."""
-    where = os.environ.get(ENV)
-    if not where:
-        return f"{ENV} is not set: it names NVIDIA's NVML mock (.ci/run points it at ../shared/mocknvml)"
-    lib = Path(where) / LIBRARY
-    if not lib.is_file():
-        return f"{ENV}={where} has no {LIBRARY}"
-    if hashlib.sha256(lib.read_bytes()).hexdigest() != LIBRARY_SHA256:
-        return f"{lib} is not the mock its README describes (sha256 differs)"
-    return None
+    found = binaries.pinned(ENV, "NVIDIA's NVML mock (.ci/run points it at ../shared/mocknvml)", LIBRARY,
+                            LIBRARY_SHA256, " is not the mock its README describes (sha256 differs)")
+    return found if isinstance(found, str) else None
 
 
 def root() -> Path:

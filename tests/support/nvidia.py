@@ -24,6 +24,8 @@ import stat
 import struct
 from pathlib import Path
 
+import pytest
+
 from tests.support import binaries
 
 ENV = "NODEPREP_NVIDIA_BIN"
@@ -52,13 +54,10 @@ const char *nvmlErrorString(nvmlReturn_t r) { return r == 9 ? "Driver Not Loaded
 
 def skip_reason() -> str | None:
     """Why the tests with NVIDIA's binaries cannot run here (None when they can)."""
-    where = os.environ.get(ENV)
-    if not where:
-        return (f"{ENV} is not set: it names a directory with NVIDIA's GPU stack binaries "
-                "(.ci/run points it at ../shared/nvidia)")
-    missing = binaries.missing(ENV, BINARIES)
-    if missing:
-        return f"{ENV}={where} lacks {', '.join(missing)}"
+    reason = binaries.unavailable(ENV, BINARIES, "a directory with NVIDIA's GPU stack binaries "
+                                  "(.ci/run points it at ../shared/nvidia)")
+    if reason:
+        return reason
     if os.geteuid() != 0:
         return "the consumers run chrooted into the node root: needs root"
     return None
@@ -78,6 +77,14 @@ def optional_binary(cache: Path, name: str) -> Path | str:
 def nvidia_binaries(cache: Path) -> dict[str, Path]:
     """Paths of the six binaries, sha256-verified; .zst ones decompressed once into the cache."""
     return binaries.verified(ENV, BINARIES, SHA_FILE, cache / "nvidia")
+
+
+def nvidia_binaries_or_skip(cache: Path) -> dict[str, Path]:
+    """nvidia_binaries(cache), or the calling test skipped with skip_reason()."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return nvidia_binaries(cache)
 
 
 def exit_status_elf(status: int) -> bytes:

@@ -11,7 +11,7 @@ import pytest
 
 from nodeprep import artifact, runner
 from tests.support import rawartifact as ra
-from tests.unit.join.conftest import build_payload
+from tests.unit.join.conftest import build_payload, node_python
 
 KERNEL = "6.1.0-28-amd64"
 
@@ -74,6 +74,19 @@ def standin_store(work: Path, store: Path, version: str, kernels: tuple[str, ...
     for kernel in kernels:
         found.append(standin_kmod(work / f"ko-{kernel}", version, store, kernel))
     return ra.store_with(store, found)
+
+
+def standin_image_root(tmp_path: Path, version: str = "535.309.01") -> tuple[Path, Path]:
+    """(store, root): a store of small real artifacts of `version` (tmp_path/store) and an image root
+    (tmp_path/root) with the kernel's module directory, /etc/nodeprep, ld.so.conf and the python3 the
+    CDI hook program runs with."""
+    store = standin_store(tmp_path / "work", tmp_path / "store", version)
+    root = tmp_path / "root"
+    (root / "lib/modules" / KERNEL).mkdir(parents=True)
+    (root / "etc/nodeprep").mkdir(parents=True)
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    node_python(root)
+    return store, root
 
 
 def gpu_list_store(work: Path, store: Path, lists: dict[str, bytes], kernel: str = KERNEL) -> Path:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,17 @@ SHELL_SCRIPTS = [REPO / ".ci" / "run", *sorted((REPO / "scripts").glob("*.sh")),
 def tree(path: Path) -> dict[str, int]:
     return {str(p.relative_to(path)): p.lstat().st_mtime_ns for p in path.rglob("*")
             if ".venv" not in p.parts and ".git" not in p.parts}
+
+
+def gpu_check_module() -> Any:
+    """acceptance/gpu/gpu_check.py loaded as a module (it is a script, not a package's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", HOME_DIR / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_skips_cleanly_without_a_gpu(tmp_path: Path) -> None:
@@ -85,6 +97,22 @@ exec "$@"
 """
 
 
+def simulated_libraries(cc: str, sim: Path, tmp: Path, sources: dict[str, str]) -> dict[str, str]:
+    """libcuda, libnvidia-ml and libnvidia-ptxjitcompiler of 535.54.03 compiled into SIM/libs with
+    NVIDIA's sonames (each from SIM/`sources`[its name], else from a source of one symbol), and
+    SIM/ld.so.cache listing them first; returns the environment the simulation runs the tier with."""
+    (sim / "lib.c").write_text("int nodeprep_test_symbol(void) { return 1; }\n")
+    for base in ("libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler"):
+        subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{base}.so.1", "-o",
+                        sim / "libs" / f"{base}.so.535.54.03", sim / sources.get(base, "lib.c")], check=True)
+        (sim / "libs" / f"{base}.so.1").symlink_to(f"{base}.so.535.54.03")
+    (sim / "ld.so.conf").write_text(f"{sim / 'libs'}\n" + Path("/etc/ld.so.conf").read_text())
+    subprocess.run(["ldconfig", "-C", sim / "ld.so.cache", "-f", sim / "ld.so.conf"], check=True,
+                   capture_output=True)
+    return {**os.environ, "SIM": str(sim), "TMPDIR": str(tmp), "PYTHON": sys.executable,
+            "PATH": f"{sim / 'bin'}:{os.environ['PATH']}"}
+
+
 def test_runs_end_to_end_against_a_simulated_driver(tmp_path: Path, nvidia_smi_fixtures: Path) -> None:
     """Stand-ins for the GPU driver (the one boundary CI lacks), inside a private mount namespace so
     nothing outside it changes: /proc/driver/nvidia and /sys/module/nvidia say 535.54.03 is loaded,
@@ -114,16 +142,7 @@ case "$*" in
 esac
 """)
     smi.chmod(0o755)
-    (sim / "lib.c").write_text("int nodeprep_test_symbol(void) { return 1; }\n")
-    for base in ("libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler"):
-        subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{base}.so.1", "-o",
-                        sim / "libs" / f"{base}.so.535.54.03", sim / "lib.c"], check=True)
-        (sim / "libs" / f"{base}.so.1").symlink_to(f"{base}.so.535.54.03")
-    (sim / "ld.so.conf").write_text(f"{sim / 'libs'}\n" + Path("/etc/ld.so.conf").read_text())
-    subprocess.run(["ldconfig", "-C", sim / "ld.so.cache", "-f", sim / "ld.so.conf"], check=True,
-                   capture_output=True)
-    env = {**os.environ, "SIM": str(sim), "TMPDIR": str(tmp), "PYTHON": sys.executable,
-           "PATH": f"{sim / 'bin'}:{os.environ['PATH']}"}
+    env = simulated_libraries(cc, sim, tmp, {})
     run = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", SIMULATE, "sh",
                           str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
     lines = {line.split()[1]: line for line in run.stdout.splitlines() if line.startswith("gpu-check: ")}
@@ -221,17 +240,7 @@ def test_nvidia_binaries_against_a_simulated_driver(tmp_path: Path, nvidia_smi_f
     subprocess.run([cc, "-O2", f'-DCAPTURE="{capture}"', "-o", sim / "bin/nvidia-smi", sim / "smi.c"],
                    check=True)
     (sim / "nvml.c").write_text(nvidia.nvml_serving(capture.read_bytes()) + NVML_MORE_C)
-    (sim / "lib.c").write_text("int nodeprep_test_symbol(void) { return 1; }\n")
-    for base, src in (("libcuda", "lib.c"), ("libnvidia-ml", "nvml.c"),
-                      ("libnvidia-ptxjitcompiler", "lib.c")):
-        subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{base}.so.1", "-o",
-                        sim / "libs" / f"{base}.so.535.54.03", sim / src], check=True)
-        (sim / "libs" / f"{base}.so.1").symlink_to(f"{base}.so.535.54.03")
-    (sim / "ld.so.conf").write_text(f"{sim / 'libs'}\n" + Path("/etc/ld.so.conf").read_text())
-    subprocess.run(["ldconfig", "-C", sim / "ld.so.cache", "-f", sim / "ld.so.conf"], check=True,
-                   capture_output=True)
-    env = {**os.environ, "SIM": str(sim), "TMPDIR": str(tmp), "PYTHON": sys.executable,
-           "PATH": f"{sim / 'bin'}:{os.environ['PATH']}"}
+    env = simulated_libraries(cc, sim, tmp, {"libnvidia-ml": "nvml.c"})
     setup = SIMULATE.replace("exec \"$@\"", DEVICES + "exec \"$@\"")
     run = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", setup, "sh",
                           str(SCRIPT), "--nvidia-bin", str(bindir)],
@@ -269,15 +278,11 @@ def test_nvidia_binaries_plain_zst_or_xz(tmp_path: Path) -> None:
     """--nvidia-bin takes NAME, NAME.zst (long window, as in the tests' NODEPREP_NVIDIA_BIN) or NAME.xz
     (as brought to the GPU machine): compressed ones come out byte for byte, executable, in the work
     directory."""
-    import importlib.util
     import lzma
 
     import zstandard
 
-    spec = importlib.util.spec_from_file_location("gpu_check", HOME_DIR / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    gpu_check = gpu_check_module()
     src, work = tmp_path / "bin", tmp_path / "work"
     src.mkdir()
     work.mkdir()
@@ -291,3 +296,30 @@ def test_nvidia_binaries_plain_zst_or_xz(tmp_path: Path) -> None:
         assert path is not None and path.read_bytes() == data and os.access(path, os.X_OK)
         assert path == (src / name if name == "plain" else work / "nvidia-bin" / name)
     assert gpu_check.nvidia_binary(src, work, "absent") is None
+
+
+def test_gfd_and_ctk_fail_with_one_line_naming_what_is_missing_or_failed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The comparisons with NVIDIA's GFD and nvidia-ctk: the tool not in --nvidia-bin, nodeprep's side
+    missing, the tool failing (its last stderr line shown) or writing no output: each one FAIL line."""
+    gpu_check = gpu_check_module()
+    failing, silent = tmp_path / "failing", tmp_path / "silent"
+    failing.write_text("#!/bin/sh\necho first >&2\necho 'the tool broke' >&2\nexit 4\n")
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    for tool in (failing, silent):
+        tool.chmod(0o755)
+    report = gpu_check.Report()
+    for tool, ours in ((None, {}), (failing, None), (failing, {}), (silent, {})):
+        gpu_check.check_gfd(report, tmp_path, tool, ours)
+        gpu_check.check_ctk(report, tmp_path, tool, ours)
+    assert capsys.readouterr().out.splitlines() == [
+        "gpu-check: gfd       FAIL no gpu-feature-discovery in --nvidia-bin",
+        "gpu-check: ctk       FAIL no nvidia-ctk in --nvidia-bin",
+        "gpu-check: gfd       FAIL nodeprep labels failed (see labels)",
+        "gpu-check: ctk       FAIL nodeprep's spec was not generated (see cdi)",
+        "gpu-check: gfd       FAIL gpu-feature-discovery --oneshot exit 4: the tool broke",
+        "gpu-check: ctk       FAIL nvidia-ctk cdi generate exit 4: the tool broke",
+        "gpu-check: gfd       FAIL gpu-feature-discovery --oneshot exit 0: (no output)",
+        "gpu-check: ctk       FAIL nvidia-ctk cdi generate exit 0: (no output)",
+    ]
+    assert report.failed == ["gfd", "ctk"] * 4 and report.count == 8

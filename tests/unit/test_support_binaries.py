@@ -34,3 +34,21 @@ def test_verified_decompresses_once_and_refuses_another_binary(tmp_path: Path,
         binaries.verified("NODEPREP_TEST_BINARIES", ("other",), sha, cache)
     assert not list(cache.glob("*/other*"))
     assert binaries.missing("NODEPREP_TEST_BINARIES", ("tool", "other", "third")) == ["tool", "third"]
+
+
+def test_the_skip_reasons_name_the_variable_the_file_or_the_digest(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    env, what = "NODEPREP_TEST_BINARIES", "a directory with test tools"
+    monkeypatch.delenv(env, raising=False)
+    unset = f"{env} is not set: it names {what}"
+    assert binaries.unavailable(env, ("tool",), what) == unset
+    assert binaries.pinned(env, what, "tool", "0" * 64, ": differs") == unset
+    monkeypatch.setenv(env, str(tmp_path))
+    assert binaries.unavailable(env, ("tool", "other"), what) == f"{env}={tmp_path} lacks tool, other"
+    assert binaries.pinned(env, what, "tool", "0" * 64, ": differs") == f"{env}={tmp_path} has no tool"
+    (tmp_path / "tool").write_bytes(b"the tool\n")
+    (tmp_path / "other.zst").write_bytes(b"")
+    assert binaries.unavailable(env, ("tool", "other"), what) is None
+    assert binaries.pinned(env, what, "tool", "0" * 64, ": differs") == f"{tmp_path / 'tool'}: differs"
+    digest = hashlib.sha256(b"the tool\n").hexdigest()
+    assert binaries.pinned(env, what, "tool", digest, ": differs") == tmp_path / "tool"

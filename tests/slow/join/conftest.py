@@ -13,6 +13,7 @@ import pytest
 from nodeprep import artifact
 from nodeprep.sources.debian import DebianArchive
 
+from .criclient import oci_archive
 from .gpunode import PROBE_C, PROCFS_INFO, GpuNode, cli, make_rootfs_tar, run, unpack_rootfs, unpacked_deb
 
 V_OLD = "535.216.03"  # Debian's tesla-535 user space (as in tests/slow/node)
@@ -98,3 +99,9 @@ def gpu_node(  # type: ignore[no-untyped-def]
         yield node
     finally:
         node.stop()
+
+
+@pytest.fixture(scope="module")
+def cri_images(gpu_node: GpuNode, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The OCI archive of every rootfs of the node, for a CRI test module's containerd to import."""
+    return oci_archive(gpu_node.rootfs, tmp_path_factory.mktemp("images"))

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,9 @@ from .gpunode import GpuNode, run, unpacked_deb
 
 PROTO_DIR = Path(__file__).resolve().parent / "cri"
 IMAGE = "docker.io/nodeprep-test/rootfs"
+# the containerd versions the CRI tests run: (the Debian release whose package it is, major.minor)
+CONTAINERDS = [("debian-13", "1.7"), ("debian-sid", "2.1")]
+CONTAINERD_IDS = [major_minor for _, major_minor in CONTAINERDS]
 
 
 def cri_modules(out: Path) -> tuple[Any, Any]:
@@ -232,3 +237,17 @@ class Containerd:
                 if b"containerd-shim" in cmdline and marker in cmdline:
                     os.kill(int(pid), signal.SIGKILL)
         self.node.ns(["umount", "/etc/containerd"], check=False)
+
+
+@contextlib.contextmanager
+def running_containerd(gpu_node: GpuNode, test_cache: Path, os_name: str, work: Path, images: Path,
+                       gen: Path, **options: Any) -> Iterator[Containerd]:
+    """containerd of `os_name`'s package (the CRI modules compiled into `gen`) started in `work` with
+    the `images` archive imported, until the block ends; stopped also on failure."""
+    pb, stubs = cri_modules(gen)
+    daemon = Containerd(gpu_node, containerd_bin(test_cache, os_name), work, pb, stubs, **options)
+    try:
+        daemon.start(images)
+        yield daemon
+    finally:
+        daemon.stop()

@@ -67,10 +67,7 @@ EXCLUDED_HOOKS = {"update-ldcache", "create-symlinks", "enable-cuda-compat"}
 
 @pytest.fixture(scope="module")
 def stack(test_cache: Path) -> dict[str, Path]:
-    reason = nvidia.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return nvidia.nvidia_binaries(test_cache)
+    return nvidia.nvidia_binaries_or_skip(test_cache)
 
 
 @pytest.fixture(scope="module")

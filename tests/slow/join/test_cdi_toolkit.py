@@ -32,10 +32,7 @@ COMPAT = "libcuda.so.550.54.15"  # a newer driver's CUDA compat library, as CUDA
 
 
 def nvidia_cdi_hook(test_cache: Path) -> Path:
-    reason = nvidia.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return nvidia.nvidia_binaries(test_cache)["nvidia-cdi-hook"]
+    return nvidia.nvidia_binaries_or_skip(test_cache)["nvidia-cdi-hook"]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .criclient import Containerd, containerd_bin, cri_modules, oci_archive
+from .criclient import CONTAINERD_IDS, CONTAINERDS, Containerd, running_containerd
 from .gpunode import INSPECT, GpuNode, Seen
 from .test_cdi_podman import REQUIRE_12_2, REQUIRE_12_4, active_files, assert_sees
 from .test_cdi_toolkit import LINKS, nvidia_cdi_hook
@@ -19,25 +19,16 @@ from .test_cdi_toolkit import LINKS, nvidia_cdi_hook
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def images(gpu_node: GpuNode, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return oci_archive(gpu_node.rootfs, tmp_path_factory.mktemp("images"))
-
-
-@pytest.fixture(scope="module", params=[("debian-13", "1.7"), ("debian-sid", "2.1")], ids=["1.7", "2.1"])
+@pytest.fixture(scope="module", params=CONTAINERDS, ids=CONTAINERD_IDS)
 def containerd(  # type: ignore[no-untyped-def]
-    request, gpu_node: GpuNode, images: Path, test_cache: Path, tmp_path_factory: pytest.TempPathFactory
+    request, gpu_node: GpuNode, cri_images: Path, test_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Containerd, str]]:
     os_name, major_minor = request.param
     pytest.importorskip("grpc_tools", reason="grpcio-tools (pyproject [test] extras)")
     work = tmp_path_factory.mktemp(f"containerd-{major_minor}")
-    pb, stubs = cri_modules(tmp_path_factory.mktemp("cri-gen"))
-    daemon = Containerd(gpu_node, containerd_bin(test_cache, os_name), work, pb, stubs)
-    try:
-        daemon.start(images)
+    with running_containerd(gpu_node, test_cache, os_name, work, cri_images,
+                            tmp_path_factory.mktemp("cri-gen")) as daemon:
         yield daemon, major_minor
-    finally:
-        daemon.stop()
 
 
 def test_cri_container_sees_devices_and_the_active_libraries(

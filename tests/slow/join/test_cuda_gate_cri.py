@@ -15,33 +15,24 @@ import pytest
 
 from nodeprep.runtime import containerd as ctd
 
-from .criclient import Containerd, containerd_bin, cri_modules, oci_archive
+from .criclient import CONTAINERD_IDS, CONTAINERDS, Containerd, running_containerd
 from .gpunode import GpuNode
 from .test_cuda_gate_podman import CLAIM_UID, DRA_KIND, dra_spec
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def images(gpu_node: GpuNode, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return oci_archive(gpu_node.rootfs, tmp_path_factory.mktemp("images"))
-
-
-@pytest.fixture(scope="module", params=[("debian-13", "1.7"), ("debian-sid", "2.1")], ids=["1.7", "2.1"])
+@pytest.fixture(scope="module", params=CONTAINERDS, ids=CONTAINERD_IDS)
 def gated(  # type: ignore[no-untyped-def]
-    request, gpu_node: GpuNode, versions: tuple[str, str], images: Path, test_cache: Path,
+    request, gpu_node: GpuNode, versions: tuple[str, str], cri_images: Path, test_cache: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Containerd]:
     os_name, major_minor = request.param
     pytest.importorskip("grpc_tools", reason="grpcio-tools (pyproject [test] extras)")
     work = tmp_path_factory.mktemp(f"containerd-gate-{major_minor}")
-    pb, stubs = cri_modules(tmp_path_factory.mktemp("cri-gen"))
-    daemon = Containerd(gpu_node, containerd_bin(test_cache, os_name), work, pb, stubs, gate=True)
-    try:
-        daemon.start(images)
+    with running_containerd(gpu_node, test_cache, os_name, work, cri_images,
+                            tmp_path_factory.mktemp("cri-gen"), gate=True) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ import requests
 import yaml
 from click.testing import CliRunner
 
-from nodeprep.artifact import MANIFEST
 from nodeprep.cli import main
 from tests.support.controlplane import ControlPlane
+from tests.support.drivertree import driver_node
 
 pytestmark = pytest.mark.slow
 
@@ -57,19 +57,10 @@ def set_boot(cp: ControlPlane, s: requests.Session, name: str, boot: str) -> Non
 
 
 def node_dirs(tmp_path: Path, boot: str, extra_gpu: bool = False) -> tuple[Path, Path]:
-    root, sysfs = tmp_path / "root", tmp_path / "sys"
-    (root / "opt/nvidia" / DRIVER).mkdir(parents=True)
-    (root / "opt/nvidia" / DRIVER / MANIFEST).write_text("{}")
-    (root / "opt/nvidia/current").symlink_to(DRIVER)
+    buses = ["0000:00:1e.0", *(["0000:3b:00.0"] if extra_gpu else [])]
+    root, sysfs = driver_node(tmp_path, DRIVER, DRIVER, buses)
     (root / "proc/sys/kernel/random").mkdir(parents=True)
     (root / "proc/sys/kernel/random/boot_id").write_text(boot + "\n")
-    (sysfs / "module/nvidia").mkdir(parents=True)
-    (sysfs / "module/nvidia/version").write_text(DRIVER + "\n")
-    for bus in ["0000:00:1e.0", *(["0000:3b:00.0"] if extra_gpu else [])]:
-        d = sysfs / "bus/pci/devices" / bus
-        d.mkdir(parents=True)
-        (d / "vendor").write_text("0x10de\n")
-        (d / "class").write_text("0x030200\n")
     return root, sysfs
 
 

@@ -36,10 +36,7 @@ NODEPREP_ONLY = {"nvidia.com/gpu.present"}  # nodeprep's own key (docs/labels.md
 
 @pytest.fixture(scope="module")
 def gfd(test_cache: Path) -> Path:
-    reason = nvidia.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return nvidia.nvidia_binaries(test_cache)["gpu-feature-discovery"]
+    return nvidia.nvidia_binaries_or_skip(test_cache)["gpu-feature-discovery"]
 
 
 def gfd_labels(gfd: Path, capture: Path, work: Path) -> dict[str, str]:

@@ -38,10 +38,7 @@ PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 def live(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The host's root, with nodeprep's sources at /opt/nodeprep-src, a store of both versions (kmods
     for the running kernel) at /srv/store and NVIDIA's consumers at /consumers."""
-    reason = nvidia.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    stack = nvidia.nvidia_binaries(test_cache)
+    stack = nvidia.nvidia_binaries_or_skip(test_cache)
     work = tmp_path_factory.mktemp("live")
     root = debian_rootfs(test_cache, work / "host")
     shutil.copytree(REPO / "nodeprep", root / "opt/nodeprep-src/nodeprep",

@@ -41,10 +41,7 @@ NOT_FOUND = "No pre-installed driver detected on the host: failed to find an exe
 
 @pytest.fixture(scope="module")
 def stack(test_cache: Path) -> dict[str, Path]:
-    reason = nvidia.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return nvidia.nvidia_binaries(test_cache)
+    return nvidia.nvidia_binaries_or_skip(test_cache)
 
 
 def _userspace(work: Path, version: str, store: Path) -> tuple[Path, artifact.Manifest]:

@@ -122,6 +122,20 @@ def make_pod(
     return r.json()  # type: ignore[no-any-return]
 
 
+def budgeted_gpu_node(cp: ControlPlane, name: str) -> None:
+    """Node `name` running GPU pod `name`-train, which PodDisruptionBudget `name`-budget (minAvailable
+    1) covers."""
+    make_node(cp, name)
+    make_pod(cp, name, f"{name}-train", gpu=True, labels={"app": name})
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": f"{name}-budget"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}},
+    }
+    assert cp.api("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", pdb).status_code == 201
+
+
 def pod_exists(cp: ControlPlane, name: str, ns: str = "default") -> bool:
     return cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}").status_code == 200
 
@@ -170,15 +184,7 @@ def test_only_the_gpu_pod_is_evicted_and_a_second_run_changes_nothing(
 
 def test_a_disruption_budget_blocks_then_fails_naming_it(control_plane: ControlPlane, upgrader: Path) -> None:
     cp, name = control_plane, uniq("up-pdb")
-    make_node(cp, name)
-    make_pod(cp, name, f"{name}-train", gpu=True, labels={"app": name})
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": f"{name}-budget"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}},
-    }
-    assert cp.api("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", pdb).status_code == 201
+    budgeted_gpu_node(cp, name)
     cp.wait(
         "the disruption controller's status",
         lambda: (
@@ -222,15 +228,7 @@ def test_an_interrupted_eviction_resumes_where_it_stopped(
     """The first run is killed (SIGINT) while a budget blocks its eviction; the re-run, once the budget
     is gone, goes on from pod-deletion-required and does not cordon again."""
     cp, name = control_plane, uniq("up-int")
-    make_node(cp, name)
-    make_pod(cp, name, f"{name}-train", gpu=True, labels={"app": name})
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": f"{name}-budget"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}},
-    }
-    assert cp.api("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", pdb).status_code == 201
+    budgeted_gpu_node(cp, name)
     argv = [
         sys.executable,
         "-m",

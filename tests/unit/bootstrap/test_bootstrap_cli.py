@@ -14,7 +14,7 @@ from nodeprep.cli import main
 from nodeprep.containerhooks import gate
 from tests.support.clirunner import separate_stderr
 from tests.support.fixtures import GPU_MACHINE, NVIDIA_SMI
-from tests.support.standin import KERNEL, standin_store, tree
+from tests.support.standin import KERNEL, standin_image_root, tree
 from tests.unit.join.conftest import node_python
 
 CAPTURE = NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"
@@ -94,12 +94,7 @@ def _closed_port() -> int:
 def image_root(tmp_path: Path) -> tuple[Path, Path]:
     """An image root with one kernel and a token file, and a profile that joins a cluster whose API
     server is a closed loopback port (never any other address), from a store of small real artifacts."""
-    store = standin_store(tmp_path / "work", tmp_path / "store", "535.309.01")
-    root = tmp_path / "root"
-    (root / "lib/modules" / KERNEL).mkdir(parents=True)
-    (root / "etc/nodeprep").mkdir(parents=True)
-    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
-    node_python(root)  # the CDI hook program runs with the image's python3
+    store, root = standin_image_root(tmp_path)
     token = root / "etc/nodeprep/bootstrap-token"
     token.write_text("abcdef.0123456789abcdef\n")
     token.chmod(0o600)

@@ -7,23 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep import runner
 from nodeprep.artifact import LocalStore
 from nodeprep.builder import containerbuild
 from nodeprep.builder.resolve import BuildRequest
-from nodeprep.cli import main
+from tests.support.clirunner import invoke
 from tests.support.httpdir import serve_directory
 from tests.support.standin import standin_store, tree
 
 from .kmodstore import publish_kmod
 
 OPEN_URL = "http://127.0.0.1:9/open-gpu-kernel-modules-580.142.tar.gz"
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
 
 
 def one_error_line(res) -> str:
@@ -322,7 +317,8 @@ def test_release_and_runfile_of_different_versions_are_refused_before_apt(tmp_pa
     import hashlib
 
     from tests.support.makeself import make_runfile
-    from tests.unit.sources.test_opensource import release_members, write_tgz
+    from tests.support.tarballs import write_tgz
+    from tests.unit.sources.test_opensource import release_members
 
     monkeypatch.setenv("NODEPREP_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
     release = write_tgz(tmp_path / "release.tar.gz", release_members())

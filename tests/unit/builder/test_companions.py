@@ -9,8 +9,6 @@ symbols they use, and what `symvers_of` derived from that build's nvidia.ko (65 
 
 from __future__ import annotations
 
-import io
-import tarfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from nodeprep.errors import ArtifactError, InputError
 from nodeprep.modinfo import ModuleInfo, read_module
 from nodeprep.sources import companions as sources
 from tests.support import companions as shared
+from tests.support.tarballs import write_tgz
 
 DATA = Path(__file__).parent / "data" / "companions"
 VERMAGIC = "6.1.0-57-amd64 SMP preempt mod_unload modversions "
@@ -121,34 +120,18 @@ def test_tarball_names() -> None:
         sources.check_name(gdr, "gds-nvidia-fs-2.28.4.tar.gz")
 
 
-def _tarball(path: Path, members: list[tuple[str, bytes | None, str | None]]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data, link in members:
-            info = tarfile.TarInfo(name)
-            if link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, link
-                tar.addfile(info)
-            elif data is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return path
-
-
 def test_hostile_tarballs_are_refused(tmp_path: Path) -> None:
     gdr = sources.COMPANIONS["gdrdrv"]
-    link = _tarball(tmp_path / "gdrcopy-2.6.tar.gz", [("gdrcopy-2.6/", None, None),
+    link = write_tgz(tmp_path / "gdrcopy-2.6.tar.gz", [("gdrcopy-2.6/", None, None),
                                                     ("gdrcopy-2.6/src/gdrdrv/Makefile", None, "/etc/passwd")])
     with pytest.raises(ArtifactError, match="is not a file or directory"):
         sources.extract(gdr, link, tmp_path / "a")
     (tmp_path / "b").mkdir()
-    other = _tarball(tmp_path / "b" / "gdrcopy-2.6.tar.gz", [("gdrcopy-2.5/src/gdrdrv/Makefile", b"", None)])
+    other = write_tgz(tmp_path / "b" / "gdrcopy-2.6.tar.gz", [("gdrcopy-2.5/src/gdrdrv/Makefile", b"", None)])
     with pytest.raises(InputError, match="top directory 'gdrcopy-2.5' is not gdrcopy-2.6"):
         sources.extract(gdr, other, tmp_path / "c")
     (tmp_path / "d").mkdir()
-    outside = _tarball(tmp_path / "d" / "gdrcopy-2.6.tar.gz", [("gdrcopy-2.6/../x", b"", None)])
+    outside = write_tgz(tmp_path / "d" / "gdrcopy-2.6.tar.gz", [("gdrcopy-2.6/../x", b"", None)])
     with pytest.raises(ArtifactError):
         sources.extract(gdr, outside, tmp_path / "e")
     assert not (tmp_path / "x").exists()

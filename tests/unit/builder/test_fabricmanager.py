@@ -8,19 +8,14 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep.builder import fabricmanager
-from nodeprep.cli import main
 from nodeprep.errors import ArtifactError, InputError
 from tests.support import fmarchive
+from tests.support.clirunner import invoke
 
 VERSION = "535.309.01"
 SHA = "ab" * 32
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
 
 
 def read(path: Path, driver: str = VERSION) -> fabricmanager.FabricManager:

@@ -12,13 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep import targets
 from nodeprep.builder import cc, containerbuild, hostbuild
 from nodeprep.builder.resolve import BuildRequest
-from nodeprep.cli import main
 from nodeprep.errors import InputError
+from tests.support.clirunner import invoke
 
 DEBIAN_CC = "gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0"
 UBUNTU_CC = "x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0"
@@ -202,10 +201,6 @@ def test_debian_container_keeps_chroot_and_one_image(tmp_path):
     assert "--build-arg" not in containerbuild.build_image_argv(cb)
     argv = containerbuild.run_argv(cb)
     assert argv[argv.index("--builder") + 1] == "chroot"
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
 
 
 @pytest.mark.parametrize(

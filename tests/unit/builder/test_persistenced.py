@@ -8,21 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep.artifact import Manifest, input_digest
 from nodeprep.builder import persistenced, userspace
 from nodeprep.builder.persistenced import _dep_names, embedded_version
-from nodeprep.cli import main
 from nodeprep.errors import InputError
 from tests.support import companions
+from tests.support.clirunner import invoke
 
 PD_URL = "http://127.0.0.1:9/nvidia-persistenced-535.309.01.tar.gz"
 SHA = "ab" * 32
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
 
 
 def one_error_line(res) -> str:  # type: ignore[no-untyped-def]

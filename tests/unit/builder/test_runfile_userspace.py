@@ -14,23 +14,18 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep import artifact
 from nodeprep.builder import runfileuserspace as rus
-from nodeprep.cli import main
 from nodeprep.errors import ArtifactError, InputError
 from nodeprep.sources import runfile
 from tests.support import rawartifact as ra
+from tests.support.clirunner import invoke
 from tests.support.makeself import MANIFEST_HEADER, debian_userspace, make_runfile, nvidia_tree
 from tests.support.standin import KERNEL, standin_kmod
 
 V = "535.309.01"
 LABEL = f"NVIDIA Accelerated Graphics Driver for Linux-x86_64 {V}"
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
 
 
 def manifest_text(*entries: str, version: str = V) -> str:

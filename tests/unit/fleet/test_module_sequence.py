@@ -72,6 +72,15 @@ PROFILE = {
 }
 
 
+def driver_args(tmp_path: Path, version: str) -> tuple[Path, dict[str, str]]:
+    """An empty root (tmp_path/root) and nodeprep_driver's arguments to install `version` there from a
+    store of small real artifacts (tmp_path/store)."""
+    store = standin_store(tmp_path / "work", tmp_path / "store", version)
+    root = tmp_path / "root"
+    root.mkdir()
+    return root, {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
+
+
 def test_profile_module_sequence(tmp_path: Path) -> None:
     args = {"root": str(tmp_path), "content": PROFILE}
     target = tmp_path / "etc/nodeprep/node.yaml"
@@ -169,10 +178,7 @@ def test_labels_module_records_the_gpu_facts(tmp_path: Path) -> None:
     from tests.support.fixtures import GPU_MACHINE
 
     version = "535.309.01"
-    store = standin_store(tmp_path / "work", tmp_path / "store", version)
-    root = tmp_path / "root"
-    root.mkdir()
-    driver = {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
+    root, driver = driver_args(tmp_path, version)
     assert module("nodeprep_driver", driver)[0] == "CHANGED"
     facts = root / "opt/nvidia/gpu-facts.json"
     assert not facts.exists()  # no /sys in this root: the activation had no GPU to record
@@ -233,10 +239,7 @@ def test_driver_module_sequence(tmp_path: Path) -> None:
     check mode reports the library's plan and writes nothing, the run installs and activates, a
     re-run and a check after it change nothing; the doctor's version gate is the library's."""
     version = "535.309.01"
-    store = standin_store(tmp_path / "work", tmp_path / "store", version)
-    root = tmp_path / "root"
-    root.mkdir()
-    args = {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
+    root, args = driver_args(tmp_path, version)
     status, result = module("nodeprep_driver", {**args, "doctor": True, "doctor_checks": ["state"]},
                             check=True)
     assert status == "CHANGED" and result["active"] == version and result["previous"] is None, result
@@ -295,10 +298,7 @@ def test_driver_module_state_absent_uninstalls(tmp_path: Path) -> None:
     """state=absent is `nodeprep uninstall`: check mode lists what goes and removes nothing, the run
     removes it, a re-run changes nothing; version and store are not needed."""
     version = "535.309.01"
-    store = standin_store(tmp_path / "work", tmp_path / "store", version)
-    root = tmp_path / "root"
-    root.mkdir()
-    args = {"root": str(root), "version": version, "store": str(store), "kernel": KERNEL}
+    root, args = driver_args(tmp_path, version)
     assert module("nodeprep_driver", args)[0] == "CHANGED"
     installed = tree(root)
     absent = {"root": str(root), "state": "absent"}

@@ -10,17 +10,14 @@ from pathlib import Path
 import yaml
 
 from tests.support.standin import tree
+from tests.unit.node.test_root_reads_confined import linked_etc_nodeprep
 
 from .test_module_sequence import CAPTURE, PROFILE, module
 
 
 def test_profile_module_writes_beneath_the_root(tmp_path: Path) -> None:
-    outside = tmp_path / "host-etc-nodeprep"
-    outside.mkdir()
-    (outside / "node.yaml").write_text("host: profile\n")
-    root = tmp_path / "root"
-    (root / "etc").mkdir(parents=True)
-    (root / "etc/nodeprep").symlink_to(outside)
+    outside, root = tmp_path / "host-etc-nodeprep", tmp_path / "root"
+    linked_etc_nodeprep(root, outside, "host: profile\n")
     before = tree(outside)
     status, result = module("nodeprep_profile", {"root": str(root), "content": PROFILE})
     assert status == "CHANGED", result

@@ -13,12 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from nodeprep.cli import main
 from nodeprep.containerhooks import gate
 from nodeprep.labels.gpu import GpuFacts, brand_from_name, brand_from_smi, parse_nvidia_smi_xml
 from nodeprep.node import gpufacts
+from tests.support.clirunner import invoke
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
 from tests.unit.containerhooks.test_gate import refusal, run_gate
@@ -27,10 +26,6 @@ from tests.unit.node.test_node_uninstall import VERSION, debian_root
 
 FACTS = gate.FACTS.lstrip("/")
 T4, RTX3090, A100 = "1eb8", "2204", "20b2"
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
 
 
 @pytest.fixture(scope="module")

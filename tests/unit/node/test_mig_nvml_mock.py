@@ -149,15 +149,9 @@ def test_bootstrap_puts_the_layout_in_place_before_the_labels(test_cache: Path, 
     """`bootstrap --mig` on a root (the driver from a store of small real artifacts, GPU facts for the
     labels from a capture, NVML from the mock): the mig step runs after modules and before labels,
     and the labels it writes carry the outcome."""
-    from tests.support.standin import KERNEL, standin_store
-    from tests.unit.join.conftest import node_python
+    from tests.support.standin import KERNEL, standin_image_root
 
-    store = standin_store(tmp_path / "work", tmp_path / "store", "535.309.01")
-    root = tmp_path / "root"
-    (root / "lib/modules" / KERNEL).mkdir(parents=True)
-    (root / "etc/nodeprep").mkdir(parents=True)
-    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
-    node_python(root)  # the CDI hook program runs with the image's python3
+    store, root = standin_image_root(tmp_path)
     profile = root / "etc/nodeprep/node.yaml"
     profile.write_text(yaml.safe_dump({
         "driver": {"version": "535.309.01", "store": str(store), "kernel": KERNEL},

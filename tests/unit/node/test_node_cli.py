@@ -10,10 +10,7 @@ from click.testing import CliRunner
 
 from nodeprep.artifact import render_index
 from nodeprep.cli import main
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
+from tests.support.clirunner import invoke
 
 
 @pytest.fixture

@@ -13,23 +13,18 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nodeprep import artifact
-from nodeprep.cli import main
 from nodeprep.errors import StateFileError
 from nodeprep.node.state import load_state
 from tests.support import rawartifact as ra
+from tests.support.clirunner import invoke
 from tests.support.standin import KERNEL, standin_kmod, tree, userspace_artifact
 
 V1, V2 = "535.216.03", "535.309.01"
 TOOLS = ("nvidia-smi", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 LIBS = ("libnvidia-ml.so.1", "libcuda.so.1")
 LIBDIR = "usr/lib/x86_64-linux-gnu"
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
 
 
 @pytest.fixture(scope="module")

@@ -13,21 +13,16 @@ import re
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from nodeprep.cli import main
 from nodeprep.errors import InputError
 from nodeprep.node import installer
 from nodeprep.node.driverplan import plan_activate, plan_remove
 from nodeprep.node.state import load_state
+from tests.support.clirunner import invoke
 from tests.support.standin import KERNEL, standin_store, tree
 
 V = "535.309.01"
 K2 = "6.12.48+deb12-amd64"
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
 
 
 @pytest.fixture(scope="module")

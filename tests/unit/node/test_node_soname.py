@@ -37,19 +37,25 @@ def escaping_soname(victim: Path) -> str:
     return "../" * 40 + str(victim).lstrip("/")
 
 
-def evil_store(tmp_path: Path, victim: Path) -> tuple[Path, Path]:
-    """A directory store: V2's user space plus lib64/libevil.so.V2 with an escaping SONAME, and
-    a stand-in kmod. Returns (store, user-space artifact)."""
+def _store_of(tmp_path: Path, payload: Path) -> tuple[Path, Path]:
+    """(tmp_path/store, its user-space artifact): `payload` packed as V2's user space beside a
+    stand-in kmod of V2."""
     store = tmp_path / "store"
     store.mkdir()
-    payload = build_payload(tmp_path / "work", V2)
-    compile_so(payload / "lib64" / f"libevil.so.{V2}", escaping_soname(victim))
     manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
                                  input_digest="0" * 64, inputs={})
     us, _ = artifact.pack(payload, manifest, store)
     kmod, kmod_manifest = standin_kmod(tmp_path / "ko", V2, store)
     ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
     return store, us
+
+
+def evil_store(tmp_path: Path, victim: Path) -> tuple[Path, Path]:
+    """A directory store: V2's user space plus lib64/libevil.so.V2 with an escaping SONAME, and
+    a stand-in kmod. Returns (store, user-space artifact)."""
+    payload = build_payload(tmp_path / "work", V2)
+    compile_so(payload / "lib64" / f"libevil.so.{V2}", escaping_soname(victim))
+    return _store_of(tmp_path, payload)
 
 
 def test_install_refuses_a_library_whose_soname_escapes(tmp_path: Path) -> None:
@@ -147,14 +153,7 @@ def test_links_made_at_install_are_ldconfig_n_links(tmp_path: Path) -> None:
     """Through the real CLI: the installed lib64 equals the artifact's lib64 after `ldconfig -n`."""
     root = tmp_path / "root"
     root.mkdir()
-    store = tmp_path / "store"
-    store.mkdir()
-    payload = build_payload(tmp_path / "work", V2)
-    manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
-                                 input_digest="0" * 64, inputs={})
-    us, _ = artifact.pack(payload, manifest, store)
-    kmod, kmod_manifest = standin_kmod(tmp_path / "ko", V2, store)
-    ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
+    store, us = _store_of(tmp_path, build_payload(tmp_path / "work", V2))
     expected = tmp_path / "expected"
     expected.mkdir()
     artifact.extract(us, expected)
@@ -190,16 +189,10 @@ def test_a_lib64_that_is_a_symlink_gets_no_links_and_is_refused(tmp_path: Path) 
     """No link is made through a symlinked lib64 (nothing is followed); the root is incomplete."""
     root = tmp_path / "root"
     root.mkdir()
-    store = tmp_path / "store"
-    store.mkdir()
     payload = build_payload(tmp_path / "work", V2)
     (payload / "lib64").rename(payload / "libdir")
     (payload / "lib64").symlink_to("libdir")
-    manifest = artifact.Manifest(kind="userspace", driver_version=V2, arch="amd64", os="debian-12",
-                                 input_digest="0" * 64, inputs={})
-    us, _ = artifact.pack(payload, manifest, store)
-    kmod, kmod_manifest = standin_kmod(tmp_path / "ko", V2, store)
-    ra.store_with(store, [(us, artifact.read_manifest(us)), (kmod, kmod_manifest)])
+    store, _ = _store_of(tmp_path, payload)
 
     result = invoke("install", "--store", str(store), "--driver", V2, "--kernel", KERNEL, "--root", str(root))
     assert result.exit_code == 2

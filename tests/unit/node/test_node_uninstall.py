@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from nodeprep import runner
-from nodeprep.cli import main
 from nodeprep.node.driverplan import plan_uninstall
 from nodeprep.node.layout import Layout
 from nodeprep.node.lock import locked
+from tests.support.clirunner import invoke
 from tests.support.fixtures import NVIDIA_SMI
 from tests.support.standin import KERNEL, standin_store
 from tests.support.tree import snapshot as tree_snapshot
@@ -32,10 +31,6 @@ REPO = Path(__file__).resolve().parents[3]
 VERSION = "535.309.01"
 OPLOG = "var/log/nodeprep.log"  # the one file uninstall leaves: the node operation log (docs/node.md)
 CONTAINERD = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, list(args))
 
 
 @pytest.fixture(scope="module")

@@ -80,13 +80,18 @@ def test_labels_current_link_and_driver_root_beneath_the_root(tmp_path: Path) ->
     assert "nodeprep.dev/kernel" not in labels and "nodeprep.dev/artifact-kernel" not in labels
 
 
-def test_default_profile_path_resolves_beneath_the_root(tmp_path: Path) -> None:
-    out = tmp_path / "outside"
-    out.mkdir()
-    (out / "node.yaml").write_text("driver: {version: '535.54.03', store: /srv/outside-store}\n")
-    root = tmp_path / "root"
+def linked_etc_nodeprep(root: Path, outside: Path, profile: str) -> None:
+    """ROOT/etc/nodeprep an absolute link to the host directory `outside`, whose node.yaml is
+    `profile`: what a root must never read or write through."""
+    outside.mkdir()
+    (outside / "node.yaml").write_text(profile)
     (root / "etc").mkdir(parents=True)
-    (root / "etc/nodeprep").symlink_to(out)
+    (root / "etc/nodeprep").symlink_to(outside)
+
+
+def test_default_profile_path_resolves_beneath_the_root(tmp_path: Path) -> None:
+    out, root = tmp_path / "outside", tmp_path / "root"
+    linked_etc_nodeprep(root, out, "driver: {version: '535.54.03', store: /srv/outside-store}\n")
     r = CliRunner().invoke(main, ["profile", "check", "--root", str(root), "--json"])
     assert r.exit_code == 2 and "outside-store" not in r.output, r.output
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeprep.artifact import MANIFEST
 from nodeprep.cli import main
 from nodeprep.node.selftest import GpuHealth, SelfTestFacts, evaluate, gather, parse_health
+from tests.support.drivertree import driver_node
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
 T4 = CAPTURES / "tesla-t4_515.105.01.xml"  # 515.105.01, bus 00000000:00:1E.0, persistence Disabled
@@ -19,18 +19,7 @@ A5000 = CAPTURES / "dual-rtx-a5000_590.44.01.xml"  # two GPUs, persistence Enabl
 
 
 def node(tmp_path: Path, active: str, loaded: str | None, buses: list[str]) -> tuple[Path, Path]:
-    root, sysfs = tmp_path / "root", tmp_path / "sys"
-    (root / "opt/nvidia" / active).mkdir(parents=True)
-    (root / "opt/nvidia" / active / MANIFEST).write_text("{}")
-    (root / "opt/nvidia/current").symlink_to(active)
-    if loaded:
-        (sysfs / "module/nvidia").mkdir(parents=True)
-        (sysfs / "module/nvidia/version").write_text(loaded + "\n")
-    for bus in buses:
-        d = sysfs / "bus/pci/devices" / bus
-        d.mkdir(parents=True)
-        (d / "vendor").write_text("0x10de\n")
-        (d / "class").write_text("0x030200\n")
+    root, sysfs = driver_node(tmp_path, active, loaded, buses)
     other = sysfs / "bus/pci/devices/0000:00:02.0"  # an Intel VGA controller is not ours
     other.mkdir(parents=True)
     (other / "vendor").write_text("0x8086\n")

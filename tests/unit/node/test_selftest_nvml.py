@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from nodeprep import runner
-from nodeprep.artifact import MANIFEST
 from tests.support import mocknvml
+from tests.support.drivertree import driver_node
 
 REPO = Path(__file__).resolve().parents[3]
 DRIVER = "550.163.01"  # what the mock's H100 profile reports
@@ -37,18 +37,7 @@ def h100_buses() -> list[str]:
 
 
 def node(tmp_path: Path, buses: list[str]) -> tuple[Path, Path]:
-    root, sysfs = tmp_path / "root", tmp_path / "sys"
-    (root / "opt/nvidia" / DRIVER).mkdir(parents=True)
-    (root / "opt/nvidia" / DRIVER / MANIFEST).write_text("{}")
-    (root / "opt/nvidia/current").symlink_to(DRIVER)
-    (sysfs / "module/nvidia").mkdir(parents=True)
-    (sysfs / "module/nvidia/version").write_text(DRIVER + "\n")
-    for bus in buses:
-        d = sysfs / "bus/pci/devices" / bus
-        d.mkdir(parents=True)
-        (d / "vendor").write_text("0x10de\n")
-        (d / "class").write_text("0x030200\n")
-    return root, sysfs
+    return driver_node(tmp_path, DRIVER, DRIVER, buses)
 
 
 def verify(tmp_path: Path, machine: str | Path, *args: str) -> runner.Result:

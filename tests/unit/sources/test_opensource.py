@@ -3,16 +3,13 @@ directory's and version.mk's, and a tarball that is not a clean release tree is 
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from nodeprep.errors import ArtifactError, InputError
 from nodeprep.sources import opensource
-
-Member = tuple[str, bytes | None, str | None]  # name, file content (None: directory), link target
+from tests.support.tarballs import Member, write_tgz
 
 
 def release_members(top: str = "open-gpu-kernel-modules-580.142",
@@ -27,24 +24,6 @@ def release_members(top: str = "open-gpu-kernel-modules-580.142",
         (f"{top}/kernel-open/conftest.sh", b"#!/bin/sh\n", None),
         (f"{top}/src/nvidia/Makefile", b"all:\n", None),
     ]
-
-
-def write_tgz(path: Path, members: list[Member]) -> Path:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data, link in members:
-            info = tarfile.TarInfo(name)
-            if link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, link
-                tar.addfile(info)
-            elif data is None:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            else:
-                info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
-                tar.addfile(info, io.BytesIO(data))
-    path.write_bytes(buf.getvalue())
-    return path
 
 
 def test_version_and_tree_of_a_release(tmp_path: Path) -> None:

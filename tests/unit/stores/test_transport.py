@@ -244,16 +244,8 @@ class _Drip(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def drip() -> Iterator[str]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
-    srv.daemon_threads = True
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
+    with serve(_Drip, daemon_threads=True) as url:
+        yield url
 
 
 def test_deadline_is_wall_clock_against_a_dripping_store(drip: str, tmp_path: Path) -> None:
@@ -264,23 +256,17 @@ def test_deadline_is_wall_clock_against_a_dripping_store(drip: str, tmp_path: Pa
     assert seconds < 3  # each byte came within the stall timeout: only the deadline ends it
 
 
-def test_the_deadline_also_bounds_an_artifact_download(drip: str, tmp_path: Path,
+@pytest.mark.parametrize("path", ["a.tar.zst", "headers/a.tar.zst"], ids=["body", "headers"])
+def test_the_deadline_also_bounds_an_artifact_download(drip: str, tmp_path: Path, path: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dripping body, or dripping response headers ("headers" in the path)."""
     monkeypatch.setenv("NODEPREP_FETCH_DEADLINE", "0.5")
     start = time.monotonic()
     with pytest.raises(NetworkError, match=r"gave up after 0\.5 s"):
-        download.download(f"{drip}/a.tar.zst", tmp_path / "a", sha256="0" * 64, size=100000)
+        download.download(f"{drip}/{path}", tmp_path / "a", sha256="0" * 64, size=100000)
     assert time.monotonic() - start < 3
-    assert (tmp_path / "a.part").stat().st_size > 0  # kept for the next run to resume
-
-
-def test_the_deadline_also_bounds_dripping_response_headers(drip: str, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NODEPREP_FETCH_DEADLINE", "0.5")
-    start = time.monotonic()
-    with pytest.raises(NetworkError, match=r"gave up after 0\.5 s"):
-        download.download(f"{drip}/headers/a.tar.zst", tmp_path / "a", sha256="0" * 64, size=100000)
-    assert time.monotonic() - start < 3
+    if path == "a.tar.zst":
+        assert (tmp_path / "a.part").stat().st_size > 0  # kept for the next run to resume
 
 
 def test_the_deadline_bounds_a_kept_alive_connection_too(drip: str, tmp_path: Path) -> None:
@@ -352,19 +338,21 @@ def test_the_deadline_bounds_a_dripping_tls_handshake(tls_drip: str, tmp_path: P
     assert time.monotonic() - start < 3  # the server drips for 6 s
 
 
-class _SlowRedirect(http.server.BaseHTTPRequestHandler):
-    """Answers after 2.5 s (within every per-receive timeout) with a redirect to `target`."""
+class _Answer(http.server.BaseHTTPRequestHandler):
+    """Answers every GET, after `delay` seconds, with `status`, the headers `answer` and no body."""
 
-    target = ""
+    delay = 0.0
+    status = 200
+    answer: dict[str, str] = {}
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
 
     def do_GET(self) -> None:  # noqa: N802
-        time.sleep(2.5)
-        self.send_response(302)
-        self.send_header("Location", self.target)
-        self.send_header("Content-Length", "0")
+        time.sleep(self.delay)
+        self.send_response(self.status)
+        for k, v in {**self.answer, "Content-Length": "0"}.items():
+            self.send_header(k, v)
         self.end_headers()
 
 
@@ -375,21 +363,14 @@ def test_a_handshake_late_in_the_attempt_gets_only_the_time_left(tls_drip: str, 
     handshake's timeout was taken at the start of the attempt)."""
     monkeypatch.setenv("NODEPREP_FETCH_DEADLINE", "3")
     monkeypatch.setenv("NODEPREP_FETCH_STALL_TIMEOUT", "30")
-    handler = type("Redirect", (_SlowRedirect,), {"target": f"{tls_drip}/a.tar.zst"})
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    srv.daemon_threads = True
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    # answers after 2.5 s (within every per-receive timeout) with a redirect to the dripping TLS store
+    handler = type("Redirect", (_Answer,), {"delay": 2.5, "status": 302,
+                                            "answer": {"Location": f"{tls_drip}/a.tar.zst"}})
+    with serve(handler, daemon_threads=True) as url:
         start = time.monotonic()
         with pytest.raises(NetworkError, match=r"gave up after 3 s"):
-            download.download(f"http://127.0.0.1:{srv.server_address[1]}/a.tar.zst", tmp_path / "a",
-                              sha256="0" * 64, size=100000)
+            download.download(f"{url}/a.tar.zst", tmp_path / "a", sha256="0" * 64, size=100000)
         assert time.monotonic() - start < 4.5
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
 
 def test_stall_timeout_and_attempts_from_the_environment_hold_for_http_stores(proxy: FaultProxy,
                                                                               tmp_path: Path) -> None:
@@ -430,37 +411,21 @@ def test_a_body_cut_short_each_time_with_range_ignored_is_not_progress(
     assert [s.range for s in proxy.seen] == [None, f"bytes={len(data) - 1000}-", f"bytes={len(data) - 1000}-"]
 
 
-class _Challenger(http.server.BaseHTTPRequestHandler):
+class _Challenger(_Answer):
     """A plain-http registry on loopback whose bearer challenge names a token realm off loopback."""
 
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(401)
-        self.send_header("WWW-Authenticate", f'Bearer realm="http://{TEST_NET}/token",service="reg"')
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+    status = 401
+    answer = {"WWW-Authenticate": f'Bearer realm="http://{TEST_NET}/token",service="reg"'}
 
 
 def test_a_plain_http_token_realm_off_loopback_gets_no_credentials(tmp_path: Path,
                                                                    attempts: list[str]) -> None:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Challenger)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    host = f"127.0.0.1:{srv.server_address[1]}"
-    creds = tmp_path / "config.json"
-    creds.write_text(json.dumps({"auths": {host: {"username": "robot", "password": "pw"}}}))
-    creds.chmod(0o600)
-    try:
+    with serve(_Challenger) as url:
+        host = url.removeprefix("http://")
+        creds = _auth_file(tmp_path, host, {"username": "robot", "password": "pw"})
         with pytest.raises(InputError, match="token realm 'http://192.0.2.1/token' is not https"):
-            Store(f"oci+http://{host}/gpu/d", Options(registry_auth=str(creds))).entries()
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
+            Store(f"oci+http://{host}/gpu/d", Options(registry_auth=creds)).entries()
     assert TEST_NET not in attempts
 
 
