@@ -92,12 +92,12 @@ commands:
   type: list
   elements: list
 removed:
-  description: As RV(nodeprep.fleet.nodeprep_runtime#module:removed), the join's files and folders included.
+  description: As RV(nodeprep.fleet.nodeprep_runtime#module:removed), the join's files included.
   returned: when O(state=absent)
   type: list
   elements: str
 restored:
-  description: As RV(nodeprep.fleet.nodeprep_runtime#module:restored) (the same removal, C(nodeprep.join.removal)).
+  description: As RV(nodeprep.fleet.nodeprep_runtime#module:restored), the same removal.
   returned: when O(state=absent)
   type: list
   elements: str
