@@ -1,7 +1,8 @@
 """Every file derived from the field table (fields.py), rewritten from it: the JSON Schema, the
 docs' field table, the example profile's driver section, and the Ansible files that cannot import
 nodeprep (nodeprep_driver's options and DOCUMENTATION, the nvidia_driver role's defaults, argument
-specs and install task). A file written by hand keeps its own text outside the markers.
+specs, install task and the handler that loads the modules). A file written by hand keeps its own
+text outside the markers.
 
     python -m nodeprep.profile.generate --write   # rewrite them
     python -m nodeprep.profile.generate --check   # exit 1 naming each stale file
@@ -190,8 +191,9 @@ def role_argument_specs() -> list[str]:
 
 
 def role_task() -> list[str]:
-    """roles/nvidia_driver/tasks/install.yml: the module's driver options from the role's variables
-    ("" or none: left out, the module's default)."""
+    """roles/nvidia_driver/tasks/install.yml and the handler that loads the modules (handlers/main.yml,
+    the same request): the module's driver options from the role's variables ("" or none: left out,
+    the module's default)."""
     lines: list[str] = []
     for f in installed():
         var, kind = f"nvidia_driver_{f.key}", _role_spec(f)["type"]
@@ -210,6 +212,7 @@ REGIONS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     f"{ROLE}/defaults/main.yml": ("#", role_defaults),
     f"{ROLE}/meta/argument_specs.yml": ("#", role_argument_specs),
     f"{ROLE}/tasks/install.yml": ("#", role_task),
+    f"{ROLE}/handlers/main.yml": ("#", role_task),
 }
 
 
