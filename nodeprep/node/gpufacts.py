@@ -28,6 +28,7 @@ from .support import SUPPORT_FILE, parse_supported
 
 MARK = '{"nodeprep": "gpu-facts"'  # the first bytes of every facts file nodeprep writes
 MAX_SUPPORTED = 8 << 20  # supported-gpus.json of 590: ~1 MiB
+MAX_FACTS = 1 << 20  # a recorded facts file: ~100 bytes a GPU
 MODE = 0o644  # the gate reads it as whichever user the runtime runs hooks as
 
 
@@ -74,12 +75,22 @@ def write(layout: Layout, gpu: GpuFacts) -> bool:
 
 @dataclass(frozen=True)
 class Recording:
-    """What recording the facts does on a root: the file (beneath the root), its content, and
-    whether that differs from what is there (content or mode)."""
+    """What recording the facts does on a root: the file (beneath the root), its content, whether
+    that differs from what is there (content or mode), and what was there before: the text of the
+    regular file at `file` ("" when there was none: absent, a link, not a regular file)."""
 
     file: Path
     content: str
     changed: bool
+    before: str = ""
+
+
+def _text_at(file: Path) -> str:
+    """The text of the regular file at `file`, never through a link; "" when there is none."""
+    try:
+        return read_bytes(file, limit=MAX_FACTS).decode("utf-8", "replace")
+    except OSError:  # absent, a link, a FIFO, a directory, too large: nothing a diff can show
+        return ""
 
 
 def record(root: Path, gpu: GpuFacts | None, *, check: bool = False,
@@ -87,12 +98,13 @@ def record(root: Path, gpu: GpuFacts | None, *, check: bool = False,
     """The labels' front-ends (`nodeprep labels`, bootstrap, the collection's nodeprep_labels): record
     `gpu` beneath `root` when it has an active driver, `activating` when an earlier step makes one
     active (bootstrap's driver step). None: nothing to record (no GPU facts, no driver). With
-    `check`, nothing is written: the answer says what would be."""
+    `check`, nothing is written: the answer says what would be (and what is there, `before`)."""
     layout = Layout(Path(root))
     if gpu is None or not (activating or layout.current.is_symlink()):
         return None
     file, content = path(layout), render(gpu, supported_names(layout))
-    planned = Recording(file, content, not holds(file, content.encode(), MODE))
+    changed = not holds(file, content.encode(), MODE)
+    planned = Recording(file, content, changed, _text_at(file) if changed else content)
     if planned.changed and not check:
         atomic_write(file, content, mode=MODE)
     return planned

@@ -1,7 +1,8 @@
 """Every file derived from the field table (fields.py), rewritten from it: the JSON Schema, the
 docs' field table, the example profile's driver section, and the Ansible files that cannot import
 nodeprep (nodeprep_driver's options and DOCUMENTATION, the nvidia_driver role's defaults, argument
-specs and install task). A file written by hand keeps its own text outside the markers.
+specs, install task and the handler that loads the modules). A file written by hand keeps its own
+text outside the markers.
 
     python -m nodeprep.profile.generate --write   # rewrite them
     python -m nodeprep.profile.generate --check   # exit 1 naming each stale file
@@ -189,16 +190,23 @@ def role_argument_specs() -> list[str]:
     return lines
 
 
-def role_task() -> list[str]:
+def role_task(pinned: dict[str, str] | None = None) -> list[str]:
     """roles/nvidia_driver/tasks/install.yml: the module's driver options from the role's variables
-    ("" or none: left out, the module's default)."""
+    ("" or none: left out, the module's default); `pinned` replaces a field's value expression."""
     lines: list[str] = []
     for f in installed():
         var, kind = f"nvidia_driver_{f.key}", _role_spec(f)["type"]
         value = {"bool": f"{var} | bool", "int": f"{var} | int", "list": var}.get(
             kind, f"{var} or omit" if _role_default(f) == "" else var)
-        lines.append(f'    {f.key}: "{{{{ {value} }}}}"')
+        lines.append(f'    {f.key}: "{{{{ {(pinned or {}).get(f.key, value)} }}}}"')
     return lines
+
+
+def role_handler() -> list[str]:
+    """roles/nvidia_driver/handlers/main.yml, the handler that loads the modules: the install task's
+    request with the version it chose pinned (a version published meanwhile is not taken; the
+    flavour follows from the same settings, as node/branch.py picks it for a given version)."""
+    return role_task({"version": "__nvidia_driver_install.version | default(nvidia_driver_version) or omit"})
 
 
 # file -> (the comment that opens a marker line, the regions: generated lines by name)
@@ -210,6 +218,7 @@ REGIONS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     f"{ROLE}/defaults/main.yml": ("#", role_defaults),
     f"{ROLE}/meta/argument_specs.yml": ("#", role_argument_specs),
     f"{ROLE}/tasks/install.yml": ("#", role_task),
+    f"{ROLE}/handlers/main.yml": ("#", role_handler),
 }
 
 

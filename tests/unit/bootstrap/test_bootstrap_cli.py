@@ -137,9 +137,9 @@ def test_dry_run_join_prints_its_warnings_and_a_rerun_joins(tmp_path: Path) -> N
 
 def test_labels_step_records_the_gpu_facts(tmp_path: Path) -> None:
     """The labels step records the CUDA gate's GPU facts as `nodeprep labels` does (one library call,
-    nodeprep.node.gpufacts.record), beneath --root, from the real H200 capture (the image has no
-    /sys: the activation alone records nothing); --check says it would and changes nothing, before
-    the driver is there and after."""
+    nodeprep.node.labeling.label_node, which records them), beneath --root, from the real H200
+    capture (the image has no /sys: the activation alone records nothing); --check says it would and
+    changes nothing, before the driver is there and after."""
     root, p = image_root(tmp_path)
     data = yaml.safe_load(p.read_text())
     del data["cluster"]  # the bring-up up to the runtime; joining is not what this is about

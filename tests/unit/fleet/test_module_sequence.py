@@ -169,9 +169,10 @@ H200_FACTS = {"nodeprep": "gpu-facts", "source": "nvidia-smi", "gpus": [  # the 
 
 def test_labels_module_records_the_gpu_facts(tmp_path: Path) -> None:
     """nodeprep_labels records the CUDA gate's GPU facts as `nodeprep labels` does (one library call,
-    nodeprep.node.gpufacts.record): beneath the root, on a root with the driver nodeprep_driver
-    activated, from the real H200 capture; check mode reports the file and leaves the root as it
-    was; a root without an active driver gets none; the CLI writes the same bytes."""
+    nodeprep.node.labeling.label_node, which records them): beneath the root, on a root with the
+    driver nodeprep_driver activated, from the real H200 capture; check mode reports the file and
+    leaves the root as it was; a root without an active driver gets none; the CLI writes the same
+    bytes."""
     from nodeprep.cli import main
     from nodeprep.containerhooks.gate import read_facts
     from tests.support.clirunner import separate_stderr

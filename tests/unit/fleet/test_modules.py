@@ -62,6 +62,10 @@ def test_documentation_matches_argument_spec(
         assert documented.get("description"), option
     check = doc["attributes"]["check_mode"]
     assert check["support"] == "full" or (check["support"] == "partial" and check.get("details"))
+    # the fragment that says "no diff" wins over the base fragment's diff_mode only when listed first
+    fragments = yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment", [])
+    if "nodeprep.fleet.nodeprep.no_diff" in fragments:
+        assert doc["attributes"]["diff_mode"]["support"] == "none", name
     yaml.safe_load(mod.EXAMPLES)
     yaml.safe_load(mod.RETURN)
 

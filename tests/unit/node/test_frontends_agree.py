@@ -3,7 +3,8 @@ step in check mode and nodeprep.fleet.nodeprep_driver in check mode (run by ansi
 library from this checkout) plan the same install for the same profile on the same image root,
 because each is one call of nodeprep.node.driververbs.install_driver; likewise uninstall
 (node.driververbs.uninstall_node), labels (node.labeling.label_node), the runtime and the join
-(runtime.configure.configure_runtime, join.joining.join_cluster), table-driven below.
+(runtime.configure.configure_runtime, join.joining.join_cluster), table-driven below; the labels'
+front-ends also record the same GPU facts file (label_node records it, in check mode plans it).
 
 The store is a directory of small real artifacts (tests/support/standin.py) served over loopback
 http, so the store client reads the profile's credentials file; that file is the node's (in the
@@ -225,3 +226,66 @@ def test_three_front_ends_plan_the_same_verb(verb: str, tmp_path: Path) -> None:
     assert plans["cli"], plans
     for fe in front_ends:
         assert plans[fe] == plans["cli"], (fe, plans[fe], plans["cli"])
+
+
+GPU_FACTS = "/opt/nvidia/gpu-facts.json"
+STALE_FACTS = '{"nodeprep": "gpu-facts", "source": "pci", "gpus": []}\n'
+
+
+def _record(fe: str, root: Path, xml: Path, check: bool) -> Any:
+    """One labels run of the front-end `fe` on `root` (with `check`, a check-mode one): its answer."""
+    profile = root / PROFILE_AT.lstrip("/")
+    if fe == "cli":
+        from nodeprep.cli import main
+
+        r = separate_stderr().invoke(main, ["labels", "--root", str(root), "--profile", str(profile),
+                                            "--nvidia-smi-xml", str(xml), "--check" if check else "--json"])
+        return r.stdout if r.exit_code == 0 else {"failed": r.stderr.strip()}
+    if fe == "bootstrap":
+        from nodeprep.bootstrap import steps
+
+        ctx = Context(root=root, profile=load_profile(profile), profile_path=profile, digest="",
+                      options=Options(check=check, nvidia_smi_xml=xml))
+        return steps.step_labels(ctx)
+    section = NODE_PROFILE["labels"]
+    return _task("nodeprep_labels", {"root": str(root), "nvidia_smi_xml": str(xml), "extra": section["extra"],
+                                     "cloud": section["cloud"], "mig_strategy": section["mig_strategy"],
+                                     "kernel": KERNEL, "nfd_file": "", "json_file": ""}, check=check)
+
+
+def test_three_front_ends_record_the_same_gpu_facts(tmp_path: Path) -> None:
+    """`nodeprep labels`, bootstrap's labels step and nodeprep_labels each make the one call
+    label_node, which records the GPU facts: on a root with an active driver and stale facts, a
+    check-mode run of each names the facts file and leaves the root as it was; a real run writes
+    the same bytes for all three."""
+    pytest.importorskip("ansible")
+    from tests.support.fixtures import NVIDIA_SMI
+    from tests.unit.join.conftest import install_driver
+
+    xml = NVIDIA_SMI / "dual-rtx-a5000_590.44.01.xml"
+    recorded = {}
+    for fe in ("cli", "bootstrap", "ansible"):
+        root = tmp_path / fe / "root"
+        root.mkdir(parents=True)
+        install_driver(root, tmp_path / fe / "work")
+        profile = root / PROFILE_AT.lstrip("/")
+        profile.parent.mkdir(parents=True)
+        profile.write_text(yaml.safe_dump(NODE_PROFILE))
+        facts = root / GPU_FACTS.lstrip("/")
+        facts.write_text(STALE_FACTS)
+        before = tree(root)
+        planned = _record(fe, root, xml, check=True)
+        assert not (isinstance(planned, dict) and "failed" in planned), (fe, planned)
+        assert tree(root) == before, fe  # check mode: planned, nothing written
+        if fe == "cli":
+            assert f"would write {facts} (GPU facts)" in planned, planned
+        elif fe == "bootstrap":
+            assert planned["summary"].endswith(f"; would write {GPU_FACTS})"), planned
+        else:
+            assert planned["changed"] and planned["gpu_facts"] == str(facts), planned
+        done = _record(fe, root, xml, check=False)
+        assert not (isinstance(done, dict) and "failed" in done), (fe, done)
+        recorded[fe] = facts.read_bytes()
+        assert recorded[fe] != STALE_FACTS.encode() and (facts.stat().st_mode & 0o7777) == 0o644, fe
+    assert recorded["bootstrap"] == recorded["cli"] and recorded["ansible"] == recorded["cli"], recorded
+    assert json.loads(recorded["cli"])["source"] == "nvidia-smi"

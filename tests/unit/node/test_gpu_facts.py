@@ -121,6 +121,29 @@ def test_hostile_facts_paths(store: Path, tmp_path: Path) -> None:
     assert any(n.startswith(f"{gate.FACTS}: GPU facts not written") for n in json.loads(r.stdout)["notes"])
 
 
+def test_the_recording_says_what_was_there(store: Path, tmp_path: Path) -> None:
+    """record() answers with the text it replaces (nodeprep_labels' diff): the stale file's, nothing
+    through a link planted at the facts path, the content itself once recorded."""
+    from nodeprep.node.layout import Layout
+
+    outside = tmp_path / "outside.json"
+    outside.write_text("host file\n")
+    root = installed(store, tmp_path / "root", T4)
+    gpu = gpufacts.gather(Layout(root), [])
+    stale = '{"nodeprep": "gpu-facts", "source": "pci", "gpus": []}\n'
+    (root / FACTS).write_text(stale)
+    planned = gpufacts.record(root, gpu, check=True)
+    assert planned is not None and planned.changed and planned.before == stale
+    assert (root / FACTS).read_text() == stale  # check: nothing written
+    (root / FACTS).unlink()
+    (root / FACTS).symlink_to(outside)
+    planned = gpufacts.record(root, gpu)
+    assert planned is not None and planned.changed and planned.before == ""  # never read through the link
+    assert outside.read_text() == "host file\n" and (root / FACTS).read_text() == planned.content
+    again = gpufacts.record(root, gpu)
+    assert again is not None and not again.changed and again.before == again.content
+
+
 def test_labels_on_a_root_without_an_active_driver_write_nothing(tmp_path: Path) -> None:
     root = sysfs(tmp_path / "root", T4)
     r = invoke("labels", "--root", str(root), "--source", "pci", "--cloud", "none")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     # Every module: check and diff mode, POSIX, the authors. A module overrides an entry by
-    # documenting it itself (for example diff_mode support none).
+    # documenting it itself, or by a fragment it lists before this one (NO_DIFF): of two fragments
+    # that document the same attribute, ansible-doc keeps the one listed first.
     DOCUMENTATION = r"""
 options: {}
 attributes:
@@ -44,4 +45,38 @@ options:
       - Set it like C(nodeprep_join)'s option of the same name (the roles pass one fleet setting).
     type: bool
     default: false
+"""
+
+    # The modules that apply one section of the node profile file on the node and, with
+    # state=absent, remove what it wrote (nodeprep_runtime: runtime, nodeprep_join: cluster).
+    SECTION = r"""
+options:
+  profile:
+    description: The node profile (path as the node sees it, under O(root)).
+    type: str
+    default: /etc/nodeprep/node.yaml
+  state:
+    description:
+      - V(present) applies the profile's section (C(nodeprep runtime), C(nodeprep join)).
+      - V(absent) removes what nodeprep wrote for it, as C(nodeprep uninstall) does (see the description).
+    type: str
+    choices: [present, absent]
+    default: present
+"""
+
+    # The modules that report no diff (they change nothing, or nothing a diff could show). Listed
+    # before nodeprep.fleet.nodeprep, whose diff_mode it overrides.
+    NO_DIFF = r"""
+attributes:
+  diff_mode:
+    support: none
+"""
+
+    # The modules that write or check the CLI wrapper (nodeprep_unpack, nodeprep_info).
+    WRAPPER = r"""
+options:
+  interpreter:
+    description: Python interpreter the wrapper runs.
+    type: str
+    default: /usr/bin/python3
 """

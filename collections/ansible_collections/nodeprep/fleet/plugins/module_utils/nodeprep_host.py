@@ -28,6 +28,14 @@ PROFILE_ARGUMENT_SPEC = {
 }
 
 
+# Options of the modules that apply one section of the node profile file and, with state=absent,
+# remove what it wrote (doc fragment nodeprep.fleet.nodeprep.section): nodeprep_runtime, nodeprep_join.
+SECTION_ARGUMENT_SPEC = {
+    "profile": {"type": "str", "default": "/etc/nodeprep/node.yaml"},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+}
+
+
 def node_argument_spec(**options):
     """A node-side module's argument_spec: COMMON_ARGUMENT_SPEC plus its own options."""
     return {**COMMON_ARGUMENT_SPEC, **options}
@@ -214,6 +222,17 @@ def report_findings(module, findings):
     for finding in findings:
         module.warn(f"preflight (the real run refuses): {finding}")
     return list(findings)
+
+
+def exit_with(module, out, diffs, preflight=None):
+    """End the task with the result `out`; in diff mode with `diffs` (Ansible's before/after form)
+    as its diff, in check mode with `preflight` (what the real run refuses on, also shown as
+    warnings) when the module reports one."""
+    if preflight is not None and module.check_mode:
+        out["preflight"] = report_findings(module, preflight)
+    if module._diff:
+        out["diff"] = diffs
+    module.exit_json(**out)
 
 
 def load_profile(module, profile_mod, root, path, **options):

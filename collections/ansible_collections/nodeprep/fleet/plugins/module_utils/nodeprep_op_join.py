@@ -14,7 +14,7 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_op_
 
 def argument_spec():
     return host.node_argument_spec(
-        profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
+        **host.SECTION_ARGUMENT_SPEC,
         dry_run={"type": "bool", "default": False},
         insecure_skip_ca_verification={"type": "bool", "default": False},
         skip_preflight={"type": "bool", "default": False},
@@ -22,7 +22,6 @@ def argument_spec():
         nvidia_smi_xml={"type": "path"},
         token={"type": "str", "default": "", "no_log": True},
         token_file={"type": "str", "default": "/etc/nodeprep/bootstrap-token"},
-        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
     )
 
 
@@ -85,11 +84,8 @@ def run(module):
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     out = {"changed": changed, "plan": summary, "already_joined": plan.already_joined, "commands": commands}
-    if module.check_mode:  # a real run refuses on these (apply_join); a check shows them
-        out["preflight"] = host.report_findings(module, plan.preflight)
-    if module._diff:
-        out["diff"] = diffs
-    module.exit_json(**out)
+    # a real run refuses on the preflight findings (apply_join); a check shows them
+    host.exit_with(module, out, diffs, preflight=plan.preflight)
 
 
 def main():

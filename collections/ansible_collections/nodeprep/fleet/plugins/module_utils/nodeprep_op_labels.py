@@ -26,9 +26,8 @@ def argument_spec():
 def run(module):
     """The nodeprep_labels task on a validated AnsibleModule (see modules/nodeprep_labels.py)."""
     p = module.params
-    labeling, settings_mod, output, gpufacts = host.import_nodeprep(
-        module, "nodeprep.node.labeling", "nodeprep.labels.profilelabels", "nodeprep.labels.output",
-        "nodeprep.node.gpufacts",
+    labeling, settings_mod, output = host.import_nodeprep(
+        module, "nodeprep.node.labeling", "nodeprep.labels.profilelabels", "nodeprep.labels.output"
     )
     from pathlib import Path
 
@@ -36,10 +35,12 @@ def run(module):
     try:
         settings = settings_mod.ProfileLabels(extra={str(k): str(v) for k, v in p["extra"].items()},
                                               cloud=p["cloud"], kernel=p["kernel"] or None)
-        # the root's facts by the rule every front-end uses; the GPU facts planned before any write
-        labelled = labeling.label_node(Path(root or "/"), labeling.LabelNode(settings, check=True, options={
-            "nvidia_smi_xml": Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
-            "mig_strategy": p["mig_strategy"]}))
+        # the one call `nodeprep labels` and bootstrap make: the root's facts by the rule every
+        # front-end uses, the GPU facts recorded (in check mode planned) beneath the root
+        labelled = labeling.label_node(Path(root or "/"), labeling.LabelNode(
+            settings, check=module.check_mode, options={
+                "nvidia_smi_xml": Path(p["nvidia_smi_xml"]) if p["nvidia_smi_xml"] else None,
+                "mig_strategy": p["mig_strategy"]}))
         result, facts = labelled.result, labelled.facts
         if labelled.facts_warning:  # advisory, as for `nodeprep labels`: the gate keeps compat off
             module.warn(labelled.facts_warning)
@@ -60,15 +61,9 @@ def run(module):
         if file_changed:
             diffs.append(diff)
     if facts is not None and facts.changed:
-        diff = {"before_header": str(facts.file), "after_header": str(facts.file),
-                "before": host.read_text(str(facts.file)) or "", "after": facts.content}
-        try:  # the library's one writer, the call `nodeprep labels` makes
-            if not module.check_mode:
-                gpufacts.record(Path(root or "/"), result.facts.gpu)
-            changed = True
-            diffs.append(diff)
-        except OSError as e:
-            module.warn(f"{gpufacts.FACTS}: GPU facts not written ({e})")
+        changed = True
+        diffs.append({"before_header": str(facts.file), "after_header": str(facts.file),
+                      "before": facts.before, "after": facts.content})
     out = {
         "changed": changed,
         "labels": result.labels,
@@ -78,9 +73,7 @@ def run(module):
         "warnings_seen": result.warnings,
         "gpu_facts": None if facts is None else str(facts.file),
     }
-    if module._diff:
-        out["diff"] = diffs
-    module.exit_json(**out)
+    host.exit_with(module, out, diffs)
 
 
 def main():

@@ -29,9 +29,7 @@ def run(module):
     text = host.profile_text(p["content"])
     changed, diff = host.write_if_changed(module, host.under_root(module, p["root"], p["path"]), text, 0o644)
     out = {"changed": changed, "path": p["path"], "profile": profile.to_dict()}
-    if module._diff:
-        out["diff"] = diff
-    module.exit_json(**out)
+    host.exit_with(module, out, diff)
 
 
 def main():

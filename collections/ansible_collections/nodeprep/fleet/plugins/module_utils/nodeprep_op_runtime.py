@@ -12,9 +12,8 @@ from ansible_collections.nodeprep.fleet.plugins.module_utils import nodeprep_hos
 def argument_spec():
     return host.node_argument_spec(
         **host.PROFILE_ARGUMENT_SPEC,
-        profile={"type": "str", "default": "/etc/nodeprep/node.yaml"},
+        **host.SECTION_ARGUMENT_SPEC,
         nvidia_smi_xml={"type": "path"},
-        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
     )
 
 
@@ -69,11 +68,7 @@ def run(module):
     except host.nodeprep_errors(module) as e:
         host.fail_from(module, e)
     out = {"changed": changed, "files": files, "commands": commands, "warnings_seen": list(plan.warnings)}
-    if module.check_mode:
-        out["preflight"] = host.report_findings(module, plan.preflight)
-    if module._diff:
-        out["diff"] = diffs
-    module.exit_json(**out)
+    host.exit_with(module, out, diffs, preflight=plan.preflight)
 
 
 def main():

@@ -66,9 +66,7 @@ def run(module):
         changed |= wrapper_changed
         diffs.append(diff)
     out = {"changed": changed, "sha256": digest}
-    if module._diff:
-        out["diff"] = diffs
-    module.exit_json(**out)
+    host.exit_with(module, out, diffs)
 
 
 def main():

@@ -67,9 +67,8 @@ attributes:
   check_mode:
     support: partial
     details: Nothing is compiled; C(changed) is based on the artifact name in the store index.
-  diff_mode:
-    support: none
 extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep.no_diff
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
 """

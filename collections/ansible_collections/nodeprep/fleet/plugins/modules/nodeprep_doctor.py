@@ -25,10 +25,8 @@ options:
   expect_version:
     description: Fail unless this driver version is the active one.
     type: str
-attributes:
-  diff_mode:
-    support: none
 extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep.no_diff
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
 """

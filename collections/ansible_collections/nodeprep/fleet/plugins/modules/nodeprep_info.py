@@ -37,10 +37,6 @@ options:
     description: The CLI wrapper nodeprep_unpack writes, checked with O(interpreter); empty for none.
     type: str
     default: ""
-  interpreter:
-    description: Python interpreter the wrapper runs.
-    type: str
-    default: /usr/bin/python3
   profile:
     description: Node profile the node should hold at O(profile_path); empty to skip that check.
     type: dict
@@ -49,13 +45,12 @@ options:
     description: Where the node profile is (under O(root)).
     type: str
     default: /etc/nodeprep/node.yaml
-attributes:
-  diff_mode:
-    support: none
 extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep.no_diff
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
   - nodeprep.fleet.nodeprep.profile
+  - nodeprep.fleet.nodeprep.wrapper
 """
 
 EXAMPLES = r"""

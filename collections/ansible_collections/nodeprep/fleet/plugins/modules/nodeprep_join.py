@@ -29,10 +29,6 @@ options:
     description: Root of the node's filesystem (V(/) or an image directory; commands are then deferred).
     type: path
     default: /
-  profile:
-    description: The node profile (path as the node sees it, under O(root)).
-    type: str
-    default: /etc/nodeprep/node.yaml
   dry_run:
     description: Write the files but run no command (no C(kubeadm join), no kubelet restart).
     type: bool
@@ -62,14 +58,10 @@ options:
     description: Where O(token) goes (as the node sees it, under O(root)); the profile's C(token_file).
     type: str
     default: /etc/nodeprep/bootstrap-token
-  state:
-    description: V(present) joins; V(absent) removes what nodeprep join wrote.
-    type: str
-    choices: [present, absent]
-    default: present
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
+  - nodeprep.fleet.nodeprep.section
 """
 
 EXAMPLES = r"""
@@ -100,19 +92,17 @@ commands:
   type: list
   elements: list
 removed:
-  description:
-    - Node paths removed (check mode, that would be removed), with O(state=absent).
-    - The files, then the folders they leave empty that are not the distribution's (as C(nodeprep uninstall)).
+  description: As RV(nodeprep.fleet.nodeprep_runtime#module:removed), the join's files included.
   returned: when O(state=absent)
   type: list
   elements: str
 restored:
-  description: Node paths written back (the containerd main file), with O(state=absent).
+  description: As RV(nodeprep.fleet.nodeprep_runtime#module:restored), the same removal.
   returned: when O(state=absent)
   type: list
   elements: str
 kept:
-  description: Files at those paths nodeprep did not write, left in place (also warnings).
+  description: As RV(nodeprep.fleet.nodeprep_runtime#module:kept), of the join's files too.
   returned: when O(state=absent)
   type: list
   elements: str

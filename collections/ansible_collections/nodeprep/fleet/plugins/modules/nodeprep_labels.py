@@ -8,12 +8,13 @@ DOCUMENTATION = r"""
 module: nodeprep_labels
 short_description: Compute a GPU node's labels with nodeprep and write them where NFD and kubelet read them
 description:
-  - Calls C(nodeprep.labels.core.node_labels) (facts from NVML, C(nvidia-smi -q -x), PCI sysfs, DMI and
-    optionally the cloud metadata service) and writes the labels as an NFD local feature file and
-    as a JSON file with every label split into kubelet-settable and API-only ones.
-  - On a root with an active driver (C(/opt/nvidia/current)) it also records the GPU facts the CUDA
-    gate reads, C(/opt/nvidia/gpu-facts.json) (each GPU's brand and compute capability), through the
-    library call C(nodeprep labels) uses (C(nodeprep.node.gpufacts.record)); check mode only reports it.
+  - Calls C(nodeprep.node.labeling.label_node), the one call C(nodeprep labels) and bootstrap's labels
+    step make - the labels of C(nodeprep.labels.core.node_labels) (facts from NVML, C(nvidia-smi -q -x),
+    PCI sysfs, DMI and optionally the cloud metadata service) - and writes the labels as an NFD local
+    feature file and as a JSON file with every label split into kubelet-settable and API-only ones.
+  - On a root with an active driver (C(/opt/nvidia/current)) that call also records the GPU facts the
+    CUDA gate reads, C(/opt/nvidia/gpu-facts.json) (each GPU's brand and compute capability, through
+    C(nodeprep.node.gpufacts.record)); check mode only reports it.
   - C(changed) is true only when a file's content (or mode) differs.
 version_added: "0.1.0"
 options:

@@ -23,22 +23,14 @@ options:
     description: Root of the node's filesystem (V(/) or an image directory).
     type: path
     default: /
-  profile:
-    description: The node profile (path as the node sees it, under O(root)).
-    type: str
-    default: /etc/nodeprep/node.yaml
   nvidia_smi_xml:
     description: Read the GPU list for the CDI spec from this C(nvidia-smi -q -x) capture.
     type: path
-  state:
-    description: V(present) writes the files; V(absent) removes what nodeprep wrote.
-    type: str
-    choices: [present, absent]
-    default: present
 extends_documentation_fragment:
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
   - nodeprep.fleet.nodeprep.profile
+  - nodeprep.fleet.nodeprep.section
 """
 
 EXAMPLES = r"""

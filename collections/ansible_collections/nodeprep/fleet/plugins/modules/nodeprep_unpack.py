@@ -26,11 +26,8 @@ options:
     description: Also write this shell wrapper (mode 0755) that runs the unpacked CLI; empty for none.
     type: str
     default: ""
-  interpreter:
-    description: Python interpreter the wrapper runs.
-    type: str
-    default: /usr/bin/python3
 extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep.wrapper
   - nodeprep.fleet.nodeprep
 """
 

@@ -64,10 +64,8 @@ options:
         before the verdict is published; a verdict for another label is C(failed).
     type: float
     default: 0
-attributes:
-  diff_mode:
-    support: none
 extends_documentation_fragment:
+  - nodeprep.fleet.nodeprep.no_diff
   - nodeprep.fleet.nodeprep
   - nodeprep.fleet.nodeprep.node
 """
