@@ -4,6 +4,7 @@ Thin: parse options, call nodeprep.node, render (text on stderr via logging, --j
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,9 @@ def _driver(root: Path, profile: Path | None, overrides: dict[str, Any]) -> Driv
     if overrides.get("driver.modules") is not None:  # --modules given: exactly that load order
         overrides = {**overrides, "driver.modules": _modules(overrides["driver.modules"]),
                      "driver.gpudirect": ()}
+    store = overrides.get("driver.store")
+    if store and "://" not in store and not store.startswith("/"):  # a directory of the command line's
+        overrides = {**overrides, "driver.store": os.path.abspath(store)}  # cwd; the profile's is absolute
     return node_driver(root, profile, overrides)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .fields import field_by_path
+from .fields import field_by_path, field_error
 from .load import parse_profile
 from .model import Driver, Profile
 
@@ -29,11 +29,20 @@ def with_overrides(profile: Profile, overrides: Mapping[str, Any], *,
 def section_with(base: Any, section: str, overrides: Mapping[str, Any]) -> Any:
     """`base`, a dataclass whose fields are `section`'s keys, with the `section.KEY` values given
     (None: not given) in place of its fields: the one way a front-end's flags or task options become
-    a typed section."""
+    a typed section. Each value is held to its field's rule, as a profile file's is: the first problem
+    is the error (InputError naming the field and its flag)."""
     unknown = [path for path in overrides if not path.startswith(f"{section}.")]
     if unknown:
         raise KeyError(", ".join(unknown))
-    given = {field_by_path(path).key: value for path, value in overrides.items() if value is not None}
+    given: dict[str, Any] = {}
+    for path, value in overrides.items():
+        if value is None:
+            continue
+        f = field_by_path(path)
+        _, problems = f.parse(list(value) if isinstance(value, tuple) else value)
+        if problems:
+            raise field_error(path, problems[0])
+        given[f.key] = value
     return replace(base, **given)
 
 

@@ -160,7 +160,7 @@ def test_install_refuses_gpus_no_store_version_supports(gpu_store: Path, tmp_pat
     res = _install_check(root, gpu_store, "--gpus", "10de:2335", "--driver", "555.58.02")
     assert error_line(res) == "error: --gpus chooses the driver version: not with --driver"
     res = _install_check(root, gpu_store, "--gpus", "1234")
-    assert error_line(res).startswith("error: --gpus: '1234': not an NVIDIA PCI id")
+    assert error_line(res).startswith("error: --gpus: '1234' is not 'node' or a comma list of NVIDIA PCI ids")
     assert _tree(root) == []
 
 

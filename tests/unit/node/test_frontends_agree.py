@@ -289,3 +289,36 @@ def test_three_front_ends_record_the_same_gpu_facts(tmp_path: Path) -> None:
         assert recorded[fe] != STALE_FACTS.encode() and (facts.stat().st_mode & 0o7777) == 0o644, fe
     assert recorded["bootstrap"] == recorded["cli"] and recorded["ansible"] == recorded["cli"], recorded
     assert json.loads(recorded["cli"])["source"] == "nvidia-smi"
+
+
+# A flag and a task option are held to the field's rule as the profile file is (profile.overrides.
+# section_with): each front-end refuses the same bad value, naming the same field, and writes nothing.
+BAD_VALUES = {"driver.kernel": "../../etc", "driver.version": "535.x", "driver.gpus": "1234"}
+
+
+@pytest.mark.parametrize("path", sorted(BAD_VALUES))
+def test_a_bad_override_is_refused_by_the_fields_rule(path: str, served: str, tmp_path: Path) -> None:
+    pytest.importorskip("ansible")
+    from nodeprep.cli import main
+    from nodeprep.profile.fields import field_by_path
+    from tests.unit.fleet.test_module_sequence import module
+
+    f, value = field_by_path(path), BAD_VALUES[path]
+    good = {"store": served, "kernel": KERNEL, "version": VERSION}
+    if path == "driver.gpus":
+        good.pop("version")
+    root = tmp_path / "image"
+    root.mkdir()
+    profile = tmp_path / "node.yaml"
+    profile.write_text(yaml.safe_dump({"driver": {**good, f.key: value}}))
+    r = separate_stderr().invoke(main, ["install", "--root", str(root), "--profile", str(profile), "--check"])
+    assert r.exit_code == 2 and f"{path}: " in r.stderr, r.stderr  # the file: the rule, by field
+    _, problems = f.parse(value)
+    flags = [arg for k, v in good.items() if k != f.key
+             for arg in (field_by_path(f"driver.{k}").flag, v)]
+    r = separate_stderr().invoke(main, ["install", "--root", str(root), *flags, f.flag, value, "--check"])
+    assert r.exit_code == 2 and r.stderr.strip() == f"error: {f.flag}: {problems[0]}", r.stderr
+    status, result = module("nodeprep_driver", {"root": str(root), "state": "active", **good, f.key: value},
+                            check=True)
+    assert status.startswith("FAILED") and result["msg"] == f"{path}: {problems[0]}", result
+    assert not any(root.iterdir())  # nothing written by any of them

@@ -33,7 +33,7 @@ def one_error_line(result) -> str:  # type: ignore[no-untyped-def]
     [
         (
             ["install", "--driver", "535.x", "--kernel", "6.1.0-28-amd64"],
-            "--driver: '535.x' is not a driver version",
+            "--driver: '535.x' is not a full driver version (expected e.g. 550.90.07)",
         ),
         (["install", "--driver", "535.309.01"], "--kernel: required with --root"),
         (

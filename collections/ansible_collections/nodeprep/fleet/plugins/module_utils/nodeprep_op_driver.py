@@ -95,8 +95,8 @@ def run(module):
         uninstall(module, usecase, join_activation.CALLBACKS, root)
         return
     activate = p["state"] == "active"
-    request = request_of(p, usecase, model, overrides)
     try:
+        request = request_of(p, usecase, model, overrides)  # a value its field's rule refuses: fail_from
         if module.check_mode:  # the library's own plan: what install would change
             planned = usecase.install_driver(root, replace(request, check=True),
                                              callbacks=join_activation.CALLBACKS)
