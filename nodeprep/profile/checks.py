@@ -42,7 +42,8 @@ def store(value: str) -> str | None:
     if has_userinfo(value):
         return (f"{show(value)}: credentials in the URL are refused (they would end up in logs and "
                 "output); give them in a credentials file (docs/profile.md)")
-    if value.startswith(("oci://", "oci+http://")):
+    scheme = value.lower()  # a URL's scheme is case-insensitive (RFC 3986), as --store reads it
+    if scheme.startswith(("oci://", "oci+http://")):
         # lazy: labels --help, Ansible nodeprep_doctor, Ansible nodeprep_join and 6 more starts
         from ..stores.ref import parse_ref
 
@@ -51,9 +52,9 @@ def store(value: str) -> str | None:
         except InputError as e:
             return str(e).split(": ", 1)[-1]
         return None
-    if value.startswith(("/", "file://")):
-        return abs_path(value.removeprefix("file://"))
-    if value.startswith(("http://", "https://")):
+    if scheme.startswith(("/", "file://")):
+        return abs_path(value[len("file://"):] if scheme.startswith("file://") else value)
+    if scheme.startswith(("http://", "https://")):
         try:  # what --store refuses (host, port, characters parsers read differently); transport below
             parse_store_location(value, insecure_http=True, what="driver.store")
         except InputError as e:
@@ -69,9 +70,9 @@ def store_transport(value: Any, insecure_http: Any) -> str | None:
     --insecure-http, decided from the profile before anything connects."""
     if not isinstance(value, str) or store(value) is not None or insecure_http is True:
         return None
-    if value.startswith("http://"):
+    if value.lower().startswith("http://"):
         host = urlsplit(value).hostname or ""
-    elif value.startswith("oci+http://"):
+    elif value.lower().startswith("oci+http://"):
         # lazy: labels --help, Ansible nodeprep_doctor, Ansible nodeprep_join and 6 more starts
         from ..stores.ref import parse_ref
 

@@ -147,10 +147,11 @@ def test_not_a_manifest_object(raw: bytes) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["install", "--driver", V + "\n", "--kernel", K], f"error: --driver: '{V}\\n' is not a driver version"),
+    (["install", "--driver", V + "\n", "--kernel", K],
+     f"error: --driver: '{V}\\n' is not a full driver version"),
     (["install", "--driver", V, "--kernel", K + "\n"], f"error: --kernel: '{K}\\n' is not a kernel release"),
     (["install", "--driver", V, "--kernel", "../" + K], f"error: --kernel: '../{K}' is not a kernel release"),
-    (["activate", V + "\n"], f"error: --driver: '{V}\\n' is not a driver version"),
+    (["activate", V + "\n"], f"error: --driver: '{V}\\n' is not a full driver version"),
 ])
 def test_version_and_kernel_options_refuse_a_trailing_newline(tmp_path: Path, args: list[str],
                                                               message: str) -> None:
