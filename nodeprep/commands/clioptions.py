@@ -133,7 +133,8 @@ def _no_flag_given(ctx: click.Context, param: click.Parameter, value: bool) -> b
 def override_options(*paths: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """click decorator: one option per field path, from the table's `flag`, `metavar` and `envvar`
     (default None = not given; a boolean field is a flag, an enum a choice). The command passes its
-    kwargs through `pop_overrides()` and then `with_overrides()` (or `driver_with()`)."""
+    kwargs through `pop_overrides()` and then `with_overrides()` or `section_with()` (`driver_with()`),
+    which hold each value to its field's rule."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for path in reversed(paths):
             f = field_by_path(path)
